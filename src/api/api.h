@@ -1,0 +1,50 @@
+// Shared machinery of the C entry points: exporting, exception fencing, "not yet".
+#pragma once
+
+#include <nccl.h>
+
+#include <new>
+#include <stdexcept>
+
+#include "core/init.h"
+#include "core/status.h"
+
+/// Declares the exported pair of an entry point: `p<name>` is the real function and
+/// `<name>` a weak alias of it, as in NVIDIA's library, so profilers can interpose.
+/// (A macro because attributes naming a symbol can only be spelled by the preprocessor.)
+#define BRAID_API(ret, name, ...)                                                          \
+  extern "C" __attribute__((visibility("default"))) ret p##name(__VA_ARGS__);              \
+  extern "C" __attribute__((visibility("default"), weak, alias("p" #name))) ret name(__VA_ARGS__)
+
+namespace braid::api {
+
+/// Records and logs a failure of `function` (on `comm` when it is a live communicator).
+ncclResult_t report(const char* function, ncclComm_t comm, ncclResult_t code, const char* text) noexcept;
+
+/// Runs body (which returns ncclResult_t) after library init, turning every exception into a
+/// result code and a last-error text. Every entry point's body runs inside this.
+template <typename Body>
+ncclResult_t guarded(const char* function, ncclComm_t comm, Body&& body) noexcept {
+  try {
+    core::initOnce();
+    return body();
+  } catch (const Error& e) {
+    return report(function, comm, e.code(), e.what());
+  } catch (const std::bad_alloc&) {
+    return report(function, comm, ncclSystemError, "out of host memory");
+  } catch (const std::exception& e) {
+    return report(function, comm, ncclInternalError, e.what());
+  } catch (...) {
+    return report(function, comm, ncclInternalError, "unknown exception");
+  }
+}
+
+/// Throws ncclInvalidUsage saying that the entry point arrives with `when` (a later piece of work).
+[[noreturn]] void notImplemented(const char* when);
+
+/// Throws ncclInvalidArgument naming `argument` when pointer is NULL.
+inline void requireNonNull(const void* pointer, const char* argument) {
+  if (pointer == nullptr) fail(ncclInvalidArgument, "%s is NULL", argument);
+}
+
+}  // namespace braid::api

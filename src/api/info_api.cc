@@ -1,0 +1,49 @@
+// Version, error texts and logging control.
+#include "api/api.h"
+#include "comm/communicator.h"
+#include "core/log.h"
+
+using namespace braid;
+
+BRAID_API(ncclResult_t, ncclGetVersion, int* version);
+ncclResult_t pncclGetVersion(int* version) {
+  return api::guarded("ncclGetVersion", nullptr, [&] {
+    api::requireNonNull(version, "version");
+    *version = NCCL_VERSION_CODE;
+    return ncclSuccess;
+  });
+}
+
+BRAID_API(const char*, ncclGetErrorString, ncclResult_t result);
+const char* pncclGetErrorString(ncclResult_t result) { return resultString(result); }
+
+BRAID_API(const char*, ncclGetLastError, ncclComm_t comm);
+const char* pncclGetLastError(ncclComm_t comm) {
+  // A live communicator keeps its own text; the returned pointer stays valid until the
+  // next failure on the same thread.
+  static thread_local std::string copy;
+  if (comm != nullptr && comm->live()) {
+    try {
+      copy = comm->lastError();
+      return copy.c_str();
+    } catch (...) {
+    }
+  }
+  return threadLastError();
+}
+
+namespace {
+void resetDebugInit() noexcept {
+  try {
+    log::reconfigure();
+  } catch (...) {
+    // Logging stays as it was.
+  }
+}
+}  // namespace
+
+BRAID_API(void, ncclResetDebugInit);
+void pncclResetDebugInit() { resetDebugInit(); }
+
+// NVIDIA exports this one without a 'p' twin.
+extern "C" __attribute__((visibility("default"))) void ncclResetDebugInitInternal() { resetDebugInit(); }

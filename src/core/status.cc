@@ -1,0 +1,45 @@
+#include "core/status.h"
+
+#include <cstdarg>
+#include <cstdio>
+#include <vector>
+
+namespace braid {
+
+namespace {
+thread_local std::string tlsLastError;
+}
+
+void fail(ncclResult_t code, const char* format, ...) {
+  va_list args;
+  va_start(args, format);
+  va_list copy;
+  va_copy(copy, args);
+  const int length = std::vsnprintf(nullptr, 0, format, copy);
+  va_end(copy);
+  std::vector<char> text(length > 0 ? static_cast<size_t>(length) + 1 : 1, '\0');
+  if (length > 0) std::vsnprintf(text.data(), text.size(), format, args);
+  va_end(args);
+  throw Error(code, text.data());
+}
+
+const char* resultString(ncclResult_t result) noexcept {
+  switch (result) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError: return "internal error - please report this issue to the Braid developers";
+    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError: return "remote process exited or there was a network error";
+    case ncclInProgress: return "NCCL operation in progress";
+    case ncclNumResults: break;
+  }
+  return "unknown result code";
+}
+
+const char* threadLastError() noexcept { return tlsLastError.c_str(); }
+
+void setThreadLastError(const std::string& text) { tlsLastError = text; }
+
+}  // namespace braid

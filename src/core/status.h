@@ -1,0 +1,49 @@
+// Errors: one mechanism for the whole library.
+//
+// Internal code reports a failure by throwing braid::Error (a result code plus
+// a readable message). The C ABI layer (src/api) catches it, records the text
+// for ncclGetLastError, logs it at WARN and returns the code. Nothing else in
+// the library returns error codes by hand.
+#pragma once
+
+#include <nccl.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace braid {
+
+/// A failure with the ncclResult_t a caller of the C API should see.
+class Error : public std::runtime_error {
+ public:
+  Error(ncclResult_t code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  /// The result code the C API returns for this failure.
+  ncclResult_t code() const noexcept { return code_; }
+
+ private:
+  ncclResult_t code_;
+};
+
+/// Formats like printf and throws Error(code, text).
+[[noreturn]] void fail(ncclResult_t code, const char* format, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/// The fixed text NCCL users expect for each result code.
+const char* resultString(ncclResult_t result) noexcept;
+
+/// Text of the last failure seen on the calling thread ("" when none).
+const char* threadLastError() noexcept;
+/// Records text as the calling thread's last failure.
+void setThreadLastError(const std::string& text);
+
+}  // namespace braid
+
+/// Invariant check that prints both values on failure (ncclInternalError).
+#define BRAID_CHECK_EQ(a, b)                                                                  \
+  do {                                                                                        \
+    const auto braidA_ = (a);                                                                 \
+    const auto braidB_ = (b);                                                                 \
+    if (!(braidA_ == braidB_))                                                                \
+      ::braid::fail(ncclInternalError, "%s:%d: check failed: %s == %s (%lld vs %lld)",        \
+                    __FILE__, __LINE__, #a, #b, (long long)braidA_, (long long)braidB_);      \
+  } while (0)

@@ -1,0 +1,49 @@
+#!/bin/bash
+# Usage: check_exports.sh LIBNCCL_SO EXPORTS_FILE
+# Fails unless the library exports exactly the names of EXPORTS_FILE, every nccl name
+# with a pnccl twin is a weak alias of it, the SONAME is libnccl.so.2, and the NEEDED
+# entries stay within NVIDIA's set.
+set -u
+lib=$1
+expected=$2
+status=0
+
+ours=$(nm -D --defined-only "$lib" | awk '{print $3}' | sort -u)
+want=$(sort -u "$expected")
+if [ "$ours" != "$want" ]; then
+  echo "exported names differ (< expected, > exported):"
+  diff <(echo "$want") <(echo "$ours")
+  status=1
+else
+  echo "exports: $(echo "$ours" | wc -l) names, exactly the NCCL 2.28.9 set"
+fi
+
+# Symbol kinds: pnccl* strong (T), their nccl* twins weak (W).
+while read -r addr kind name; do
+  case "$name" in
+    pnccl*)
+      [ "$kind" = "T" ] || { echo "$name should be a strong definition (T), is $kind"; status=1; }
+      twin=${name#p}
+      twin_line=$(nm -D --defined-only "$lib" | awk -v n="$twin" '$3 == n')
+      twin_kind=$(echo "$twin_line" | awk '{print $2}')
+      twin_addr=$(echo "$twin_line" | awk '{print $1}')
+      [ "$twin_kind" = "W" ] || { echo "$twin should be a weak alias (W), is '$twin_kind'"; status=1; }
+      [ "$twin_addr" = "$addr" ] || { echo "$twin ($twin_addr) is not an alias of $name ($addr)"; status=1; }
+      ;;
+  esac
+done < <(nm -D --defined-only "$lib")
+
+soname=$(readelf -d "$lib" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+[ "$soname" = "libnccl.so.2" ] || { echo "SONAME is '$soname', expected libnccl.so.2"; status=1; }
+
+# NVIDIA's libnccl.so.2 2.28.9 itself lists exactly these (readelf -d), the dynamic loader included.
+allowed=" libc.so.6 libm.so.6 libdl.so.2 librt.so.1 libpthread.so.0 libstdc++.so.6 libgcc_s.so.1 ld-linux-x86-64.so.2 "
+needed=$(readelf -d "$lib" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
+for n in $needed; do
+  case "$allowed" in
+    *" $n "*) ;;
+    *) echo "NEEDED $n is outside NVIDIA's set:$allowed"; status=1 ;;
+  esac
+done
+echo "NEEDED: $(echo $needed)"
+exit $status
