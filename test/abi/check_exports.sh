@@ -8,7 +8,8 @@ lib=$1
 expected=$2
 status=0
 
-ours=$(nm -D --defined-only "$lib" | awk '{print $3}' | sort -u)
+symbols=$(nm -D --defined-only "$lib")
+ours=$(echo "$symbols" | awk '{print $3}' | sort -u)
 want=$(sort -u "$expected")
 if [ "$ours" != "$want" ]; then
   echo "exported names differ (< expected, > exported):"
@@ -18,20 +19,19 @@ else
   echo "exports: $(echo "$ours" | wc -l) names, exactly the NCCL 2.28.9 set"
 fi
 
-# Symbol kinds: pnccl* strong (T), their nccl* twins weak (W).
-while read -r addr kind name; do
-  case "$name" in
-    pnccl*)
-      [ "$kind" = "T" ] || { echo "$name should be a strong definition (T), is $kind"; status=1; }
-      twin=${name#p}
-      twin_line=$(nm -D --defined-only "$lib" | awk -v n="$twin" '$3 == n')
-      twin_kind=$(echo "$twin_line" | awk '{print $2}')
-      twin_addr=$(echo "$twin_line" | awk '{print $1}')
-      [ "$twin_kind" = "W" ] || { echo "$twin should be a weak alias (W), is '$twin_kind'"; status=1; }
-      [ "$twin_addr" = "$addr" ] || { echo "$twin ($twin_addr) is not an alias of $name ($addr)"; status=1; }
-      ;;
-  esac
-done < <(nm -D --defined-only "$lib")
+# Symbol kinds: pnccl* strong (T) at the same address as their weak (W) nccl* twins.
+problems=$(echo "$symbols" | awk '
+  { addr[$3] = $1; kind[$3] = $2 }
+  END {
+    for (name in kind) {
+      if (name !~ /^pnccl/) continue
+      twin = substr(name, 2)
+      if (kind[name] != "T") print name " should be a strong definition (T), is " kind[name]
+      if (kind[twin] != "W") print twin " should be a weak alias (W), is \"" kind[twin] "\""
+      if (addr[twin] != addr[name]) print twin " is not an alias of " name
+    }
+  }')
+if [ -n "$problems" ]; then echo "$problems"; status=1; else echo "weak aliases: every nccl* twin aliases its pnccl*"; fi
 
 soname=$(readelf -d "$lib" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 [ "$soname" = "libnccl.so.2" ] || { echo "SONAME is '$soname', expected libnccl.so.2"; status=1; }
@@ -45,5 +45,5 @@ for n in $needed; do
     *) echo "NEEDED $n is outside NVIDIA's set:$allowed"; status=1 ;;
   esac
 done
-echo "NEEDED: $(echo $needed)"
+echo "SONAME: $soname; NEEDED: $(echo $needed)"
 exit $status

@@ -1,0 +1,48 @@
+#!/bin/bash
+# The whole test suite, as CI runs it: build, every meson test suite, then the unit suite
+# again under AddressSanitizer + UndefinedBehaviorSanitizer. Prints each stage's time and a
+# closing line "N passed, N failed, N skipped".
+# Build folders: $BRAID_BUILD (default build) and $BRAID_BUILD_SAN (default build-san).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="/usr/local/cuda/bin:$PATH"
+build=${BRAID_BUILD:-build}
+build_san=${BRAID_BUILD_SAN:-build-san}
+jobs=${BRAID_JOBS:-2}
+
+passed=0 failed=0 skipped=0
+stage_start=0
+begin() { stage_start=$(date +%s); echo "=== stage: $1"; }
+end() { echo "=== stage $1 took $(( $(date +%s) - stage_start )) s"; }
+
+# Adds the counts of one meson test run (from its JSON log) to the totals.
+count() {
+  local log="$1/meson-logs/testlog.json"
+  [ -f "$log" ] || return 0
+  passed=$((passed + $(grep -c '"result": "OK"' "$log" || true)))
+  failed=$((failed + $(grep -cE '"result": "(FAIL|TIMEOUT|ERROR|UNEXPECTEDPASS)"' "$log" || true)))
+  skipped=$((skipped + $(grep -c '"result": "SKIP"' "$log" || true)))
+}
+
+status=0
+begin build
+[ -f "$build/build.ninja" ] || meson setup "$build" --buildtype=debugoptimized
+meson compile -C "$build" -j "$jobs"
+end build
+
+begin tests
+meson test -C "$build" --print-errorlogs --num-processes "$jobs" || status=1
+count "$build"
+end tests
+
+begin sanitizers
+[ -f "$build_san/build.ninja" ] || meson setup "$build_san" --buildtype=debugoptimized \
+  -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled
+meson compile -C "$build_san" -j "$jobs" test/unit_tests test/api_smoke src/braid-info
+UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \
+  meson test -C "$build_san" --suite unit --print-errorlogs --no-rebuild || status=1
+count "$build_san"
+end sanitizers
+
+echo "tests: $passed passed, $failed failed, $skipped skipped"
+exit $status
