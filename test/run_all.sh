@@ -36,7 +36,7 @@ count "$build"
 end tests
 
 begin sanitizers
-[ -f "$build_san/build.ninja" ] || meson setup "$build_san" --buildtype=debugoptimized \
+[ -f "$build_san/build.ninja" ] || meson setup "$build_san" --buildtype=debugoptimized -Doptimization=1 \
   -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled
 meson compile -C "$build_san" -j "$jobs" test/unit_tests test/api_smoke src/braid-info
 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \
