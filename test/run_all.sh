@@ -1,6 +1,6 @@
 #!/bin/bash
 # The whole test suite, as CI runs it: build, every meson test suite, then the unit suite
-# again under AddressSanitizer + UndefinedBehaviorSanitizer. Prints each stage's time and a
+# and integration suites again under AddressSanitizer + UndefinedBehaviorSanitizer. Prints each stage's time and a
 # closing line "N passed, N failed, N skipped".
 # Build folders: $BRAID_BUILD (default build) and $BRAID_BUILD_SAN (default build-san).
 set -euo pipefail
@@ -38,9 +38,9 @@ end tests
 begin sanitizers
 [ -f "$build_san/build.ninja" ] || meson setup "$build_san" --buildtype=debugoptimized -Doptimization=1 \
   -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled
-meson compile -C "$build_san" -j "$jobs" test/unit_tests test/api_smoke src/braid-info
+meson compile -C "$build_san" -j "$jobs"
 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \
-  meson test -C "$build_san" --suite unit --print-errorlogs --no-rebuild || status=1
+  meson test -C "$build_san" --suite unit --suite integration --print-errorlogs --no-rebuild || status=1
 count "$build_san"
 end sanitizers
 

@@ -1,6 +1,7 @@
 // Collectives, point-to-point, groups and reduction operators.
 #include "api/api.h"
 #include "comm/communicator.h"
+#include "group/group.h"
 
 using namespace braid;
 
@@ -102,12 +103,15 @@ ncclResult_t pncclRedOpDestroy(ncclRedOp_t, ncclComm_t comm) {
 
 BRAID_API(ncclResult_t, ncclGroupStart);
 ncclResult_t pncclGroupStart() {
-  return api::guarded("ncclGroupStart", nullptr, []() -> ncclResult_t { api::notImplemented(kDataPathWork); });
+  return api::guarded("ncclGroupStart", nullptr, [] {
+    group::start();
+    return ncclSuccess;
+  });
 }
 
 BRAID_API(ncclResult_t, ncclGroupEnd);
 ncclResult_t pncclGroupEnd() {
-  return api::guarded("ncclGroupEnd", nullptr, []() -> ncclResult_t { api::notImplemented(kDataPathWork); });
+  return api::guarded("ncclGroupEnd", nullptr, [] { return group::end(); });
 }
 
 BRAID_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t* simInfo);

@@ -1,109 +1,238 @@
 // Communicator creation, lifecycle and queries.
+#include <algorithm>
+#include <vector>
+
 #include "api/api.h"
+#include "bootstrap/bootstrap.h"
 #include "comm/communicator.h"
+#include "comm/init.h"
+#include "comm/split.h"
+#include "core/log.h"
+#include "group/group.h"
 
 using namespace braid;
 
 namespace {
-constexpr const char* kBootstrapWork = "the bootstrap and communicator-lifecycle work";
+
+/// Runs a creation job for `host`: deferred inside a group, else now (blocking) or in the
+/// background (nonblocking config: returns ncclInProgress).
+ncclResult_t dispatch(Communicator& host, std::function<void()> job) {
+  if (group::active()) {
+    group::defer(&host, std::move(job));
+    return ncclSuccess;
+  }
+  return host.run(std::move(job), /*background=*/false);
 }
+
+/// ncclCommDestroy and ncclCommAbort: aborting first raises the flag every wait of the
+/// communicator watches, so a background job ends within one poll slice (~50 ms).
+void release(Communicator& comm, bool abort) {
+  if (abort) comm.abortFlag().store(true, std::memory_order_release);
+  group::forget(&comm);
+  const RankIdentity& id = comm.identity();
+  BRAID_INFO(log::kInit, "comm %p rank %d nranks %d - %s COMPLETE", static_cast<void*>(&comm), id.rank, id.nRanks,
+             abort ? "Abort" : "Destroy");
+  delete static_cast<ncclComm*>(&comm);
+}
+
+/// ncclCommInitRank and ncclCommInitRankConfig.
+ncclResult_t initRank(ncclComm_t* out, int nranks, const ncclUniqueId& id, int rank, const ncclConfig_t* config) {
+  api::requireNonNull(out, "comm");
+  *out = nullptr;
+  comm::checkInitArguments(nranks, rank);
+  const comm::InitSettings settings = comm::InitSettings::fromParams();
+  const CommConfig cfg = readConfig(config, nullptr, settings.defaultBlocking);
+  bootstrap::UniqueId::decode(id);  // a bad id fails here, before anything starts
+  std::unique_ptr<ncclComm> c = comm::newCommunicator(rank, nranks, cfg, -1);
+  ncclComm* raw = c.get();
+  const ncclResult_t r = dispatch(*raw, [raw, id, settings] { comm::initRank(*raw, id, settings); });
+  *out = c.release();
+  return r;
+}
+
+}  // namespace
 
 BRAID_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId* uniqueId);
 ncclResult_t pncclGetUniqueId(ncclUniqueId* uniqueId) {
-  return api::guarded("ncclGetUniqueId", nullptr, [&]() -> ncclResult_t {
+  return api::guarded("ncclGetUniqueId", nullptr, [&] {
     api::requireNonNull(uniqueId, "uniqueId");
-    api::notImplemented(kBootstrapWork);
+    *uniqueId = comm::makeUniqueId(comm::InitSettings::fromParams());
+    return ncclSuccess;
   });
 }
 
-BRAID_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t* comm, int nranks, ncclUniqueId commId,
-          int rank, ncclConfig_t* config);
-ncclResult_t pncclCommInitRankConfig(ncclComm_t* comm, int, ncclUniqueId, int, ncclConfig_t*) {
-  return api::guarded("ncclCommInitRankConfig", nullptr, [&]() -> ncclResult_t {
-    api::requireNonNull(comm, "comm");
-    api::notImplemented(kBootstrapWork);
-  });
+BRAID_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
+          ncclConfig_t* config);
+ncclResult_t pncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
+                                     ncclConfig_t* config) {
+  return api::guarded("ncclCommInitRankConfig", nullptr, [&] { return initRank(comm, nranks, commId, rank, config); });
 }
 
 BRAID_API(ncclResult_t, ncclCommInitRank, ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank);
-ncclResult_t pncclCommInitRank(ncclComm_t* comm, int, ncclUniqueId, int) {
-  return api::guarded("ncclCommInitRank", nullptr, [&]() -> ncclResult_t {
-    api::requireNonNull(comm, "comm");
-    api::notImplemented(kBootstrapWork);
+ncclResult_t pncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
+  return api::guarded("ncclCommInitRank", nullptr, [&] { return initRank(comm, nranks, commId, rank, nullptr); });
+}
+
+BRAID_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t* newcomm, int nranks, int myrank, int nId,
+          ncclUniqueId* commIds, ncclConfig_t* config);
+ncclResult_t pncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId, ncclUniqueId* commIds,
+                                       ncclConfig_t* config) {
+  return api::guarded("ncclCommInitRankScalable", nullptr, [&] {
+    api::requireNonNull(commIds, "commIds");
+    if (nId < 1 || nId > nranks) {
+      fail(ncclInvalidArgument, "nId is %d; it must be between 1 and nranks = %d", nId, nranks);
+    }
+    // Every rank rendezvouses at the first id's root; the other roots see nobody and end at
+    // their deadline. (Spreading ranks over several roots is an optimisation for later.)
+    return initRank(newcomm, nranks, commIds[0], myrank, config);
   });
 }
 
 BRAID_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comm, int ndev, const int* devlist);
-ncclResult_t pncclCommInitAll(ncclComm_t* comm, int, const int*) {
-  return api::guarded("ncclCommInitAll", nullptr, [&]() -> ncclResult_t {
-    api::requireNonNull(comm, "comm");
-    api::notImplemented(kBootstrapWork);
-  });
-}
-
-BRAID_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t* newcomm, int nranks, int myrank,
-          int nId, ncclUniqueId* commIds, ncclConfig_t* config);
-ncclResult_t pncclCommInitRankScalable(ncclComm_t* newcomm, int, int, int, ncclUniqueId*, ncclConfig_t*) {
-  return api::guarded("ncclCommInitRankScalable", nullptr, [&]() -> ncclResult_t {
-    api::requireNonNull(newcomm, "newcomm");
-    api::notImplemented(kBootstrapWork);
+ncclResult_t pncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
+  return api::guarded("ncclCommInitAll", nullptr, [&] {
+    api::requireNonNull(comms, "comm");
+    if (ndev < 1) fail(ncclInvalidArgument, "ndev is %d; it must be at least 1", ndev);
+    for (int i = 0; devlist != nullptr && i < ndev; ++i) {
+      if (devlist[i] < 0) fail(ncclInvalidArgument, "devlist[%d] is %d; device numbers are >= 0", i, devlist[i]);
+    }
+    const comm::InitSettings settings = comm::InitSettings::fromParams();
+    const ncclUniqueId id = comm::makeUniqueId(settings);
+    CommConfig cfg = readConfig(nullptr, nullptr, true);
+    std::vector<std::unique_ptr<ncclComm>> created;
+    for (int i = 0; i < ndev; ++i) created.push_back(comm::newCommunicator(i, ndev, cfg, -1));
+    // All ranks live in this thread's process: run their inits side by side.
+    for (auto& c : created) {
+      ncclComm* raw = c.get();
+      raw->run([raw, id, settings] { comm::initRank(*raw, id, settings); }, /*background=*/true);
+    }
+    for (auto& c : created) c->waitForJob();
+    for (auto& c : created) {
+      if (c->asyncError() != ncclSuccess) {
+        for (auto& other : created) other->abortFlag().store(true);
+        fail(c->asyncError(), "rank %d: %s", c->identity().rank, c->lastError().c_str());
+      }
+    }
+    for (int i = 0; i < ndev; ++i) comms[i] = created[i].release();
+    return ncclSuccess;
   });
 }
 
 BRAID_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm);
 ncclResult_t pncclCommFinalize(ncclComm_t comm) {
-  return api::guarded("ncclCommFinalize", comm, [&]() -> ncclResult_t {
-    communicatorFrom(comm);
-    api::notImplemented(kBootstrapWork);
+  return api::guarded("ncclCommFinalize", comm, [&] {
+    Communicator& c = communicatorFrom(comm);
+    if (c.revoked()) fail(ncclInvalidUsage, "ncclCommFinalize after ncclCommRevoke is not allowed");
+    if (c.finalized()) fail(ncclInvalidUsage, "the communicator is already finalized");
+    c.waitForJob();
+    c.markFinalized();
+    // No operation can be in flight yet (the data path arrives later): quiescent at once.
+    return c.run([] {}, /*background=*/false);
   });
 }
 
 BRAID_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm);
 ncclResult_t pncclCommDestroy(ncclComm_t comm) {
-  return api::guarded("ncclCommDestroy", comm, [&]() -> ncclResult_t {
+  return api::guarded("ncclCommDestroy", nullptr, [&] {
     if (comm == nullptr) return ncclSuccess;  // as NCCL: destroying NULL is a no-op
-    communicatorFrom(comm);
-    api::notImplemented(kBootstrapWork);
+    release(communicatorFrom(comm), /*abort=*/false);
+    return ncclSuccess;
   });
 }
 
 BRAID_API(ncclResult_t, ncclCommAbort, ncclComm_t comm);
 ncclResult_t pncclCommAbort(ncclComm_t comm) {
-  return api::guarded("ncclCommAbort", comm, [&]() -> ncclResult_t {
+  return api::guarded("ncclCommAbort", nullptr, [&] {
     if (comm == nullptr) return ncclSuccess;  // as NCCL: aborting NULL is a no-op
-    communicatorFrom(comm);
-    api::notImplemented(kBootstrapWork);
+    release(communicatorFrom(comm), /*abort=*/true);
+    return ncclSuccess;
   });
 }
 
 BRAID_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags);
 ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags) {
-  return api::guarded("ncclCommRevoke", comm, [&]() -> ncclResult_t {
-    communicatorFrom(comm);
+  return api::guarded("ncclCommRevoke", comm, [&] {
+    Communicator& c = communicatorFrom(comm);
     if (revokeFlags != NCCL_REVOKE_DEFAULT) {
       fail(ncclInvalidArgument, "revokeFlags is %d; it must be NCCL_REVOKE_DEFAULT (0)", revokeFlags);
     }
-    api::notImplemented(kBootstrapWork);
+    // Nothing can be in flight yet, so the communicator is quiescent as soon as it is marked.
+    c.markRevoked();
+    return ncclSuccess;
   });
 }
 
 BRAID_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
           ncclConfig_t* config);
-ncclResult_t pncclCommSplit(ncclComm_t comm, int, int, ncclComm_t* newcomm, ncclConfig_t*) {
-  return api::guarded("ncclCommSplit", comm, [&]() -> ncclResult_t {
-    communicatorFrom(comm);
+ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
+  return api::guarded("ncclCommSplit", comm, [&] {
+    Communicator& parent = communicatorFrom(comm);
     api::requireNonNull(newcomm, "newcomm");
-    api::notImplemented(kBootstrapWork);
+    *newcomm = nullptr;
+    if (color < 0 && color != NCCL_SPLIT_NOCOLOR) {
+      fail(ncclInvalidArgument, "color is %d; it must be >= 0 or NCCL_SPLIT_NOCOLOR", color);
+    }
+    if (parent.revoked()) fail(ncclInvalidUsage, "the communicator was revoked; split is not allowed");
+    const comm::InitSettings settings = comm::InitSettings::fromParams();
+    const CommConfig cfg = readConfig(config, &parent.config(), settings.defaultBlocking);
+    const uint32_t sequence = parent.nextSplitSequence();
+    if (color == NCCL_SPLIT_NOCOLOR) {
+      // Still a collective over the parent: take part in the exchange, get no communicator.
+      return dispatch(parent, [&parent, key, sequence, settings] {
+        comm::splitRank(parent, NCCL_SPLIT_NOCOLOR, key, sequence, nullptr, settings);
+      });
+    }
+    std::unique_ptr<ncclComm> child = comm::newCommunicator(0, 1, cfg, parent.identity().cudaDevice);
+    ncclComm* raw = child.get();
+    const ncclResult_t r = dispatch(*raw, [&parent, raw, color, key, sequence, settings] {
+      comm::splitRank(parent, color, key, sequence, raw, settings);
+    });
+    *newcomm = child.release();
+    return r;
   });
 }
 
-BRAID_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList,
-          int excludeRanksCount, ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags);
-ncclResult_t pncclCommShrink(ncclComm_t comm, int*, int, ncclComm_t* newcomm, ncclConfig_t*, int) {
-  return api::guarded("ncclCommShrink", comm, [&]() -> ncclResult_t {
-    communicatorFrom(comm);
+BRAID_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
+          ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags);
+ncclResult_t pncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* newcomm,
+                             ncclConfig_t* config, int shrinkFlags) {
+  return api::guarded("ncclCommShrink", comm, [&] {
+    Communicator& parent = communicatorFrom(comm);
     api::requireNonNull(newcomm, "newcomm");
-    api::notImplemented(kBootstrapWork);
+    *newcomm = nullptr;
+    const int n = parent.identity().nRanks;
+    if (shrinkFlags != NCCL_SHRINK_DEFAULT && shrinkFlags != NCCL_SHRINK_ABORT) {
+      fail(ncclInvalidArgument, "shrinkFlags is %d; expected NCCL_SHRINK_DEFAULT or NCCL_SHRINK_ABORT", shrinkFlags);
+    }
+    if (excludeRanksCount < 0 || excludeRanksCount >= n) {
+      fail(ncclInvalidArgument, "excludeRanksCount is %d; it must be between 0 and nranks-1 = %d",
+           excludeRanksCount, n - 1);
+    }
+    if (excludeRanksCount > 0) api::requireNonNull(excludeRanksList, "excludeRanksList");
+    std::vector<int> excluded(excludeRanksList, excludeRanksList + excludeRanksCount);
+    for (int i = 0; i < excludeRanksCount; ++i) {
+      if (excluded[i] < 0 || excluded[i] >= n) {
+        fail(ncclInvalidArgument, "excludeRanksList[%d] is %d; ranks are 0..%d", i, excluded[i], n - 1);
+      }
+      if (std::count(excluded.begin(), excluded.end(), excluded[i]) > 1) {
+        fail(ncclInvalidArgument, "excludeRanksList names rank %d twice", excluded[i]);
+      }
+      if (excluded[i] == parent.identity().rank) {
+        fail(ncclInvalidUsage, "rank %d is in excludeRanksList; excluded ranks must not call ncclCommShrink",
+             excluded[i]);
+      }
+    }
+    if (shrinkFlags == NCCL_SHRINK_ABORT) parent.markRevoked();  // stop what the parent still runs
+    const comm::InitSettings settings = comm::InitSettings::fromParams();
+    const CommConfig cfg = readConfig(config, &parent.config(), settings.defaultBlocking);
+    const uint32_t sequence = parent.nextSplitSequence();
+    std::unique_ptr<ncclComm> child = comm::newCommunicator(0, 1, cfg, parent.identity().cudaDevice);
+    ncclComm* raw = child.get();
+    const ncclResult_t r = dispatch(*raw, [&parent, raw, excluded, sequence, settings] {
+      comm::shrinkRank(parent, excluded, sequence, *raw, settings);
+    });
+    *newcomm = child.release();
+    return r;
   });
 }
 

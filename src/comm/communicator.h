@@ -1,64 +1,105 @@
 // The communicator object behind ncclComm_t.
 //
-// This is the part of the communicator every entry point needs: identity (rank,
-// size, device, the ranks sharing this node) and error state. Lifecycle, channels,
-// transports and configuration are separate objects owned by it (Bootstrap issue on).
+// State is split by concern: who the rank is (RankIdentity), how it was configured
+// (CommConfig), its out-of-band channel (Bootstrap), and its lifecycle (the asynchronous
+// state and the background job that nonblocking calls run on). Channels and transports
+// join as separate objects with the data path.
 #pragma once
 
 #include <nccl.h>
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 
+#include "comm/config.h"
+#include "comm/peer_info.h"
 #include "core/status.h"
 
 namespace braid {
 
-/// Who a communicator's rank is; fixed at init.
+namespace bootstrap {
+class Bootstrap;
+}
+
+/// Who a communicator's rank is. rank and nRanks are known at creation; the rest once
+/// init has exchanged peer information.
 struct RankIdentity {
   int rank = 0;
   int nRanks = 1;
   int cudaDevice = -1;  ///< -1 on the host backend
-  int localRank = 0;    ///< index among the ranks that share this rank's node (NCCL's "LSA" team)
-  int localRanks = 1;   ///< ranks on this node; nodes are assumed to hold consecutive ranks
+  int localRank = 0;    ///< index among the ranks that share this rank's host (NCCL's "LSA" team)
+  int localRanks = 1;   ///< ranks on this host
+  Backend backend = Backend::kHost;
+  uint64_t commHash = 0;  ///< the same on every rank: identifies the communicator in logs
 };
 
 class Communicator {
  public:
-  explicit Communicator(const RankIdentity& identity) : identity_(identity) {}
+  explicit Communicator(const RankIdentity& identity, CommConfig config = {});
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
-  ~Communicator() { magic_ = 0; }
+  /// Waits for any background job (which watches the abort flag), then releases everything.
+  ~Communicator();
 
   /// True for a live communicator (guards against stale or foreign handles).
   bool live() const noexcept { return magic_ == kMagic; }
   const RankIdentity& identity() const noexcept { return identity_; }
+  const CommConfig& config() const noexcept { return config_; }
 
-  /// The asynchronous error (ncclSuccess while healthy); never blocks.
-  ncclResult_t asyncError() const noexcept { return asyncError_.load(std::memory_order_acquire); }
-  /// Records the first asynchronous error; later ones do not overwrite it.
-  void setAsyncError(ncclResult_t error) noexcept {
-    ncclResult_t expected = ncclSuccess;
-    asyncError_.compare_exchange_strong(expected, error, std::memory_order_acq_rel);
+  /// ncclSuccess while healthy, ncclInProgress while a nonblocking job runs, else the error.
+  ncclResult_t asyncError() const noexcept { return state_.load(std::memory_order_acquire); }
+  /// Records an asynchronous error; the first error sticks.
+  void setAsyncError(ncclResult_t error) noexcept;
+
+  /// Runs job now (blocking communicators) or on the background thread (nonblocking ones, or
+  /// `background`), recording its outcome as the async state. Returns the outcome, or
+  /// ncclInProgress when the job runs in the background.
+  ncclResult_t run(std::function<void()> job, bool background);
+  /// Waits for the background job, if any.
+  void waitForJob();
+
+  /// The out-of-band channel; throws ncclInvalidUsage while init has not completed.
+  bootstrap::Bootstrap& bootstrap();
+  bool hasBootstrap() const { return bootstrap_ != nullptr; }
+  /// Completes init: the channel and the identity learnt through it.
+  void completeInit(std::unique_ptr<bootstrap::Bootstrap> channel, const RankIdentity& identity);
+
+  /// Fixes rank and size of a communicator made by split or shrink, before its init runs.
+  void setPosition(int rank, int nRanks) {
+    identity_.rank = rank;
+    identity_.nRanks = nRanks;
   }
+
+  /// Set by ncclCommAbort; every wait of this communicator watches it.
+  std::atomic<bool>& abortFlag() { return abort_; }
+  bool finalized() const { return finalized_.load(); }
+  void markFinalized() { finalized_.store(true); }
+  bool revoked() const { return revoked_.load(); }
+  void markRevoked() { revoked_.store(true); }
+  /// Sequence number of split/shrink calls: the same on every rank, used as a message tag.
+  uint32_t nextSplitSequence() { return splitSequence_++; }
 
   /// Text of the last failure on this communicator.
-  std::string lastError() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return lastError_;
-  }
-  void setLastError(const std::string& text) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    lastError_ = text;
-  }
+  std::string lastError() const;
+  void setLastError(const std::string& text);
 
  private:
   static constexpr uint64_t kMagic = 0xb4a1dc0aa11c0de5ull;
   uint64_t magic_ = kMagic;
   RankIdentity identity_;
-  std::atomic<ncclResult_t> asyncError_{ncclSuccess};
+  CommConfig config_;
+  std::unique_ptr<bootstrap::Bootstrap> bootstrap_;
+  std::atomic<ncclResult_t> state_{ncclSuccess};
+  std::atomic<bool> abort_{false};
+  std::atomic<bool> finalized_{false};
+  std::atomic<bool> revoked_{false};
+  uint32_t splitSequence_ = 0;
+  std::thread job_;
   mutable std::mutex mutex_;
   std::string lastError_;
 };

@@ -1,0 +1,68 @@
+// The out-of-band channel of one communicator: every rank's listening address, a TCP ring
+// for allgather and barrier, and tagged point-to-point messages for later setup work.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "bootstrap/unique_id.h"
+#include "bootstrap/wire.h"
+#include "core/interfaces.h"
+
+namespace braid::bootstrap {
+
+/// Where to listen and how long to wait.
+struct NetSettings {
+  net::InterfaceRequest interface;
+  std::chrono::seconds timeout{300};
+};
+
+class Bootstrap {
+ public:
+  /// Registers with the root named by `id` as `rank` of `nRanks`, receives every rank's
+  /// address and forms the ring. Waits at most settings.timeout (plus a grace period for the
+  /// root's answer); throws a braid::Error that names the root, the rank and the reason.
+  static std::unique_ptr<Bootstrap> join(const UniqueId& id, int rank, int nRanks, const NetSettings& settings,
+                                         const std::atomic<bool>* abortFlag);
+
+  int rank() const { return rank_; }
+  int nRanks() const { return static_cast<int>(peers_.size()); }
+  uint64_t secret() const { return secret_; }
+  const net::SocketAddress& peerAddress(int rank) const { return peers_[rank]; }
+
+  /// All ranks: data holds nRanks slots of bytesPerRank; slot rank() is this rank's input;
+  /// on return every slot holds that rank's input.
+  void allGather(void* data, size_t bytesPerRank);
+  /// All ranks: returns once every rank has entered.
+  void barrier();
+  /// Sends size bytes to `peer` under `tag` (does not wait for the matching recv).
+  void send(int peer, uint32_t tag, const void* data, size_t size);
+  /// Receives the message `peer` sent under `tag`; its size must be exactly size.
+  void recv(int peer, uint32_t tag, void* data, size_t size);
+
+ private:
+  Bootstrap(int rank, uint64_t secret, Listener listener, const NetSettings& settings,
+            const std::atomic<bool>* abortFlag);
+  net::Clock::time_point deadline() const { return net::Clock::now() + timeout_; }
+  /// Waits for a message matching (type, from, tag); queues the others.
+  Message await(MessageType type, int from, uint32_t tag, const char* what);
+  void formRing();
+
+  int rank_;
+  uint64_t secret_;
+  std::chrono::seconds timeout_;
+  const std::atomic<bool>* abortFlag_;
+  std::vector<net::SocketAddress> peers_;
+  std::mutex listenMutex_;
+  Listener listener_;
+  std::deque<Message> unexpected_;
+  std::mutex ringMutex_;
+  net::Socket next_;
+  net::Socket prev_;
+};
+
+}  // namespace braid::bootstrap

@@ -1,0 +1,250 @@
+#include "bootstrap/root.h"
+
+#include <cstring>
+#include <list>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include <pthread.h>
+
+#include "bootstrap/wire.h"
+#include "core/log.h"
+#include "core/status.h"
+#include <nccl.h>
+
+namespace braid::bootstrap {
+
+std::string describeRanks(const std::vector<int>& ranks) {
+  if (ranks.empty()) return "no ranks";
+  if (ranks.size() == 1) return "rank " + std::to_string(ranks[0]);
+  std::string s = "ranks ";
+  const size_t shown = std::min<size_t>(ranks.size(), 8);
+  for (size_t i = 0; i < shown; ++i) {
+    if (i > 0) s += (i + 1 == ranks.size()) ? " and " : ", ";
+    s += std::to_string(ranks[i]);
+  }
+  if (shown < ranks.size()) s += ", ... (" + std::to_string(ranks.size()) + " in all)";
+  return s;
+}
+
+namespace {
+
+/// One communicator's rendezvous.
+class Root {
+ public:
+  Root(net::Socket listening, uint64_t secret, std::chrono::seconds timeout, const std::atomic<bool>* stop)
+      : address_(listening.localAddress()),
+        listener_(std::move(listening), secret, "root " + address_.toString()),
+        secret_(secret),
+        timeout_(timeout),
+        stop_(stop) {}
+
+  void run() {
+    const auto deadline = net::Clock::now() + timeout_;
+    while (!stop_->load(std::memory_order_acquire)) {
+      if (net::Clock::now() >= deadline) {
+        if (error_.empty()) error_ = timeoutText();
+        replyAll();
+        return;
+      }
+      Message m;
+      if (!listener_.poll(100, &m)) continue;
+      if (m.header.type != MessageType::kRegister || m.payload.size() != sizeof(Registration)) {
+        BRAID_WARN("bootstrap: root %s ignored a message of type %#x from %s", address_.toString().c_str(),
+                   static_cast<unsigned>(m.header.type), m.socket.peerAddress().toString().c_str());
+        continue;
+      }
+      Registration r;
+      std::memcpy(&r, m.payload.data(), sizeof(r));
+      admit(m.header.rank, r, std::move(m.socket));
+      if (!error_.empty()) {
+        replyAll();
+        // Stay a little longer, so ranks that arrive late hear the reason instead of timing out.
+        lingerWithError(std::min(deadline, net::Clock::now() + std::chrono::seconds(10)));
+        return;
+      }
+      if (nRanks_ > 0 && static_cast<int>(ranks_.size()) == nRanks_) {
+        sendTables();
+        return;
+      }
+    }
+  }
+
+ private:
+  struct Arrival {
+    Registration registration;
+    net::Socket socket;
+  };
+
+  void admit(int rank, const Registration& r, net::Socket socket) {
+    if (nRanks_ < 0) {
+      nRanks_ = r.nRanks;
+      firstRank_ = rank;
+    }
+    if (error_.empty()) {
+      if (r.nRanks != nRanks_) {
+        errorCode_ = ncclInvalidUsage;
+        error_ = "rank " + std::to_string(rank) + " called init with nranks=" + std::to_string(r.nRanks) +
+                 " but rank " + std::to_string(firstRank_) + " with nranks=" + std::to_string(nRanks_);
+      } else if (rank < 0 || rank >= nRanks_) {
+        errorCode_ = ncclInvalidUsage;
+        error_ = "rank " + std::to_string(rank) + " is out of range for nranks=" + std::to_string(nRanks_);
+      } else if (ranks_.count(rank) != 0) {
+        errorCode_ = ncclInvalidUsage;
+        error_ = "two ranks both claimed rank " + std::to_string(rank) + " (from " +
+                 ranks_[rank].socket.peerAddress().toString() + " and " + socket.peerAddress().toString() + ")";
+      }
+    }
+    if (ranks_.count(rank) != 0 || rank < 0) {
+      extra_.push_back(std::move(socket));
+    } else {
+      ranks_[rank] = Arrival{r, std::move(socket)};
+    }
+  }
+
+  std::string timeoutText() const {
+    std::vector<int> missing;
+    for (int r = 0; r < nRanks_; ++r) {
+      if (ranks_.count(r) == 0) missing.push_back(r);
+    }
+    return "waited " + std::to_string(timeout_.count()) + " s for " + describeRanks(missing) + " of " +
+           std::to_string(nRanks_) + " at root " + address_.toString() +
+           "; were all ranks given the same unique id?";
+  }
+
+  void reply(net::Socket& s, const std::string& text) {
+    try {
+      sendMessage(s, secret_, MessageType::kError, -1, static_cast<uint32_t>(errorCode_), text.data(), static_cast<uint32_t>(text.size()),
+                  net::Clock::now() + std::chrono::seconds(2), nullptr);
+    } catch (const std::exception&) {
+      // The rank is gone; it cannot be told.
+    }
+  }
+
+  void replyAll() {
+    if (!ranks_.empty() || !extra_.empty()) BRAID_WARN("bootstrap: root %s: %s", address_.toString().c_str(), error_.c_str());
+    for (auto& [rank, a] : ranks_) reply(a.socket, error_);
+    for (auto& s : extra_) reply(s, error_);
+    ranks_.clear();
+    extra_.clear();
+  }
+
+  void lingerWithError(net::Clock::time_point until) {
+    while (net::Clock::now() < until && !stop_->load(std::memory_order_acquire)) {
+      Message m;
+      if (listener_.poll(100, &m)) reply(m.socket, error_);
+    }
+  }
+
+  void sendTables() {
+    std::vector<net::SocketAddress::Packed> table(nRanks_);
+    for (auto& [rank, a] : ranks_) table[rank] = a.registration.listenAddress;
+    const uint32_t bytes = static_cast<uint32_t>(table.size() * sizeof(table[0]));
+    for (auto& [rank, a] : ranks_) {
+      try {
+        sendMessage(a.socket, secret_, MessageType::kTable, -1, 0, table.data(), bytes,
+                    net::Clock::now() + std::chrono::seconds(30), stop_);
+      } catch (const std::exception& e) {
+        BRAID_WARN("bootstrap: root %s could not send the table to rank %d: %s", address_.toString().c_str(), rank,
+                   e.what());
+      }
+    }
+    BRAID_INFO(log::kBootstrap, "bootstrap: root %s served %d ranks", address_.toString().c_str(), nRanks_);
+  }
+
+  net::SocketAddress address_;
+  Listener listener_;
+  uint64_t secret_;
+  std::chrono::seconds timeout_;
+  const std::atomic<bool>* stop_;
+  int nRanks_ = -1;
+  int firstRank_ = -1;
+  std::map<int, Arrival> ranks_;
+  std::vector<net::Socket> extra_;
+  std::string error_;
+  ncclResult_t errorCode_ = ncclSystemError;
+};
+
+class RootRegistry;
+RootRegistry& registry();
+
+/// Owns the root threads of this process: joins finished ones, stops the rest at exit.
+class RootRegistry {
+ public:
+  RootRegistry() {
+    pthread_atfork(nullptr, nullptr, [] { registry().forgetAfterFork(); });
+  }
+
+  ~RootRegistry() {
+    stop_.store(true, std::memory_order_release);
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& e : entries_) e.thread.join();
+  }
+
+  void start(net::Socket listening, uint64_t secret, std::chrono::seconds timeout) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    reapLocked();
+    entries_.emplace_back();
+    Entry& e = entries_.back();
+    std::atomic<bool>* done = &e.done;
+    e.thread = std::thread([this, done, s = std::move(listening), secret, timeout]() mutable {
+      try {
+        Root root(std::move(s), secret, timeout, &stop_);
+        root.run();
+      } catch (const std::exception& ex) {
+        BRAID_WARN("bootstrap: root failed: %s", ex.what());
+      }
+      done->store(true, std::memory_order_release);
+    });
+  }
+
+  /// In a forked child the root threads do not exist: drop their handles without joining.
+  void forgetAfterFork() {
+    new (&mutex_) std::mutex();
+    new std::list<Entry>(std::move(entries_));  // deliberately leaked: never joined here
+    entries_.clear();
+  }
+
+  int live() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    reapLocked();
+    return static_cast<int>(entries_.size());
+  }
+
+ private:
+  struct Entry {
+    std::thread thread;
+    std::atomic<bool> done{false};
+  };
+
+  void reapLocked() {
+    for (auto it = entries_.begin(); it != entries_.end();) {
+      if (it->done.load(std::memory_order_acquire)) {
+        it->thread.join();
+        it = entries_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  std::mutex mutex_;
+  std::list<Entry> entries_;
+  std::atomic<bool> stop_{false};
+};
+
+RootRegistry& registry() {
+  static RootRegistry r;
+  return r;
+}
+
+}  // namespace
+
+void startRoot(net::Socket listening, uint64_t secret, std::chrono::seconds timeout) {
+  registry().start(std::move(listening), secret, timeout);
+}
+
+int liveRoots() { return registry().live(); }
+
+}  // namespace braid::bootstrap

@@ -1,0 +1,74 @@
+#include "bootstrap/unique_id.h"
+
+#include <sys/random.h>
+
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <type_traits>
+
+#include "core/status.h"
+
+namespace braid::bootstrap {
+
+namespace {
+
+constexpr uint32_t kMagic = 0x44495242;  // "BRID"
+
+struct Layout {
+  uint32_t magic;
+  uint32_t abiVersion;
+  uint64_t secret;
+  net::SocketAddress::Packed root;
+  uint32_t flags;
+};
+static_assert(std::is_trivially_copyable_v<Layout> && sizeof(Layout) <= NCCL_UNIQUE_ID_BYTES);
+
+constexpr uint32_t kFlagRootStartedByRank0 = 1;
+
+}  // namespace
+
+ncclUniqueId UniqueId::encode() const {
+  Layout l{};
+  l.magic = kMagic;
+  l.abiVersion = NCCL_VERSION_CODE;
+  l.secret = secret;
+  l.root = root.pack();
+  l.flags = rootStartedByRank0 ? kFlagRootStartedByRank0 : 0;
+  ncclUniqueId id;
+  std::memset(&id, 0, sizeof(id));
+  std::memcpy(id.internal, &l, sizeof(l));
+  return id;
+}
+
+UniqueId UniqueId::decode(const ncclUniqueId& id) {
+  Layout l;
+  std::memcpy(&l, id.internal, sizeof(l));
+  if (l.magic != kMagic) {
+    fail(ncclInvalidArgument, "the unique id was not made by Braid's ncclGetUniqueId (uninitialised, or from "
+                              "another NCCL library?)");
+  }
+  UniqueId u;
+  u.secret = l.secret;
+  u.root = net::SocketAddress::unpack(l.root);
+  u.rootStartedByRank0 = (l.flags & kFlagRootStartedByRank0) != 0;
+  if (!u.root.valid()) fail(ncclInvalidArgument, "the unique id holds no valid root address (corrupt id?)");
+  return u;
+}
+
+uint64_t randomSecret() {
+  uint64_t s = 0;
+  if (getrandom(&s, sizeof(s), 0) != sizeof(s)) {
+    std::random_device rd;
+    s = (uint64_t(rd()) << 32) ^ rd() ^ uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
+  }
+  return s == 0 ? 1 : s;
+}
+
+uint64_t secretForAddress(const std::string& commId) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
+  for (unsigned char c : "braid:" + commId) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+}  // namespace braid::bootstrap

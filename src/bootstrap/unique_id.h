@@ -1,0 +1,31 @@
+// What Braid keeps in the 128 opaque bytes of an ncclUniqueId.
+#pragma once
+
+#include <nccl.h>
+
+#include <cstdint>
+
+#include "core/socket.h"
+
+namespace braid::bootstrap {
+
+/// The decoded id: who the root is and the secret every connection must present.
+struct UniqueId {
+  uint64_t secret = 0;
+  net::SocketAddress root;
+  /// True when the id came from NCCL_COMM_ID: nobody has started the root yet, and
+  /// rank 0 starts it inside ncclCommInitRank.
+  bool rootStartedByRank0 = false;
+
+  ncclUniqueId encode() const;
+  /// Throws ncclInvalidArgument when the bytes are not an id made by Braid.
+  static UniqueId decode(const ncclUniqueId& id);
+};
+
+/// A fresh random 64-bit secret.
+uint64_t randomSecret();
+
+/// The fixed secret of an NCCL_COMM_ID address (every rank computes the same one).
+uint64_t secretForAddress(const std::string& commId);
+
+}  // namespace braid::bootstrap

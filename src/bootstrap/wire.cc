@@ -1,0 +1,129 @@
+#include "bootstrap/wire.h"
+
+#include <poll.h>
+
+#include <cstring>
+
+#include "core/log.h"
+#include "core/status.h"
+
+namespace braid::bootstrap {
+
+namespace {
+
+/// How long an accepted connection may take to deliver its first message.
+constexpr auto kFirstMessageTime = std::chrono::seconds(10);
+
+bool knownType(MessageType t) {
+  switch (t) {
+    case MessageType::kRegister:
+    case MessageType::kTable:
+    case MessageType::kError:
+    case MessageType::kRing:
+    case MessageType::kPeer:
+      return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void sendMessage(net::Socket& socket, uint64_t secret, MessageType type, int rank, uint32_t tag,
+                 const void* payload, uint32_t length, net::Clock::time_point deadline,
+                 const std::atomic<bool>* abortFlag) {
+  std::vector<char> buffer(sizeof(MessageHeader) + length);
+  const MessageHeader header{secret, type, rank, tag, length};
+  std::memcpy(buffer.data(), &header, sizeof(header));
+  if (length > 0) std::memcpy(buffer.data() + sizeof(header), payload, length);
+  socket.sendAll(buffer.data(), buffer.size(), deadline, abortFlag);
+}
+
+Message receiveMessage(net::Socket& socket, uint64_t secret, net::Clock::time_point deadline,
+                       const std::atomic<bool>* abortFlag, const char* from) {
+  Message m;
+  socket.recvAll(&m.header, sizeof(m.header), deadline, abortFlag);
+  if (m.header.secret != secret || !knownType(m.header.type)) {
+    fail(ncclSystemError, "bootstrap: %s sent a message without this communicator's secret", from);
+  }
+  if (m.header.length > kMaxPayloadBytes) {
+    fail(ncclSystemError, "bootstrap: %s announced %u bytes, more than the limit of %u", from, m.header.length,
+         kMaxPayloadBytes);
+  }
+  m.payload.resize(m.header.length);
+  if (m.header.length > 0) socket.recvAll(m.payload.data(), m.header.length, deadline, abortFlag);
+  return m;
+}
+
+Listener::Listener(net::Socket listening, uint64_t secret, std::string owner)
+    : listening_(std::move(listening)), secret_(secret), owner_(std::move(owner)) {}
+
+bool Listener::advance(Pending& p) {
+  while (p.headerBytes < sizeof(MessageHeader)) {
+    const ssize_t n = p.socket.readSome(reinterpret_cast<char*>(&p.header) + p.headerBytes,
+                                        sizeof(MessageHeader) - p.headerBytes);
+    if (n < 0) throw std::runtime_error("closed before sending a complete header");
+    if (n == 0) return false;
+    p.headerBytes += static_cast<size_t>(n);
+    if (p.headerBytes >= sizeof(p.header.secret) && p.header.secret != secret_) {
+      throw std::runtime_error("did not start with this communicator's secret");
+    }
+  }
+  if (p.payload.empty() && p.payloadBytes == 0) {
+    if (!knownType(p.header.type)) throw std::runtime_error("sent an unknown message type");
+    if (p.header.length > kMaxPayloadBytes) throw std::runtime_error("announced an oversized message");
+    p.payload.resize(p.header.length);
+  }
+  while (p.payloadBytes < p.header.length) {
+    const ssize_t n = p.socket.readSome(p.payload.data() + p.payloadBytes, p.header.length - p.payloadBytes);
+    if (n < 0) throw std::runtime_error("closed in the middle of a message");
+    if (n == 0) return false;
+    p.payloadBytes += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+bool Listener::poll(int timeoutMs, Message* out) {
+  const auto until = net::Clock::now() + std::chrono::milliseconds(timeoutMs);
+  for (;;) {
+    for (net::Socket s = listening_.tryAccept(); s.valid(); s = listening_.tryAccept()) {
+      Pending p;
+      p.socket = std::move(s);
+      p.deadline = net::Clock::now() + kFirstMessageTime;
+      pending_.push_back(std::move(p));
+    }
+    const auto now = net::Clock::now();
+    for (size_t i = 0; i < pending_.size();) {
+      Pending& p = pending_[i];
+      std::string problem;
+      bool complete = false;
+      try {
+        complete = advance(p);
+        if (!complete && now >= p.deadline) problem = "sent no complete message in time";
+      } catch (const std::exception& e) {
+        problem = e.what();
+      }
+      if (!problem.empty()) {
+        BRAID_WARN("bootstrap: %s closed a connection from %s that %s", owner_.c_str(),
+                   p.socket.peerAddress().toString().c_str(), problem.c_str());
+        pending_.erase(pending_.begin() + static_cast<long>(i));
+        continue;
+      }
+      if (complete) {
+        out->header = p.header;
+        out->payload = std::move(p.payload);
+        out->socket = std::move(p.socket);
+        pending_.erase(pending_.begin() + static_cast<long>(i));
+        return true;
+      }
+      ++i;
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - net::Clock::now()).count();
+    if (left <= 0) return false;
+    std::vector<pollfd> fds;
+    fds.push_back({listening_.fd(), POLLIN, 0});
+    for (const auto& p : pending_) fds.push_back({p.socket.fd(), POLLIN, 0});
+    ::poll(fds.data(), fds.size(), static_cast<int>(std::min<long long>(left, 50)));
+  }
+}
+
+}  // namespace braid::bootstrap

@@ -1,0 +1,74 @@
+#include "comm/config.h"
+
+#include <cstddef>
+#include <cstring>
+
+#include "core/status.h"
+
+namespace braid {
+
+namespace {
+
+constexpr unsigned kConfigMagic = 0xcafebeef;
+
+/// Checks an int field: UNDEF keeps `current`, else the value must lie in [lo, hi].
+int intField(const char* name, int value, int current, int lo, int hi) {
+  if (value == NCCL_CONFIG_UNDEF_INT) return current;
+  if (value < lo || value > hi) {
+    fail(ncclInvalidArgument, "config.%s is %d; it must be between %d and %d", name, value, lo, hi);
+  }
+  return value;
+}
+
+bool boolField(const char* name, int value, bool current) {
+  return intField(name, value, current ? 1 : 0, 0, 1) != 0;
+}
+
+}  // namespace
+
+CommConfig readConfig(const ncclConfig_t* user, const CommConfig* inherited, bool defaultBlocking) {
+  CommConfig c;
+  c.blocking = defaultBlocking;
+  if (inherited != nullptr) c = *inherited;
+  if (user == nullptr) return c;
+
+  if (user->magic != kConfigMagic) {
+    fail(ncclInvalidArgument, "config.magic is %#x, expected %#x: initialise the config with NCCL_CONFIG_INITIALIZER",
+         user->magic, kConfigMagic);
+  }
+  constexpr size_t kHeader = offsetof(ncclConfig_t, blocking);
+  if (user->size < kHeader || user->size > (1u << 20)) {
+    fail(ncclInvalidArgument, "config.size is %zu, not the size of any ncclConfig_t", user->size);
+  }
+  if (user->version < NCCL_VERSION(2, 14, 0)) {
+    fail(ncclInvalidArgument, "config.version is %u; configs exist since NCCL 2.14 (21400)", user->version);
+  }
+  // Start from an all-undefined struct and copy only what the caller's struct covers: an
+  // older header's struct is shorter, a newer one's extra fields are not ours to read.
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  std::memcpy(&cfg, user, std::min(user->size, sizeof(cfg)));
+
+  c.blocking = boolField("blocking", cfg.blocking, c.blocking);
+  c.cgaClusterSize = intField("cgaClusterSize", cfg.cgaClusterSize, c.cgaClusterSize, 0, 8);
+  c.minCTAs = intField("minCTAs", cfg.minCTAs, c.minCTAs, 1, kMaxChannels);
+  c.maxCTAs = intField("maxCTAs", cfg.maxCTAs, c.maxCTAs, 1, kMaxChannels);
+  if (cfg.minCTAs != NCCL_CONFIG_UNDEF_INT && cfg.maxCTAs == NCCL_CONFIG_UNDEF_INT && c.maxCTAs < c.minCTAs) {
+    c.maxCTAs = c.minCTAs;
+  }
+  if (c.minCTAs > c.maxCTAs) {
+    fail(ncclInvalidArgument, "config.minCTAs (%d) is larger than config.maxCTAs (%d)", c.minCTAs, c.maxCTAs);
+  }
+  if (cfg.netName != NCCL_CONFIG_UNDEF_PTR) c.netName = cfg.netName;
+  c.splitShare = boolField("splitShare", cfg.splitShare, c.splitShare);
+  c.trafficClass = intField("trafficClass", cfg.trafficClass, c.trafficClass, 0, 255);
+  if (cfg.commName != NCCL_CONFIG_UNDEF_PTR) c.commName = cfg.commName;
+  c.collnetEnable = intField("collnetEnable", cfg.collnetEnable, c.collnetEnable, 0, 1);
+  c.ctaPolicy = intField("CTAPolicy", cfg.CTAPolicy, c.ctaPolicy, NCCL_CTA_POLICY_DEFAULT, NCCL_CTA_POLICY_ZERO);
+  c.shrinkShare = boolField("shrinkShare", cfg.shrinkShare, c.shrinkShare);
+  c.nvlsCTAs = intField("nvlsCTAs", cfg.nvlsCTAs, c.nvlsCTAs, 1, kMaxChannels);
+  c.nChannelsPerNetPeer = intField("nChannelsPerNetPeer", cfg.nChannelsPerNetPeer, c.nChannelsPerNetPeer, 1, kMaxChannels);
+  c.nvlinkCentricSched = intField("nvlinkCentricSched", cfg.nvlinkCentricSched, c.nvlinkCentricSched, 0, 1);
+  return c;
+}
+
+}  // namespace braid

@@ -1,0 +1,36 @@
+// A communicator's configuration, read from a user's ncclConfig_t.
+#pragma once
+
+#include <nccl.h>
+
+#include <string>
+
+namespace braid {
+
+/// The validated configuration. Fields the user left undefined hold Braid's defaults.
+struct CommConfig {
+  bool blocking = true;
+  int cgaClusterSize = 4;
+  int minCTAs = 1;   ///< lower bound on channels
+  int maxCTAs = 32;  ///< upper bound on channels
+  std::string netName;
+  bool splitShare = false;
+  int trafficClass = -1;
+  std::string commName;
+  int collnetEnable = 0;
+  int ctaPolicy = NCCL_CTA_POLICY_DEFAULT;
+  bool shrinkShare = false;
+  int nvlsCTAs = -1;
+  int nChannelsPerNetPeer = -1;
+  int nvlinkCentricSched = 0;
+};
+
+/// Reads and checks `user` (which may be NULL: defaults, or `inherited` when given). Accepts
+/// structs from older and newer nccl.h versions: only the fields its size covers are read.
+/// Throws ncclInvalidArgument naming the field and value of the first invalid entry.
+CommConfig readConfig(const ncclConfig_t* user, const CommConfig* inherited, bool defaultBlocking);
+
+/// The most channels a communicator may use.
+constexpr int kMaxChannels = 64;
+
+}  // namespace braid

@@ -1,0 +1,117 @@
+#include "comm/init.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "bootstrap/root.h"
+#include "braid_config.h"
+#include "core/log.h"
+#include "core/params.h"
+
+namespace braid::comm {
+
+InitSettings InitSettings::fromParams() {
+  params::Store& p = params::process();
+  InitSettings s;
+  s.net.interface.ifname = p.string("NCCL_SOCKET_IFNAME");
+  s.net.interface.family = p.string("NCCL_SOCKET_FAMILY");
+  const int64_t timeout = p.integer("BRAID_BOOTSTRAP_TIMEOUT");
+  s.net.timeout = std::chrono::seconds(timeout > 0 ? timeout : 300);
+  s.commIdEnv = p.string("NCCL_COMM_ID");
+  s.hostId = p.string("NCCL_HOSTID");
+  s.defaultBlocking = p.integer("NCCL_COMM_BLOCKING") != 0;
+  s.backend = p.string("BRAID_BACKEND");
+  return s;
+}
+
+ncclUniqueId makeUniqueId(const InitSettings& settings) {
+  bootstrap::UniqueId id;
+  if (!settings.commIdEnv.empty()) {
+    id.root = net::SocketAddress::parse(settings.commIdEnv);
+    id.secret = bootstrap::secretForAddress(settings.commIdEnv);
+    id.rootStartedByRank0 = true;
+    return id.encode();
+  }
+  const net::Interface iface = net::chooseInterface(settings.net.interface);
+  net::Socket listening = net::Socket::listen(iface.address);
+  id.root = listening.localAddress();
+  id.secret = bootstrap::randomSecret();
+  BRAID_INFO(log::kBootstrap | log::kInit, "bootstrap: root listening on %s (interface %s)",
+             id.root.toString().c_str(), iface.name.c_str());
+  bootstrap::startRoot(std::move(listening), id.secret, settings.net.timeout);
+  return id.encode();
+}
+
+void checkInitArguments(int nRanks, int rank) {
+  if (nRanks < 1) fail(ncclInvalidArgument, "nranks is %d; it must be at least 1", nRanks);
+  if (rank < 0 || rank >= nRanks) {
+    fail(ncclInvalidArgument, "rank is %d; it must be between 0 and nranks-1 = %d", rank, nRanks - 1);
+  }
+}
+
+std::unique_ptr<ncclComm> newCommunicator(int rank, int nRanks, const CommConfig& config, int cudaDevice) {
+  RankIdentity identity;
+  identity.rank = rank;
+  identity.nRanks = nRanks;
+  identity.cudaDevice = cudaDevice;
+  return std::make_unique<ncclComm>(identity, config);
+}
+
+namespace {
+
+Backend chooseBackend(const std::string& requested) {
+  if (requested.empty() || requested == "auto" || requested == "host") return Backend::kHost;
+  if (requested == "cuda") {
+    fail(ncclInvalidUsage, "BRAID_BACKEND=cuda: the CUDA backend is not implemented yet in Braid %s", BRAID_VERSION);
+  }
+  fail(ncclInvalidArgument, "BRAID_BACKEND is '%s'; expected auto, host or cuda", requested.c_str());
+}
+
+}  // namespace
+
+void initRank(Communicator& comm, const ncclUniqueId& uniqueId, const InitSettings& settings) {
+  const auto start = std::chrono::steady_clock::now();
+  RankIdentity identity = comm.identity();
+  identity.backend = chooseBackend(settings.backend);
+  const bootstrap::UniqueId id = bootstrap::UniqueId::decode(uniqueId);
+
+  // With NCCL_COMM_ID nobody has started the root: rank 0 does, at the named address.
+  if (id.rootStartedByRank0 && identity.rank == 0) {
+    net::SocketAddress bindAt = id.root;
+    bootstrap::startRoot(net::Socket::listen(bindAt), id.secret, settings.net.timeout);
+  }
+
+  auto channel = bootstrap::Bootstrap::join(id, identity.rank, identity.nRanks, settings.net, &comm.abortFlag());
+  const auto bootstrapDone = std::chrono::steady_clock::now();
+
+  std::vector<PeerInfo> peers(identity.nRanks);
+  PeerInfo& mine = peers[identity.rank];
+  std::memset(&mine, 0, sizeof(mine));
+  mine.rank = identity.rank;
+  mine.abiVersion = NCCL_VERSION_CODE;
+  std::strncpy(mine.braidVersion, BRAID_VERSION, sizeof(mine.braidVersion) - 1);
+  mine.hostHash = hashString(hostIdentity(settings.hostId));
+  mine.pid = static_cast<int32_t>(getpid());
+  mine.cudaDevice = identity.cudaDevice;
+  mine.busId = -1;
+  mine.backend = identity.backend;
+  channel->allGather(peers.data(), sizeof(PeerInfo));
+  checkPeers(peers);
+  localPosition(peers, identity.rank, &identity.localRank, &identity.localRanks);
+  identity.commHash = id.secret ^ hashString(id.root.toString());
+
+  const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double boot = std::chrono::duration<double>(bootstrapDone - start).count();
+  comm.completeInit(std::move(channel), identity);
+  BRAID_INFO(log::kInit, "comm %p rank %d nranks %d cudaDev %d nvmlDev %d busId %lx commId %#llx localRank %d "
+                         "localRanks %d backend %s - Init COMPLETE",
+             static_cast<void*>(&comm), identity.rank, identity.nRanks, identity.cudaDevice, identity.cudaDevice,
+             static_cast<long>(mine.busId < 0 ? 0 : mine.busId), static_cast<unsigned long long>(identity.commHash),
+             identity.localRank, identity.localRanks, backendName(identity.backend));
+  BRAID_INFO(log::kInit, "Init timings: rank %d nranks %d total %.3f s (bootstrap %.3f, peer exchange %.3f)",
+             identity.rank, identity.nRanks, total, boot, total - boot);
+}
+
+}  // namespace braid::comm

@@ -1,0 +1,39 @@
+// Creating communicators: unique ids, the per-rank init work, and the settings it reads.
+#pragma once
+
+#include <nccl.h>
+
+#include <memory>
+#include <string>
+
+#include "bootstrap/bootstrap.h"
+#include "comm/communicator.h"
+
+namespace braid::comm {
+
+/// Everything init reads from the environment, gathered once so that tests can vary it.
+struct InitSettings {
+  bootstrap::NetSettings net;
+  std::string commIdEnv;  ///< NCCL_COMM_ID
+  std::string hostId;     ///< NCCL_HOSTID
+  bool defaultBlocking = true;
+  std::string backend;  ///< BRAID_BACKEND: auto, host or cuda
+
+  /// From the parameter registry (environment and config files).
+  static InitSettings fromParams();
+};
+
+/// A new unique id: a random secret and the address of a root started in this process, or,
+/// with NCCL_COMM_ID, the fixed id naming that address (rank 0 starts the root in init).
+ncclUniqueId makeUniqueId(const InitSettings& settings);
+
+/// Allocates the communicator for `rank` of `nRanks` with its validated configuration.
+std::unique_ptr<ncclComm> newCommunicator(int rank, int nRanks, const CommConfig& config, int cudaDevice);
+
+/// The init work of one rank: rendezvous, ring, peer exchange and checks. Throws on failure.
+void initRank(Communicator& comm, const ncclUniqueId& id, const InitSettings& settings);
+
+/// Checks the arguments common to every init call (names the offending argument).
+void checkInitArguments(int nRanks, int rank);
+
+}  // namespace braid::comm

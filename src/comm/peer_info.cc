@@ -1,0 +1,55 @@
+#include "comm/peer_info.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "core/status.h"
+
+namespace braid {
+
+const char* backendName(Backend b) { return b == Backend::kCuda ? "CUDA" : "host"; }
+
+uint64_t hashString(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+std::string hostIdentity(const std::string& hostIdOverride) {
+  if (!hostIdOverride.empty()) return hostIdOverride;
+  char name[256] = {0};
+  gethostname(name, sizeof(name) - 1);
+  std::string bootId;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> bootId;
+  return std::string(name) + "/" + bootId;
+}
+
+void checkPeers(const std::vector<PeerInfo>& peers) {
+  const PeerInfo& first = peers.front();
+  for (const PeerInfo& p : peers) {
+    if (p.abiVersion != first.abiVersion || std::strncmp(p.braidVersion, first.braidVersion, 16) != 0) {
+      fail(ncclInvalidUsage, "rank %d runs Braid %.16s (NCCL ABI %u) but rank %d runs Braid %.16s (NCCL ABI %u); "
+                             "all ranks must use the same library",
+           first.rank, first.braidVersion, first.abiVersion, p.rank, p.braidVersion, p.abiVersion);
+    }
+    if (p.backend != first.backend) {
+      fail(ncclInvalidUsage, "rank %d uses the %s backend but rank %d the %s backend; all ranks of a communicator "
+                             "must use the same one (BRAID_BACKEND)",
+           first.rank, backendName(first.backend), p.rank, backendName(p.backend));
+    }
+  }
+}
+
+void localPosition(const std::vector<PeerInfo>& peers, int rank, int* localRank, int* localRanks) {
+  *localRank = 0;
+  *localRanks = 0;
+  for (const PeerInfo& p : peers) {
+    if (p.hostHash != peers[rank].hostHash) continue;
+    if (p.rank < rank) ++*localRank;
+    ++*localRanks;
+  }
+}
+
+}  // namespace braid

@@ -1,0 +1,122 @@
+#include "core/interfaces.h"
+
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <strings.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/status.h"
+
+namespace braid::net {
+
+InterfaceFilter InterfaceFilter::parse(const std::string& text) {
+  InterfaceFilter f;
+  std::string list = text;
+  if (!list.empty() && list[0] == '^') {
+    f.exclude = true;
+    list.erase(0, 1);
+  }
+  if (!list.empty() && list[0] == '=') {
+    f.exact = true;
+    list.erase(0, 1);
+  }
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t comma = list.find(',', start);
+    if (comma == std::string::npos) comma = list.size();
+    std::string name = list.substr(start, comma - start);
+    // An entry may carry ":port" (as NCCL_IB_HCA does); interfaces ignore it.
+    if (const auto colon = name.find(':'); colon != std::string::npos) name.erase(colon);
+    if (!name.empty()) f.names.push_back(name);
+    start = comma + 1;
+  }
+  return f;
+}
+
+bool InterfaceFilter::matches(const std::string& interfaceName) const {
+  bool listed = false;
+  for (const auto& n : names) {
+    if (exact ? interfaceName == n : interfaceName.compare(0, n.size(), n) == 0) listed = true;
+  }
+  return exclude ? !listed : listed;
+}
+
+int parseFamily(const std::string& text) {
+  if (text.empty()) return AF_UNSPEC;
+  if (strcasecmp(text.c_str(), "AF_INET") == 0 || text == "4") return AF_INET;
+  if (strcasecmp(text.c_str(), "AF_INET6") == 0 || text == "6") return AF_INET6;
+  fail(ncclInvalidArgument, "NCCL_SOCKET_FAMILY is '%s'; expected AF_INET or AF_INET6", text.c_str());
+}
+
+std::vector<Interface> listInterfaces() {
+  std::vector<Interface> out;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return out;
+  for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || (i->ifa_flags & IFF_UP) == 0) continue;
+    const int family = i->ifa_addr->sa_family;
+    if (family != AF_INET && family != AF_INET6) continue;
+    SocketAddress a = SocketAddress::fromSockaddr(i->ifa_addr);
+    if (family == AF_INET6) {
+      const uint8_t* b = a.addressBytes();
+      if (b[0] == 0xfe && (b[1] & 0xc0) == 0x80) continue;  // link-local needs a scope: skip
+    }
+    out.push_back({i->ifa_name, a});
+  }
+  freeifaddrs(list);
+  return out;
+}
+
+namespace {
+
+bool sameSubnet(const Interface& i, const SocketAddress& target) {
+  if (!target.valid() || i.address.family() != target.family()) return false;
+  // Without the netmask at hand, compare the network part NCCL would for a /16 or /64.
+  const size_t bytes = target.family() == AF_INET ? 2 : 8;
+  return std::memcmp(i.address.addressBytes(), target.addressBytes(), bytes) == 0;
+}
+
+int defaultClass(const std::string& name) {
+  if (name.compare(0, 2, "ib") == 0) return 0;
+  if (name.compare(0, 6, "docker") == 0 || name == "lo" || name.compare(0, 5, "virbr") == 0) return 3;
+  return 2;
+}
+
+}  // namespace
+
+std::vector<Interface> rankInterfaces(const InterfaceRequest& request, const std::vector<Interface>& all) {
+  const int family = parseFamily(request.family);
+  std::vector<Interface> candidates;
+  for (const auto& i : all) {
+    if (family != AF_UNSPEC && i.address.family() != family) continue;
+    candidates.push_back(i);
+  }
+  if (!request.ifname.empty()) {
+    const InterfaceFilter filter = InterfaceFilter::parse(request.ifname);
+    candidates.erase(std::remove_if(candidates.begin(), candidates.end(),
+                                    [&](const Interface& i) { return !filter.matches(i.name); }),
+                     candidates.end());
+    return candidates;  // the user's order is the kernel's; no re-ranking
+  }
+  auto rank = [&](const Interface& i) {
+    int c = defaultClass(i.name);
+    if (c == 2 && sameSubnet(i, request.preferSubnetOf)) c = 1;
+    return c * 2 + (i.address.family() == AF_INET ? 0 : 1);  // IPv4 first within a class
+  };
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [&](const Interface& a, const Interface& b) { return rank(a) < rank(b); });
+  return candidates;
+}
+
+Interface chooseInterface(const InterfaceRequest& request) {
+  const auto ranked = rankInterfaces(request, listInterfaces());
+  if (ranked.empty()) {
+    fail(ncclSystemError, "no network interface matches NCCL_SOCKET_IFNAME='%s' NCCL_SOCKET_FAMILY='%s'",
+         request.ifname.c_str(), request.family.c_str());
+  }
+  return ranked.front();
+}
+
+}  // namespace braid::net

@@ -1,0 +1,53 @@
+// Choosing the network interface for out-of-band sockets, the way NCCL does.
+//
+// NCCL_SOCKET_IFNAME is a comma list of name prefixes; a leading '^' excludes the listed
+// ones instead, a leading '=' makes the names exact. NCCL_SOCKET_FAMILY restricts the
+// address family (AF_INET or AF_INET6). Without NCCL_SOCKET_IFNAME the order is NCCL's:
+// ib* interfaces, then one on NCCL_COMM_ID's subnet, then any but docker*, lo and virbr*,
+// then those.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/socket.h"
+
+namespace braid::net {
+
+/// One address of one interface.
+struct Interface {
+  std::string name;
+  SocketAddress address;  ///< port 0
+};
+
+/// A parsed NCCL_SOCKET_IFNAME.
+struct InterfaceFilter {
+  bool exclude = false;  ///< leading '^'
+  bool exact = false;    ///< leading '='
+  std::vector<std::string> names;
+
+  static InterfaceFilter parse(const std::string& text);
+  bool matches(const std::string& interfaceName) const;
+};
+
+/// What the caller wants: NCCL_SOCKET_IFNAME, NCCL_SOCKET_FAMILY and (optionally) an address
+/// whose subnet is preferred (NCCL_COMM_ID's).
+struct InterfaceRequest {
+  std::string ifname;
+  std::string family;  ///< "", "AF_INET" or "AF_INET6"
+  SocketAddress preferSubnetOf;
+};
+
+/// All up interfaces with an IPv4 or IPv6 address (link-local IPv6 skipped), in kernel order.
+std::vector<Interface> listInterfaces();
+
+/// The interfaces `request` allows, best first. `all` is listInterfaces() (injectable for tests).
+std::vector<Interface> rankInterfaces(const InterfaceRequest& request, const std::vector<Interface>& all);
+
+/// The best interface for `request`; throws ncclSystemError naming the request when none fits.
+Interface chooseInterface(const InterfaceRequest& request);
+
+/// The family named by NCCL_SOCKET_FAMILY text (AF_UNSPEC for ""); throws on other text.
+int parseFamily(const std::string& text);
+
+}  // namespace braid::net

@@ -1,0 +1,38 @@
+// Runs the ranks of a multi-rank test as threads or as forked processes, with a time bound.
+//
+// A rank body is a function of the rank that throws (test::Failure, via expect()) to fail.
+// Catch2's assertions are not thread-safe, so bodies never use them; the harness collects
+// every rank's failure and the test asserts on the collected text in its own thread.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <stdexcept>
+#include <string>
+
+namespace braid::test {
+
+using RankBody = std::function<void(int rank)>;
+
+/// Throws a failure with `message` unless `condition` holds.
+inline void expect(bool condition, const std::string& message) {
+  if (!condition) throw std::runtime_error(message);
+}
+
+/// Runs body(0..n-1) on n threads. Returns "" when every rank succeeded, else one line per
+/// failed rank. A run longer than `limit` prints the ranks still running and ends the process.
+std::string runThreads(int n, const RankBody& body, std::chrono::seconds limit = std::chrono::seconds(60));
+
+/// Runs body(0..n-1) in n forked processes (the calling process only waits). Same results;
+/// a run longer than `limit` kills the children and reports which were still running.
+std::string runProcesses(int n, const RankBody& body, std::chrono::seconds limit = std::chrono::seconds(60));
+
+/// Both ways, one after the other; used by tests that must hold for threads and processes.
+std::string runBoth(int n, const std::function<RankBody()>& makeBody,
+                    std::chrono::seconds limit = std::chrono::seconds(60));
+
+/// Open file descriptors and threads of this process (for leak checks).
+int openFileDescriptors();
+int liveThreads();
+
+}  // namespace braid::test

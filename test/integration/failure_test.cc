@@ -1,0 +1,238 @@
+// Init failures become clear errors within the bootstrap timeout; stray connections are
+// shrugged off; abort never blocks.
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "bootstrap/bootstrap.h"
+#include "bootstrap/unique_id.h"
+#include "comm/communicator.h"
+#include "comm/peer_info.h"
+#include "core/interfaces.h"
+#include "harness/ranks.h"
+#include "test_env.h"
+
+using namespace braid;
+using braid::test::expect;
+
+namespace {
+
+/// Runs the internal init of one rank with explicit settings; returns "" or "code: text".
+std::string tryInit(const ncclUniqueId& id, int n, int rank, const comm::InitSettings& settings,
+                    std::unique_ptr<ncclComm>* keep = nullptr) {
+  auto c = comm::newCommunicator(rank, n, CommConfig{}, -1);
+  try {
+    comm::initRank(*c, id, settings);
+  } catch (const Error& e) {
+    return std::to_string(e.code()) + ": " + e.what();
+  }
+  if (keep != nullptr) *keep = std::move(c);
+  return "";
+}
+
+std::vector<std::string> runRanks(int n, const std::function<std::string(int)>& body) {
+  std::vector<std::string> out(n);
+  REQUIRE(test::runThreads(n, [&](int rank) { out[rank] = body(rank); }) == "");
+  return out;
+}
+
+net::SocketAddress rootOf(const ncclUniqueId& id) { return bootstrap::UniqueId::decode(id).root; }
+
+}  // namespace
+
+TEST_CASE("a rank that never arrives: the others fail naming it", "[integration][failure]") {
+  const auto settings = test::loopbackSettings(2);
+  const ncclUniqueId id = comm::makeUniqueId(settings);
+  const auto start = std::chrono::steady_clock::now();
+  const auto results = runRanks(3, [&](int rank) { return tryInit(id, 4, rank, settings); });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (const auto& r : results) {
+    CHECK_THAT(r, Catch::StartsWith("2: bootstrap: waited 2 s for rank 3 of 4 at root 127.0.0.1:"));
+    CHECK_THAT(r, Catch::Contains("were all ranks given the same unique id?"));
+  }
+  CHECK(seconds < 10);
+}
+
+TEST_CASE("ranks that disagree on nranks or claim one rank twice all fail", "[integration][failure]") {
+  const auto settings = test::loopbackSettings(10);
+  ncclUniqueId id = comm::makeUniqueId(settings);
+  auto results = runRanks(2, [&](int rank) { return tryInit(id, rank == 0 ? 2 : 3, rank, settings); });
+  for (const auto& r : results) {
+    CHECK_THAT(r, Catch::StartsWith("5: bootstrap: rank "));
+    CHECK_THAT(r, Catch::Contains("nranks=3") && Catch::Contains("nranks=2"));
+  }
+  id = comm::makeUniqueId(settings);
+  results = runRanks(2, [&](int) { return tryInit(id, 2, 0, settings); });
+  for (const auto& r : results) CHECK_THAT(r, Catch::Contains("two ranks both claimed rank 0"));
+}
+
+TEST_CASE("a rank that dies during init: the others fail within the timeout", "[integration][failure]") {
+  const auto settings = test::loopbackSettings(2);
+  const ncclUniqueId id = comm::makeUniqueId(settings);
+  const bootstrap::UniqueId decoded = bootstrap::UniqueId::decode(id);
+  // Rank 2 registers with an address nobody listens on, then vanishes.
+  {
+    net::Socket gone = net::Socket::listen(net::SocketAddress::parse("127.0.0.1:0"));
+    bootstrap::Registration reg{};
+    reg.nRanks = 3;
+    reg.abiVersion = NCCL_VERSION_CODE;
+    reg.listenAddress = gone.localAddress().pack();
+    net::Socket s = net::Socket::connect(decoded.root, net::Clock::now() + std::chrono::seconds(5), nullptr);
+    bootstrap::sendMessage(s, decoded.secret, bootstrap::MessageType::kRegister, 2, 0, &reg, sizeof(reg),
+                           net::Clock::now() + std::chrono::seconds(5), nullptr);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const auto results = runRanks(2, [&](int rank) { return tryInit(id, 3, rank, settings); });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK_THAT(results[1], Catch::Contains("rank 1 could not link the ring to rank 2") && Catch::Contains("die during init"));
+  CHECK_THAT(results[0], Catch::Contains("rank 0 waiting for the ring link from the previous rank (rank 2"));
+  for (const auto& r : results) CHECK(!r.empty());
+  CHECK(seconds < 10);
+}
+
+TEST_CASE("garbage and half-open connections do not disturb the root or a rank", "[integration][failure]") {
+  const auto settings = test::loopbackSettings(10);
+  const ncclUniqueId id = comm::makeUniqueId(settings);
+  const auto deadline = net::Clock::now() + std::chrono::seconds(5);
+  net::Socket silent = net::Socket::connect(rootOf(id), deadline, nullptr);  // half-open: says nothing
+  net::Socket garbage = net::Socket::connect(rootOf(id), deadline, nullptr);
+  const char junk[] = "GET / HTTP/1.0\r\n\r\n this is not a bootstrap message at all";
+  garbage.sendAll(junk, sizeof(junk), deadline, nullptr);
+  net::Socket huge = net::Socket::connect(rootOf(id), deadline, nullptr);
+  const bootstrap::UniqueId decoded = bootstrap::UniqueId::decode(id);
+  bootstrap::MessageHeader lie{decoded.secret, bootstrap::MessageType::kRegister, 0, 0, 0xffffffffu};
+  huge.sendAll(&lie, sizeof(lie), deadline, nullptr);  // right secret, absurd length
+
+  std::vector<std::unique_ptr<ncclComm>> comms(2);
+  const auto results = runRanks(2, [&](int rank) { return tryInit(id, 2, rank, settings, &comms[rank]); });
+  REQUIRE(results[0] == "");
+  REQUIRE(results[1] == "");
+
+  // The same at rank 1's own listening port, then a real message still gets through.
+  const net::SocketAddress rank1 = comms[0]->bootstrap().peerAddress(1);
+  net::Socket silent1 = net::Socket::connect(rank1, deadline, nullptr);
+  net::Socket garbage1 = net::Socket::connect(rank1, deadline, nullptr);
+  garbage1.sendAll(junk, sizeof(junk), deadline, nullptr);
+  const int value = 42;
+  comms[0]->bootstrap().send(1, 9, &value, sizeof(value));
+  int got = 0;
+  comms[1]->bootstrap().recv(0, 9, &got, sizeof(got));
+  CHECK(got == 42);
+}
+
+TEST_CASE("NCCL_COMM_ID: every rank computes the same id; rank 0 starts the root", "[integration][init]") {
+  int port = 0;
+  {
+    net::Socket probe = net::Socket::listen(net::SocketAddress::parse("127.0.0.1:0"));
+    port = probe.localAddress().port();
+  }
+  auto settings = test::loopbackSettings(10);
+  settings.commIdEnv = "127.0.0.1:" + std::to_string(port);
+  const int n = 3;
+  std::vector<ncclUniqueId> ids(n);
+  const auto results = runRanks(n, [&](int rank) {
+    ids[rank] = comm::makeUniqueId(settings);
+    std::unique_ptr<ncclComm> c;
+    const std::string r = tryInit(ids[rank], n, rank, settings, &c);
+    if (r.empty()) c->bootstrap().barrier();
+    return r;
+  });
+  for (const auto& r : results) CHECK(r == "");
+  CHECK(std::memcmp(&ids[0], &ids[1], sizeof(ncclUniqueId)) == 0);
+  CHECK(std::memcmp(&ids[0], &ids[2], sizeof(ncclUniqueId)) == 0);
+  CHECK(bootstrap::UniqueId::decode(ids[0]).root.port() == port);
+}
+
+TEST_CASE("IPv6 loopback", "[ipv6]") {
+  const auto settings = test::loopbackSettings(10, "AF_INET6");
+  const ncclUniqueId id = comm::makeUniqueId(settings);
+  CHECK(rootOf(id).family() == AF_INET6);
+  const auto results = runRanks(3, [&](int rank) {
+    std::unique_ptr<ncclComm> c;
+    const std::string r = tryInit(id, 3, rank, settings, &c);
+    if (r.empty()) c->bootstrap().barrier();
+    return r;
+  });
+  for (const auto& r : results) CHECK(r == "");
+}
+
+TEST_CASE("ncclCommAbort returns promptly while init waits for a missing rank", "[integration][failure]") {
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t comm = nullptr;
+  REQUIRE(ncclCommInitRankConfig(&comm, 2, id, 0, &config) == ncclInProgress);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ncclResult_t state = ncclSuccess;
+  REQUIRE(ncclCommGetAsyncError(comm, &state) == ncclSuccess);
+  CHECK(state == ncclInProgress);
+  const auto start = std::chrono::steady_clock::now();
+  REQUIRE(ncclCommAbort(comm) == ncclSuccess);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(1));
+}
+
+TEST_CASE("peers must agree on library version and backend", "[unit][comm]") {
+  std::vector<PeerInfo> peers(3);
+  for (int r = 0; r < 3; ++r) {
+    std::memset(&peers[r], 0, sizeof(PeerInfo));
+    peers[r].rank = r;
+    peers[r].abiVersion = NCCL_VERSION_CODE;
+    std::strcpy(peers[r].braidVersion, "0.1.0");
+    peers[r].hostHash = r < 2 ? 11 : 22;
+  }
+  CHECK_NOTHROW(checkPeers(peers));
+  int localRank = -1, localRanks = -1;
+  localPosition(peers, 1, &localRank, &localRanks);
+  CHECK((localRank == 1 && localRanks == 2));
+  localPosition(peers, 2, &localRank, &localRanks);
+  CHECK((localRank == 0 && localRanks == 1));
+  peers[2].backend = Backend::kCuda;
+  CHECK_THROWS_WITH(checkPeers(peers), Catch::Contains("rank 0 uses the host backend but rank 2 the CUDA backend"));
+  peers[2].backend = Backend::kHost;
+  std::strcpy(peers[1].braidVersion, "0.2.0");
+  CHECK_THROWS_WITH(checkPeers(peers), Catch::Contains("rank 0 runs Braid 0.1.0") && Catch::Contains("rank 1 runs Braid 0.2.0"));
+}
+
+TEST_CASE("interface selection follows NCCL_SOCKET_IFNAME and NCCL's default order", "[unit][net]") {
+  auto a = [](const char* ip) { return net::SocketAddress::parse(std::string(ip) + ":0"); };
+  const std::vector<net::Interface> all = {
+      {"lo", a("127.0.0.1")},   {"docker0", a("172.17.0.1")}, {"eth0", a("10.1.2.3")},
+      {"eth1", a("192.168.7.9")}, {"ib0", a("10.9.0.1")},      {"lo", a("::1")},
+  };
+  auto names = [&](const net::InterfaceRequest& req) {
+    std::string s;
+    for (const auto& i : net::rankInterfaces(req, all)) s += i.name + "/" + i.address.toString() + " ";
+    return s;
+  };
+  net::InterfaceRequest req;
+  CHECK(names(req) == "ib0/10.9.0.1:0 eth0/10.1.2.3:0 eth1/192.168.7.9:0 lo/127.0.0.1:0 docker0/172.17.0.1:0 lo/[::1]:0 ");
+  req.preferSubnetOf = a("192.168.1.1");
+  CHECK_THAT(names(req), Catch::StartsWith("ib0/10.9.0.1:0 eth1/192.168.7.9:0 eth0"));
+  req = {};
+  req.ifname = "eth";
+  CHECK(names(req) == "eth0/10.1.2.3:0 eth1/192.168.7.9:0 ");
+  req.ifname = "^eth,ib,docker";
+  CHECK(names(req) == "lo/127.0.0.1:0 lo/[::1]:0 ");
+  req.ifname = "=eth";
+  CHECK(names(req).empty());
+  req.ifname = "=eth1";
+  CHECK(names(req) == "eth1/192.168.7.9:0 ");
+  req.ifname = "lo";
+  req.family = "AF_INET6";
+  CHECK(names(req) == "lo/[::1]:0 ");
+  req.family = "AF_BOGUS";
+  CHECK_THROWS_WITH(names(req), Catch::Contains("NCCL_SOCKET_FAMILY is 'AF_BOGUS'"));
+}
+
+TEST_CASE("socket addresses parse IPv4, IPv6 and names, and reject nonsense", "[unit][net]") {
+  CHECK(net::SocketAddress::parse("127.0.0.1:5000").toString() == "127.0.0.1:5000");
+  CHECK(net::SocketAddress::parse("[::1]:80").toString() == "[::1]:80");
+  CHECK(net::SocketAddress::parse("localhost:7").port() == 7);
+  CHECK_THROWS_WITH(net::SocketAddress::parse("127.0.0.1"), Catch::Contains("host:port"));
+  CHECK_THROWS_WITH(net::SocketAddress::parse("1.2.3.4:99999"), Catch::Contains("0..65535"));
+  CHECK_THROWS_WITH(net::SocketAddress::parse("[::1:80"), Catch::Contains("[ipv6]:port"));
+  const auto packed = net::SocketAddress::parse("[::1]:81").pack();
+  CHECK(net::SocketAddress::unpack(packed).toString() == "[::1]:81");
+}

@@ -1,0 +1,225 @@
+// Communicator creation through the public API: every rank count, threads and processes.
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "bootstrap/bootstrap.h"
+#include "bootstrap/root.h"
+#include "comm/communicator.h"
+#include "harness/ranks.h"
+#include "test_env.h"
+
+using namespace braid;
+using braid::test::expect;
+
+namespace {
+
+#define EXPECT_OK(call) expect((call) == ncclSuccess, std::string(#call) + ": " + ncclGetLastError(nullptr))
+
+/// What every freshly made communicator must satisfy: its size and rank, and a working channel.
+void checkCommunicator(ncclComm_t comm, int rank, int nRanks) {
+  int v = -1;
+  EXPECT_OK(ncclCommCount(comm, &v));
+  expect(v == nRanks, "count " + std::to_string(v));
+  EXPECT_OK(ncclCommUserRank(comm, &v));
+  expect(v == rank, "rank " + std::to_string(v));
+  EXPECT_OK(ncclCommCuDevice(comm, &v));
+  expect(v == -1, "host backend has no CUDA device");
+  ncclResult_t async = ncclInternalError;
+  EXPECT_OK(ncclCommGetAsyncError(comm, &async));
+  expect(async == ncclSuccess, "async error " + std::to_string(async));
+
+  bootstrap::Bootstrap& channel = comm->bootstrap();
+  std::vector<int> all(nRanks, -1);
+  all[rank] = rank * 10 + 7;
+  channel.allGather(all.data(), sizeof(int));
+  for (int r = 0; r < nRanks; ++r) expect(all[r] == r * 10 + 7, "allgather slot " + std::to_string(r));
+  channel.barrier();
+  // Tagged messages around the ring, both directions, and to self.
+  const int next = (rank + 1) % nRanks, prev = (rank + nRanks - 1) % nRanks;
+  const int out = 1000 + rank;
+  channel.send(next, 5, &out, sizeof(out));
+  channel.send(prev, 6, &out, sizeof(out));
+  channel.send(rank, 7, &out, sizeof(out));
+  int in = 0;
+  channel.recv(prev, 5, &in, sizeof(in));
+  expect(in == 1000 + prev, "tag 5 from prev: " + std::to_string(in));
+  channel.recv(next, 6, &in, sizeof(in));
+  expect(in == 1000 + next, "tag 6 from next: " + std::to_string(in));
+  channel.recv(rank, 7, &in, sizeof(in));
+  expect(in == out, "tag 7 from self");
+  expect(comm->identity().localRanks == nRanks && comm->identity().localRank == rank, "all ranks share this host");
+}
+
+}  // namespace
+
+TEST_CASE("ncclCommInitRank: 1, 2, 3, 4 and 8 ranks as threads and as processes", "[integration][init]") {
+  for (int n : {1, 2, 3, 4, 8}) {
+    INFO(n << " ranks");
+    ncclUniqueId id;
+    REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+    REQUIRE(test::runThreads(n, [&](int rank) {
+      ncclComm_t comm = nullptr;
+      EXPECT_OK(ncclCommInitRank(&comm, n, id, rank));
+      checkCommunicator(comm, rank, n);
+      EXPECT_OK(ncclCommDestroy(comm));
+    }) == "");
+    REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+    REQUIRE(test::runProcesses(n, [&](int rank) {
+      ncclComm_t comm = nullptr;
+      EXPECT_OK(ncclCommInitRank(&comm, n, id, rank));
+      checkCommunicator(comm, rank, n);
+      EXPECT_OK(ncclCommFinalize(comm));
+      EXPECT_OK(ncclCommDestroy(comm));
+    }) == "");
+  }
+}
+
+TEST_CASE("ncclCommInitAll creates every rank from one thread", "[integration][init]") {
+  for (int n : {1, 3, 4}) {
+    std::vector<ncclComm_t> comms(n, nullptr);
+    REQUIRE(ncclCommInitAll(comms.data(), n, nullptr) == ncclSuccess);
+    for (int r = 0; r < n; ++r) {
+      int v = -1;
+      REQUIRE(ncclCommUserRank(comms[r], &v) == ncclSuccess);
+      CHECK(v == r);
+    }
+    // The communicators really are connected: a barrier needs every rank, so run them together.
+    REQUIRE(test::runThreads(n, [&](int rank) { comms[rank]->bootstrap().barrier(); }) == "");
+    for (auto c : comms) REQUIRE(ncclCommDestroy(c) == ncclSuccess);
+  }
+  const int repeated[] = {0, 0, 0};
+  std::vector<ncclComm_t> comms(3, nullptr);
+  REQUIRE(ncclCommInitAll(comms.data(), 3, repeated) == ncclSuccess);
+  for (auto c : comms) REQUIRE(ncclCommDestroy(c) == ncclSuccess);
+  CHECK(ncclCommInitAll(comms.data(), 0, nullptr) == ncclInvalidArgument);
+  CHECK_THAT(ncclGetLastError(nullptr), Catch::Contains("ndev is 0"));
+}
+
+TEST_CASE("one thread initialises several ranks inside a group", "[integration][init][group]") {
+  const int n = 4;
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  std::vector<ncclComm_t> comms(n, nullptr);
+  REQUIRE(ncclGroupStart() == ncclSuccess);
+  for (int r = 0; r < n; ++r) REQUIRE(ncclCommInitRank(&comms[r], n, id, r) == ncclSuccess);
+  REQUIRE(ncclGroupEnd() == ncclSuccess);
+  for (int r = 0; r < n; ++r) {
+    ncclResult_t async = ncclInternalError;
+    REQUIRE(ncclCommGetAsyncError(comms[r], &async) == ncclSuccess);
+    CHECK(async == ncclSuccess);
+  }
+  for (auto c : comms) REQUIRE(ncclCommDestroy(c) == ncclSuccess);
+  CHECK(ncclGroupEnd() == ncclInvalidUsage);
+  CHECK_THAT(ncclGetLastError(nullptr), Catch::Contains("without a matching ncclGroupStart"));
+}
+
+TEST_CASE("nonblocking init returns ncclInProgress and completes in the background", "[integration][config]") {
+  const int n = 3;
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  REQUIRE(test::runThreads(n, [&](int rank) {
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    config.commName = "nonblocking-test";
+    ncclComm_t comm = nullptr;
+    const ncclResult_t r = ncclCommInitRankConfig(&comm, n, id, rank, &config);
+    expect(r == ncclInProgress || r == ncclSuccess, "init returned " + std::to_string(r));
+    expect(comm != nullptr, "the communicator is handed out at once");
+    ncclResult_t state = ncclInProgress;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (state == ncclInProgress && std::chrono::steady_clock::now() < until) {
+      EXPECT_OK(ncclCommGetAsyncError(comm, &state));
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    expect(state == ncclSuccess, "final state " + std::to_string(state));
+    expect(comm->config().commName == "nonblocking-test", "commName kept");
+    checkCommunicator(comm, rank, n);
+    const ncclResult_t f = ncclCommFinalize(comm);
+    expect(f == ncclInProgress || f == ncclSuccess, "finalize returned " + std::to_string(f));
+    do {
+      EXPECT_OK(ncclCommGetAsyncError(comm, &state));
+    } while (state == ncclInProgress);
+    expect(state == ncclSuccess, "finalize state");
+    EXPECT_OK(ncclCommDestroy(comm));
+  }) == "");
+}
+
+TEST_CASE("configs: fields checked by name, older struct sizes accepted", "[integration][config]") {
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  ncclComm_t comm = nullptr;
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.minCTAs = 0;
+  CHECK(ncclCommInitRankConfig(&comm, 1, id, 0, &config) == ncclInvalidArgument);
+  CHECK_THAT(ncclGetLastError(nullptr), Catch::Contains("config.minCTAs is 0"));
+  config = NCCL_CONFIG_INITIALIZER;
+  config.minCTAs = 8;
+  config.maxCTAs = 4;
+  CHECK(ncclCommInitRankConfig(&comm, 1, id, 0, &config) == ncclInvalidArgument);
+  CHECK_THAT(ncclGetLastError(nullptr), Catch::Contains("minCTAs (8) is larger than config.maxCTAs (4)"));
+  config = NCCL_CONFIG_INITIALIZER;
+  config.magic = 0;
+  CHECK(ncclCommInitRankConfig(&comm, 1, id, 0, &config) == ncclInvalidArgument);
+  CHECK_THAT(ncclGetLastError(nullptr), Catch::Contains("NCCL_CONFIG_INITIALIZER"));
+  config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 7;
+  CHECK(ncclCommInitRankConfig(&comm, 1, id, 0, &config) == ncclInvalidArgument);
+  CHECK_THAT(ncclGetLastError(nullptr), Catch::Contains("config.blocking is 7"));
+  CHECK(comm == nullptr);
+
+  // A struct from an older header: it ends before CTAPolicy. Garbage past its size is not read.
+  config = NCCL_CONFIG_INITIALIZER;
+  config.size = offsetof(ncclConfig_t, CTAPolicy);
+  config.minCTAs = 2;
+  config.CTAPolicy = 99;
+  config.nvlinkCentricSched = 99;
+  REQUIRE(ncclCommInitRankConfig(&comm, 1, id, 0, &config) == ncclSuccess);
+  CHECK(comm->config().minCTAs == 2);
+  CHECK(comm->config().ctaPolicy == NCCL_CTA_POLICY_DEFAULT);
+  REQUIRE(ncclCommDestroy(comm) == ncclSuccess);
+}
+
+TEST_CASE("bad init arguments name the argument", "[integration][init]") {
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  ncclComm_t comm = nullptr;
+  CHECK(ncclCommInitRank(&comm, 0, id, 0) == ncclInvalidArgument);
+  CHECK_THAT(ncclGetLastError(nullptr), Catch::Contains("nranks is 0"));
+  CHECK(ncclCommInitRank(&comm, 2, id, 2) == ncclInvalidArgument);
+  CHECK_THAT(ncclGetLastError(nullptr), Catch::Contains("rank is 2"));
+  CHECK(ncclCommInitRank(nullptr, 1, id, 0) == ncclInvalidArgument);
+  ncclUniqueId zero;
+  std::memset(&zero, 0, sizeof(zero));
+  CHECK(ncclCommInitRank(&comm, 1, zero, 0) == ncclInvalidArgument);
+  CHECK_THAT(ncclGetLastError(nullptr), Catch::Contains("not made by Braid"));
+  CHECK(ncclGetUniqueId(nullptr) == ncclInvalidArgument);
+  // The one good id is still usable by a single rank.
+  REQUIRE(ncclCommInitRank(&comm, 1, id, 0) == ncclSuccess);
+  REQUIRE(ncclCommDestroy(comm) == ncclSuccess);
+}
+
+TEST_CASE("200 init/destroy cycles leak no descriptors or threads", "[integration][leak]") {
+  auto cycle = [] {
+    ncclUniqueId id;
+    REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+    REQUIRE(test::runThreads(2, [&](int rank) {
+      ncclComm_t comm = nullptr;
+      EXPECT_OK(ncclCommInitRank(&comm, 2, id, rank));
+      EXPECT_OK(ncclCommDestroy(comm));
+    }) == "");
+  };
+  cycle();  // first use creates the lasting singletons
+  auto settle = [] {
+    for (int i = 0; i < 100 && bootstrap::liveRoots() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  };
+  settle();
+  const int fds = test::openFileDescriptors();
+  const int threads = test::liveThreads();
+  for (int i = 0; i < 200; ++i) cycle();
+  settle();
+  CHECK(bootstrap::liveRoots() == 0);
+  CHECK(test::openFileDescriptors() == fds);
+  CHECK(test::liveThreads() == threads);
+}
