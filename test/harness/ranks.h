@@ -5,6 +5,8 @@
 // every rank's failure and the test asserts on the collected text in its own thread.
 #pragma once
 
+#include <nccl.h>
+
 #include <chrono>
 #include <functional>
 #include <stdexcept>
@@ -18,6 +20,15 @@ using RankBody = std::function<void(int rank)>;
 inline void expect(bool condition, const std::string& message) {
   if (!condition) throw std::runtime_error(message);
 }
+
+/// In a rank body: fails with the call's text and the last-error text unless it succeeds.
+#define EXPECT_OK(call)                                                                        \
+  do {                                                                                         \
+    const ncclResult_t braidResult_ = (call);                                                  \
+    ::braid::test::expect(braidResult_ == ncclSuccess,                                         \
+                          std::string(#call) + " -> " + std::to_string(braidResult_) + ": " +  \
+                              ncclGetLastError(nullptr));                                      \
+  } while (0)
 
 /// Runs body(0..n-1) on n threads. Returns "" when every rank succeeded, else one line per
 /// failed rank. A run longer than `limit` prints the ranks still running and ends the process.

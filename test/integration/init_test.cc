@@ -1,11 +1,15 @@
 // Communicator creation through the public API: every rank count, threads and processes.
 #include <catch2/catch.hpp>
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <vector>
 
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/root.h"
+#include "core/socket.h"
 #include "comm/communicator.h"
 #include "harness/ranks.h"
 #include "test_env.h"
@@ -15,7 +19,6 @@ using braid::test::expect;
 
 namespace {
 
-#define EXPECT_OK(call) expect((call) == ncclSuccess, std::string(#call) + ": " + ncclGetLastError(nullptr))
 
 /// What every freshly made communicator must satisfy: its size and rank, and a working channel.
 void checkCommunicator(ncclComm_t comm, int rank, int nRanks) {
@@ -222,4 +225,96 @@ TEST_CASE("200 init/destroy cycles leak no descriptors or threads", "[integratio
   CHECK(bootstrap::liveRoots() == 0);
   CHECK(test::openFileDescriptors() == fds);
   CHECK(test::liveThreads() == threads);
+}
+
+TEST_CASE("NCCL_COMM_ID through the public API: separate programs find each other", "[integration][init]") {
+  const char* program = std::getenv("BRAID_RANK_MAIN_EXE");
+  REQUIRE(program != nullptr);
+  int port = 0;
+  {
+    net::Socket probe = net::Socket::listen(net::SocketAddress::parse("127.0.0.1:0"));
+    port = probe.localAddress().port();
+  }
+  const int n = 4;
+  std::string command = "export NCCL_COMM_ID=127.0.0.1:" + std::to_string(port) +
+                        " NCCL_SOCKET_IFNAME=lo NCCL_DEBUG=INFO BRAID_BOOTSTRAP_TIMEOUT=20; ";
+  for (int r = n - 1; r >= 0; --r) command += std::string(program) + " " + std::to_string(n) + " " + std::to_string(r) + " & ";
+  command += "wait";
+  std::string out;
+  FILE* p = popen(command.c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buffer[4096];
+  size_t got;
+  while ((got = fread(buffer, 1, sizeof(buffer), p)) > 0) out.append(buffer, got);
+  pclose(p);
+  INFO(out);
+  for (int r = 0; r < n; ++r) CHECK_THAT(out, Catch::Contains("rank " + std::to_string(r) + " of 4 ok"));
+  int complete = 0;
+  for (size_t at = out.find("Init COMPLETE"); at != std::string::npos; at = out.find("Init COMPLETE", at + 1)) ++complete;
+  CHECK(complete == n);
+  CHECK_THAT(out, Catch::Contains("NCCL INFO bootstrap: rank 0 listens on 127.0.0.1:"));
+  CHECK_THAT(out, Catch::Contains("(interface lo), root 127.0.0.1:" + std::to_string(port)));
+  CHECK_THAT(out, Catch::Contains("NCCL_COMM_ID set by environment to 127.0.0.1:"));
+}
+
+TEST_CASE("every creation call works for 1, 2, 3, 4 and 8 ranks", "[integration][split][shrink]") {
+  for (int n : {1, 2, 3, 4, 8}) {
+    INFO(n << " ranks");
+    std::vector<ncclUniqueId> ids(2);
+    REQUIRE(ncclGetUniqueId(&ids[0]) == ncclSuccess);
+    REQUIRE(ncclGetUniqueId(&ids[1]) == ncclSuccess);
+    REQUIRE(test::runThreads(n, [&](int rank) {
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      ncclComm_t comm = nullptr;
+      EXPECT_OK(ncclCommInitRankScalable(&comm, n, rank, std::min(n, 2), ids.data(), &config));
+      checkCommunicator(comm, rank, n);
+      ncclComm_t half = nullptr;
+      EXPECT_OK(ncclCommSplit(comm, rank % 2, rank, &half, nullptr));
+      checkCommunicator(half, rank / 2, (n - rank % 2 + 1) / 2);
+      ncclComm_t fewer = nullptr;
+      int last = n - 1;
+      if (rank != last || n == 1) {
+        EXPECT_OK(ncclCommShrink(comm, &last, n > 1 ? 1 : 0, &fewer, nullptr, NCCL_SHRINK_DEFAULT));
+        checkCommunicator(fewer, rank, n > 1 ? n - 1 : 1);
+        EXPECT_OK(ncclCommDestroy(fewer));
+      }
+      EXPECT_OK(ncclCommDestroy(half));
+      EXPECT_OK(ncclCommDestroy(comm));
+    }) == "");
+  }
+}
+
+TEST_CASE("ncclCommAbort inside a group drops the deferred init; the watchdog may poll meanwhile", "[integration][group]") {
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  ncclComm_t comm = nullptr;
+  REQUIRE(ncclGroupStart() == ncclSuccess);
+  REQUIRE(ncclCommInitRank(&comm, 2, id, 0) == ncclSuccess);
+  REQUIRE(ncclCommAbort(comm) == ncclSuccess);
+  REQUIRE(ncclGroupEnd() == ncclSuccess);
+
+  // A PyTorch-style watchdog polls ncclCommGetAsyncError from another thread during use.
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  std::vector<ncclComm_t> comms(2, nullptr);
+  std::atomic<bool> stop{false};
+  std::atomic<int> polls{0};
+  REQUIRE(test::runThreads(2, [&](int rank) {
+    EXPECT_OK(ncclCommInitRank(&comms[rank], 2, id, rank));
+    std::thread watchdog;
+    if (rank == 0) {
+      watchdog = std::thread([&] {
+        while (!stop.load()) {
+          ncclResult_t e;
+          if (ncclCommGetAsyncError(comms[0], &e) == ncclSuccess && e == ncclSuccess) ++polls;
+        }
+      });
+    }
+    for (int i = 0; i < 50; ++i) comms[rank]->bootstrap().barrier();
+    if (rank == 0) {
+      stop.store(true);
+      watchdog.join();
+    }
+    EXPECT_OK(ncclCommDestroy(comms[rank]));
+  }) == "");
+  CHECK(polls.load() > 0);
 }

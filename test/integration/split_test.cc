@@ -12,7 +12,6 @@
 using namespace braid;
 using braid::test::expect;
 
-#define EXPECT_OK(call) expect((call) == ncclSuccess, std::string(#call) + ": " + ncclGetLastError(nullptr))
 
 namespace {
 
