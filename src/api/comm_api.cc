@@ -27,7 +27,7 @@ ncclResult_t dispatch(Communicator& host, std::function<void()> job) {
 /// ncclCommDestroy and ncclCommAbort: aborting first raises the flag every wait of the
 /// communicator watches, so a background job ends within one poll slice (~50 ms).
 void release(Communicator& comm, bool abort) {
-  if (abort) comm.abortFlag().store(true, std::memory_order_release);
+  if (abort) comm.requestAbort();
   group::forget(&comm);
   const RankIdentity& id = comm.identity();
   BRAID_INFO(log::kInit, "comm %p rank %d nranks %d - %s COMPLETE", static_cast<void*>(&comm), id.rank, id.nRanks,
@@ -109,7 +109,7 @@ ncclResult_t pncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
     for (auto& c : created) c->waitForJob();
     for (auto& c : created) {
       if (c->asyncError() != ncclSuccess) {
-        for (auto& other : created) other->abortFlag().store(true);
+        for (auto& other : created) other->requestAbort();
         fail(c->asyncError(), "rank %d: %s", c->identity().rank, c->lastError().c_str());
       }
     }

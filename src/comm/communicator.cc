@@ -2,6 +2,9 @@
 
 #include "bootstrap/bootstrap.h"
 #include "core/log.h"
+#include "kernels/platform.h"
+#include "runtime/host/data_path.h"
+#include "runtime/host/job_thread.h"
 
 namespace braid {
 
@@ -10,6 +13,8 @@ Communicator::Communicator(const RankIdentity& identity, CommConfig config)
 
 Communicator::~Communicator() {
   waitForJob();
+  job_.reset();
+  dataPath_.reset();
   magic_ = 0;
 }
 
@@ -20,27 +25,22 @@ void Communicator::setAsyncError(ncclResult_t error) noexcept {
   }
 }
 
+void Communicator::requestAbort() {
+  abort_.store(true, std::memory_order_release);
+  kernels::storeRelease(&abortWord_, 1u);
+}
+
 ncclResult_t Communicator::run(std::function<void()> job, bool background) {
-  auto body = [this, job]() -> ncclResult_t {
-    try {
-      job();
-      ncclResult_t expected = ncclInProgress;
-      state_.compare_exchange_strong(expected, ncclSuccess, std::memory_order_acq_rel);
-      return asyncError();
-    } catch (const Error& e) {
-      setLastError(e.what());
-      setAsyncError(e.code());
-      return e.code();
-    } catch (const std::exception& e) {
-      setLastError(e.what());
-      setAsyncError(ncclInternalError);
-      return ncclInternalError;
-    }
-  };
   waitForJob();
+  // Only a nonblocking communicator shows ncclInProgress while its job runs.
+  const bool showProgress = !config_.blocking;
+  if (showProgress) state_.store(ncclInProgress, std::memory_order_release);
+  auto finish = [this, showProgress] {
+    ncclResult_t expected = ncclInProgress;
+    if (showProgress) state_.compare_exchange_strong(expected, ncclSuccess, std::memory_order_acq_rel);
+  };
   if (!background && config_.blocking) {
     // Inline: the caller's exception fence reports the failure with its own name.
-    state_.store(ncclInProgress, std::memory_order_release);
     try {
       job();
     } catch (const Error& e) {
@@ -50,20 +50,31 @@ ncclResult_t Communicator::run(std::function<void()> job, bool background) {
       setAsyncError(ncclInternalError);
       throw;
     }
-    ncclResult_t expected = ncclInProgress;
-    state_.compare_exchange_strong(expected, ncclSuccess, std::memory_order_acq_rel);
     return asyncError();
   }
-  state_.store(ncclInProgress, std::memory_order_release);
-  job_ = std::thread([body = std::move(body)]() mutable {
-    const ncclResult_t r = body();
-    if (r != ncclSuccess) BRAID_WARN("background communicator job failed: %s", ncclGetErrorString(r));
+  if (job_ == nullptr) job_ = std::make_unique<runtime::host::JobThread>();
+  jobResult_.store(ncclSuccess, std::memory_order_release);
+  job_->post([this, job = std::move(job), finish] {
+    try {
+      job();
+      finish();
+    } catch (const Error& e) {
+      jobResult_.store(e.code(), std::memory_order_release);
+      setLastError(e.what());
+      setAsyncError(e.code());
+      BRAID_WARN("rank %d: %s", identity_.rank, e.what());
+    } catch (const std::exception& e) {
+      jobResult_.store(ncclInternalError, std::memory_order_release);
+      setLastError(e.what());
+      setAsyncError(ncclInternalError);
+      BRAID_WARN("rank %d: %s", identity_.rank, e.what());
+    }
   });
-  return ncclInProgress;
+  return showProgress ? ncclInProgress : ncclSuccess;
 }
 
 void Communicator::waitForJob() {
-  if (job_.joinable() && job_.get_id() != std::this_thread::get_id()) job_.join();
+  if (job_ != nullptr && !job_->isCurrent()) job_->waitIdle();
 }
 
 bootstrap::Bootstrap& Communicator::bootstrap() {
@@ -74,9 +85,20 @@ bootstrap::Bootstrap& Communicator::bootstrap() {
   return *bootstrap_;
 }
 
-void Communicator::completeInit(std::unique_ptr<bootstrap::Bootstrap> channel, const RankIdentity& identity) {
+runtime::host::DataPath& Communicator::dataPath() {
+  if (dataPath_ == nullptr) {
+    fail(ncclInvalidUsage, "the communicator (rank %d of %d) has not completed init", identity_.rank,
+         identity_.nRanks);
+  }
+  return *dataPath_;
+}
+
+void Communicator::completeInit(std::unique_ptr<bootstrap::Bootstrap> channel, const RankIdentity& identity,
+                                std::vector<PeerInfo> peers, std::unique_ptr<runtime::host::DataPath> dataPath) {
   bootstrap_ = std::move(channel);
   identity_ = identity;
+  peers_ = std::move(peers);
+  dataPath_ = std::move(dataPath);
 }
 
 std::string Communicator::lastError() const {

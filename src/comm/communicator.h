@@ -14,16 +14,21 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
+#include <vector>
 
 #include "comm/config.h"
 #include "comm/peer_info.h"
+#include "comm/red_ops.h"
 #include "core/status.h"
 
 namespace braid {
 
 namespace bootstrap {
 class Bootstrap;
+}
+namespace runtime::host {
+class DataPath;
+class JobThread;
 }
 
 /// Who a communicator's rank is. rank and nRanks are known at creation; the rest once
@@ -62,12 +67,19 @@ class Communicator {
   ncclResult_t run(std::function<void()> job, bool background);
   /// Waits for the background job, if any.
   void waitForJob();
+  /// Outcome of the last background job (after waitForJob()).
+  ncclResult_t jobResult() const { return jobResult_.load(std::memory_order_acquire); }
 
   /// The out-of-band channel; throws ncclInvalidUsage while init has not completed.
   bootstrap::Bootstrap& bootstrap();
   bool hasBootstrap() const { return bootstrap_ != nullptr; }
-  /// Completes init: the channel and the identity learnt through it.
-  void completeInit(std::unique_ptr<bootstrap::Bootstrap> channel, const RankIdentity& identity);
+  /// Completes init: the channel, the identity and peers learnt through it, the data path.
+  void completeInit(std::unique_ptr<bootstrap::Bootstrap> channel, const RankIdentity& identity,
+                    std::vector<PeerInfo> peers, std::unique_ptr<runtime::host::DataPath> dataPath);
+  /// The data path; throws ncclInvalidUsage unless init has completed.
+  runtime::host::DataPath& dataPath();
+  const std::vector<PeerInfo>& peers() const { return peers_; }
+  RedOpTable& redOps() { return redOps_; }
 
   /// Fixes rank and size of a communicator made by split or shrink, before its init runs.
   void setPosition(int rank, int nRanks) {
@@ -77,6 +89,10 @@ class Communicator {
 
   /// Set by ncclCommAbort; every wait of this communicator watches it.
   std::atomic<bool>& abortFlag() { return abort_; }
+  /// The same flag as a word kernels can poll (host or device memory visible to them).
+  const uint32_t* abortWord() const { return &abortWord_; }
+  /// Raises both flags: waits in bootstrap, transports and kernels end within one poll slice.
+  void requestAbort();
   bool finalized() const { return finalized_.load(); }
   void markFinalized() { finalized_.store(true); }
   bool revoked() const { return revoked_.load(); }
@@ -94,12 +110,17 @@ class Communicator {
   RankIdentity identity_;
   CommConfig config_;
   std::unique_ptr<bootstrap::Bootstrap> bootstrap_;
+  std::vector<PeerInfo> peers_;
+  std::unique_ptr<runtime::host::DataPath> dataPath_;  // after bootstrap_: destroyed first
+  RedOpTable redOps_;
   std::atomic<ncclResult_t> state_{ncclSuccess};
   std::atomic<bool> abort_{false};
+  uint32_t abortWord_ = 0;
+  std::atomic<ncclResult_t> jobResult_{ncclSuccess};
   std::atomic<bool> finalized_{false};
   std::atomic<bool> revoked_{false};
   uint32_t splitSequence_ = 0;
-  std::thread job_;
+  std::unique_ptr<runtime::host::JobThread> job_;
   mutable std::mutex mutex_;
   std::string lastError_;
 };

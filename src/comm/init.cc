@@ -9,6 +9,8 @@
 #include "braid_config.h"
 #include "core/log.h"
 #include "core/params.h"
+#include "runtime/host/data_path.h"
+#include <cstdio>
 
 namespace braid::comm {
 
@@ -104,7 +106,11 @@ void initRank(Communicator& comm, const ncclUniqueId& uniqueId, const InitSettin
 
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double boot = std::chrono::duration<double>(bootstrapDone - start).count();
-  comm.completeInit(std::move(channel), identity);
+  char tag[32];
+  std::snprintf(tag, sizeof(tag), "%016llx", static_cast<unsigned long long>(identity.commHash));
+  auto dataPath = std::make_unique<runtime::host::DataPath>(
+      *channel, identity.rank, peers, runtime::host::DataPathSettings::fromParams(comm.config()), tag, comm.abortWord());
+  comm.completeInit(std::move(channel), identity, peers, std::move(dataPath));
   BRAID_INFO(log::kInit, "comm %p rank %d nranks %d cudaDev %d nvmlDev %d busId %lx commId %#llx localRank %d "
                          "localRanks %d backend %s - Init COMPLETE",
              static_cast<void*>(&comm), identity.rank, identity.nRanks, identity.cudaDevice, identity.cudaDevice,

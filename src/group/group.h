@@ -1,15 +1,18 @@
-// Group semantics (ncclGroupStart/End) for communicator creation.
+// Group semantics (ncclGroupStart/End).
 //
-// Between ncclGroupStart and ncclGroupEnd, init, split and shrink calls hand out their
-// communicator at once and defer the work; ncclGroupEnd runs every deferred job
-// concurrently, so one thread can create several communicators that must rendezvous with
-// each other (a ncclCommInitAll set) without waiting on itself. Collectives join the group
-// with the data path.
+// Between ncclGroupStart and ncclGroupEnd, creation calls (init, split, shrink) hand out their
+// communicator at once and defer their work, and collectives and sends/receives are
+// collected per communicator. ncclGroupEnd runs the deferred creations concurrently, then
+// every communicator's operations: the calling thread runs one communicator's, each other
+// communicator's run on its own job thread, so one thread can drive all ranks of a
+// ncclCommInitAll set without waiting on itself. A lone call outside a group is a group of one.
 #pragma once
 
 #include <nccl.h>
 
 #include <functional>
+
+#include "plan/task.h"
 
 namespace braid {
 class Communicator;
@@ -20,12 +23,15 @@ namespace braid::group {
 /// True between ncclGroupStart and the matching ncclGroupEnd on this thread.
 bool active();
 void start();
-/// Runs the deferred jobs. Blocking communicators: waits and returns the first failure
-/// (throwing it). If any communicator is nonblocking, returns ncclInProgress at once.
+/// Runs what the group collected. With blocking communicators it returns when everything is
+/// complete (throwing the first failure); if any communicator is nonblocking it returns
+/// ncclInProgress at once and the work completes in the background.
 ncclResult_t end();
-/// Defers `job` for `comm` to the end of the current group.
+/// Defers a creation job for `comm` to the end of the current group.
 void defer(Communicator* comm, std::function<void()> job);
-/// Forgets jobs of comm that have not started (it is being aborted or destroyed).
+/// Adds an operation of `comm` to the current group.
+void enqueue(Communicator* comm, const plan::Task& task);
+/// Forgets everything collected for comm (it is being aborted or destroyed).
 void forget(Communicator* comm);
 
 }  // namespace braid::group

@@ -1,0 +1,64 @@
+// Ring AllReduce.
+//
+// The channel's range is cut into loops of nRanks chunks. In each loop the ranks first run a
+// reduce-scatter around the ring: rank i sends chunk i-1 to the right; for nRanks-2 steps
+// each rank receives a partial sum from the left, adds its own input for that chunk and
+// passes it on; at step nRanks-1 rank i receives chunk i with every rank's contribution but
+// its own, adds its input, applies the op's post step and now holds chunk i's final value.
+// Then an all-gather: it writes that chunk to its output and sends it right; for nRanks-2
+// steps every rank copies what it receives to its output and forwards it; the last chunk to
+// arrive (chunk i+1) is only written. 2(nRanks-1) steps per loop, every byte crossing each
+// link twice. Each chunk is reduced in the same ring order on every rank and then copied,
+// so all ranks end with bit-identical results. The FIFO's 8 slots let consecutive steps
+// overlap: a rank never waits for the whole ring, only for its left neighbour's slot and a
+// free slot on its right.
+#pragma once
+
+#include "kernels/primitives.h"
+
+namespace braid::kernels {
+
+template <typename T, typename Red, typename Group>
+BRAID_INLINE bool allReduceRing(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag) {
+  const T* in = advance(static_cast<const T*>(w.sendbuff), w.channelOffset);
+  T* out = advance(static_cast<T*>(w.recvbuff), w.channelOffset);
+  const uint64_t total = w.channelCount;
+  const int n = ring.nRanks;
+  const int me = ring.index;
+  bool ok = true;
+  if (n == 1) {
+    Primitives<T, Red, Group> local(g, nullptr, nullptr, w.proto, Red(w.opArgs), abortFlag);
+    return total == 0 || local.step(kInput | kPost | kOutput, in, out, total);
+  }
+  Primitives<T, Red, Group> prims(g, &ring.send, &ring.recv, w.proto, Red(w.opArgs), abortFlag);
+  const uint64_t chunk = prims.sliceElements();
+  for (uint64_t base = 0; base < total && ok; base += n * chunk) {
+    const uint64_t rest = total - base;
+    const uint64_t per = chunk < (rest + n - 1) / n ? chunk : (rest + n - 1) / n;
+    auto at = [&](int c, uint64_t* offset) {
+      const uint64_t begin = base + c * per;
+      *offset = begin;
+      if (begin >= total) return uint64_t(0);
+      return total - begin < per ? total - begin : per;
+    };
+    uint64_t off;
+    uint64_t cnt = at((me + n - 1) % n, &off);
+    ok = prims.step(kInput | kSend, advance(in, off), nullptr, cnt);
+    for (int k = 2; k < n && ok; ++k) {
+      cnt = at((me + n - k) % n, &off);
+      ok = prims.step(kRecv | kInput | kSend, advance(in, off), nullptr, cnt);
+    }
+    cnt = at(me, &off);
+    ok = ok && prims.step(kRecv | kInput | kPost | kOutput | kSend, advance(in, off), advance(out, off), cnt);
+    for (int k = 1; k < n - 1 && ok; ++k) {
+      cnt = at((me + n - k) % n, &off);
+      ok = prims.step(kRecv | kOutput | kSend, nullptr, advance(out, off), cnt);
+    }
+    cnt = at((me + 1) % n, &off);
+    ok = ok && prims.step(kRecv | kOutput, nullptr, advance(out, off), cnt);
+  }
+  prims.finish();
+  return ok;
+}
+
+}  // namespace braid::kernels

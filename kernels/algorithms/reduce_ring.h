@@ -1,0 +1,43 @@
+// Ring Reduce.
+//
+// The chain starts at the root's right neighbour, which sends its input; each following rank
+// receives a partial result from the left, adds its own input and passes it on; the root, the
+// end of the chain, adds its input, applies the op's post step and writes the result. One
+// step per slice per rank, pipelined through the FIFOs.
+#pragma once
+
+#include "kernels/primitives.h"
+
+namespace braid::kernels {
+
+template <typename T, typename Red, typename Group>
+BRAID_INLINE bool reduceRing(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag) {
+  const int n = ring.nRanks;
+  const int fromRoot = (ring.index - w.rootIndex + n) % n;
+  const T* in = advance(static_cast<const T*>(w.sendbuff), w.channelOffset);
+  T* out = advance(static_cast<T*>(w.recvbuff), w.channelOffset);
+  const uint64_t total = w.channelCount;
+  const ConnHandle* send = (n > 1 && fromRoot != 0) ? &ring.send : nullptr;
+  const ConnHandle* recv = (n > 1 && fromRoot != 1 % n) ? &ring.recv : nullptr;
+  Primitives<T, Red, Group> prims(g, send, recv, w.proto, Red(w.opArgs), abortFlag);
+  uint32_t flags;
+  if (n == 1) {
+    flags = kInput | kPost | kOutput;
+  } else if (fromRoot == 0) {
+    flags = kRecv | kInput | kPost | kOutput;
+  } else if (fromRoot == 1) {
+    flags = kInput | kSend;
+  } else {
+    flags = kRecv | kInput | kSend;
+  }
+  const uint64_t slice = n > 1 ? prims.sliceElements() : (total > 0 ? total : 1);
+  bool ok = true;
+  for (uint64_t base = 0; base < total && ok; base += slice) {
+    const uint64_t cnt = total - base < slice ? total - base : slice;
+    ok = prims.step(flags, advance(in, base), advance(out, base), cnt);
+  }
+  prims.finish();
+  return ok;
+}
+
+}  // namespace braid::kernels

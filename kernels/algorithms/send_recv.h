@@ -1,0 +1,81 @@
+// Point-to-point: one send or receive of a byte range through a peer connection.
+//
+// Unlike collectives, a group's sends and receives must all progress together (a rank may
+// send to its right while receiving from its left, each larger than a FIFO), so these are
+// written as non-blocking steps: try() moves at most one FIFO slot and returns whether it
+// could. The executor round-robins over all operations of a group until each is done.
+// Both sides cut the message into the same slices (the sizes are equal by contract).
+#pragma once
+
+#include "kernels/work.h"
+
+namespace braid::kernels {
+
+struct PeerOp {
+  ConnHandle conn;
+  char* buffer;      ///< source (send) or destination (receive)
+  uint64_t bytes;
+  uint64_t done;     ///< bytes moved so far
+  uint64_t step;     ///< this side's step counter while the operation runs
+  Proto proto;
+  bool isSend;
+};
+
+/// Bytes one step of op carries.
+BRAID_INLINE uint64_t peerSliceBytes(const PeerOp& op) {
+  return op.proto == Proto::kLL ? uint64_t(op.conn.llStepLines) * 8 : op.conn.simpleStepBytes;
+}
+
+/// One thread. Tries to move the next slice; returns true if it did.
+BRAID_INLINE bool tryPeerStep(PeerOp& op) {
+  if (op.done >= op.bytes) return false;
+  const uint64_t slice = peerSliceBytes(op);
+  const uint64_t n = op.bytes - op.done < slice ? op.bytes - op.done : slice;
+  const uint64_t slot = op.step % kSteps;
+  if (op.isSend) {
+    if (loadAcquire(op.conn.head) + kSteps <= op.step) return false;
+    if (op.proto == Proto::kLL) {
+      LLLine* lines = op.conn.ll + slot * op.conn.llStepLines;
+      const uint32_t flag = static_cast<uint32_t>(op.step + 1);
+      for (uint64_t l = 0; l * 8 < n; ++l) {
+        uint32_t payload[2] = {0, 0};
+        const uint64_t here = n - l * 8 < 8 ? n - l * 8 : 8;
+        memcpy(payload, op.buffer + op.done + l * 8, here);
+        uint64_t* halves = reinterpret_cast<uint64_t*>(lines + l);
+        storeRelease(halves, uint64_t(payload[0]) | (uint64_t(flag) << 32));
+        storeRelease(halves + 1, uint64_t(payload[1]) | (uint64_t(flag) << 32));
+      }
+    } else {
+      memcpy(op.conn.simple + slot * op.conn.simpleStepBytes, op.buffer + op.done, n);
+      storeRelease(op.conn.tail, op.step + 1);
+    }
+  } else {
+    if (op.proto == Proto::kLL) {
+      LLLine* lines = op.conn.ll + slot * op.conn.llStepLines;
+      const uint32_t flag = static_cast<uint32_t>(op.step + 1);
+      // Only when every line of the slice has arrived is it consumed (nothing is half-read).
+      for (uint64_t l = 0; l * 8 < n; ++l) {
+        uint64_t* halves = reinterpret_cast<uint64_t*>(lines + l);
+        if (static_cast<uint32_t>(loadAcquire(halves) >> 32) != flag ||
+            static_cast<uint32_t>(loadAcquire(halves + 1) >> 32) != flag) {
+          return false;
+        }
+      }
+      for (uint64_t l = 0; l * 8 < n; ++l) {
+        uint64_t* halves = reinterpret_cast<uint64_t*>(lines + l);
+        const uint32_t payload[2] = {static_cast<uint32_t>(loadRelaxed(halves)), static_cast<uint32_t>(loadRelaxed(halves + 1))};
+        const uint64_t here = n - l * 8 < 8 ? n - l * 8 : 8;
+        memcpy(op.buffer + op.done + l * 8, payload, here);
+      }
+    } else {
+      if (loadAcquire(op.conn.tail) <= op.step) return false;
+      memcpy(op.buffer + op.done, op.conn.simple + slot * op.conn.simpleStepBytes, n);
+    }
+    storeRelease(op.conn.head, op.step + 1);
+  }
+  op.done += n;
+  ++op.step;
+  return true;
+}
+
+}  // namespace braid::kernels

@@ -1,0 +1,30 @@
+// The kernel body: one collective's work on one channel, dispatched to its algorithm.
+// (Only Ring exists so far; the algorithms issue adds the others behind w.algo.)
+#pragma once
+
+#include "kernels/algorithms/all_gather_ring.h"
+#include "kernels/algorithms/all_reduce_ring.h"
+#include "kernels/algorithms/broadcast_ring.h"
+#include "kernels/algorithms/reduce_ring.h"
+#include "kernels/algorithms/reduce_scatter_ring.h"
+
+namespace braid::kernels {
+
+/// All threads of the group. Returns false when the communicator was aborted.
+template <typename T, typename Red, typename Group>
+BRAID_INLINE bool runCollective(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag) {
+  switch (w.func) {
+    case Func::kAllReduce: return allReduceRing<T, Red, Group>(g, w, ring, abortFlag);
+    case Func::kReduceScatter: return reduceScatterRing<T, Red, Group>(g, w, ring, abortFlag);
+    case Func::kReduce: return reduceRing<T, Red, Group>(g, w, ring, abortFlag);
+    case Func::kAllGather: return allGatherRing<T, Red, Group>(g, w, ring, abortFlag);
+    case Func::kBroadcast: return broadcastRing<T, Red, Group>(g, w, ring, abortFlag);
+    default: return false;
+  }
+}
+
+/// The function every instantiation has, for dispatch tables.
+template <typename Group>
+using CollectiveFn = bool (*)(Group&, const CollWork&, const RingHandle&, const uint32_t*);
+
+}  // namespace braid::kernels

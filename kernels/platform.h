@@ -1,0 +1,85 @@
+// The one file that knows which compiler reads the kernels.
+//
+// Kernel code is written once and compiled twice: by nvcc for the GPU, and by the host C++
+// compiler for the host executor. Everything that differs between the two lives here: the
+// function qualifiers, atomics (acquire/release, system scope), fences, and how a waiting
+// thread backs off. Nothing else in kernels/ may test __CUDACC__ or __CUDA_ARCH__.
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__CUDACC__)
+#define BRAID_HOST_DEVICE __host__ __device__
+#define BRAID_INLINE __host__ __device__ __forceinline__
+#else
+#define BRAID_HOST_DEVICE
+#define BRAID_INLINE inline __attribute__((always_inline))
+#endif
+
+#if defined(__CUDACC__) || defined(BRAID_KERNELS_USE_CCCL)
+#include <cuda/atomic>
+#define BRAID_ATOMIC_REF(T) cuda::atomic_ref<T, cuda::thread_scope_system>
+#define BRAID_ORDER(o) cuda::std::memory_order_##o
+#else
+#include <atomic>
+#include <sched.h>
+#include <time.h>
+#define BRAID_ATOMIC_REF(T) std::atomic_ref<T>
+#define BRAID_ORDER(o) std::memory_order_##o
+#endif
+
+namespace braid::kernels {
+
+/// Atomic accesses to memory another rank (thread, process or GPU) reads or writes.
+/// Every flag and counter shared between ranks goes through these.
+template <typename T>
+BRAID_INLINE T loadAcquire(T* p) {
+  return BRAID_ATOMIC_REF(T)(*p).load(BRAID_ORDER(acquire));
+}
+template <typename T>
+BRAID_INLINE T loadRelaxed(T* p) {
+  return BRAID_ATOMIC_REF(T)(*p).load(BRAID_ORDER(relaxed));
+}
+template <typename T>
+BRAID_INLINE void storeRelease(T* p, T v) {
+  BRAID_ATOMIC_REF(T)(*p).store(v, BRAID_ORDER(release));
+}
+template <typename T>
+BRAID_INLINE void storeRelaxed(T* p, T v) {
+  BRAID_ATOMIC_REF(T)(*p).store(v, BRAID_ORDER(relaxed));
+}
+
+/// Called by a thread that found nothing to do `spins` times in a row: spins at first,
+/// then yields, then sleeps briefly, so that many ranks on few cores still progress.
+BRAID_INLINE void backOff(uint32_t spins) {
+#if defined(__CUDA_ARCH__)
+  if (spins > 64) __nanosleep(spins > 4096 ? 1000 : 100);
+#elif defined(__CUDACC__)
+  (void)spins;  // host side of a host-device function compiled by nvcc: never waits here
+#else
+  if (spins < 64) return;
+  if (spins < 2048) {
+    sched_yield();
+    return;
+  }
+  const timespec pause = {0, spins < 16384 ? 2000 : 50000};
+  nanosleep(&pause, nullptr);
+#endif
+}
+
+/// The result of a bounded wait.
+enum class WaitResult : int { kReady = 0, kAborted = 1 };
+
+/// Spins until ready() holds or *abortFlag becomes non-zero. All threads that call it see
+/// the same outcome only if they also synchronise; callers check the result.
+template <typename Ready>
+BRAID_INLINE WaitResult waitUntil(Ready ready, const uint32_t* abortFlag) {
+  for (uint32_t spins = 0;; ++spins) {
+    if (ready()) return WaitResult::kReady;
+    if ((spins & 63) == 63 && loadRelaxed(const_cast<uint32_t*>(abortFlag)) != 0) return WaitResult::kAborted;
+    backOff(spins);
+  }
+}
+
+}  // namespace braid::kernels

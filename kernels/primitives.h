@@ -1,0 +1,179 @@
+// Primitives: one FIFO step of data movement, written once per protocol.
+//
+// An algorithm is a sequence of steps; each step moves one slice (at most one FIFO slot) and
+// names, by flags, what it combines:
+//   kRecv    read the slice from the receive connection's current slot
+//   kInput   read this rank's input (applying the op's pre step); reduced with kRecv's data
+//   kPost    apply the op's post step (the slice is final)
+//   kOutput  write the slice to this rank's output buffer
+//   kSend    write the slice to the send connection's current slot
+// So NCCL's send is kInput|kSend, recvReduceSend kRecv|kInput|kSend, recvReduceCopySend
+// kRecv|kInput|kPost|kOutput|kSend, recvCopySend kRecv|kOutput|kSend, recv kRecv|kOutput.
+//
+// Who calls: every thread of the group, with the same arguments. Ordering: the receiver reads
+// a Simple slot only after an acquire load of `tail` shows it filled, and frees it with a
+// release store of `head`; the sender reuses a slot only after an acquire load of `head`.
+// LL needs no tail: each 8-byte half of a line carries its own flag (step + 1).
+#pragma once
+
+#include "kernels/work.h"
+
+namespace braid::kernels {
+
+enum StepFlags : uint32_t { kRecv = 1, kSend = 2, kInput = 4, kOutput = 8, kPost = 16 };
+
+template <typename T, typename Red, typename Group>
+class Primitives {
+ public:
+  /// send and recv may be null when the algorithm does not use that direction.
+  BRAID_INLINE Primitives(Group& group, const ConnHandle* send, const ConnHandle* recv, Proto proto, const Red& red,
+                          const uint32_t* abortFlag)
+      : g_(group), send_(send), recv_(recv), proto_(proto), red_(red), abort_(abortFlag) {
+    sendStep_ = send_ != nullptr ? *send_->step : 0;
+    recvStep_ = recv_ != nullptr ? *recv_->step : 0;
+  }
+
+  /// Elements one step can carry.
+  BRAID_INLINE uint64_t sliceElements() const {
+    const ConnHandle* c = send_ != nullptr ? send_ : recv_;
+    return c == nullptr ? ~uint64_t(0) : stepElements(proto_, *c, sizeof(T));
+  }
+
+  /// One step over n elements (n may be 0: the step still advances, so both sides agree).
+  /// Returns false once the communicator was aborted; later steps then do nothing.
+  BRAID_INLINE bool step(uint32_t flags, const T* input, T* output, uint64_t n) {
+    if (g_.aborted()) return false;
+    if (proto_ == Proto::kLL) {
+      stepLL(flags, input, output, n);
+    } else {
+      stepSimple(flags, input, output, n);
+    }
+    return !g_.aborted();
+  }
+
+  /// Stores the step counters back (thread 0); call once after the last step.
+  BRAID_INLINE void finish() {
+    if (g_.rank() != 0) return;
+    if (send_ != nullptr) *send_->step = sendStep_;
+    if (recv_ != nullptr) *recv_->step = recvStep_;
+  }
+
+ private:
+  /// The element arithmetic shared by both protocols: v is the received value (if kRecv).
+  BRAID_INLINE T combine(uint32_t flags, T v, const T* input, uint64_t i) const {
+    if (flags & kInput) {
+      const T x = Red::kHasPre ? red_.pre(input[i]) : input[i];
+      v = (flags & kRecv) ? red_.reduce(v, x) : x;
+    }
+    if (Red::kHasPost && (flags & kPost)) v = red_.post(v);
+    return v;
+  }
+
+  /// Thread 0 waits for the credits this step needs; the group learns the outcome.
+  BRAID_INLINE void waitCredits(uint32_t flags, bool needTail) {
+    if (g_.rank() == 0) {
+      WaitResult r = WaitResult::kReady;
+      if (needTail && (flags & kRecv)) {
+        const uint64_t want = recvStep_ + 1;
+        r = waitUntil([&] { return loadAcquire(recv_->tail) >= want; }, abort_);
+      }
+      if (r == WaitResult::kReady && (flags & kSend)) {
+        const uint64_t step = sendStep_;
+        r = waitUntil([&] { return loadAcquire(send_->head) + kSteps > step; }, abort_);
+      }
+      if (r == WaitResult::kAborted) g_.setAborted();
+    }
+    g_.sync();
+  }
+
+  BRAID_INLINE void publish(uint32_t flags, bool tail) {
+    g_.sync();
+    if (g_.rank() == 0) {
+      if (flags & kRecv) storeRelease(recv_->head, recvStep_ + 1);
+      if (tail && (flags & kSend)) storeRelease(send_->tail, sendStep_ + 1);
+    }
+    if (flags & kRecv) ++recvStep_;
+    if (flags & kSend) ++sendStep_;
+  }
+
+  BRAID_INLINE void stepSimple(uint32_t flags, const T* input, T* output, uint64_t n) {
+    waitCredits(flags, true);
+    if (g_.aborted()) return;
+    const T* in = (flags & kRecv) ? reinterpret_cast<const T*>(recv_->simple + (recvStep_ % kSteps) * recv_->simpleStepBytes) : nullptr;
+    T* out = (flags & kSend) ? reinterpret_cast<T*>(send_->simple + (sendStep_ % kSteps) * send_->simpleStepBytes) : nullptr;
+    uint64_t lo, count;
+    partition(n, g_.size(), g_.rank(), 16, &lo, &count);
+    const bool arithmetic = ((flags & kInput) && ((flags & kRecv) || Red::kHasPre)) || (Red::kHasPost && (flags & kPost));
+    if (!arithmetic) {
+      // A pure copy: from the received slot or from the input, to the output and/or send slot.
+      const T* from = (flags & kRecv) ? in + lo : input + lo;
+      if ((flags & kOutput) && output + lo != from) memcpy(output + lo, from, count * sizeof(T));
+      if (flags & kSend) memcpy(out + lo, from, count * sizeof(T));
+    } else {
+      for (uint64_t i = lo; i < lo + count; ++i) {
+        const T v = combine(flags, (flags & kRecv) ? in[i] : T{}, input, i);
+        if (flags & kOutput) output[i] = v;
+        if (flags & kSend) out[i] = v;
+      }
+    }
+    publish(flags, true);
+  }
+
+  BRAID_INLINE void stepLL(uint32_t flags, const T* input, T* output, uint64_t n) {
+    waitCredits(flags, false);
+    if (g_.aborted()) return;
+    constexpr uint64_t kPerLine = 8 / sizeof(T);
+    const uint64_t lines = (n + kPerLine - 1) / kPerLine;
+    LLLine* in = (flags & kRecv) ? recv_->ll + (recvStep_ % kSteps) * recv_->llStepLines : nullptr;
+    LLLine* out = (flags & kSend) ? send_->ll + (sendStep_ % kSteps) * send_->llStepLines : nullptr;
+    const uint32_t recvFlag = static_cast<uint32_t>(recvStep_ + 1);
+    const uint32_t sendFlag = static_cast<uint32_t>(sendStep_ + 1);
+    uint64_t lo, count;
+    partition(lines, g_.size(), g_.rank(), 1, &lo, &count);
+    for (uint64_t l = lo; l < lo + count; ++l) {
+      T vals[kPerLine] = {};
+      if (flags & kRecv) {
+        uint64_t* halves = reinterpret_cast<uint64_t*>(in + l);
+        uint64_t a = 0, b = 0;
+        const WaitResult r = waitUntil(
+            [&] {
+              a = loadAcquire(halves);
+              b = loadAcquire(halves + 1);
+              return static_cast<uint32_t>(a >> 32) == recvFlag && static_cast<uint32_t>(b >> 32) == recvFlag;
+            },
+            abort_);
+        if (r == WaitResult::kAborted) {
+          g_.setAborted();
+          break;
+        }
+        const uint32_t payload[2] = {static_cast<uint32_t>(a), static_cast<uint32_t>(b)};
+        memcpy(vals, payload, sizeof(payload));
+      }
+      const uint64_t first = l * kPerLine;
+      const uint64_t here = n - first < kPerLine ? n - first : kPerLine;
+      for (uint64_t j = 0; j < here; ++j) {
+        vals[j] = combine(flags, vals[j], input, first + j);
+        if (flags & kOutput) output[first + j] = vals[j];
+      }
+      if (flags & kSend) {
+        uint32_t payload[2] = {0, 0};
+        memcpy(payload, vals, here * sizeof(T));
+        uint64_t* halves = reinterpret_cast<uint64_t*>(out + l);
+        storeRelease(halves, static_cast<uint64_t>(payload[0]) | (static_cast<uint64_t>(sendFlag) << 32));
+        storeRelease(halves + 1, static_cast<uint64_t>(payload[1]) | (static_cast<uint64_t>(sendFlag) << 32));
+      }
+    }
+    publish(flags, false);
+  }
+
+  Group& g_;
+  const ConnHandle* send_;
+  const ConnHandle* recv_;
+  Proto proto_;
+  Red red_;
+  const uint32_t* abort_;
+  uint64_t sendStep_;
+  uint64_t recvStep_;
+};
+
+}  // namespace braid::kernels

@@ -1,0 +1,87 @@
+// What the planner hands the kernels: plain, trivially copyable structs, and the chunk and
+// partition maths both sides use, so they can never disagree.
+#pragma once
+
+#include "kernels/platform.h"
+#include "kernels/reduce.h"
+
+namespace braid::kernels {
+
+/// FIFO slots per connection and protocol (NCCL_STEPS).
+constexpr int kSteps = 8;
+
+enum class Func : uint8_t { kBroadcast = 0, kReduce, kAllGather, kReduceScatter, kAllReduce, kSendRecv, kCount };
+/// Same order as NCCL's protocol indices.
+enum class Proto : uint8_t { kLL = 0, kLL128 = 1, kSimple = 2, kCount };
+/// Same order as NCCL's algorithm indices (only Ring is implemented so far).
+enum class Algo : uint8_t { kTree = 0, kRing = 1, kCount };
+/// Device-side reduction kinds (Avg becomes PreMulSum or SumPostDiv in the planner).
+enum class RedKind : uint8_t { kSum = 0, kProd, kMax, kMin, kPreMulSum, kSumPostDiv, kCount };
+
+/// One LL line: two 8-byte halves of {4 data bytes, 4 flag bytes}. Valid when both flags
+/// equal the step's flag value; a writer stores each half with one 8-byte store.
+struct LLLine {
+  uint32_t data1, flag1, data2, flag2;
+};
+static_assert(sizeof(LLLine) == 16);
+
+/// One end of a connection as a kernel sees it. The FIFO memory lives wherever the transport
+/// put it (the receiver's heap, a shared segment, device memory); step is this rank's own.
+struct ConnHandle {
+  char* simple;          ///< kSteps slots of simpleStepBytes
+  LLLine* ll;            ///< kSteps slots of llStepLines lines
+  uint64_t* tail;        ///< last step the sender filled (Simple); written by the sender
+  uint64_t* head;        ///< last step the receiver freed; written by the receiver
+  uint64_t* step;        ///< this side's next step number (rank-local, persists across operations)
+  uint32_t simpleStepBytes;
+  uint32_t llStepLines;
+};
+
+/// A channel's ring as one rank sees it.
+struct RingHandle {
+  ConnHandle send;  ///< to the next rank
+  ConnHandle recv;  ///< from the previous rank
+  int32_t nRanks;
+  int32_t index;    ///< this rank's position on the ring
+};
+
+/// One collective's share of the work on one channel.
+struct CollWork {
+  Func func;
+  Proto proto;
+  Algo algo;
+  RedKind red;
+  int32_t rootIndex;  ///< ring position of the root (Broadcast, Reduce)
+  uint32_t elemSize;
+  const void* sendbuff;
+  void* recvbuff;
+  uint64_t blockCount;     ///< elements per rank block (AllGather, ReduceScatter) or in all (others)
+  uint64_t channelOffset;  ///< this channel's first element within a block
+  uint64_t channelCount;   ///< elements of a block this channel moves
+  RedOpArgs opArgs;
+};
+
+/// The element range [offset, offset+count) of `part` out of `parts` near-equal pieces of
+/// `total`, each a multiple of `align` elements except the last.
+BRAID_INLINE void partition(uint64_t total, int parts, int part, uint64_t align, uint64_t* offset, uint64_t* count) {
+  uint64_t each = (total + parts - 1) / parts;
+  each = (each + align - 1) / align * align;
+  const uint64_t begin = each * part;
+  *offset = begin < total ? begin : total;
+  const uint64_t end = begin + each < total ? begin + each : total;
+  *count = end > *offset ? end - *offset : 0;
+}
+
+/// p + n, or null when p is null (buffers a rank does not use may be NULL).
+template <typename T>
+BRAID_INLINE T* advance(T* p, uint64_t n) {
+  return p == nullptr ? nullptr : p + n;
+}
+
+/// Elements that fit in one FIFO step of `proto` on this connection.
+BRAID_INLINE uint64_t stepElements(Proto proto, const ConnHandle& conn, uint32_t elemSize) {
+  const uint64_t bytes = proto == Proto::kLL ? static_cast<uint64_t>(conn.llStepLines) * 8 : conn.simpleStepBytes;
+  return bytes / elemSize;
+}
+
+}  // namespace braid::kernels

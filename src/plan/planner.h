@@ -1,0 +1,35 @@
+// From a collective task to per-channel work: protocol, channel count, partition.
+// (Ring only; the algorithms issue adds a cost-model tuner in front of this.)
+#pragma once
+
+#include <vector>
+
+#include "plan/algo_proto.h"
+#include "plan/task.h"
+
+namespace braid::plan {
+
+/// What bounds the planner's choices for one communicator.
+struct PlanLimits {
+  int minChannels = 1;
+  int maxChannels = 2;
+  uint64_t llThresholdBytes = 16384;   ///< LL below this many bytes per rank, Simple above
+  uint64_t bytesPerChannel = 1 << 20;  ///< one more channel per this many bytes (up to max)
+  AlgoProtoMask mask = AlgoProtoMask::all();
+};
+
+struct CollPlan {
+  kernels::Proto proto;
+  int nChannels;
+  bool copy;  ///< moves bytes (Broadcast, AllGather): the byte-copy instantiation runs it
+  std::vector<kernels::CollWork> works;  ///< one per channel
+};
+
+/// Plans one collective of a communicator of nRanks. Throws ncclInvalidUsage when
+/// NCCL_ALGO/NCCL_PROTO leave nothing Braid implements.
+CollPlan planCollective(const Task& task, int nRanks, const PlanLimits& limits);
+
+/// The protocol of a send/recv of `bytes` (both sides compute the same).
+kernels::Proto peerProtocol(uint64_t bytes);
+
+}  // namespace braid::plan

@@ -1,0 +1,31 @@
+// One operation as the user asked for it, after validation: what the group collects and the
+// planner turns into work.
+#pragma once
+
+#include <nccl.h>
+
+#include <cstddef>
+
+#include "kernels/work.h"
+
+namespace braid::plan {
+
+struct Task {
+  kernels::Func func;
+  const void* sendbuff = nullptr;
+  void* recvbuff = nullptr;
+  size_t count = 0;  ///< elements, as passed to the API (per rank block for AllGather/ReduceScatter)
+  ncclDataType_t dtype = ncclInt8;
+  kernels::RedKind red = kernels::RedKind::kSum;
+  kernels::RedOpArgs opArgs{};
+  const void* scalarAtRun = nullptr;  ///< PreMulSum scalar read when the operation runs (ncclScalarDevice)
+  int root = 0;
+  int peer = -1;     ///< send/recv only
+  bool isSend = false;
+  const char* name = "";  ///< the API function, for messages
+};
+
+/// Bytes of one element of each ncclDataType_t.
+size_t typeSize(ncclDataType_t t);
+
+}  // namespace braid::plan

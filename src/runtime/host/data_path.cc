@@ -1,0 +1,176 @@
+#include "runtime/host/data_path.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <deque>
+#include <map>
+
+#include "bootstrap/bootstrap.h"
+#include "core/log.h"
+#include "core/params.h"
+#include "core/status.h"
+#include "kernels/algorithms/send_recv.h"
+#include "runtime/host/kernel_table.h"
+
+namespace braid::runtime::host {
+
+namespace {
+constexpr int kHostDefaultMaxChannels = 2;
+constexpr uint32_t kP2pSimpleStepBytes = 128 * 1024;
+constexpr uint32_t kP2pLLStepLines = 2048;  // 16 KiB of payload per step
+
+std::vector<transport::PeerPlace> placesOf(const std::vector<PeerInfo>& peers, int rank) {
+  std::vector<transport::PeerPlace> places;
+  for (const PeerInfo& p : peers) {
+    const bool sameHost = p.hostHash == peers[rank].hostHash;
+    places.push_back({sameHost, sameHost && p.pid == peers[rank].pid});
+  }
+  return places;
+}
+}  // namespace
+
+DataPathSettings DataPathSettings::fromParams(const CommConfig& config) {
+  params::Store& p = params::process();
+  DataPathSettings s;
+  int64_t buff = p.integer("NCCL_BUFFSIZE");
+  if (buff < 64 * 1024 || buff > (int64_t(1) << 30)) {
+    BRAID_WARN("NCCL_BUFFSIZE=%lld is outside 64 KiB..1 GiB; using 4194304", static_cast<long long>(buff));
+    buff = 4 << 20;
+  }
+  int64_t llBuff = p.integer("NCCL_LL_BUFFSIZE");
+  if (llBuff < 8 * 1024 || llBuff > (int64_t(1) << 28)) {
+    BRAID_WARN("NCCL_LL_BUFFSIZE=%lld is outside 8 KiB..256 MiB; using 524288", static_cast<long long>(llBuff));
+    llBuff = 512 << 10;
+  }
+  s.ring.simpleStepBytes = static_cast<uint32_t>(buff / kernels::kSteps) & ~63u;
+  s.ring.llStepLines = static_cast<uint32_t>(llBuff / kernels::kSteps / sizeof(kernels::LLLine));
+  s.p2p.simpleStepBytes = kP2pSimpleStepBytes;
+  s.p2p.llStepLines = kP2pLLStepLines;
+  s.shmDisabled = p.integer("NCCL_SHM_DISABLE") == 1;
+  s.threadsPerChannel = static_cast<int>(std::clamp<int64_t>(p.integer("BRAID_HOST_THREADS_PER_CHANNEL"), 1, 64));
+  const int64_t minEnv = p.integer("NCCL_MIN_NCHANNELS");
+  const int64_t maxEnv = p.integer("NCCL_MAX_NCHANNELS");
+  s.limits.maxChannels = std::min<int>(config.maxCTAs, maxEnv > 0 ? static_cast<int>(maxEnv) : kHostDefaultMaxChannels);
+  s.limits.minChannels = std::max<int>(config.minCTAs, minEnv > 0 ? static_cast<int>(minEnv) : 1);
+  s.limits.maxChannels = std::clamp(s.limits.maxChannels, 1, kMaxChannels);
+  s.limits.minChannels = std::clamp(s.limits.minChannels, 1, kMaxChannels);
+  if (s.limits.minChannels > s.limits.maxChannels) s.limits.maxChannels = s.limits.minChannels;
+  s.limits.mask = plan::parseAlgoProto(p.string("NCCL_ALGO"), p.string("NCCL_PROTO"));
+  return s;
+}
+
+DataPath::DataPath(bootstrap::Bootstrap& channel, int rank, const std::vector<PeerInfo>& peers,
+                   const DataPathSettings& settings, const std::string& commTag, const uint32_t* abortWord)
+    : rank_(rank),
+      nRanks_(static_cast<int>(peers.size())),
+      settings_(settings),
+      abort_(abortWord),
+      connector_(channel, rank, placesOf(peers, rank),
+                 transport::ConnectorOptions{settings.ring, settings.p2p, settings.shmDisabled, commTag}),
+      executor_(settings.threadsPerChannel) {}
+
+void DataPath::execute(const std::vector<plan::Task>& tasks) {
+  std::vector<const plan::Task*> peerOps;
+  for (const plan::Task& t : tasks) {
+    if (t.func == kernels::Func::kSendRecv) {
+      peerOps.push_back(&t);
+    } else {
+      runCollective(t);
+    }
+  }
+  if (!peerOps.empty()) runPeers(peerOps);
+}
+
+void DataPath::runCollective(const plan::Task& given) {
+  if (given.count == 0) return;  // every rank has the same count: nothing moves anywhere
+  plan::Task task = given;
+  if (task.scalarAtRun != nullptr) std::memcpy(&task.opArgs.scalarBits, task.scalarAtRun, plan::typeSize(task.dtype));
+  const plan::CollPlan plan = plan::planCollective(task, nRanks_, settings_.limits);
+  const HostCollectiveFn fn = plan.copy ? kCopyFunction : kReductionTable[static_cast<int>(task.red)][task.dtype];
+  if (fn == nullptr) {
+    fail(ncclInvalidUsage, "%s: this operator and type are not instantiated in this build (-Donly_funcs=%s)", task.name,
+         kOnlyFuncs);
+  }
+  connector_.connectRing(plan.nChannels);
+  std::vector<kernels::RingHandle> rings;
+  for (int c = 0; c < plan.nChannels; ++c) rings.push_back(connector_.ring(c));
+  std::atomic<bool> aborted{false};
+  executor_.runChannels(plan.nChannels, [&](int c, HostGroup& g) {
+    if (!fn(g, plan.works[c], rings[c], abort_)) aborted.store(true);
+  });
+  if (aborted.load()) fail(ncclInvalidUsage, "%s: rank %d: the communicator was aborted during the operation", task.name, rank_);
+}
+
+void DataPath::runPeers(const std::vector<const plan::Task*>& ops) {
+  // Sends to and receives from this rank itself are matched in order and copied.
+  std::vector<const plan::Task*> selfSends, selfRecvs;
+  std::vector<int> sendTo, recvFrom;
+  for (const plan::Task* t : ops) {
+    if (t->peer == rank_) {
+      (t->isSend ? selfSends : selfRecvs).push_back(t);
+    } else {
+      (t->isSend ? sendTo : recvFrom).push_back(t->peer);
+    }
+  }
+  if (selfSends.size() != selfRecvs.size()) {
+    fail(ncclInvalidUsage, "rank %d posted %zu sends to itself but %zu receives from itself in one group", rank_,
+         selfSends.size(), selfRecvs.size());
+  }
+  for (size_t i = 0; i < selfSends.size(); ++i) {
+    const size_t sendBytes = selfSends[i]->count * plan::typeSize(selfSends[i]->dtype);
+    const size_t recvBytes = selfRecvs[i]->count * plan::typeSize(selfRecvs[i]->dtype);
+    if (sendBytes != recvBytes) {
+      fail(ncclInvalidUsage, "rank %d sends %zu bytes to itself but receives %zu", rank_, sendBytes, recvBytes);
+    }
+    if (sendBytes > 0 && selfRecvs[i]->recvbuff != selfSends[i]->sendbuff) {
+      std::memmove(selfRecvs[i]->recvbuff, selfSends[i]->sendbuff, sendBytes);
+    }
+  }
+  std::sort(sendTo.begin(), sendTo.end());
+  sendTo.erase(std::unique(sendTo.begin(), sendTo.end()), sendTo.end());
+  std::sort(recvFrom.begin(), recvFrom.end());
+  recvFrom.erase(std::unique(recvFrom.begin(), recvFrom.end()), recvFrom.end());
+  connector_.connectPeers(sendTo, recvFrom);
+
+  // One queue per connection: operations on one connection run in the order they were posted.
+  std::map<std::pair<int, bool>, std::deque<kernels::PeerOp>> queues;
+  for (const plan::Task* t : ops) {
+    if (t->peer == rank_) continue;
+    kernels::PeerOp op{};
+    op.conn = t->isSend ? connector_.peerSend(t->peer) : connector_.peerRecv(t->peer);
+    op.buffer = t->isSend ? const_cast<char*>(static_cast<const char*>(t->sendbuff)) : static_cast<char*>(t->recvbuff);
+    op.bytes = t->count * plan::typeSize(t->dtype);
+    op.proto = plan::peerProtocol(op.bytes);
+    op.isSend = t->isSend;
+    queues[{t->peer, t->isSend}].push_back(op);
+  }
+  for (auto& [key, q] : queues) q.front().step = *q.front().conn.step;
+  uint32_t spins = 0;
+  while (!queues.empty()) {
+    bool moved = false;
+    for (auto it = queues.begin(); it != queues.end();) {
+      auto& q = it->second;
+      kernels::PeerOp& op = q.front();
+      for (int i = 0; i < kernels::kSteps && kernels::tryPeerStep(op); ++i) moved = true;
+      if (op.done >= op.bytes) {
+        *op.conn.step = op.step;
+        q.pop_front();
+        if (q.empty()) {
+          it = queues.erase(it);
+          continue;
+        }
+        q.front().step = *q.front().conn.step;
+        moved = true;
+      }
+      ++it;
+    }
+    spins = moved ? 0 : spins + 1;
+    if ((spins & 63) == 63 && kernels::loadRelaxed(const_cast<uint32_t*>(abort_)) != 0) {
+      fail(ncclInvalidUsage, "rank %d: the communicator was aborted during send/receive", rank_);
+    }
+    kernels::backOff(spins);
+  }
+}
+
+}  // namespace braid::runtime::host

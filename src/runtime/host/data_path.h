@@ -1,0 +1,53 @@
+// The host backend's data path for one communicator: its connections, its executor threads,
+// and the loop that turns a group's tasks into kernel runs.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/config.h"
+#include "comm/peer_info.h"
+#include "plan/planner.h"
+#include "runtime/host/executor.h"
+#include "transport/connector.h"
+
+namespace braid::bootstrap {
+class Bootstrap;
+}
+
+namespace braid::runtime::host {
+
+struct DataPathSettings {
+  transport::FifoSizes ring;
+  transport::FifoSizes p2p;
+  bool shmDisabled = false;
+  int threadsPerChannel = 1;
+  plan::PlanLimits limits;
+
+  /// From the parameter registry and the communicator's config (minCTAs/maxCTAs bound channels).
+  static DataPathSettings fromParams(const CommConfig& config);
+};
+
+class DataPath {
+ public:
+  DataPath(bootstrap::Bootstrap& channel, int rank, const std::vector<PeerInfo>& peers,
+           const DataPathSettings& settings, const std::string& commTag, const uint32_t* abortWord);
+
+  /// Runs one group's tasks of this communicator: collectives in order, then every send and
+  /// receive together. Returns when all are complete; throws on abort or failure.
+  void execute(const std::vector<plan::Task>& tasks);
+
+ private:
+  void runCollective(const plan::Task& task);
+  void runPeers(const std::vector<const plan::Task*>& ops);
+
+  int rank_;
+  int nRanks_;
+  DataPathSettings settings_;
+  const uint32_t* abort_;
+  transport::Connector connector_;
+  Executor executor_;
+};
+
+}  // namespace braid::runtime::host

@@ -1,0 +1,130 @@
+#include "transport/connector.h"
+
+#include <cstring>
+
+#include "bootstrap/bootstrap.h"
+#include "core/log.h"
+#include "core/status.h"
+#include "transport/p2p/p2p_transport.h"
+#include "transport/shm/shm_transport.h"
+
+namespace braid::transport {
+
+namespace {
+constexpr uint32_t kRingTag = 0x52430000;     // + channel: ring descriptors
+constexpr uint32_t kRingAckTag = 0x52410000;  // + channel: "mapped, you may unlink"
+constexpr uint32_t kPeerTag = 0x50430000;
+constexpr uint32_t kPeerAckTag = 0x50410000;
+
+kernels::ConnHandle handleOf(const std::map<int, std::unique_ptr<Connector::End>>& ends, int key, const char* what);
+}  // namespace
+
+Connector::Connector(bootstrap::Bootstrap& channel, int rank, std::vector<PeerPlace> peers, ConnectorOptions options)
+    : channel_(channel),
+      rank_(rank),
+      peers_(std::move(peers)),
+      options_(std::move(options)),
+      nRanks_(static_cast<int>(peers_.size())) {}
+
+Connector::~Connector() = default;
+
+std::unique_ptr<Connector::End> Connector::createReceiver(int peer, const FifoSizes& sizes, const std::string& what,
+                                                          Descriptor* d) {
+  auto end = std::make_unique<End>();
+  const PeerPlace& place = peers_[peer];
+  if (place.sameProcess) {
+    end->memory = p2p::create(sizes, d);
+  } else if (place.sameHost && !options_.shmDisabled) {
+    end->memory = shm::create(sizes, options_.commTag + "-" + std::to_string(rank_) + "-" + std::to_string(peer) + "-" + what, d);
+  } else if (place.sameHost) {
+    fail(ncclSystemError, "rank %d and rank %d are processes on one host but NCCL_SHM_DISABLE=1 and Braid has no "
+                          "network transport yet; unset NCCL_SHM_DISABLE", rank_, peer);
+  } else {
+    fail(ncclSystemError, "rank %d and rank %d are on different hosts; Braid has no network transport yet", rank_, peer);
+  }
+  BRAID_INFO(log::kInit | (place.sameProcess ? log::kP2p : log::kShm), "channel %s: rank %d <- rank %d via %s",
+             what.c_str(), rank_, peer, place.sameProcess ? "P2P/in-process" : "SHM");
+  return end;
+}
+
+std::unique_ptr<Connector::End> Connector::importSender(int peer, const Descriptor& d) {
+  auto end = std::make_unique<End>();
+  if (d.kind == Kind::kP2p) {
+    end->memory = p2p::import(d);
+  } else if (d.kind == Kind::kShm) {
+    end->memory = shm::import(d);
+  } else {
+    fail(ncclInternalError, "rank %d sent a connection descriptor of unknown kind %u", peer, static_cast<unsigned>(d.kind));
+  }
+  return end;
+}
+
+void Connector::connectRing(int nChannels) {
+  if (nRanks_ == 1) return;
+  const int next = (rank_ + 1) % nRanks_;
+  const int prev = (rank_ + nRanks_ - 1) % nRanks_;
+  for (int c = 0; c < nChannels; ++c) {
+    if (ringSend_.count(c) != 0) continue;
+    Descriptor mine, theirs;
+    auto recvEnd = createReceiver(prev, options_.ring, "ring" + std::to_string(c), &mine);
+    channel_.send(prev, kRingTag + c, &mine, sizeof(mine));
+    channel_.recv(next, kRingTag + c, &theirs, sizeof(theirs));
+    auto sendEnd = importSender(next, theirs);
+    if (theirs.kind == Kind::kShm) channel_.send(next, kRingAckTag + c, &rank_, sizeof(rank_));
+    if (mine.kind == Kind::kShm) {
+      int ack = -1;
+      channel_.recv(prev, kRingAckTag + c, &ack, sizeof(ack));
+      shm::unlinkName(mine);
+    }
+    ringRecv_[c] = std::move(recvEnd);
+    ringSend_[c] = std::move(sendEnd);
+  }
+}
+
+kernels::RingHandle Connector::ring(int channel) const {
+  kernels::RingHandle r{};
+  r.nRanks = nRanks_;
+  r.index = rank_;
+  if (nRanks_ > 1) {
+    r.send = handleOf(ringSend_, channel, "ring send");
+    r.recv = handleOf(ringRecv_, channel, "ring receive");
+  }
+  return r;
+}
+
+void Connector::connectPeers(const std::vector<int>& sendTo, const std::vector<int>& recvFrom) {
+  std::vector<std::pair<int, Descriptor>> created;
+  for (int peer : recvFrom) {
+    if (peer == rank_ || peerRecv_.count(peer) != 0) continue;
+    Descriptor d;
+    peerRecv_[peer] = createReceiver(peer, options_.p2p, "p2p", &d);
+    channel_.send(peer, kPeerTag, &d, sizeof(d));
+    created.emplace_back(peer, d);
+  }
+  for (int peer : sendTo) {
+    if (peer == rank_ || peerSend_.count(peer) != 0) continue;
+    Descriptor d;
+    channel_.recv(peer, kPeerTag, &d, sizeof(d));
+    peerSend_[peer] = importSender(peer, d);
+    if (d.kind == Kind::kShm) channel_.send(peer, kPeerAckTag, &rank_, sizeof(rank_));
+  }
+  for (auto& [peer, d] : created) {
+    if (d.kind != Kind::kShm) continue;
+    int ack = -1;
+    channel_.recv(peer, kPeerAckTag, &ack, sizeof(ack));
+    shm::unlinkName(d);
+  }
+}
+
+kernels::ConnHandle Connector::peerSend(int peer) const { return handleOf(peerSend_, peer, "send"); }
+kernels::ConnHandle Connector::peerRecv(int peer) const { return handleOf(peerRecv_, peer, "receive"); }
+
+namespace {
+kernels::ConnHandle handleOf(const std::map<int, std::unique_ptr<Connector::End>>& ends, int key, const char* what) {
+  auto it = ends.find(key);
+  if (it == ends.end()) fail(ncclInternalError, "no %s connection %d", what, key);
+  return it->second->memory->handle(&it->second->step);
+}
+}  // namespace
+
+}  // namespace braid::transport

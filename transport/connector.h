@@ -1,0 +1,72 @@
+// The connections of one communicator: created lazily, the first time an algorithm needs a
+// peer, through the bootstrap's tagged messages, and reused afterwards.
+//
+// The transport for a pair of ranks follows from where they run: threads of one process use
+// transport/p2p, processes on one host transport/shm (unless NCCL_SHM_DISABLE=1); ranks on
+// different hosts need the network transport, which does not exist yet (a clear error).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/fifo.h"
+
+namespace braid::bootstrap {
+class Bootstrap;
+}
+
+namespace braid::transport {
+
+/// Where a peer runs relative to this rank.
+struct PeerPlace {
+  bool sameHost;
+  bool sameProcess;
+};
+
+struct ConnectorOptions {
+  FifoSizes ring;      ///< FIFOs of collective (ring) connections
+  FifoSizes p2p;       ///< FIFOs of send/recv connections
+  bool shmDisabled;    ///< NCCL_SHM_DISABLE
+  std::string commTag; ///< unique per communicator: names shared-memory segments
+};
+
+class Connector {
+ public:
+  Connector(bootstrap::Bootstrap& channel, int rank, std::vector<PeerPlace> peers, ConnectorOptions options);
+  ~Connector();
+
+  /// Collective: every rank calls it with the same nChannels. Connects each ring channel
+  /// (send to the next rank, receive from the previous) that is not connected yet.
+  void connectRing(int nChannels);
+  kernels::RingHandle ring(int channel) const;
+
+  /// Connects what this rank's send/recv operations need. Deadlock-free when every send has its
+  /// matching receive in the peer's call: descriptors for our receives go out before we wait
+  /// for the descriptors of our sends.
+  void connectPeers(const std::vector<int>& sendTo, const std::vector<int>& recvFrom);
+  kernels::ConnHandle peerSend(int peer) const;
+  kernels::ConnHandle peerRecv(int peer) const;
+
+  /// One end of a connection: its FIFO memory and this rank's step counter on it.
+  struct End {
+    std::unique_ptr<FifoMemory> memory;
+    uint64_t step = 0;
+  };
+
+ private:
+  /// Receiver side of a new connection from `peer`: the memory, and the descriptor sent to it.
+  std::unique_ptr<End> createReceiver(int peer, const FifoSizes& sizes, const std::string& what, Descriptor* d);
+  std::unique_ptr<End> importSender(int peer, const Descriptor& d);
+
+  bootstrap::Bootstrap& channel_;
+  int rank_;
+  std::vector<PeerPlace> peers_;
+  ConnectorOptions options_;
+  std::map<int, std::unique_ptr<End>> ringSend_, ringRecv_;  // by channel
+  std::map<int, std::unique_ptr<End>> peerSend_, peerRecv_;  // by peer rank
+  int nRanks_;
+};
+
+}  // namespace braid::transport

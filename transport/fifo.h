@@ -1,0 +1,53 @@
+// The memory of one connection's FIFOs, and how its two ends find it.
+//
+// The receiver owns the memory: two counters on their own cache lines (tail, written by the
+// sender; head, written by the receiver), then kSteps Simple slots, then kSteps LL slots.
+// Where the memory lives is the transport's choice: the receiver's heap when both ranks are
+// threads of one process (transport/p2p), a POSIX shared-memory segment when they are
+// processes on one host (transport/shm). The receiver describes it in a Descriptor that
+// travels to the sender over the bootstrap channel.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kernels/work.h"
+
+namespace braid::transport {
+
+/// Sizes of one connection's FIFOs.
+struct FifoSizes {
+  uint32_t simpleStepBytes;
+  uint32_t llStepLines;
+  uint64_t bytes() const;  ///< total bytes of the FIFO memory, counters included
+};
+
+enum class Kind : uint32_t { kP2p = 1, kShm = 2 };
+
+/// What the sender needs to reach the receiver's FIFO memory.
+struct Descriptor {
+  Kind kind;
+  int32_t ownerPid;
+  uint64_t address;  ///< kP2p: the memory's address in the (shared) process
+  uint64_t bytes;
+  FifoSizes sizes;
+  char shmName[64];  ///< kShm: the segment's name
+};
+static_assert(std::is_trivially_copyable_v<Descriptor>);
+
+/// One end's view of the FIFO memory: owner (receiver) or importer (sender).
+class FifoMemory {
+ public:
+  virtual ~FifoMemory() = default;
+  virtual char* base() const = 0;
+  const FifoSizes& sizes() const { return sizes_; }
+  /// The kernel-facing handle for this end, stepping with `step` (this rank's counter).
+  kernels::ConnHandle handle(uint64_t* step) const;
+
+ protected:
+  explicit FifoMemory(const FifoSizes& sizes) : sizes_(sizes) {}
+  FifoSizes sizes_;
+};
+
+}  // namespace braid::transport
