@@ -38,6 +38,9 @@ class DataPath {
   /// receive together. Returns when all are complete; throws on abort or failure.
   void execute(const std::vector<plan::Task>& tasks);
 
+  /// The planner's bounds (channels, protocols); tests narrow them to force a choice.
+  plan::PlanLimits& limits() { return settings_.limits; }
+
  private:
   void runCollective(const plan::Task& task);
   void runPeers(const std::vector<const plan::Task*>& ops);

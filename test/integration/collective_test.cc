@@ -1,0 +1,432 @@
+// Collectives through the public API, swept over functions, types, ops, counts, rank counts,
+// threads/processes, in/out of place, protocols and channel counts. CI runs a seeded sample
+// that covers every pair of values of any two dimensions; BRAID_TEST_FULL=1 runs everything.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "harness/ranks.h"
+#include "kernels/types.h"
+#include "plan/task.h"
+#include "runtime/host/data_path.h"
+#include "test_env.h"
+
+using namespace braid;
+using braid::test::expect;
+
+namespace {
+
+enum class Coll { kAllReduce, kReduceScatter, kReduce, kAllGather, kBroadcast, kAlltoAll, kGather, kScatter, kCount };
+const char* const kCollNames[] = {"AllReduce", "ReduceScatter", "Reduce", "AllGather", "Broadcast", "AlltoAll", "Gather", "Scatter"};
+const ncclRedOp_t kOps[] = {ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg, static_cast<ncclRedOp_t>(-1) /* PreMulSum */};
+const char* const kOpNames[] = {"sum", "prod", "max", "min", "avg", "premulsum"};
+const size_t kCounts[] = {0, 1, 7, 1000, (1 << 20) + 3};
+const int kRanks[] = {1, 2, 3, 4, 8};
+
+struct Case {
+  int coll, dtype, op, count, ranks, processes, inPlace, proto, channels;
+  std::string describe() const {
+    return std::string(kCollNames[coll]) + " dtype=" + std::to_string(dtype) + " op=" + kOpNames[op] +
+           " count=" + std::to_string(kCounts[count]) + " ranks=" + std::to_string(kRanks[ranks]) +
+           (processes ? " processes" : " threads") + (inPlace ? " in-place" : " out-of-place") +
+           (proto == 0 ? " LL" : " Simple") + " channels=" + std::to_string(channels ? 3 : 1);
+  }
+};
+constexpr int kDims = 9;
+const int kDimSizes[kDims] = {static_cast<int>(Coll::kCount), ncclNumTypes, 6, 5, 5, 2, 2, 2, 2};
+
+int& dim(Case& c, int d) {
+  int* fields[] = {&c.coll, &c.dtype, &c.op, &c.count, &c.ranks, &c.processes, &c.inPlace, &c.proto, &c.channels};
+  return *fields[d];
+}
+
+/// A greedy pairwise covering sample: every value of every dimension meets every value of
+/// every other dimension in at least one case. Seeded, so CI runs the same cases each time.
+std::vector<Case> pairwiseCases(unsigned seed) {
+  std::mt19937 rng(seed);
+  std::set<std::tuple<int, int, int, int>> uncovered;
+  for (int a = 0; a < kDims; ++a)
+    for (int b = a + 1; b < kDims; ++b)
+      for (int x = 0; x < kDimSizes[a]; ++x)
+        for (int y = 0; y < kDimSizes[b]; ++y) uncovered.insert({a, x, b, y});
+  std::vector<Case> cases;
+  while (!uncovered.empty()) {
+    Case best{};
+    size_t bestGain = 0;
+    const auto& target = *uncovered.begin();  // make sure each round covers something new
+    for (int attempt = 0; attempt < 60; ++attempt) {
+      Case c{};
+      for (int d = 0; d < kDims; ++d) dim(c, d) = static_cast<int>(rng() % kDimSizes[d]);
+      dim(c, std::get<0>(target)) = std::get<1>(target);
+      dim(c, std::get<2>(target)) = std::get<3>(target);
+      size_t gain = 0;
+      for (int a = 0; a < kDims; ++a)
+        for (int b = a + 1; b < kDims; ++b) gain += uncovered.count({a, dim(c, a), b, dim(c, b)});
+      if (gain > bestGain) {
+        bestGain = gain;
+        best = c;
+      }
+    }
+    for (int a = 0; a < kDims; ++a)
+      for (int b = a + 1; b < kDims; ++b) uncovered.erase({a, dim(best, a), b, dim(best, b)});
+    cases.push_back(best);
+  }
+  return cases;
+}
+
+// ---- element values ----------------------------------------------------------------------
+
+size_t sizeOf(int t) { return plan::typeSize(static_cast<ncclDataType_t>(t)); }
+bool isFloat(int t) { return t >= ncclFloat16 && t != ncclInt8; }
+bool isSmall(int t) { return t == ncclFloat8e4m3 || t == ncclFloat8e5m2; }
+
+void store(int t, void* p, double v) {
+  switch (t) {
+    case ncclInt8: *static_cast<int8_t*>(p) = static_cast<int8_t>(v); break;
+    case ncclUint8: *static_cast<uint8_t*>(p) = static_cast<uint8_t>(v); break;
+    case ncclInt32: *static_cast<int32_t*>(p) = static_cast<int32_t>(v); break;
+    case ncclUint32: *static_cast<uint32_t*>(p) = static_cast<uint32_t>(v); break;
+    case ncclInt64: *static_cast<int64_t*>(p) = static_cast<int64_t>(v); break;
+    case ncclUint64: *static_cast<uint64_t*>(p) = static_cast<uint64_t>(v); break;
+    case ncclFloat16: *static_cast<kernels::Half*>(p) = kernels::toHalf(static_cast<float>(v)); break;
+    case ncclFloat32: *static_cast<float*>(p) = static_cast<float>(v); break;
+    case ncclFloat64: *static_cast<double*>(p) = v; break;
+    case ncclBfloat16: *static_cast<kernels::BFloat16*>(p) = kernels::toBFloat16(static_cast<float>(v)); break;
+    case ncclFloat8e4m3: *static_cast<kernels::Fp8E4M3*>(p) = kernels::toFp8E4M3(static_cast<float>(v)); break;
+    default: *static_cast<kernels::Fp8E5M2*>(p) = kernels::toFp8E5M2(static_cast<float>(v)); break;
+  }
+}
+
+double load(int t, const void* p) {
+  switch (t) {
+    case ncclInt8: return *static_cast<const int8_t*>(p);
+    case ncclUint8: return *static_cast<const uint8_t*>(p);
+    case ncclInt32: return *static_cast<const int32_t*>(p);
+    case ncclUint32: return *static_cast<const uint32_t*>(p);
+    case ncclInt64: return static_cast<double>(*static_cast<const int64_t*>(p));
+    case ncclUint64: return static_cast<double>(*static_cast<const uint64_t*>(p));
+    case ncclFloat16: return kernels::toFloat(*static_cast<const kernels::Half*>(p));
+    case ncclFloat32: return *static_cast<const float*>(p);
+    case ncclFloat64: return *static_cast<const double*>(p);
+    case ncclBfloat16: return kernels::toFloat(*static_cast<const kernels::BFloat16*>(p));
+    case ncclFloat8e4m3: return kernels::toFloat(*static_cast<const kernels::Fp8E4M3*>(p));
+    default: return kernels::toFloat(*static_cast<const kernels::Fp8E5M2*>(p));
+  }
+}
+
+/// Inputs whose reduction is exact in every type and whatever the order.
+double inputValue(int op, int t, int rank, uint64_t i) {
+  switch (op) {
+    case 1: return (rank + i) % 4 == 0 ? 2 : 1;                        // prod: at most two 2s among 8 ranks
+    case 2:
+    case 3: return static_cast<double>((rank * 3 + i) % (isSmall(t) ? 7 : 11));  // max, min
+    default: return static_cast<double>((rank + i) % (isSmall(t) ? 2 : 5));     // sum, avg, premulsum
+  }
+}
+
+double expectedReduction(int op, int t, int nRanks, uint64_t i) {
+  double acc = inputValue(op, t, 0, i);
+  for (int r = 1; r < nRanks; ++r) {
+    const double v = inputValue(op, t, r, i);
+    switch (op) {
+      case 1: acc *= v; break;
+      case 2: acc = std::max(acc, v); break;
+      case 3: acc = std::min(acc, v); break;
+      default: acc += v; break;
+    }
+  }
+  if (op == 4) acc = isFloat(t) ? acc / nRanks : std::floor(acc / nRanks);
+  if (op == 5) acc *= 2;  // every rank's scalar is 2
+  return acc;
+}
+
+/// Byte pattern for the copy collectives: distinct per rank and position.
+uint8_t patternByte(int rank, uint64_t byte) { return static_cast<uint8_t>(rank * 131 + byte * 7 + 1); }
+
+bool closeEnough(int op, int t, double got, double want) {
+  if (op == 4 && isFloat(t)) return std::fabs(got - want) <= 0.13 * std::fabs(want) + 1e-6;  // 1/n rounds
+  return got == want;
+}
+
+// ---- one case, on one rank ------------------------------------------------------------------
+
+void runRank(const Case& c, const ncclUniqueId& id, int rank) {
+  const int n = kRanks[c.ranks];
+  const int t = c.dtype;
+  const size_t es = sizeOf(t);
+  size_t count = kCounts[c.count];
+  const Coll coll = static_cast<Coll>(c.coll);
+  const bool blockwise = coll == Coll::kAlltoAll || coll == Coll::kGather || coll == Coll::kScatter ||
+                         coll == Coll::kAllGather || coll == Coll::kReduceScatter;
+  if (blockwise && count * es * n > (16u << 20)) count = ((16u << 20) / es / n) | 1;  // keep memory bounded
+  const int root = n - 1 - (c.count % n);
+  ncclComm_t comm = nullptr;
+  EXPECT_OK(ncclCommInitRank(&comm, n, id, rank));
+  plan::PlanLimits& limits = comm->dataPath().limits();
+  for (auto& p : limits.mask.protos) p = 1u << (c.proto == 0 ? 0 : 2);
+  limits.minChannels = limits.maxChannels = c.channels ? 3 : 1;
+
+  const size_t inBlocks = (coll == Coll::kReduceScatter || coll == Coll::kAlltoAll || coll == Coll::kScatter) ? n : 1;
+  const size_t outBlocks = (coll == Coll::kAllGather || coll == Coll::kAlltoAll || coll == Coll::kGather) ? n : 1;
+  std::vector<char> in(std::max<size_t>(1, count * inBlocks * es)), out(std::max<size_t>(1, count * outBlocks * es));
+  const bool reduction = coll == Coll::kAllReduce || coll == Coll::kReduceScatter || coll == Coll::kReduce;
+  for (size_t b = 0; b < inBlocks; ++b) {
+    for (size_t i = 0; i < count; ++i) {
+      char* p = in.data() + (b * count + i) * es;
+      if (reduction) {
+        store(t, p, inputValue(c.op, t, rank, i + b * count));
+      } else {
+        for (size_t k = 0; k < es; ++k) p[k] = static_cast<char>(patternByte(rank, (b * count + i) * es + k));
+      }
+    }
+  }
+  std::memset(out.data(), 0x5a, out.size());
+
+  ncclRedOp_t op = kOps[c.op];
+  std::vector<char> two(8);  // read when the operation runs (ncclScalarDevice): must outlive it
+  if (c.op == 5) {
+    store(t, two.data(), 2.0);
+    EXPECT_OK(ncclRedOpCreatePreMulSum(&op, two.data(), static_cast<ncclDataType_t>(t),
+                                       rank % 2 ? ncclScalarHostImmediate : ncclScalarDevice, comm));
+  }
+  // In place: the input is the right block of the output (or the same buffer).
+  const void* send = in.data();
+  void* recv = out.data();
+  if (c.inPlace) {
+    if (coll == Coll::kAllGather) {
+      std::memcpy(out.data() + rank * count * es, in.data(), count * es);
+      send = out.data() + rank * count * es;
+    } else if (coll == Coll::kReduceScatter) {
+      recv = in.data() + rank * count * es;
+    } else if (coll == Coll::kAllReduce || coll == Coll::kReduce || coll == Coll::kBroadcast) {
+      std::memcpy(out.data(), in.data(), count * es);
+      send = out.data();
+    }
+  }
+  const auto dt = static_cast<ncclDataType_t>(t);
+  switch (coll) {
+    case Coll::kAllReduce: EXPECT_OK(ncclAllReduce(send, recv, count, dt, op, comm, nullptr)); break;
+    case Coll::kReduceScatter: EXPECT_OK(ncclReduceScatter(send, recv, count, dt, op, comm, nullptr)); break;
+    case Coll::kReduce: EXPECT_OK(ncclReduce(send, recv, count, dt, op, root, comm, nullptr)); break;
+    case Coll::kAllGather: EXPECT_OK(ncclAllGather(send, recv, count, dt, comm, nullptr)); break;
+    case Coll::kBroadcast: EXPECT_OK(ncclBroadcast(send, recv, count, dt, root, comm, nullptr)); break;
+    case Coll::kAlltoAll: EXPECT_OK(ncclAlltoAll(send, recv, count, dt, comm, nullptr)); break;
+    case Coll::kGather: EXPECT_OK(ncclGather(send, recv, count, dt, root, comm, nullptr)); break;
+    default: EXPECT_OK(ncclScatter(send, recv, count, dt, root, comm, nullptr)); break;
+  }
+  if (c.op == 5) EXPECT_OK(ncclRedOpDestroy(op, comm));
+
+  // Check.
+  const char* result = static_cast<const char*>(recv);
+  auto checkReduced = [&](const char* base, uint64_t offset) {
+    for (size_t i = 0; i < count; ++i) {
+      const double got = load(t, base + i * es);
+      const double want = expectedReduction(c.op, t, n, i + offset);
+      expect(closeEnough(c.op, t, got, want), "element " + std::to_string(i) + " is " + std::to_string(got) +
+                                                   ", expected " + std::to_string(want));
+    }
+  };
+  auto checkBytes = [&](const char* base, int fromRank, uint64_t firstByte, size_t bytes) {
+    for (size_t k = 0; k < bytes; ++k) {
+      expect(static_cast<uint8_t>(base[k]) == patternByte(fromRank, firstByte + k),
+             "byte " + std::to_string(k) + " from rank " + std::to_string(fromRank) + " is wrong");
+    }
+  };
+  switch (coll) {
+    case Coll::kAllReduce: checkReduced(result, 0); break;
+    case Coll::kReduceScatter: checkReduced(result, rank * count); break;
+    case Coll::kReduce:
+      if (rank == root) checkReduced(result, 0);
+      break;
+    case Coll::kAllGather:
+      for (int r = 0; r < n; ++r) checkBytes(result + r * count * es, r, 0, count * es);
+      break;
+    case Coll::kBroadcast: checkBytes(result, root, 0, count * es); break;
+    case Coll::kAlltoAll:
+      for (int r = 0; r < n; ++r) checkBytes(result + r * count * es, r, rank * count * es, count * es);
+      break;
+    case Coll::kGather:
+      if (rank == root) {
+        for (int r = 0; r < n; ++r) checkBytes(result + r * count * es, r, 0, count * es);
+      }
+      break;
+    default: checkBytes(result, root, rank * count * es, count * es); break;
+  }
+  EXPECT_OK(ncclCommDestroy(comm));
+}
+
+std::string runCase(const Case& c) {
+  ncclUniqueId id;
+  if (ncclGetUniqueId(&id) != ncclSuccess) return "ncclGetUniqueId failed";
+  auto body = [&c, id](int rank) { runRank(c, id, rank); };
+  return c.processes ? test::runProcesses(kRanks[c.ranks], body, std::chrono::seconds(120))
+                     : test::runThreads(kRanks[c.ranks], body, std::chrono::seconds(120));
+}
+
+}  // namespace
+
+TEST_CASE("collectives: pairwise sweep over function, type, op, count, ranks, mode, place, protocol, channels",
+          "[integration][collectives]") {
+  std::vector<Case> cases;
+  if (std::getenv("BRAID_TEST_FULL") != nullptr) {
+    Case c{};
+    std::function<void(int)> all = [&](int d) {
+      if (d == kDims) {
+        cases.push_back(c);
+        return;
+      }
+      for (int v = 0; v < kDimSizes[d]; ++v) {
+        dim(c, d) = v;
+        all(d + 1);
+      }
+    };
+    all(0);
+  } else {
+    cases = pairwiseCases(20261129);
+  }
+  INFO(cases.size() << " cases");
+  for (const Case& c : cases) {
+    INFO(c.describe());
+    REQUIRE(runCase(c) == "");
+  }
+}
+
+TEST_CASE("every type and op on 3 ranks, LL and Simple", "[integration][collectives]") {
+  for (int t = 0; t < ncclNumTypes; ++t) {
+    for (int op = 0; op < 6; ++op) {
+      for (int proto = 0; proto < 2; ++proto) {
+        Case c{static_cast<int>(Coll::kAllReduce), t, op, 3 /*1000*/, 2 /*3 ranks*/, 0, 0, proto, 1};
+        INFO(c.describe());
+        REQUIRE(runCase(c) == "");
+      }
+    }
+  }
+}
+
+TEST_CASE("random floats reduce to bit-identical results on every rank, run after run", "[integration][collectives]") {
+  const int n = 3;
+  const size_t count = 300001;
+  std::vector<std::vector<float>> results(2 * n);
+  for (int run = 0; run < 2; ++run) {
+    ncclUniqueId id;
+    REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+    REQUIRE(test::runThreads(n, [&](int rank) {
+      std::mt19937 rng(1234 + rank);
+      std::uniform_real_distribution<float> u(-1000, 1000);
+      std::vector<float> in(count);
+      for (auto& x : in) x = u(rng);
+      ncclComm_t comm = nullptr;
+      EXPECT_OK(ncclCommInitRank(&comm, n, id, rank));
+      results[run * n + rank].resize(count);
+      EXPECT_OK(ncclAllReduce(in.data(), results[run * n + rank].data(), count, ncclFloat, ncclSum, comm, nullptr));
+      EXPECT_OK(ncclCommDestroy(comm));
+    }) == "");
+  }
+  for (size_t r = 1; r < results.size(); ++r) {
+    CHECK(std::memcmp(results[0].data(), results[r].data(), count * sizeof(float)) == 0);
+  }
+}
+
+TEST_CASE("one thread drives every rank of a ncclCommInitAll set in one group", "[integration][collectives][group]") {
+  const int n = 4;
+  const size_t count = 100003;
+  std::vector<ncclComm_t> comms(n);
+  REQUIRE(ncclCommInitAll(comms.data(), n, nullptr) == ncclSuccess);
+  std::vector<std::vector<int32_t>> in(n, std::vector<int32_t>(count)), out(n, std::vector<int32_t>(count, -1));
+  for (int r = 0; r < n; ++r)
+    for (size_t i = 0; i < count; ++i) in[r][i] = static_cast<int32_t>(r * 1000 + i % 13);
+  REQUIRE(ncclGroupStart() == ncclSuccess);
+  for (int r = 0; r < n; ++r) {
+    REQUIRE(ncclAllReduce(in[r].data(), out[r].data(), count, ncclInt32, ncclSum, comms[r], nullptr) == ncclSuccess);
+  }
+  REQUIRE(ncclGroupEnd() == ncclSuccess);
+  for (int r = 0; r < n; ++r) {
+    for (size_t i = 0; i < count; i += 997) CHECK(out[r][i] == static_cast<int32_t>(6000 + 4 * (i % 13)));
+  }
+  // Sends and receives of all ranks in one group: a ring shift, larger than any FIFO.
+  REQUIRE(ncclGroupStart() == ncclSuccess);
+  for (int r = 0; r < n; ++r) {
+    REQUIRE(ncclSend(in[r].data(), count, ncclInt32, (r + 1) % n, comms[r], nullptr) == ncclSuccess);
+    REQUIRE(ncclRecv(out[r].data(), count, ncclInt32, (r + n - 1) % n, comms[r], nullptr) == ncclSuccess);
+  }
+  REQUIRE(ncclGroupEnd() == ncclSuccess);
+  for (int r = 0; r < n; ++r) CHECK(out[r] == in[(r + n - 1) % n]);
+  for (auto c : comms) REQUIRE(ncclCommDestroy(c) == ncclSuccess);
+}
+
+TEST_CASE("point to point: ring shift, self, uneven sizes, several messages per peer", "[integration][p2p]") {
+  const int n = 3;
+  auto makeBody = [&] {
+    ncclUniqueId id;
+    REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+    return [id, n](int rank) {
+      ncclComm_t comm = nullptr;
+      EXPECT_OK(ncclCommInitRank(&comm, n, id, rank));
+      const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+      // Uneven: rank r sends 5000*(r+1)+r bytes to next; two messages to next per group; plus self.
+      const size_t big = 5000 * (rank + 1) + rank, bigIn = 5000 * (prev + 1) + prev;
+      std::vector<uint8_t> a(big), b(300000), self(77, static_cast<uint8_t>(rank));
+      for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<uint8_t>(i * 3 + rank);
+      for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint8_t>(i * 5 + rank);
+      std::vector<uint8_t> ra(bigIn), rb(300000), rself(77);
+      EXPECT_OK(ncclGroupStart());
+      EXPECT_OK(ncclSend(a.data(), a.size(), ncclUint8, next, comm, nullptr));
+      EXPECT_OK(ncclSend(b.data(), b.size(), ncclUint8, next, comm, nullptr));
+      EXPECT_OK(ncclRecv(ra.data(), ra.size(), ncclUint8, prev, comm, nullptr));
+      EXPECT_OK(ncclRecv(rb.data(), rb.size(), ncclUint8, prev, comm, nullptr));
+      EXPECT_OK(ncclSend(self.data(), self.size(), ncclUint8, rank, comm, nullptr));
+      EXPECT_OK(ncclRecv(rself.data(), rself.size(), ncclUint8, rank, comm, nullptr));
+      EXPECT_OK(ncclGroupEnd());
+      for (size_t i = 0; i < ra.size(); ++i) expect(ra[i] == static_cast<uint8_t>(i * 3 + prev), "first message");
+      for (size_t i = 0; i < rb.size(); ++i) expect(rb[i] == static_cast<uint8_t>(i * 5 + prev), "second message");
+      expect(rself == self, "self message");
+      EXPECT_OK(ncclCommDestroy(comm));
+    };
+  };
+  REQUIRE(test::runBoth(n, makeBody) == "");
+}
+
+TEST_CASE("bad collective arguments are named and nothing runs", "[integration][collectives]") {
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  ncclComm_t comm = nullptr, other = nullptr;
+  REQUIRE(ncclCommInitRank(&comm, 1, id, 0) == ncclSuccess);
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  REQUIRE(ncclCommInitRank(&other, 1, id, 0) == ncclSuccess);
+  float x[4] = {1, 2, 3, 4};
+  auto last = [] { return std::string(ncclGetLastError(nullptr)); };
+  CHECK(ncclAllReduce(nullptr, x, 4, ncclFloat, ncclSum, comm, nullptr) == ncclInvalidArgument);
+  CHECK(last() == "ncclAllReduce: sendbuff is NULL with count 4");
+  CHECK(ncclAllReduce(x, x, 4, static_cast<ncclDataType_t>(12), ncclSum, comm, nullptr) == ncclInvalidArgument);
+  CHECK_THAT(last(), Catch::Contains("datatype is 12"));
+  CHECK(ncclAllReduce(x, x, 4, ncclFloat, static_cast<ncclRedOp_t>(9), comm, nullptr) == ncclInvalidArgument);
+  CHECK_THAT(last(), Catch::Contains("op 9"));
+  CHECK(ncclBroadcast(x, x, 4, ncclFloat, 1, comm, nullptr) == ncclInvalidArgument);
+  CHECK_THAT(last(), Catch::Contains("root is 1"));
+  CHECK(ncclSend(x, 4, ncclFloat, -1, comm, nullptr) == ncclInvalidArgument);
+  CHECK_THAT(last(), Catch::Contains("peer is -1"));
+  CHECK(ncclAllReduce(x, x, 4, ncclFloat, ncclSum, nullptr, nullptr) == ncclInvalidArgument);
+  float scalar = 2;
+  ncclRedOp_t op;
+  REQUIRE(ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat, ncclScalarHostImmediate, other) == ncclSuccess);
+  CHECK(ncclAllReduce(x, x, 4, ncclFloat, op, comm, nullptr) == ncclInvalidArgument);
+  CHECK_THAT(last(), Catch::Contains("not one created on this communicator") || Catch::Contains("neither"));
+  CHECK(ncclAllReduce(x, x, 4, ncclDouble, op, other, nullptr) == ncclInvalidArgument);
+  CHECK_THAT(last(), Catch::Contains("created for datatype 7"));
+  REQUIRE(ncclRedOpDestroy(op, other) == ncclSuccess);
+  CHECK(ncclRedOpDestroy(op, other) == ncclInvalidArgument);
+  // Nothing ran: x is untouched, and a NULL buffer with count 0 is fine.
+  CHECK((x[0] == 1 && x[3] == 4));
+  CHECK(ncclAllReduce(nullptr, nullptr, 0, ncclFloat, ncclSum, comm, nullptr) == ncclSuccess);
+  // Reduce's receive buffer off the root may be NULL (here the only rank is the root).
+  CHECK(ncclReduce(x, nullptr, 4, ncclFloat, ncclSum, 0, comm, nullptr) == ncclInvalidArgument);
+  CHECK_THAT(last(), Catch::Contains("recvbuff is NULL"));
+  REQUIRE(ncclCommDestroy(other) == ncclSuccess);
+  REQUIRE(ncclCommDestroy(comm) == ncclSuccess);
+}
