@@ -1,0 +1,4 @@
+// all_gather_perf: AllGather with nccl-tests' flags and table (see perf.h).
+#include "perf/perf.h"
+
+int main(int argc, char** argv) { return braid::perf::run(braid::perf::Coll::kAllGather, argc, argv); }

@@ -1,0 +1,4 @@
+// alltoall_perf: AlltoAll with nccl-tests' flags and table (see perf.h).
+#include "perf/perf.h"
+
+int main(int argc, char** argv) { return braid::perf::run(braid::perf::Coll::kAlltoAll, argc, argv); }

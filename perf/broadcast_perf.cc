@@ -1,0 +1,4 @@
+// broadcast_perf: Broadcast with nccl-tests' flags and table (see perf.h).
+#include "perf/perf.h"
+
+int main(int argc, char** argv) { return braid::perf::run(braid::perf::Coll::kBroadcast, argc, argv); }
