@@ -27,7 +27,7 @@ BRAID_INLINE bool allGatherRing(Group& g, const CollWork& w, const RingHandle& r
   for (uint64_t base = 0; base < total && ok; base += slice) {
     const uint64_t cnt = total - base < slice ? total - base : slice;
     const uint64_t off = w.channelOffset + base;
-    ok = prims.step(kInput | kOutput | (n > 1 ? kSend : 0), advance(in, base), advance(out, me * block + off), cnt);
+    ok = prims.step(kInput | kOutput | (n > 1 ? uint32_t(kSend) : 0u), advance(in, base), advance(out, me * block + off), cnt);
     for (int k = 1; k < n - 1 && ok; ++k) {
       ok = prims.step(kRecv | kOutput | kSend, nullptr, advance(out, ((me + n - k) % n) * block + off), cnt);
     }

@@ -22,9 +22,9 @@ BRAID_INLINE bool broadcastRing(Group& g, const CollWork& w, const RingHandle& r
   Primitives<T, Red, Group> prims(g, send, recv, w.proto, Red(w.opArgs), abortFlag);
   uint32_t flags;
   if (fromRoot == 0) {
-    flags = kInput | kOutput | (n > 1 ? kSend : 0);
+    flags = kInput | kOutput | (n > 1 ? uint32_t(kSend) : 0u);
   } else {
-    flags = kRecv | kOutput | (fromRoot != n - 1 ? kSend : 0);
+    flags = kRecv | kOutput | (fromRoot != n - 1 ? uint32_t(kSend) : 0u);
   }
   const uint64_t slice = n > 1 ? prims.sliceElements() : (total > 0 ? total : 1);
   bool ok = true;

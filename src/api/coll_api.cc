@@ -12,6 +12,7 @@
 #include "comm/communicator.h"
 #include "group/group.h"
 #include "plan/task.h"
+#include "runtime/host/data_path.h"
 
 using namespace braid;
 
@@ -103,6 +104,11 @@ void resolveOp(Communicator& c, ncclRedOp_t op, ncclDataType_t datatype, plan::T
 ncclResult_t submit(Communicator& c, const plan::Task& task) {
   if (group::active()) {
     group::enqueue(&c, task);
+    return ncclSuccess;
+  }
+  if (c.config().blocking) {  // a lone call: run it here and now
+    c.waitForJob();
+    c.dataPath().run(task);
     return ncclSuccess;
   }
   group::start();

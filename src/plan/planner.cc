@@ -30,7 +30,7 @@ CollPlan planCollective(const Task& task, int nRanks, const PlanLimits& limits) 
     fail(ncclInvalidUsage, "NCCL_ALGO excludes Ring for %s, and Ring is the only algorithm Braid has so far",
          envFuncName(f));
   }
-  CollPlan plan;
+  CollPlan plan;  // works beyond nChannels stay uninitialised: never read
   plan.copy = task.func == kernels::Func::kBroadcast || task.func == kernels::Func::kAllGather;
   const uint32_t elemSize = plan.copy ? 1 : static_cast<uint32_t>(typeSize(task.dtype));
   const uint64_t count = plan.copy ? task.count * typeSize(task.dtype) : task.count;
@@ -53,7 +53,7 @@ CollPlan planCollective(const Task& task, int nRanks, const PlanLimits& limits) 
     kernels::partition(count, plan.nChannels, c, align, &w.channelOffset, &w.channelCount);
     w.opArgs = task.opArgs;
     w.opArgs.nRanks = nRanks;
-    plan.works.push_back(w);
+    plan.works[c] = w;
   }
   return plan;
 }

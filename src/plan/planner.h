@@ -2,7 +2,7 @@
 // (Ring only; the algorithms issue adds a cost-model tuner in front of this.)
 #pragma once
 
-#include <vector>
+#include <array>
 
 #include "plan/algo_proto.h"
 #include "plan/task.h"
@@ -22,7 +22,7 @@ struct CollPlan {
   kernels::Proto proto;
   int nChannels;
   bool copy;  ///< moves bytes (Broadcast, AllGather): the byte-copy instantiation runs it
-  std::vector<kernels::CollWork> works;  ///< one per channel
+  std::array<kernels::CollWork, 64> works;  ///< one per channel (the first nChannels are used)
 };
 
 /// Plans one collective of a communicator of nRanks. Throws ncclInvalidUsage when

@@ -82,6 +82,23 @@ void DataPath::execute(const std::vector<plan::Task>& tasks) {
   if (!peerOps.empty()) runPeers(peerOps);
 }
 
+void DataPath::run(const plan::Task& task) {
+  if (task.func == kernels::Func::kSendRecv) {
+    runPeers({&task});
+  } else {
+    runCollective(task);
+  }
+}
+
+const kernels::RingHandle* DataPath::rings(int n) {
+  if (static_cast<int>(rings_.size()) < n) {
+    connector_.connectRing(n);
+    rings_.clear();
+    for (int c = 0; c < n; ++c) rings_.push_back(connector_.ring(c));
+  }
+  return rings_.data();
+}
+
 void DataPath::runCollective(const plan::Task& given) {
   if (given.count == 0) return;  // every rank has the same count: nothing moves anywhere
   plan::Task task = given;
@@ -92,12 +109,10 @@ void DataPath::runCollective(const plan::Task& given) {
     fail(ncclInvalidUsage, "%s: this operator and type are not instantiated in this build (-Donly_funcs=%s)", task.name,
          kOnlyFuncs);
   }
-  connector_.connectRing(plan.nChannels);
-  std::vector<kernels::RingHandle> rings;
-  for (int c = 0; c < plan.nChannels; ++c) rings.push_back(connector_.ring(c));
+  const kernels::RingHandle* ring = rings(plan.nChannels);
   std::atomic<bool> aborted{false};
   executor_.runChannels(plan.nChannels, [&](int c, HostGroup& g) {
-    if (!fn(g, plan.works[c], rings[c], abort_)) aborted.store(true);
+    if (!fn(g, plan.works[c], ring[c], abort_)) aborted.store(true, std::memory_order_relaxed);
   });
   if (aborted.load()) fail(ncclInvalidUsage, "%s: rank %d: the communicator was aborted during the operation", task.name, rank_);
 }

@@ -37,6 +37,8 @@ class DataPath {
   /// Runs one group's tasks of this communicator: collectives in order, then every send and
   /// receive together. Returns when all are complete; throws on abort or failure.
   void execute(const std::vector<plan::Task>& tasks);
+  /// One task alone (the common case of a call outside a group): the same, without the group.
+  void run(const plan::Task& task);
 
   /// The planner's bounds (channels, protocols); tests narrow them to force a choice.
   plan::PlanLimits& limits() { return settings_.limits; }
@@ -44,6 +46,8 @@ class DataPath {
  private:
   void runCollective(const plan::Task& task);
   void runPeers(const std::vector<const plan::Task*>& ops);
+  /// The ring handles of channels [0, n), connecting them on first use.
+  const kernels::RingHandle* rings(int n);
 
   int rank_;
   int nRanks_;
@@ -51,6 +55,7 @@ class DataPath {
   const uint32_t* abort_;
   transport::Connector connector_;
   Executor executor_;
+  std::vector<kernels::RingHandle> rings_;  // cached handles of the connected ring channels
 };
 
 }  // namespace braid::runtime::host

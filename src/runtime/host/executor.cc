@@ -2,7 +2,7 @@
 
 namespace braid::runtime::host {
 
-void Executor::runChannels(int nChannels, const std::function<void(int, HostGroup&)>& task) {
+void Executor::runOnWorkers(int nChannels, const std::function<void(int, HostGroup&)>& task) {
   const int per = threadsPerChannel_;
   std::vector<std::unique_ptr<ChannelShared>> shared;
   for (int c = 0; c < nChannels; ++c) shared.push_back(std::make_unique<ChannelShared>(per));

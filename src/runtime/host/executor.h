@@ -22,9 +22,20 @@ class Executor {
 
   /// Runs task(channel, group) for every channel with threadsPerChannel threads each. The
   /// calling thread is thread 0 of channel 0. Returns when all are done.
-  void runChannels(int nChannels, const std::function<void(int channel, HostGroup& group)>& task);
+  template <typename Task>
+  void runChannels(int nChannels, const Task& task) {
+    if (nChannels == 1 && threadsPerChannel_ == 1) {  // the latency path: no hand-off at all
+      ChannelShared shared(1);
+      HostGroup g(0, 1, &shared);
+      task(0, g);
+      return;
+    }
+    runOnWorkers(nChannels, task);
+  }
 
  private:
+  void runOnWorkers(int nChannels, const std::function<void(int channel, HostGroup& group)>& task);
+
   int threadsPerChannel_;
   std::vector<std::unique_ptr<JobThread>> workers_;
 };
