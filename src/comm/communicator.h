@@ -19,6 +19,7 @@
 #include "comm/config.h"
 #include "comm/peer_info.h"
 #include "comm/red_ops.h"
+#include "comm/registrations.h"
 #include "core/status.h"
 
 namespace braid {
@@ -80,6 +81,7 @@ class Communicator {
   runtime::host::DataPath& dataPath();
   const std::vector<PeerInfo>& peers() const { return peers_; }
   RedOpTable& redOps() { return redOps_; }
+  RegistrationTable& registrations() { return registrations_; }
 
   /// Fixes rank and size of a communicator made by split or shrink, before its init runs.
   void setPosition(int rank, int nRanks) {
@@ -113,6 +115,7 @@ class Communicator {
   std::vector<PeerInfo> peers_;
   std::unique_ptr<runtime::host::DataPath> dataPath_;  // after bootstrap_: destroyed first
   RedOpTable redOps_;
+  RegistrationTable registrations_;
   std::atomic<ncclResult_t> state_{ncclSuccess};
   std::atomic<bool> abort_{false};
   uint32_t abortWord_ = 0;

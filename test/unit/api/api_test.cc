@@ -70,13 +70,35 @@ TEST_CASE("unimplemented entry points say so with ncclInvalidUsage", "[api]") {
   ncclComm comm(id);
   CHECK(ncclAllReduce(nullptr, nullptr, 1, ncclFloat, ncclSum, &comm, nullptr) == ncclInvalidUsage);
   CHECK_THAT(lastError(), Catch::StartsWith("ncclAllReduce: the communicator has not completed init"));
-  void* p = nullptr;
-  CHECK(ncclMemAlloc(&p, 64) == ncclInvalidUsage);
-  CHECK_THAT(lastError(), Catch::StartsWith("ncclMemAlloc: not implemented yet"));
-  CHECK(ncclMemFree(nullptr) == ncclSuccess);
+  ncclWindow_t win = nullptr;
+  CHECK(ncclCommWindowRegister(&comm, nullptr, 0, &win, 0) == ncclInvalidUsage);
+  CHECK_THAT(lastError(), Catch::StartsWith("ncclCommWindowRegister: not implemented yet"));
   CHECK(ncclCommDestroy(nullptr) == ncclSuccess);
   ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
   CHECK(ncclGroupSimulateEnd(&sim) == ncclInvalidUsage);
+}
+
+TEST_CASE("ncclMemAlloc hands out page-aligned host memory; registrations are checked", "[api]") {
+  void* p = nullptr;
+  REQUIRE(ncclMemAlloc(&p, 5000) == ncclSuccess);
+  CHECK(reinterpret_cast<uintptr_t>(p) % 4096 == 0);
+  static_cast<char*>(p)[8191] = 1;  // rounded up to whole pages
+  int local = 0;
+  CHECK(ncclMemFree(&local) == ncclInvalidArgument);
+  CHECK_THAT(lastError(), Catch::Contains("was not allocated by ncclMemAlloc"));
+  CHECK(ncclMemFree(p) == ncclSuccess);
+  CHECK(ncclMemFree(nullptr) == ncclSuccess);
+  CHECK(ncclMemAlloc(&p, 0) == ncclInvalidArgument);
+
+  ncclComm comm(RankIdentity{});
+  void* handle = nullptr;
+  char buffer[64];
+  REQUIRE(ncclCommRegister(&comm, buffer, sizeof(buffer), &handle) == ncclSuccess);
+  CHECK(comm.registrations().size() == 1);
+  CHECK(ncclCommDeregister(&comm, &local) == ncclInvalidArgument);
+  REQUIRE(ncclCommDeregister(&comm, handle) == ncclSuccess);
+  CHECK(ncclCommDeregister(&comm, handle) == ncclInvalidArgument);
+  CHECK(comm.registrations().size() == 0);
 }
 
 TEST_CASE("bad handles and NULL outputs are ncclInvalidArgument naming the argument", "[api]") {
