@@ -12,6 +12,7 @@ Communicator::Communicator(const RankIdentity& identity, CommConfig config)
     : identity_(identity), config_(std::move(config)) {}
 
 Communicator::~Communicator() {
+  waitForCalls();
   waitForJob();
   job_.reset();
   dataPath_.reset();
@@ -23,6 +24,10 @@ void Communicator::setAsyncError(ncclResult_t error) noexcept {
   while ((current == ncclSuccess || current == ncclInProgress) &&
          !state_.compare_exchange_weak(current, error, std::memory_order_acq_rel)) {
   }
+}
+
+void Communicator::waitForCalls() const {
+  for (uint32_t spins = 0; activeCalls_.load(std::memory_order_acquire) != 0; ++spins) kernels::backOff(spins);
 }
 
 void Communicator::requestAbort() {

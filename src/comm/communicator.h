@@ -95,6 +95,13 @@ class Communicator {
   const uint32_t* abortWord() const { return &abortWord_; }
   /// Raises both flags: waits in bootstrap, transports and kernels end within one poll slice.
   void requestAbort();
+
+  /// Marks an operation running on this communicator (see CallGuard); abort and destroy wait
+  /// until none is left, so another thread may abort a communicator that is in use.
+  void enterCall() { activeCalls_.fetch_add(1, std::memory_order_acq_rel); }
+  void leaveCall() { activeCalls_.fetch_sub(1, std::memory_order_acq_rel); }
+  /// Waits until no operation runs on this communicator.
+  void waitForCalls() const;
   bool finalized() const { return finalized_.load(); }
   void markFinalized() { finalized_.store(true); }
   bool revoked() const { return revoked_.load(); }
@@ -120,12 +127,25 @@ class Communicator {
   std::atomic<bool> abort_{false};
   uint32_t abortWord_ = 0;
   std::atomic<ncclResult_t> jobResult_{ncclSuccess};
+  std::atomic<int> activeCalls_{0};
   std::atomic<bool> finalized_{false};
   std::atomic<bool> revoked_{false};
   uint32_t splitSequence_ = 0;
   std::unique_ptr<runtime::host::JobThread> job_;
   mutable std::mutex mutex_;
   std::string lastError_;
+};
+
+/// An operation in progress on a communicator, for as long as the guard lives.
+class CallGuard {
+ public:
+  explicit CallGuard(Communicator& c) : c_(c) { c_.enterCall(); }
+  ~CallGuard() { c_.leaveCall(); }
+  CallGuard(const CallGuard&) = delete;
+  CallGuard& operator=(const CallGuard&) = delete;
+
+ private:
+  Communicator& c_;
 };
 
 }  // namespace braid

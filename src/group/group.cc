@@ -109,7 +109,10 @@ ncclResult_t end() {
   std::vector<Deferred> jobs;
   for (auto& [comm, tasks] : operations) {
     Communicator* c = comm;
-    jobs.push_back({c, [c, tasks = std::move(tasks)] { c->dataPath().execute(tasks); }});
+    jobs.push_back({c, [c, tasks = std::move(tasks)] {
+                      CallGuard inUse(*c);
+                      c->dataPath().execute(tasks);
+                    }});
   }
   return runTogether(jobs);
 }

@@ -1,6 +1,8 @@
 // Collectives through the public API, swept over functions, types, ops, counts, rank counts,
 // threads/processes, in/out of place, protocols and channel counts. CI runs a seeded sample
 // that covers every pair of values of any two dimensions; BRAID_TEST_FULL=1 runs everything.
+#include <dirent.h>
+
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "core/socket.h"
 #include "harness/ranks.h"
 #include "kernels/types.h"
 #include "plan/task.h"
@@ -429,4 +432,101 @@ TEST_CASE("bad collective arguments are named and nothing runs", "[integration][
   CHECK_THAT(last(), Catch::Contains("recvbuff is NULL"));
   REQUIRE(ncclCommDestroy(other) == ncclSuccess);
   REQUIRE(ncclCommDestroy(comm) == ncclSuccess);
+}
+
+TEST_CASE("nonblocking communicators: collectives return ncclInProgress and complete", "[integration][collectives]") {
+  const int n = 3;
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  REQUIRE(test::runThreads(n, [&](int rank) {
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclComm_t comm = nullptr;
+    ncclCommInitRankConfig(&comm, n, id, rank, &config);
+    auto settle = [&] {
+      ncclResult_t state = ncclInProgress;
+      while (state == ncclInProgress) {
+        EXPECT_OK(ncclCommGetAsyncError(comm, &state));
+        std::this_thread::yield();
+      }
+      expect(state == ncclSuccess, "state " + std::to_string(state));
+    };
+    settle();
+    std::vector<float> in(50000, 1.0f + rank), out(50000, 0);
+    const ncclResult_t r = ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat, ncclSum, comm, nullptr);
+    expect(r == ncclInProgress || r == ncclSuccess, "allreduce returned " + std::to_string(r));
+    settle();
+    expect(out[0] == 6.0f && out[49999] == 6.0f, "result " + std::to_string(out[0]));
+    EXPECT_OK(ncclCommDestroy(comm));
+  }) == "");
+}
+
+namespace {
+int braidShmSegments() {
+  int count = 0;
+  if (DIR* d = opendir("/dev/shm")) {
+    while (dirent* e = readdir(d)) count += std::strncmp(e->d_name, "braid-", 6) == 0;
+    closedir(d);
+  }
+  return count;
+}
+}  // namespace
+
+TEST_CASE("shared-memory segments are unlinked as soon as both sides map them", "[integration][shm]") {
+  const int before = braidShmSegments();
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  REQUIRE(test::runProcesses(3, [&](int rank) {
+    ncclComm_t comm = nullptr;
+    EXPECT_OK(ncclCommInitRank(&comm, 3, id, rank));
+    std::vector<double> x(100000, rank);
+    EXPECT_OK(ncclAllReduce(x.data(), x.data(), x.size(), ncclDouble, ncclSum, comm, nullptr));
+    expect(x[5] == 3.0, "allreduce result");
+    if (rank == 0) std::_Exit(0);  // a rank that vanishes without destroying anything
+    EXPECT_OK(ncclCommDestroy(comm));
+  }) == "");
+  CHECK(braidShmSegments() == before);
+}
+
+TEST_CASE("NCCL_SHM_DISABLE=1 between processes is a clear error", "[integration][shm]") {
+  const char* program = std::getenv("BRAID_RANK_MAIN_EXE");
+  REQUIRE(program != nullptr);
+  int port = 0;
+  {
+    net::Socket probe = net::Socket::listen(net::SocketAddress::parse("127.0.0.1:0"));
+    port = probe.localAddress().port();
+  }
+  const std::string command = "export NCCL_COMM_ID=127.0.0.1:" + std::to_string(port) +
+                              " NCCL_SOCKET_IFNAME=lo NCCL_SHM_DISABLE=1 BRAID_BOOTSTRAP_TIMEOUT=20; " + program +
+                              " 2 1 allreduce & " + program + " 2 0 allreduce; wait";
+  std::string out;
+  FILE* p = popen(command.c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buffer[4096];
+  size_t got;
+  while ((got = fread(buffer, 1, sizeof(buffer), p)) > 0) out.append(buffer, got);
+  pclose(p);
+  CHECK_THAT(out, Catch::Contains("NCCL_SHM_DISABLE=1 and Braid has no network transport yet"));
+}
+
+TEST_CASE("ncclCommAbort from another thread ends a collective that waits for a peer", "[integration][failure]") {
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  std::vector<ncclComm_t> comms(2, nullptr);
+  REQUIRE(test::runThreads(2, [&](int rank) { EXPECT_OK(ncclCommInitRank(&comms[rank], 2, id, rank)); }) == "");
+  std::vector<float> x(1000, 1);
+  ncclResult_t result = ncclSuccess;
+  std::string text;
+  std::thread waiter([&] {  // rank 0 alone: rank 1 never joins the collective
+    result = ncclAllReduce(x.data(), x.data(), x.size(), ncclFloat, ncclSum, comms[0], nullptr);
+    text = ncclGetLastError(nullptr);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto start = std::chrono::steady_clock::now();
+  REQUIRE(ncclCommAbort(comms[0]) == ncclSuccess);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(2));
+  waiter.join();
+  CHECK(result == ncclInvalidUsage);
+  CHECK_THAT(text, Catch::Contains("aborted"));
+  REQUIRE(ncclCommDestroy(comms[1]) == ncclSuccess);
 }
