@@ -58,7 +58,12 @@ BRAID_INLINE void backOff(uint32_t spins) {
 #elif defined(__CUDACC__)
   (void)spins;  // host side of a host-device function compiled by nvcc: never waits here
 #else
-  if (spins < 64) return;
+  if (spins < 64) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();  // tells the core this is a spin: cheaper exit, kinder to a sibling thread
+#endif
+    return;
+  }
   if (spins < 2048) {
     sched_yield();
     return;

@@ -192,4 +192,14 @@ class Primitives {
   uint64_t publishedHead_ = 0;  ///< thread 0: the head as last published
 };
 
+/// Calls step(base, n) for consecutive slices [base, base+n) of [0, total), n <= slice,
+/// stopping at the first step that returns false (abort). Returns whether all steps ran.
+template <typename Step>
+BRAID_INLINE bool forEachSlice(uint64_t total, uint64_t slice, Step step) {
+  for (uint64_t base = 0; base < total; base += slice) {
+    if (!step(base, total - base < slice ? total - base : slice)) return false;
+  }
+  return true;
+}
+
 }  // namespace braid::kernels

@@ -27,11 +27,9 @@ BRAID_INLINE bool broadcastRing(Group& g, const CollWork& w, const RingHandle& r
     flags = kRecv | kOutput | (fromRoot != n - 1 ? uint32_t(kSend) : 0u);
   }
   const uint64_t slice = n > 1 ? prims.sliceElements() : (total > 0 ? total : 1);
-  bool ok = true;
-  for (uint64_t base = 0; base < total && ok; base += slice) {
-    const uint64_t cnt = total - base < slice ? total - base : slice;
-    ok = prims.step(flags, advance(in, base), advance(out, base), cnt);
-  }
+  const bool ok = forEachSlice(total, slice, [&](uint64_t base, uint64_t cnt) {
+    return prims.step(flags, advance(in, base), advance(out, base), cnt);
+  });
   prims.finish();
   return ok;
 }

@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/socket.h"
+
 namespace braid::test {
 
 namespace {
@@ -137,6 +139,31 @@ std::string runProcesses(int n, const RankBody& body, std::chrono::seconds limit
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return out;
+}
+
+ncclResult_t settle(ncclComm_t comm) {
+  ncclResult_t state = ncclInProgress;
+  while (state == ncclInProgress) {
+    if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) return ncclInternalError;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return state;
+}
+
+std::string runCommand(const std::string& command) {
+  std::string out;
+  FILE* p = popen((command + " 2>&1").c_str(), "r");
+  if (p == nullptr) return "popen failed";
+  char buffer[4096];
+  size_t got;
+  while ((got = fread(buffer, 1, sizeof(buffer), p)) > 0) out.append(buffer, got);
+  pclose(p);
+  return out;
+}
+
+int freeLoopbackPort() {
+  net::Socket probe = net::Socket::listen(net::SocketAddress::parse("127.0.0.1:0"));
+  return probe.localAddress().port();
 }
 
 std::string runBoth(int n, const std::function<RankBody()>& makeBody, std::chrono::seconds limit) {

@@ -42,6 +42,15 @@ std::string runProcesses(int n, const RankBody& body, std::chrono::seconds limit
 std::string runBoth(int n, const std::function<RankBody()>& makeBody,
                     std::chrono::seconds limit = std::chrono::seconds(60));
 
+/// Polls ncclCommGetAsyncError until it leaves ncclInProgress; returns the final state.
+ncclResult_t settle(ncclComm_t comm);
+
+/// Runs a shell command and returns everything it printed (stdout and stderr).
+std::string runCommand(const std::string& command);
+
+/// A loopback TCP port that was free a moment ago (for NCCL_COMM_ID tests).
+int freeLoopbackPort();
+
 /// Open file descriptors and threads of this process (for leak checks).
 int openFileDescriptors();
 int liveThreads();

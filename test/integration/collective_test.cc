@@ -27,7 +27,7 @@ namespace {
 
 enum class Coll { kAllReduce, kReduceScatter, kReduce, kAllGather, kBroadcast, kAlltoAll, kGather, kScatter, kCount };
 const char* const kCollNames[] = {"AllReduce", "ReduceScatter", "Reduce", "AllGather", "Broadcast", "AlltoAll", "Gather", "Scatter"};
-const ncclRedOp_t kOps[] = {ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg, static_cast<ncclRedOp_t>(-1) /* PreMulSum */};
+const ncclRedOp_t kOps[] = {ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg, ncclSum /* PreMulSum: created per case */};
 const char* const kOpNames[] = {"sum", "prod", "max", "min", "avg", "premulsum"};
 const size_t kCounts[] = {0, 1, 7, 1000, (1 << 20) + 3};
 const int kRanks[] = {1, 2, 3, 4, 8};
@@ -275,7 +275,7 @@ std::string runCase(const Case& c) {
 }  // namespace
 
 TEST_CASE("collectives: pairwise sweep over function, type, op, count, ranks, mode, place, protocol, channels",
-          "[integration][collectives]") {
+          "[integration][collectives][sweep]") {
   std::vector<Case> cases;
   if (std::getenv("BRAID_TEST_FULL") != nullptr) {
     Case c{};
@@ -300,7 +300,7 @@ TEST_CASE("collectives: pairwise sweep over function, type, op, count, ranks, mo
   }
 }
 
-TEST_CASE("every type and op on 3 ranks, LL and Simple", "[integration][collectives]") {
+TEST_CASE("every type and op on 3 ranks, LL and Simple", "[integration][collectives][sweep]") {
   for (int t = 0; t < ncclNumTypes; ++t) {
     for (int op = 0; op < 6; ++op) {
       for (int proto = 0; proto < 2; ++proto) {
@@ -443,14 +443,7 @@ TEST_CASE("nonblocking communicators: collectives return ncclInProgress and comp
     config.blocking = 0;
     ncclComm_t comm = nullptr;
     ncclCommInitRankConfig(&comm, n, id, rank, &config);
-    auto settle = [&] {
-      ncclResult_t state = ncclInProgress;
-      while (state == ncclInProgress) {
-        EXPECT_OK(ncclCommGetAsyncError(comm, &state));
-        std::this_thread::yield();
-      }
-      expect(state == ncclSuccess, "state " + std::to_string(state));
-    };
+    auto settle = [&] { expect(test::settle(comm) == ncclSuccess, "the operation failed"); };
     settle();
     std::vector<float> in(50000, 1.0f + rank), out(50000, 0);
     const ncclResult_t r = ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat, ncclSum, comm, nullptr);
@@ -491,21 +484,11 @@ TEST_CASE("shared-memory segments are unlinked as soon as both sides map them", 
 TEST_CASE("NCCL_SHM_DISABLE=1 between processes is a clear error", "[integration][shm]") {
   const char* program = std::getenv("BRAID_RANK_MAIN_EXE");
   REQUIRE(program != nullptr);
-  int port = 0;
-  {
-    net::Socket probe = net::Socket::listen(net::SocketAddress::parse("127.0.0.1:0"));
-    port = probe.localAddress().port();
-  }
+  const int port = test::freeLoopbackPort();
   const std::string command = "export NCCL_COMM_ID=127.0.0.1:" + std::to_string(port) +
                               " NCCL_SOCKET_IFNAME=lo NCCL_SHM_DISABLE=1 BRAID_BOOTSTRAP_TIMEOUT=20; " + program +
                               " 2 1 allreduce & " + program + " 2 0 allreduce; wait";
-  std::string out;
-  FILE* p = popen(command.c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buffer[4096];
-  size_t got;
-  while ((got = fread(buffer, 1, sizeof(buffer), p)) > 0) out.append(buffer, got);
-  pclose(p);
+  const std::string out = test::runCommand(command);
   CHECK_THAT(out, Catch::Contains("NCCL_SHM_DISABLE=1 and Braid has no network transport yet"));
 }
 

@@ -122,11 +122,7 @@ TEST_CASE("garbage and half-open connections do not disturb the root or a rank",
 }
 
 TEST_CASE("NCCL_COMM_ID: every rank computes the same id; rank 0 starts the root", "[integration][init]") {
-  int port = 0;
-  {
-    net::Socket probe = net::Socket::listen(net::SocketAddress::parse("127.0.0.1:0"));
-    port = probe.localAddress().port();
-  }
+  const int port = test::freeLoopbackPort();
   auto settings = test::loopbackSettings(10);
   settings.commIdEnv = "127.0.0.1:" + std::to_string(port);
   const int n = 3;

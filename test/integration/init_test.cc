@@ -130,21 +130,13 @@ TEST_CASE("nonblocking init returns ncclInProgress and completes in the backgrou
     const ncclResult_t r = ncclCommInitRankConfig(&comm, n, id, rank, &config);
     expect(r == ncclInProgress || r == ncclSuccess, "init returned " + std::to_string(r));
     expect(comm != nullptr, "the communicator is handed out at once");
-    ncclResult_t state = ncclInProgress;
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (state == ncclInProgress && std::chrono::steady_clock::now() < until) {
-      EXPECT_OK(ncclCommGetAsyncError(comm, &state));
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
+    const ncclResult_t state = test::settle(comm);
     expect(state == ncclSuccess, "final state " + std::to_string(state));
     expect(comm->config().commName == "nonblocking-test", "commName kept");
     checkCommunicator(comm, rank, n);
     const ncclResult_t f = ncclCommFinalize(comm);
     expect(f == ncclInProgress || f == ncclSuccess, "finalize returned " + std::to_string(f));
-    do {
-      EXPECT_OK(ncclCommGetAsyncError(comm, &state));
-    } while (state == ncclInProgress);
-    expect(state == ncclSuccess, "finalize state");
+    expect(test::settle(comm) == ncclSuccess, "finalize state");
     EXPECT_OK(ncclCommDestroy(comm));
   }) == "");
 }
@@ -230,23 +222,13 @@ TEST_CASE("200 init/destroy cycles leak no descriptors or threads", "[integratio
 TEST_CASE("NCCL_COMM_ID through the public API: separate programs find each other", "[integration][init]") {
   const char* program = std::getenv("BRAID_RANK_MAIN_EXE");
   REQUIRE(program != nullptr);
-  int port = 0;
-  {
-    net::Socket probe = net::Socket::listen(net::SocketAddress::parse("127.0.0.1:0"));
-    port = probe.localAddress().port();
-  }
+  const int port = test::freeLoopbackPort();
   const int n = 4;
   std::string command = "export NCCL_COMM_ID=127.0.0.1:" + std::to_string(port) +
                         " NCCL_SOCKET_IFNAME=lo NCCL_DEBUG=INFO BRAID_BOOTSTRAP_TIMEOUT=20; ";
   for (int r = n - 1; r >= 0; --r) command += std::string(program) + " " + std::to_string(n) + " " + std::to_string(r) + " & ";
   command += "wait";
-  std::string out;
-  FILE* p = popen(command.c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buffer[4096];
-  size_t got;
-  while ((got = fread(buffer, 1, sizeof(buffer), p)) > 0) out.append(buffer, got);
-  pclose(p);
+  const std::string out = test::runCommand(command);
   INFO(out);
   for (int r = 0; r < n; ++r) CHECK_THAT(out, Catch::Contains("rank " + std::to_string(r) + " of 4 ok"));
   int complete = 0;

@@ -105,11 +105,7 @@ TEST_CASE("split inside a group from one thread, and nonblocking split", "[integ
     ncclComm_t child = nullptr;
     const ncclResult_t r = ncclCommSplit(parents[rank], rank < 2 ? 0 : 1, 0, &child, &config);
     expect(r == ncclInProgress || r == ncclSuccess, "split returned " + std::to_string(r));
-    ncclResult_t state = ncclInProgress;
-    while (state == ncclInProgress) {
-      EXPECT_OK(ncclCommGetAsyncError(child, &state));
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    const ncclResult_t state = test::settle(child);
     expect(state == ncclSuccess, "state " + std::to_string(state));
     expect(child->identity().nRanks == 2 && child->identity().rank == rank % 2, "nonblocking child position");
     EXPECT_OK(ncclCommDestroy(child));

@@ -106,15 +106,14 @@ void DataPath::runCollective(const plan::Task& given) {
   const plan::CollPlan plan = plan::planCollective(task, nRanks_, settings_.limits);
   const HostCollectiveFn fn = plan.copy ? kCopyFunction : kReductionTable[static_cast<int>(task.red)][task.dtype];
   if (fn == nullptr) {
-    fail(ncclInvalidUsage, "%s: this operator and type are not instantiated in this build (-Donly_funcs=%s)", task.name,
-         kOnlyFuncs);
+    fail(ncclInvalidUsage, "this operator and type are not instantiated in this build (-Donly_funcs=%s)", kOnlyFuncs);
   }
   const kernels::RingHandle* ring = rings(plan.nChannels);
   std::atomic<bool> aborted{false};
   executor_.runChannels(plan.nChannels, [&](int c, HostGroup& g) {
     if (!fn(g, plan.works[c], ring[c], abort_)) aborted.store(true, std::memory_order_relaxed);
   });
-  if (aborted.load()) fail(ncclInvalidUsage, "%s: rank %d: the communicator was aborted during the operation", task.name, rank_);
+  if (aborted.load()) fail(ncclInvalidUsage, "rank %d: the communicator was aborted during the operation", rank_);
 }
 
 void DataPath::runPeers(const std::vector<const plan::Task*>& ops) {
