@@ -6,6 +6,7 @@
 #include <new>
 #include <stdexcept>
 
+#include "comm/communicator.h"
 #include "core/init.h"
 #include "core/status.h"
 
@@ -22,21 +23,28 @@ namespace braid::api {
 ncclResult_t report(const char* function, ncclComm_t comm, ncclResult_t code, const char* text) noexcept;
 
 /// Runs body (which returns ncclResult_t) after library init, turning every exception into a
-/// result code and a last-error text. Every entry point's body runs inside this.
+/// result code and a last-error text. Every entry point's body runs inside this. While it runs,
+/// a live `comm` counts the call as in progress, so a concurrent ncclCommAbort (PyTorch's
+/// watchdog) waits for it to return, failure report included, before freeing anything.
 template <typename Body>
 ncclResult_t guarded(const char* function, ncclComm_t comm, Body&& body) noexcept {
+  Communicator* held = (comm != nullptr && comm->live()) ? comm : nullptr;
+  if (held != nullptr) held->enterCall();
+  ncclResult_t result;
   try {
     core::initOnce();
-    return body();
+    result = body();
   } catch (const Error& e) {
-    return report(function, comm, e.code(), e.what());
+    result = report(function, comm, e.code(), e.what());
   } catch (const std::bad_alloc&) {
-    return report(function, comm, ncclSystemError, "out of host memory");
+    result = report(function, comm, ncclSystemError, "out of host memory");
   } catch (const std::exception& e) {
-    return report(function, comm, ncclInternalError, e.what());
+    result = report(function, comm, ncclInternalError, e.what());
   } catch (...) {
-    return report(function, comm, ncclInternalError, "unknown exception");
+    result = report(function, comm, ncclInternalError, "unknown exception");
   }
+  if (held != nullptr) held->leaveCall();
+  return result;
 }
 
 /// Throws ncclInvalidUsage saying that the entry point arrives with `when` (a later piece of work).

@@ -107,7 +107,6 @@ ncclResult_t submit(Communicator& c, const plan::Task& task) {
     return ncclSuccess;
   }
   if (c.config().blocking) {  // a lone call: run it here and now
-    CallGuard inUse(c);
     c.waitForJob();
     c.dataPath().run(task);
     return ncclSuccess;

@@ -152,7 +152,7 @@ ncclResult_t settle(ncclComm_t comm) {
 
 std::string runCommand(const std::string& command) {
   std::string out;
-  FILE* p = popen((command + " 2>&1").c_str(), "r");
+  FILE* p = popen(("( " + command + " ) 2>&1").c_str(), "r");
   if (p == nullptr) return "popen failed";
   char buffer[4096];
   size_t got;

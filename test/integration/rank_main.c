@@ -8,13 +8,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define CHECK(call)                                                                   \
-  do {                                                                                \
-    ncclResult_t r_ = (call);                                                         \
-    if (r_ != ncclSuccess) {                                                          \
-      printf("%s failed: %s: %s\n", #call, ncclGetErrorString(r_), ncclGetLastError(NULL)); \
-      return 1;                                                                       \
-    }                                                                                 \
+/* On failure: say why, release the communicator, and flush (a sanitizer's exit may not). */
+#define CHECK(call)                                                                              \
+  do {                                                                                           \
+    ncclResult_t r_ = (call);                                                                    \
+    if (r_ != ncclSuccess) {                                                                     \
+      printf("%s failed: %s: %s\n", #call, ncclGetErrorString(r_), ncclGetLastError(NULL));      \
+      fflush(stdout);                                                                            \
+      ncclCommAbort(comm);                                                                       \
+      return 1;                                                                                  \
+    }                                                                                            \
   } while (0)
 
 int main(int argc, char** argv) {
@@ -25,7 +28,7 @@ int main(int argc, char** argv) {
   const int nranks = atoi(argv[1]);
   const int rank = atoi(argv[2]);
   ncclUniqueId id;
-  ncclComm_t comm;
+  ncclComm_t comm = NULL;
   int count = -1, me = -1;
   CHECK(ncclGetUniqueId(&id));
   CHECK(ncclCommInitRank(&comm, nranks, id, rank));
