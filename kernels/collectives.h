@@ -1,8 +1,9 @@
 // The kernel body: one collective's work on one channel, dispatched to its algorithm.
-// (Only Ring exists so far; the algorithms issue adds the others behind w.algo.)
+// (Ring, and Direct for the smallest AllReduce; the algorithms issue adds the others.)
 #pragma once
 
 #include "kernels/algorithms/all_gather_ring.h"
+#include "kernels/algorithms/all_reduce_direct.h"
 #include "kernels/algorithms/all_reduce_ring.h"
 #include "kernels/algorithms/broadcast_ring.h"
 #include "kernels/algorithms/reduce_ring.h"
@@ -14,7 +15,9 @@ namespace braid::kernels {
 template <typename T, typename Red, typename Group>
 BRAID_INLINE bool runCollective(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag) {
   switch (w.func) {
-    case Func::kAllReduce: return allReduceRing<T, Red, Group>(g, w, ring, abortFlag);
+    case Func::kAllReduce:
+      if (w.algo == Algo::kDirect) return allReduceDirect<T, Red, Group>(g, w, ring, abortFlag);
+      return allReduceRing<T, Red, Group>(g, w, ring, abortFlag);
     case Func::kReduceScatter: return reduceScatterRing<T, Red, Group>(g, w, ring, abortFlag);
     case Func::kReduce: return reduceRing<T, Red, Group>(g, w, ring, abortFlag);
     case Func::kAllGather: return allGatherRing<T, Red, Group>(g, w, ring, abortFlag);

@@ -13,8 +13,8 @@ constexpr int kSteps = 8;
 enum class Func : uint8_t { kBroadcast = 0, kReduce, kAllGather, kReduceScatter, kAllReduce, kSendRecv, kCount };
 /// Same order as NCCL's protocol indices.
 enum class Proto : uint8_t { kLL = 0, kLL128 = 1, kSimple = 2, kCount };
-/// Same order as NCCL's algorithm indices (only Ring is implemented so far).
-enum class Algo : uint8_t { kTree = 0, kRing = 1, kCount };
+/// Same order as NCCL's algorithm indices, then Braid's own (only Ring and Direct so far).
+enum class Algo : uint8_t { kTree = 0, kRing = 1, kDirect = 2, kCount };
 /// Device-side reduction kinds (Avg becomes PreMulSum or SumPostDiv in the planner).
 enum class RedKind : uint8_t { kSum = 0, kProd, kMax, kMin, kPreMulSum, kSumPostDiv, kCount };
 
@@ -59,6 +59,8 @@ struct CollWork {
   uint64_t channelOffset;  ///< this channel's first element within a block
   uint64_t channelCount;   ///< elements of a block this channel moves
   RedOpArgs opArgs;
+  const ConnHandle* peerSend;  ///< Direct: a connection to every rank (indexed by rank; own entry unused)
+  const ConnHandle* peerRecv;
 };
 
 /// The element range [offset, offset+count) of `part` out of `parts` near-equal pieces of

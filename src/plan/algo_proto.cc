@@ -11,7 +11,8 @@ namespace braid::plan {
 namespace {
 
 constexpr const char* kFuncNames[] = {"Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce"};
-constexpr const char* kAlgoNames[] = {"Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT"};
+constexpr const char* kAlgoNames[] = {"Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT",
+                                     "Direct"};
 constexpr const char* kProtoNames[] = {"LL", "LL128", "Simple"};
 
 std::vector<std::string> split(const std::string& s, char sep) {

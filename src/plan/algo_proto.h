@@ -13,8 +13,8 @@ namespace braid::plan {
 
 /// Functions NCCL_ALGO/NCCL_PROTO can name, in NCCL's order.
 enum class EnvFunc : int { kBroadcast = 0, kReduce, kAllGather, kReduceScatter, kAllReduce, kCount };
-/// Algorithms NCCL_ALGO can name (bit positions).
-enum class EnvAlgo : int { kTree = 0, kRing, kCollNetDirect, kCollNetChain, kNvls, kNvlsTree, kPat, kCount };
+/// Algorithms NCCL_ALGO can name (bit positions): NCCL's, then Braid's own.
+enum class EnvAlgo : int { kTree = 0, kRing, kCollNetDirect, kCollNetChain, kNvls, kNvlsTree, kPat, kDirect, kCount };
 
 struct AlgoProtoMask {
   uint32_t algos[static_cast<int>(EnvFunc::kCount)];   ///< bit EnvAlgo allowed

@@ -24,13 +24,40 @@ kernels::Proto chooseProto(uint32_t allowed, uint64_t bytes, const PlanLimits& l
 
 }  // namespace
 
+namespace {
+bool allows(uint32_t mask, EnvAlgo a) { return (mask & (1u << static_cast<int>(a))) != 0; }
+bool allows(uint32_t mask, kernels::Proto p) { return (mask & (1u << static_cast<int>(p))) != 0; }
+}  // namespace
+
 CollPlan planCollective(const Task& task, int nRanks, const PlanLimits& limits) {
   const EnvFunc f = envFuncOf(task.func);
-  if ((limits.mask.algos[static_cast<int>(f)] & (1u << static_cast<int>(EnvAlgo::kRing))) == 0) {
-    fail(ncclInvalidUsage, "NCCL_ALGO excludes Ring for %s, and Ring is the only algorithm Braid has so far",
-         envFuncName(f));
+  const uint32_t algos = limits.mask.algos[static_cast<int>(f)];
+  CollPlan plan;
+  const uint64_t taskBytes = task.count * typeSize(task.dtype);
+  if (task.func == kernels::Func::kAllReduce && nRanks > 1 && taskBytes <= limits.directMaxBytes &&
+      allows(algos, EnvAlgo::kDirect) && allows(limits.mask.protos[static_cast<int>(f)], kernels::Proto::kLL)) {
+    plan.copy = false;
+    plan.proto = kernels::Proto::kLL;
+    plan.nChannels = 1;
+    kernels::CollWork& w = plan.works[0];
+    w = kernels::CollWork{};
+    w.func = task.func;
+    w.proto = plan.proto;
+    w.algo = kernels::Algo::kDirect;
+    w.red = task.red;
+    w.elemSize = static_cast<uint32_t>(typeSize(task.dtype));
+    w.sendbuff = task.sendbuff;
+    w.recvbuff = task.recvbuff;
+    w.blockCount = task.count;
+    w.channelCount = task.count;
+    w.opArgs = task.opArgs;
+    w.opArgs.nRanks = nRanks;
+    return plan;
   }
-  CollPlan plan;  // works beyond nChannels stay uninitialised: never read
+  if (!allows(algos, EnvAlgo::kRing)) {
+    fail(ncclInvalidUsage, "NCCL_ALGO excludes Ring for %s; Braid implements Ring (and Direct for the smallest "
+                           "AllReduce) so far", envFuncName(f));
+  }  // works beyond nChannels stay uninitialised: never read
   plan.copy = task.func == kernels::Func::kBroadcast || task.func == kernels::Func::kAllGather;
   const uint32_t elemSize = plan.copy ? 1 : static_cast<uint32_t>(typeSize(task.dtype));
   const uint64_t count = plan.copy ? task.count * typeSize(task.dtype) : task.count;

@@ -1,5 +1,5 @@
-// From a collective task to per-channel work: protocol, channel count, partition.
-// (Ring only; the algorithms issue adds a cost-model tuner in front of this.)
+// From a collective task to per-channel work: algorithm, protocol, channel count, partition.
+// (Ring, and Direct for the smallest AllReduce; the algorithms issue adds a cost-model tuner.)
 #pragma once
 
 #include <array>
@@ -14,6 +14,7 @@ struct PlanLimits {
   int minChannels = 1;
   int maxChannels = 2;
   uint64_t llThresholdBytes = 16384;   ///< LL below this many bytes per rank, Simple above
+  uint64_t directMaxBytes = 4096;      ///< AllReduce up to this size goes Direct (one hop) when allowed
   uint64_t bytesPerChannel = 1 << 20;  ///< one more channel per this many bytes (up to max)
   AlgoProtoMask mask = AlgoProtoMask::all();
 };

@@ -99,16 +99,42 @@ const kernels::RingHandle* DataPath::rings(int n) {
   return rings_.data();
 }
 
+void DataPath::connectAllPeers() {
+  if (!allSend_.empty()) return;
+  std::vector<int> others;
+  for (int r = 0; r < nRanks_; ++r) {
+    if (r != rank_) others.push_back(r);
+  }
+  connector_.connectPeers(others, others);
+  allSend_.assign(nRanks_, kernels::ConnHandle{});
+  allRecv_.assign(nRanks_, kernels::ConnHandle{});
+  for (int r : others) {
+    allSend_[r] = connector_.peerSend(r);
+    allRecv_[r] = connector_.peerRecv(r);
+  }
+}
+
 void DataPath::runCollective(const plan::Task& given) {
   if (given.count == 0) return;  // every rank has the same count: nothing moves anywhere
   plan::Task task = given;
   if (task.scalarAtRun != nullptr) std::memcpy(&task.opArgs.scalarBits, task.scalarAtRun, plan::typeSize(task.dtype));
-  const plan::CollPlan plan = plan::planCollective(task, nRanks_, settings_.limits);
+  plan::CollPlan plan = plan::planCollective(task, nRanks_, settings_.limits);
   const HostCollectiveFn fn = plan.copy ? kCopyFunction : kReductionTable[static_cast<int>(task.red)][task.dtype];
   if (fn == nullptr) {
     fail(ncclInvalidUsage, "this operator and type are not instantiated in this build (-Donly_funcs=%s)", kOnlyFuncs);
   }
-  const kernels::RingHandle* ring = rings(plan.nChannels);
+  const kernels::RingHandle* ring = nullptr;
+  kernels::RingHandle unconnected{};
+  if (plan.works[0].algo == kernels::Algo::kDirect) {
+    connectAllPeers();
+    plan.works[0].peerSend = allSend_.data();
+    plan.works[0].peerRecv = allRecv_.data();
+    unconnected.nRanks = nRanks_;
+    unconnected.index = rank_;
+    ring = &unconnected;
+  } else {
+    ring = rings(plan.nChannels);
+  }
   std::atomic<bool> aborted{false};
   executor_.runChannels(plan.nChannels, [&](int c, HostGroup& g) {
     if (!fn(g, plan.works[c], ring[c], abort_)) aborted.store(true, std::memory_order_relaxed);

@@ -48,6 +48,8 @@ class DataPath {
   void runPeers(const std::vector<const plan::Task*>& ops);
   /// The ring handles of channels [0, n), connecting them on first use.
   const kernels::RingHandle* rings(int n);
+  /// Connections to every other rank (Direct), connecting them on first use.
+  void connectAllPeers();
 
   int rank_;
   int nRanks_;
@@ -56,6 +58,7 @@ class DataPath {
   transport::Connector connector_;
   Executor executor_;
   std::vector<kernels::RingHandle> rings_;  // cached handles of the connected ring channels
+  std::vector<kernels::ConnHandle> allSend_, allRecv_;  // Direct: by rank, once connected
 };
 
 }  // namespace braid::runtime::host

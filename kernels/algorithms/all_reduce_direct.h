@@ -1,0 +1,88 @@
+// Direct (one-shot) AllReduce, for the smallest messages.
+//
+// Every rank applies the op's pre step to its input and sends the whole result to every
+// other rank as one LL step on their point-to-point connection; then each rank folds the
+// nRanks contributions line by line in rank order (0, 1, ..., n-1) and applies the post step.
+// One hop instead of the ring's 2(n-1) steps: the latency of a single message, at the price
+// of n-1 copies of the data leaving each rank. Every rank folds the same values in the same
+// order, so the results are bit-identical everywhere. The message must fit one LL step.
+#pragma once
+
+#include "kernels/primitives.h"
+
+namespace braid::kernels {
+
+/// Thread 0 only (the data is at most one LL step). Returns false when aborted.
+template <typename T, typename Red, typename Group>
+BRAID_INLINE bool allReduceDirect(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag) {
+  if (g.rank() != 0) return true;
+  const Red red(w.opArgs);
+  const int n = ring.nRanks;
+  const int me = ring.index;
+  const T* in = static_cast<const T*>(w.sendbuff);
+  T* out = static_cast<T*>(w.recvbuff);
+  const uint64_t count = w.blockCount;
+  constexpr uint64_t kPerLine = 8 / sizeof(T);
+  const uint64_t lines = (count + kPerLine - 1) / kPerLine;
+
+  // Send pre(input) to every peer, as LL lines carrying the peer connection's step flag.
+  for (int p = 0; p < n; ++p) {
+    if (p == me) continue;
+    const ConnHandle& c = w.peerSend[p];
+    const uint64_t step = *c.step;
+    if (waitUntil([&] { return loadAcquire(c.head) + kSteps > step; }, abortFlag) == WaitResult::kAborted) return false;
+    LLLine* slot = c.ll + (step % kSteps) * c.llStepLines;
+    const uint64_t flag = static_cast<uint32_t>(step + 1);
+    for (uint64_t l = 0; l < lines; ++l) {
+      T vals[kPerLine] = {};
+      for (uint64_t j = 0; j < kPerLine && l * kPerLine + j < count; ++j) vals[j] = red.pre(in[l * kPerLine + j]);
+      uint32_t payload[2];
+      memcpy(payload, vals, sizeof(payload));
+      uint64_t* halves = reinterpret_cast<uint64_t*>(slot + l);
+      storeRelease(halves, payload[0] | (flag << 32));
+      storeRelease(halves + 1, payload[1] | (flag << 32));
+    }
+    *c.step = step + 1;
+  }
+  // Fold every rank's contribution in rank order.
+  for (uint64_t l = 0; l < lines; ++l) {
+    T acc[kPerLine] = {};
+    for (int r = 0; r < n; ++r) {
+      T vals[kPerLine] = {};
+      if (r == me) {
+        for (uint64_t j = 0; j < kPerLine && l * kPerLine + j < count; ++j) vals[j] = red.pre(in[l * kPerLine + j]);
+      } else {
+        const ConnHandle& c = w.peerRecv[r];
+        const uint64_t step = *c.step;
+        uint64_t* halves = reinterpret_cast<uint64_t*>(c.ll + (step % kSteps) * c.llStepLines + l);
+        const uint32_t flag = static_cast<uint32_t>(step + 1);
+        uint64_t a = 0, b = 0;
+        if (waitUntil(
+                [&] {
+                  a = loadAcquire(halves);
+                  b = loadAcquire(halves + 1);
+                  return static_cast<uint32_t>(a >> 32) == flag && static_cast<uint32_t>(b >> 32) == flag;
+                },
+                abortFlag) == WaitResult::kAborted) {
+          return false;
+        }
+        const uint32_t payload[2] = {static_cast<uint32_t>(a), static_cast<uint32_t>(b)};
+        memcpy(vals, payload, sizeof(payload));
+      }
+      for (uint64_t j = 0; j < kPerLine; ++j) acc[j] = r == 0 ? vals[j] : red.reduce(acc[j], vals[j]);
+    }
+    for (uint64_t j = 0; j < kPerLine && l * kPerLine + j < count; ++j) {
+      out[l * kPerLine + j] = Red::kHasPost ? red.post(acc[j]) : acc[j];
+    }
+  }
+  // Free the slots we read.
+  for (int p = 0; p < n; ++p) {
+    if (p == me) continue;
+    const ConnHandle& c = w.peerRecv[p];
+    *c.step += 1;
+    storeRelease(c.head, *c.step);
+  }
+  return true;
+}
+
+}  // namespace braid::kernels
