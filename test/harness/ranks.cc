@@ -27,6 +27,18 @@ int countEntries(const char* dir) {
   return n;
 }
 
+/// Runs one rank's body; returns "" or the reason it failed.
+std::string runBody(const RankBody& body, int rank) {
+  try {
+    body(rank);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+  return "";
+}
+
 }  // namespace
 
 int openFileDescriptors() { return countEntries("/proc/self/fd") - 1; }  // minus opendir's own
@@ -41,14 +53,7 @@ std::string runThreads(int n, const RankBody& body, std::chrono::seconds limit) 
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
-      std::string error;
-      try {
-        body(r);
-      } catch (const std::exception& e) {
-        error = e.what();
-      } catch (...) {
-        error = "unknown exception";
-      }
+      const std::string error = runBody(body, r);
       std::lock_guard<std::mutex> lock(mutex);
       errors[r] = error;
       running[r] = false;
@@ -85,14 +90,7 @@ std::string runProcesses(int n, const RankBody& body, std::chrono::seconds limit
     const pid_t pid = fork();
     if (pid == 0) {
       close(fds[0]);
-      std::string error;
-      try {
-        body(r);
-      } catch (const std::exception& e) {
-        error = e.what();
-      } catch (...) {
-        error = "unknown exception";
-      }
+      const std::string error = runBody(body, r);
       if (!error.empty() && write(fds[1], error.data(), error.size()) < 0) {
         // nothing more can be reported
       }
