@@ -21,8 +21,10 @@ namespace {
 /// The communicator, ready for operations (init complete, not revoked or finalized).
 Communicator& readyComm(ncclComm_t comm) {
   Communicator& c = communicatorFrom(comm);
-  if (c.asyncError() == ncclInProgress || !c.hasBootstrap()) {
-    fail(ncclInvalidUsage, "the communicator has not completed init (nonblocking init still in progress?)");
+  if (!c.hasBootstrap()) fail(ncclInvalidUsage, "the communicator has not completed init");
+  if (c.asyncError() == ncclInProgress) {
+    fail(ncclInvalidUsage, "an earlier nonblocking call on this communicator is still in progress; wait until "
+                           "ncclCommGetAsyncError no longer reports ncclInProgress");
   }
   if (c.revoked()) fail(ncclInvalidUsage, "the communicator was revoked");
   if (c.finalized()) fail(ncclInvalidUsage, "the communicator was finalized");
