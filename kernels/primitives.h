@@ -31,7 +31,6 @@ class Primitives {
       : g_(group), send_(send), recv_(recv), proto_(proto), red_(red), abort_(abortFlag) {
     sendStep_ = send_ != nullptr ? *send_->step : 0;
     recvStep_ = recv_ != nullptr ? *recv_->step : 0;
-    publishedHead_ = recvStep_;
   }
 
   /// Elements one step can carry.
@@ -52,15 +51,11 @@ class Primitives {
     return !g_.aborted();
   }
 
-  /// Publishes the last freed slots and stores the step counters back (thread 0); call once
-  /// after the last step.
+  /// Stores the step counters back (thread 0); call once after the last step.
   BRAID_INLINE void finish() {
     if (g_.rank() != 0) return;
     if (send_ != nullptr) *send_->step = sendStep_;
-    if (recv_ != nullptr) {
-      if (publishedHead_ != recvStep_) storeRelease(recv_->head, recvStep_);
-      *recv_->step = recvStep_;
-    }
+    if (recv_ != nullptr) *recv_->step = recvStep_;
   }
 
  private:
@@ -92,23 +87,15 @@ class Primitives {
     g_.sync();
   }
 
-  /// Freed slots are published every kHeadBatch steps and at finish(): the sender never waits
-  /// on a slot the receiver has consumed for long (at most kHeadBatch - 1 of its kSteps
-  /// credits lag), and the shared counter line moves between cores less often.
   BRAID_INLINE void publish(uint32_t flags, bool tail) {
     g_.sync();
-    if (flags & kRecv) ++recvStep_;
     if (g_.rank() == 0) {
-      if ((flags & kRecv) && recvStep_ % kHeadBatch == 0) {
-        storeRelease(recv_->head, recvStep_);
-        publishedHead_ = recvStep_;
-      }
+      if (flags & kRecv) storeRelease(recv_->head, recvStep_ + 1);
       if (tail && (flags & kSend)) storeRelease(send_->tail, sendStep_ + 1);
     }
+    if (flags & kRecv) ++recvStep_;
     if (flags & kSend) ++sendStep_;
   }
-
-  static constexpr uint64_t kHeadBatch = 1;
 
   BRAID_INLINE void stepSimple(uint32_t flags, const T* input, T* output, uint64_t n) {
     waitCredits(flags, true);
@@ -189,7 +176,6 @@ class Primitives {
   uint64_t sendStep_;
   uint64_t recvStep_;
   uint64_t headSeen_ = 0;       ///< thread 0: the receiver's head as last read
-  uint64_t publishedHead_ = 0;  ///< thread 0: the head as last published
 };
 
 /// Calls step(base, n) for consecutive slices [base, base+n) of [0, total), n <= slice,

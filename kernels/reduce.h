@@ -131,9 +131,5 @@ struct FuncSumPostDiv {
   static constexpr bool kHasPre = false, kHasPost = true;
 };
 
-/// A functor for byte copies (collectives that move data without reducing).
-struct FuncCopy {
-  BRAID_INLINE explicit FuncCopy(const RedOpArgs&) {}
-};
 
 }  // namespace braid::kernels

@@ -31,7 +31,6 @@ class Bootstrap {
 
   int rank() const { return rank_; }
   int nRanks() const { return static_cast<int>(peers_.size()); }
-  uint64_t secret() const { return secret_; }
   const net::SocketAddress& peerAddress(int rank) const { return peers_[rank]; }
 
   /// All ranks: data holds nRanks slots of bytesPerRank; slot rank() is this rank's input;

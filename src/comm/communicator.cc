@@ -99,10 +99,9 @@ runtime::host::DataPath& Communicator::dataPath() {
 }
 
 void Communicator::completeInit(std::unique_ptr<bootstrap::Bootstrap> channel, const RankIdentity& identity,
-                                std::vector<PeerInfo> peers, std::unique_ptr<runtime::host::DataPath> dataPath) {
+                                std::unique_ptr<runtime::host::DataPath> dataPath) {
   bootstrap_ = std::move(channel);
   identity_ = identity;
-  peers_ = std::move(peers);
   dataPath_ = std::move(dataPath);
 }
 

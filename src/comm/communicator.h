@@ -74,12 +74,11 @@ class Communicator {
   /// The out-of-band channel; throws ncclInvalidUsage while init has not completed.
   bootstrap::Bootstrap& bootstrap();
   bool hasBootstrap() const { return bootstrap_ != nullptr; }
-  /// Completes init: the channel, the identity and peers learnt through it, the data path.
+  /// Completes init: the channel, the identity learnt through it, the data path.
   void completeInit(std::unique_ptr<bootstrap::Bootstrap> channel, const RankIdentity& identity,
-                    std::vector<PeerInfo> peers, std::unique_ptr<runtime::host::DataPath> dataPath);
+                    std::unique_ptr<runtime::host::DataPath> dataPath);
   /// The data path; throws ncclInvalidUsage unless init has completed.
   runtime::host::DataPath& dataPath();
-  const std::vector<PeerInfo>& peers() const { return peers_; }
   RedOpTable& redOps() { return redOps_; }
   RegistrationTable& registrations() { return registrations_; }
 
@@ -119,7 +118,6 @@ class Communicator {
   RankIdentity identity_;
   CommConfig config_;
   std::unique_ptr<bootstrap::Bootstrap> bootstrap_;
-  std::vector<PeerInfo> peers_;
   std::unique_ptr<runtime::host::DataPath> dataPath_;  // after bootstrap_: destroyed first
   RedOpTable redOps_;
   RegistrationTable registrations_;

@@ -110,7 +110,7 @@ void initRank(Communicator& comm, const ncclUniqueId& uniqueId, const InitSettin
   std::snprintf(tag, sizeof(tag), "%016llx", static_cast<unsigned long long>(identity.commHash));
   auto dataPath = std::make_unique<runtime::host::DataPath>(
       *channel, identity.rank, peers, runtime::host::DataPathSettings::fromParams(comm.config()), tag, comm.abortWord());
-  comm.completeInit(std::move(channel), identity, peers, std::move(dataPath));
+  comm.completeInit(std::move(channel), identity, std::move(dataPath));
   BRAID_INFO(log::kInit, "comm %p rank %d nranks %d cudaDev %d nvmlDev %d busId %lx commId %#llx localRank %d "
                          "localRanks %d backend %s - Init COMPLETE",
              static_cast<void*>(&comm), identity.rank, identity.nRanks, identity.cudaDevice, identity.cudaDevice,

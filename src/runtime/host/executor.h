@@ -18,8 +18,6 @@ class Executor {
  public:
   explicit Executor(int threadsPerChannel) : threadsPerChannel_(threadsPerChannel < 1 ? 1 : threadsPerChannel) {}
 
-  int threadsPerChannel() const { return threadsPerChannel_; }
-
   /// Runs task(channel, group) for every channel with threadsPerChannel threads each. The
   /// calling thread is thread 0 of channel 0. Returns when all are done.
   template <typename Task>
