@@ -1,0 +1,51 @@
+// Detection: this machine as a topology document in NCCL's XML format.
+//
+// CPUs and NUMA nodes come from sysfs (/sys/devices/system/node, /proc/cpuinfo); the PCI tree
+// above each device of interest from sysfs (/sys/bus/pci/devices, link speed and width); GPUs
+// and their NVLinks from NVML; InfiniBand/RoCE ports from libibverbs; Ethernet interfaces from
+// /sys/class/net when no RDMA port exists. NVML and libibverbs are opened with dlopen: where
+// a library or device is absent, that part is simply empty. Nothing here fails the caller.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "topology/xml.h"
+
+namespace braid::topo {
+
+struct DetectOptions {
+  std::string sysRoot;  ///< prefix for /sys and /proc ("" on a real machine; tests may point elsewhere)
+  std::string nvmlLibrary = "libnvidia-ml.so.1";
+  std::string verbsLibrary = "libibverbs.so.1";
+  std::string socketIfname;  ///< NCCL_SOCKET_IFNAME: which Ethernet interfaces count
+};
+
+/// From the parameter registry: NCCL_SOCKET_IFNAME, and BRAID_NVML_LIBRARY /
+/// BRAID_IBVERBS_LIBRARY (which library to open; tests point them at doubles).
+DetectOptions detectOptionsFromParams();
+
+/// The document (one <system version="1">) describing this machine.
+XmlNode detectSystem(const DetectOptions& options);
+
+/// Completes a document read from a file with what detection knows: attributes the file lacks
+/// are added, as are children (<gpu>, <nic>, <net>, <nvlink>) of PCI devices the file names.
+/// What the file states wins, and devices the file does not name are not added.
+void completeFromDetection(XmlNode& fileDocument, const XmlNode& detected);
+
+// ---- the dlopen boundaries (detect_nvml.cc, detect_verbs.cc) ----
+
+/// A device found by a library: where it sits and the element that describes it.
+struct DetectedDevice {
+  std::string busId;     ///< lower case "dddd:bb:dd.f"; "" when not a PCI device Braid can place
+  std::string pciClass;  ///< "0x030200", "0x020000", ...
+  XmlNode element;       ///< <gpu> or <nic>
+};
+
+/// Every GPU NVML reports, as <gpu dev sm rank gdr> with its <nvlink>s; empty without NVML.
+std::vector<DetectedDevice> detectNvmlGpus(const std::string& library);
+/// Every active port libibverbs reports, as <nic><net .../></nic> (one NIC per device);
+/// empty without libibverbs or devices.
+std::vector<DetectedDevice> detectVerbsPorts(const std::string& library, const std::string& sysRoot);
+
+}  // namespace braid::topo

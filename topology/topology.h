@@ -1,0 +1,52 @@
+// The topology as the library and braid-topo use it: one entry point that reads or detects
+// the machine, dumps it, computes paths, finds (or reads) the ring and tree channels, dumps
+// them and logs them, all steered by NCCL's variables.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "topology/detect.h"
+#include "topology/search.h"
+
+namespace braid::topo {
+
+struct TopologyRequest {
+  std::string topoFile;       ///< NCCL_TOPO_FILE ("" = detect only)
+  bool detect = true;         ///< complete (or, without a file, make) the document by detection
+  BuildOptions build;
+  int nodes = 1;              ///< machines like this one the channels must cross
+  std::string topoDumpFile;   ///< NCCL_TOPO_DUMP_FILE
+  std::string graphFile;      ///< NCCL_GRAPH_FILE
+  std::string graphDumpFile;  ///< NCCL_GRAPH_DUMP_FILE
+  int maxChannels = 16;
+
+  /// NCCL_TOPO_FILE (unset: /var/run/nvidia-topologyd/virtualTopology.xml when it exists),
+  /// NCCL_TOPO_DUMP_FILE, NCCL_GRAPH_FILE, NCCL_GRAPH_DUMP_FILE, NCCL_MAX_NCHANNELS.
+  static TopologyRequest fromParams();
+};
+
+struct Topology {
+  std::string source;  ///< the file read, or "detection"
+  XmlNode document;
+  System system;
+  std::unique_ptr<Paths> paths;
+  PathPolicy policy;
+  Graph ring, tree;
+};
+
+/// Builds everything `request` asks for. Throws braid::Error on a bad file (with its line) or
+/// an unwritable dump file.
+std::unique_ptr<Topology> loadTopology(const TopologyRequest& request);
+
+/// The system and the channels at INFO level, subsystem GRAPH.
+void logTopology(const Topology& topology);
+
+/// P2P (GPU x GPU) and GDR (GPU x NET) decisions as text tables of 1/0.
+std::string describeDecisions(const Topology& topology);
+
+/// The graph in Graphviz DOT: GPUs, switches, CPUs, NICs and ports drawn distinctly, each
+/// link labelled with its type and bandwidth.
+std::string toDot(const System& system, const std::string& title);
+
+}  // namespace braid::topo
