@@ -80,6 +80,7 @@ bool render(const std::string& dotText, const std::string& format, const std::st
 
 int main(int argc, char** argv) {
   using namespace braid::topo;
+  setenv("NCCL_DEBUG", "WARN", 0);  // a tool shows its warnings unless told otherwise
   braid::core::initOnce();
   TopologyRequest request;
   std::string dotOut, svgOut, pngOut;
