@@ -45,7 +45,7 @@ class SysfsReader {
  public:
   explicit SysfsReader(const std::string& root) : root_(root) {}
 
-  XmlNode cpus() {
+  XmlNode cpus(const std::vector<NumaNode>& fromHwloc) {
     XmlNode doc;
     XmlNode& system = doc.add("system");
     system.set("version", "1");
@@ -65,15 +65,20 @@ class SysfsReader {
       value("cpu family", family);
       if (line.rfind("model\t", 0) == 0) value("model", model);
     }
-    std::vector<int> numas;
-    for (int n = 0; n < 1024; ++n)
-      if (access((root_ + "/sys/devices/system/node/node" + std::to_string(n)).c_str(), F_OK) == 0) numas.push_back(n);
-    if (numas.empty()) numas.push_back(0);
-    for (int n : numas) {
+    std::vector<NumaNode> numas = fromHwloc;
+    if (numas.empty()) {  // sysfs alone
+      for (int n = 0; n < 1024; ++n) {
+        std::string dir = root_ + "/sys/devices/system/node/node" + std::to_string(n);
+        if (access(dir.c_str(), F_OK) != 0) continue;
+        std::string map = readLine(dir + "/cpumap");
+        if (map.find_first_not_of("0,") != std::string::npos) numas.push_back({n, map});  // memory-only: skip
+      }
+    }
+    if (numas.empty()) numas.push_back({0, ""});
+    for (const NumaNode& n : numas) {
       XmlNode& cpu = system.add("cpu");
-      cpu.set("numaid", std::to_string(n));
-      std::string map = readLine(root_ + "/sys/devices/system/node/node" + std::to_string(n) + "/cpumap");
-      if (!map.empty()) cpu.set("affinity", map);
+      cpu.set("numaid", std::to_string(n.id));
+      if (!n.affinity.empty()) cpu.set("affinity", n.affinity);
       cpu.set("arch", arch);
       if (!vendor.empty()) cpu.set("vendor", vendor);
       if (!family.empty()) cpu.set("familyid", family);
@@ -252,12 +257,13 @@ DetectOptions detectOptionsFromParams() {
   o.socketIfname = store.string("NCCL_SOCKET_IFNAME");
   o.nvmlLibrary = store.string("BRAID_NVML_LIBRARY");
   o.verbsLibrary = store.string("BRAID_IBVERBS_LIBRARY");
+  o.hwlocLibrary = store.string("BRAID_HWLOC_LIBRARY");
   return o;
 }
 
 XmlNode detectSystem(const DetectOptions& options) {
   SysfsReader sysfs(options.sysRoot);
-  XmlNode doc = sysfs.cpus();
+  XmlNode doc = sysfs.cpus(detectHwlocNumaNodes(options.hwlocLibrary));
   std::vector<std::pair<int, XmlNode>> unplaced;
   std::vector<DetectedDevice> devices = detectNvmlGpus(options.nvmlLibrary);
   std::vector<DetectedDevice> ports = detectVerbsPorts(options.verbsLibrary, options.sysRoot);

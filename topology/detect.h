@@ -18,11 +18,13 @@ struct DetectOptions {
   std::string sysRoot;  ///< prefix for /sys and /proc ("" on a real machine; tests may point elsewhere)
   std::string nvmlLibrary = "libnvidia-ml.so.1";
   std::string verbsLibrary = "libibverbs.so.1";
+  std::string hwlocLibrary = "libhwloc.so.15";
   std::string socketIfname;  ///< NCCL_SOCKET_IFNAME: which Ethernet interfaces count
 };
 
 /// From the parameter registry: NCCL_SOCKET_IFNAME, and BRAID_NVML_LIBRARY /
-/// BRAID_IBVERBS_LIBRARY (which library to open; tests point them at doubles).
+/// BRAID_IBVERBS_LIBRARY / BRAID_HWLOC_LIBRARY (which library to open; tests point them at
+/// doubles or at nothing).
 DetectOptions detectOptionsFromParams();
 
 /// The document (one <system version="1">) describing this machine.
@@ -41,6 +43,16 @@ struct DetectedDevice {
   std::string pciClass;  ///< "0x030200", "0x020000", ...
   XmlNode element;       ///< <gpu> or <nic>
 };
+
+/// A NUMA node with CPUs, its CPU set in NCCL's affinity format.
+struct NumaNode {
+  int id = 0;
+  std::string affinity;
+};
+/// NUMA nodes with CPUs as hwloc reports them; empty without hwloc (sysfs then answers).
+std::vector<NumaNode> detectHwlocNumaNodes(const std::string& library);
+/// CPU numbers as NCCL's affinity text: 32-bit hex words, most significant first, commas.
+std::string cpuMaskText(const std::vector<int>& cpus);
 
 /// Every GPU NVML reports, as <gpu dev sm rank gdr> with its <nvlink>s; empty without NVML.
 std::vector<DetectedDevice> detectNvmlGpus(const std::string& library);

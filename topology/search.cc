@@ -157,10 +157,16 @@ class ChannelFinder {
       if (!reserve(last, order_.front())) return false;
       return true;
     }
-    std::vector<int> outs = crossNic_ ? byCloseness(last, nets_) : std::vector<int>{netIn_};
-    if (crossNic_) {  // the entry port first: no crossing when it fits
-      outs.erase(std::find(outs.begin(), outs.end(), netIn_));
-      outs.insert(outs.begin(), netIn_);
+    // Crossing allowed: leave by the port nearest the last GPU (the entry port when it is as near).
+    std::vector<int> outs = {netIn_};
+    if (crossNic_) {
+      outs = byCloseness(last, nets_);
+      const Path& viaEntry = paths_.at(last, netIn_);
+      const Path& best = paths_.at(last, outs.front());
+      if (viaEntry.type == best.type && viaEntry.bw >= best.bw - kEps) {
+        outs.erase(std::find(outs.begin(), outs.end(), netIn_));
+        outs.insert(outs.begin(), netIn_);
+      }
     }
     for (int net : outs)
       if (reserve(last, net)) {
@@ -204,7 +210,8 @@ void measureTypes(const Paths& paths, Graph& g) {
     for (size_t i = 0; i < hops; ++i)
       g.typeIntra = std::max(g.typeIntra, paths.at(nodes[i], nodes[(i + 1) % nodes.size()]).type);
     if (c.netIn >= 0) g.typeInter = std::max(g.typeInter, paths.at(nodes.front(), sys.netOfDev(c.netIn)).type);
-    if (c.netOut >= 0) g.typeInter = std::max(g.typeInter, paths.at(nodes.back(), sys.netOfDev(c.netOut)).type);
+    int exitGpu = g.pattern == Pattern::Ring ? nodes.back() : nodes.front();  // a tree's port hangs off its root
+    if (c.netOut >= 0) g.typeInter = std::max(g.typeInter, paths.at(exitGpu, sys.netOfDev(c.netOut)).type);
   }
   g.sameChannels = std::all_of(g.channels.begin(), g.channels.end(), [&](const Channel& c) {
     return c.gpus == g.channels[0].gpus && c.netIn == g.channels[0].netIn && c.netOut == g.channels[0].netOut;
@@ -245,7 +252,13 @@ Graph searchGraph(const Paths& paths, const SearchRequest& request) {
           if (gpus.size() == 1 && !multi) break;  // nothing to share: one channel says it all
         }
         double total = speed * static_cast<double>(g.channels.size());
-        if (total > bestTotal + kEps) {
+        if (g.channels.empty()) continue;
+        measureTypes(paths, g);
+        // More bandwidth wins; at equal bandwidth, nearer network ports (crossing NICs may
+        // let a ring leave from a GPU beside its port).
+        bool better = total > bestTotal + kEps ||
+                      (total > bestTotal - kEps && !best.channels.empty() && g.typeInter < best.typeInter);
+        if (better) {
           bestTotal = total;
           g.bwIntra = g.bwInter = speed;
           g.crossNic = cross;

@@ -4,12 +4,14 @@
 
 #include <chrono>
 #include <cstring>
+#include <set>
 
 #include "bootstrap/root.h"
 #include "braid_config.h"
 #include "core/log.h"
 #include "core/params.h"
 #include "runtime/host/data_path.h"
+#include "topology/topology.h"
 #include <cstdio>
 
 namespace braid::comm {
@@ -73,6 +75,30 @@ Backend chooseBackend(const std::string& requested) {
 
 }  // namespace
 
+namespace {
+
+// The topology is computed when a user asks to see it (a dump file on this rank, GRAPH logging
+// on rank 0) or supplies one (NCCL_TOPO_FILE, NCCL_GRAPH_FILE, checked on every rank so a bad
+// file fails init with its line). The host backend's channels do not come from it yet.
+void reportTopology(const RankIdentity& identity, const std::vector<PeerInfo>& peers) {
+  auto& store = params::process();
+  topo::TopologyRequest request = topo::TopologyRequest::fromParams();
+  const bool dumpTopo = !request.topoDumpFile.empty() && store.integer("NCCL_TOPO_DUMP_FILE_RANK") == identity.rank;
+  const bool dumpGraph = !request.graphDumpFile.empty() && store.integer("NCCL_GRAPH_DUMP_FILE_RANK") == identity.rank;
+  const bool logIt = identity.rank == 0 && log::enabled(log::Level::Info, log::kGraph);
+  const bool given = !request.topoFile.empty() || !request.graphFile.empty();
+  if (!dumpTopo && !dumpGraph && !logIt && !given) return;
+  if (!dumpTopo) request.topoDumpFile.clear();
+  if (!dumpGraph) request.graphDumpFile.clear();
+  std::set<uint64_t> hosts;
+  for (const PeerInfo& p : peers) hosts.insert(p.hostHash);
+  request.nodes = static_cast<int>(hosts.size());
+  auto topology = topo::loadTopology(request);
+  if (identity.rank == 0) topo::logTopology(*topology);
+}
+
+}  // namespace
+
 void initRank(Communicator& comm, const ncclUniqueId& uniqueId, const InitSettings& settings) {
   const auto start = std::chrono::steady_clock::now();
   RankIdentity identity = comm.identity();
@@ -103,6 +129,8 @@ void initRank(Communicator& comm, const ncclUniqueId& uniqueId, const InitSettin
   checkPeers(peers);
   localPosition(peers, identity.rank, &identity.localRank, &identity.localRanks);
   identity.commHash = id.secret ^ hashString(id.root.toString());
+
+  reportTopology(identity, peers);
 
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double boot = std::chrono::duration<double>(bootstrapDone - start).count();

@@ -12,6 +12,8 @@ const std::vector<KnobSpec>& knobTable() {
        "seconds init waits for all ranks to reach the bootstrap root before failing with their names", true},
       {"BRAID_HOST_THREADS_PER_CHANNEL", KnobType::Integer, "1",
        "host backend: threads that run each channel together (more than 1 splits every slice between them)", true},
+      {"BRAID_HWLOC_LIBRARY", KnobType::String, "libhwloc.so.15",
+       "library opened with dlopen to find NUMA nodes and their CPUs (sysfs answers when it is absent)", true},
       {"BRAID_IBVERBS_LIBRARY", KnobType::String, "libibverbs.so.1",
        "library opened with dlopen to detect InfiniBand/RoCE ports (tests point it at a double)", true},
       {"BRAID_NVML_LIBRARY", KnobType::String, "libnvidia-ml.so.1",

@@ -4,6 +4,8 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <unistd.h>
 #include <thread>
 #include <vector>
 
@@ -299,4 +301,41 @@ TEST_CASE("ncclCommAbort inside a group drops the deferred init; the watchdog ma
     EXPECT_OK(ncclCommDestroy(comms[rank]));
   }) == "");
   CHECK(polls.load() > 0);
+}
+
+TEST_CASE("Init honours NCCL_TOPO_FILE, NCCL_TOPO_DUMP_FILE and NCCL_GRAPH_DUMP_FILE", "[integration][init][topology]") {
+  const char* program = std::getenv("BRAID_RANK_MAIN_EXE");
+  const char* data = std::getenv("BRAID_TOPO_DATA");
+  REQUIRE(program != nullptr);
+  REQUIRE(data != nullptr);
+  char dirPattern[] = "/tmp/braid-topo-init-XXXXXX";
+  const std::string dir = mkdtemp(dirPattern);
+  const std::string topoDump = dir + "/topo.xml", graphDump = dir + "/graphs.xml", bad = dir + "/bad.xml";
+  auto launch = [&](const std::string& env) {
+    const int port = test::freeLoopbackPort();
+    std::string command = "export NCCL_COMM_ID=127.0.0.1:" + std::to_string(port) +
+                          " NCCL_SOCKET_IFNAME=lo BRAID_BOOTSTRAP_TIMEOUT=20 " + env + "; ";
+    for (int r = 1; r >= 0; --r) command += std::string(program) + " 2 " + std::to_string(r) + " & ";
+    return test::runCommand(command + "wait");
+  };
+  // Rank 1 dumps (the _RANK knobs), rank 0 logs the system and the channels at INFO/GRAPH.
+  std::string out = launch("NCCL_TOPO_FILE=" + std::string(data) + "/ibm-cloud-gx3d-160x1792x8h100-topo.xml" +
+                           " NCCL_TOPO_DUMP_FILE=" + topoDump + " NCCL_TOPO_DUMP_FILE_RANK=1 NCCL_GRAPH_DUMP_FILE=" +
+                           graphDump + " NCCL_GRAPH_DUMP_FILE_RANK=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=GRAPH");
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("rank 0 of 2 ok"));
+  CHECK_THAT(out, Catch::Contains("rank 1 of 2 ok"));
+  CHECK_THAT(out, Catch::Contains("NCCL INFO === System (from "));
+  CHECK_THAT(out, Catch::Contains("NCCL INFO   + NVL[370.8] - NVS/0"));
+  CHECK_THAT(out, Catch::Contains("NCCL INFO Pattern 4, crossNic 0, nChannels "));
+  CHECK_THAT(out, Catch::Contains("NCCL INFO  0 : GPU/0 "));
+  CHECK(access(topoDump.c_str(), R_OK) == 0);
+  CHECK(access(graphDump.c_str(), R_OK) == 0);
+  // A broken NCCL_TOPO_FILE fails init on every rank, naming the file and line.
+  { std::ofstream(bad) << "<system>\n<cpu numaid=\"0\">\n<gpu/>\n</cpu>\n</system>\n"; }
+  out = launch("NCCL_TOPO_FILE=" + bad);
+  CHECK_THAT(out, Catch::Contains("ncclCommInitRank(&comm, nranks, id, rank) failed: invalid usage"));
+  CHECK_THAT(out, Catch::Contains(bad + ":3: <gpu> inside <cpu>"));
+  for (const std::string& f : {topoDump, graphDump, bad}) std::remove(f.c_str());
+  rmdir(dir.c_str());
 }

@@ -446,3 +446,32 @@ TEST_CASE("braid-topo shows a file's machine and honours NCCL's variables", "[to
   // Detection of this machine works without any file.
   CHECK_THAT(run(topo), Catch::Contains("Braid topology: detection") && Catch::EndsWith("exit=0\n"));
 }
+
+TEST_CASE("hwloc and sysfs agree on this machine's NUMA nodes", "[topology][detect]") {
+  CHECK(cpuMaskText({0, 1, 2, 3, 32}) == "00000001,0000000f");
+  CHECK(cpuMaskText({7}) == "00000080");
+  std::vector<NumaNode> hw = detectHwlocNumaNodes("libhwloc.so.15");
+  if (hw.empty()) {
+    WARN("skipped: libhwloc.so.15 is not installed here, so only sysfs can be checked");
+    return;
+  }
+  DetectOptions withHwloc, sysfsOnly;
+  withHwloc.nvmlLibrary = sysfsOnly.nvmlLibrary = "libbraid-no-such-nvml.so";
+  withHwloc.verbsLibrary = sysfsOnly.verbsLibrary = "libbraid-no-such-verbs.so";
+  sysfsOnly.hwlocLibrary = "libbraid-no-such-hwloc.so";
+  XmlNode a = detectSystem(withHwloc), b = detectSystem(sysfsOnly);
+  const XmlNode& sa = a.children.at(0);
+  const XmlNode& sb = b.children.at(0);
+  REQUIRE(sa.children.size() == sb.children.size());
+  for (size_t i = 0; i < sa.children.size(); ++i) {
+    CHECK(sa.children[i].attrOr("numaid", "a") == sb.children[i].attrOr("numaid", "b"));
+    // sysfs may pad the mask to the kernel's CPU count, or not pad it at all: compare the bits.
+    auto bits = [](std::string mask) {
+      mask.erase(std::remove(mask.begin(), mask.end(), ','), mask.end());
+      mask.erase(0, std::min(mask.find_first_not_of('0'), mask.size()));
+      return mask;
+    };
+    CHECK(bits(sa.children[i].attrOr("affinity", "")) == bits(sb.children[i].attrOr("affinity", "")));
+    CHECK_FALSE(bits(sa.children[i].attrOr("affinity", "")).empty());
+  }
+}
