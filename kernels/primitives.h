@@ -22,15 +22,71 @@ namespace braid::kernels {
 
 enum StepFlags : uint32_t { kRecv = 1, kSend = 2, kInput = 4, kOutput = 8, kPost = 16 };
 
+/// Thread 0 only. Records what the channel waits on while ready() is false, then waits.
+template <typename Ready>
+BRAID_INLINE WaitResult waitReporting(ChannelStatus* status, uint32_t kind, const ConnHandle* conn, uint64_t step,
+                                      Ready ready, const uint32_t* abortFlag) {
+  if (ready()) return WaitResult::kReady;
+  if (status != nullptr) {
+    storeRelaxed(&status->waitStep, step);
+    storeRelaxed(&status->waitPeer, conn->peer);
+    storeRelaxed(&status->waitTransport, conn->transport);
+    storeRelease(&status->waitKind, kind);
+  }
+  const WaitResult r = waitUntil(ready, abortFlag);
+  if (status != nullptr) storeRelaxed(&status->waitKind, static_cast<uint32_t>(kWaitNone));
+  return r;
+}
+
+/// Thread 0 only: publishes the operation's signature in the slot of its first step on `conn`.
+/// Must precede the first data of that step.
+BRAID_INLINE void writeSignature(const ConnHandle& conn, uint64_t firstStep, const OpSignature& sig) {
+  if (sig.seq == 0) return;
+  SigSlot* slot = conn.sigs + firstStep % kSteps;
+  storeRelaxed(&slot->sig.seq, sig.seq);
+  storeRelaxed(&slot->sig.words[0], sig.words[0]);
+  storeRelaxed(&slot->sig.words[1], sig.words[1]);
+  storeRelease(&slot->stamp, firstStep + 1);
+}
+
+/// Thread 0 only: waits for the sender's signature of the operation whose first step on
+/// `conn` is firstStep and compares it with ours. On a difference it records the peer's in
+/// status and returns kAborted (as it does when the communicator is aborted meanwhile).
+BRAID_INLINE WaitResult checkSignature(const ConnHandle& conn, uint64_t firstStep, const OpSignature& mine,
+                                       ChannelStatus* status, const uint32_t* abortFlag) {
+  if (mine.seq == 0) return WaitResult::kReady;
+  SigSlot* slot = conn.sigs + firstStep % kSteps;
+  const WaitResult r = waitReporting(
+      status, kWaitSignature, &conn, firstStep, [&] { return loadAcquire(&slot->stamp) == firstStep + 1; }, abortFlag);
+  if (r != WaitResult::kReady) return r;
+  OpSignature theirs;
+  theirs.seq = loadRelaxed(&slot->sig.seq);
+  theirs.words[0] = loadRelaxed(&slot->sig.words[0]);
+  theirs.words[1] = loadRelaxed(&slot->sig.words[1]);
+  if (theirs.seq == mine.seq && theirs.words[0] == mine.words[0] && theirs.words[1] == mine.words[1])
+    return WaitResult::kReady;
+  if (status != nullptr) {
+    status->mismatchPeer = conn.peer;
+    status->peerSig = theirs;
+    storeRelease(&status->mismatch, 1u);
+  }
+  return WaitResult::kAborted;
+}
+
 template <typename T, typename Red, typename Group>
 class Primitives {
  public:
   /// send and recv may be null when the algorithm does not use that direction.
+  /// work (null for purely local use) brings the signature to publish and check and the
+  /// channel's status.
   BRAID_INLINE Primitives(Group& group, const ConnHandle* send, const ConnHandle* recv, Proto proto, const Red& red,
-                          const uint32_t* abortFlag)
-      : g_(group), send_(send), recv_(recv), proto_(proto), red_(red), abort_(abortFlag) {
+                          const uint32_t* abortFlag, const CollWork* work = nullptr)
+      : g_(group), send_(send), recv_(recv), proto_(proto), red_(red), abort_(abortFlag), work_(work),
+        status_(work != nullptr ? work->status : nullptr) {
     sendStep_ = send_ != nullptr ? *send_->step : 0;
     recvStep_ = recv_ != nullptr ? *recv_->step : 0;
+    if (work_ != nullptr && send_ != nullptr && g_.rank() == 0) writeSignature(*send_, sendStep_, work_->sig);
+    sigPending_ = work_ != nullptr && recv_ != nullptr && work_->checkSig != 0 && work_->sig.seq != 0;
   }
 
   /// Elements one step can carry.
@@ -73,14 +129,19 @@ class Primitives {
   BRAID_INLINE void waitCredits(uint32_t flags, bool needTail) {
     if (g_.rank() == 0) {
       WaitResult r = WaitResult::kReady;
-      if (needTail && (flags & kRecv)) {
+      if (sigPending_ && (flags & kRecv)) {  // the operation's first receive: same collective?
+        sigPending_ = false;
+        r = checkSignature(*recv_, recvStep_, work_->sig, status_, abort_);
+      }
+      if (r == WaitResult::kReady && needTail && (flags & kRecv)) {
         const uint64_t want = recvStep_ + 1;
-        r = waitUntil([&] { return loadAcquire(recv_->tail) >= want; }, abort_);
+        r = waitReporting(status_, kWaitData, recv_, recvStep_, [&] { return loadAcquire(recv_->tail) >= want; }, abort_);
       }
       if (r == WaitResult::kReady && (flags & kSend) && headSeen_ + kSteps <= sendStep_) {
         // Only when the credits seen last are used up is the receiver's counter read again.
         const uint64_t step = sendStep_;
-        r = waitUntil([&] { return (headSeen_ = loadAcquire(send_->head)) + kSteps > step; }, abort_);
+        r = waitReporting(status_, kWaitCredits, send_, step,
+                          [&] { return (headSeen_ = loadAcquire(send_->head)) + kSteps > step; }, abort_);
       }
       if (r == WaitResult::kAborted) g_.setAborted();
     }
@@ -92,6 +153,7 @@ class Primitives {
     if (g_.rank() == 0) {
       if (flags & kRecv) storeRelease(recv_->head, recvStep_ + 1);
       if (tail && (flags & kSend)) storeRelease(send_->tail, sendStep_ + 1);
+      if (status_ != nullptr) storeRelaxed(&status_->progress, loadRelaxed(&status_->progress) + 1);
     }
     if (flags & kRecv) ++recvStep_;
     if (flags & kSend) ++sendStep_;
@@ -136,7 +198,8 @@ class Primitives {
       if (flags & kRecv) {
         uint64_t* halves = reinterpret_cast<uint64_t*>(in + l);
         uint64_t a = 0, b = 0;
-        const WaitResult r = waitUntil(
+        const WaitResult r = waitReporting(
+            g_.rank() == 0 ? status_ : nullptr, kWaitData, recv_, recvStep_,
             [&] {
               a = loadAcquire(halves);
               b = loadAcquire(halves + 1);
@@ -173,6 +236,9 @@ class Primitives {
   Proto proto_;
   Red red_;
   const uint32_t* abort_;
+  const CollWork* work_;
+  ChannelStatus* status_;
+  bool sigPending_ = false;     ///< thread 0: the first receive still has to check the signature
   uint64_t sendStep_;
   uint64_t recvStep_;
   uint64_t headSeen_ = 0;       ///< thread 0: the receiver's head as last read

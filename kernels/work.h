@@ -25,6 +25,38 @@ struct LLLine {
 };
 static_assert(sizeof(LLLine) == 16);
 
+/// What both ends of a connection must agree a collective is: the communicator's sequence
+/// number of the call (from 1; 0 means "not checked", as for send/recv) and two words that
+/// encode the function, type, op, root and count (see src/runtime/host/signature.h).
+struct OpSignature {
+  uint64_t seq;
+  uint64_t words[2];
+};
+
+/// The signature of the collective whose first step is step `stamp - 1`, written by the sender
+/// in the slot of that step just before its data: it travels with the first slot and costs no
+/// round trip. The receiver waits for stamp == its own first step + 1, then compares.
+struct SigSlot {
+  uint64_t stamp;
+  OpSignature sig;
+};
+static_assert(sizeof(SigSlot) == 32);
+
+/// What one channel is doing, for the watchdog and its hang report. Written by the kernel's
+/// waiting threads with relaxed stores (diagnostic only); read by the watchdog thread.
+struct ChannelStatus {
+  uint64_t progress;   ///< steps completed so far (monotonic)
+  uint64_t waitStep;   ///< the connection step being waited for
+  int32_t waitPeer;    ///< the rank waited on
+  uint32_t waitKind;   ///< 0 not waiting, then WaitKind
+  uint32_t waitTransport;
+  uint32_t mismatch;   ///< 1: a peer's signature differed (details below)
+  int32_t mismatchPeer;
+  uint32_t pad;
+  OpSignature peerSig;
+};
+enum WaitKind : uint32_t { kWaitNone = 0, kWaitData = 1, kWaitCredits = 2, kWaitSignature = 3 };
+
 /// One end of a connection as a kernel sees it. The FIFO memory lives wherever the transport
 /// put it (the receiver's heap, a shared segment, device memory); step is this rank's own.
 struct ConnHandle {
@@ -33,8 +65,12 @@ struct ConnHandle {
   uint64_t* tail;        ///< last step the sender filled (Simple); written by the sender
   uint64_t* head;        ///< last step the receiver freed; written by the receiver
   uint64_t* step;        ///< this side's next step number (rank-local, persists across operations)
+  SigSlot* sigs;         ///< kSteps signature slots, written by the sender
+  OpSignature* announce; ///< the collective the sender is in (host code only; see watchdog.h)
   uint32_t simpleStepBytes;
   uint32_t llStepLines;
+  int32_t peer;          ///< the rank at the other end
+  uint32_t transport;    ///< transport::Kind of the connection (for reports)
 };
 
 /// A channel's ring as one rank sees it.
@@ -61,6 +97,9 @@ struct CollWork {
   RedOpArgs opArgs;
   const ConnHandle* peerSend;  ///< Direct: a connection to every rank (indexed by rank; own entry unused)
   const ConnHandle* peerRecv;
+  OpSignature sig;         ///< written to every send connection before the first step
+  uint32_t checkSig;       ///< compare the peers' signatures (BRAID_CHECK_MISMATCH)
+  ChannelStatus* status;   ///< this channel's status (may be null)
 };
 
 /// The element range [offset, offset+count) of `part` out of `parts` near-equal pieces of

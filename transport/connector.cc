@@ -42,6 +42,8 @@ std::unique_ptr<Connector::End> Connector::createReceiver(int peer, const FifoSi
   } else {
     fail(ncclSystemError, "rank %d and rank %d are on different hosts; Braid has no network transport yet", rank_, peer);
   }
+  end->peer = peer;
+  end->kind = d->kind;
   BRAID_INFO(log::kInit | (place.sameProcess ? log::kP2p : log::kShm), "channel %s: rank %d <- rank %d via %s",
              what.c_str(), rank_, peer, place.sameProcess ? "P2P/in-process" : "SHM");
   return end;
@@ -56,6 +58,9 @@ std::unique_ptr<Connector::End> Connector::importSender(int peer, const Descript
   } else {
     fail(ncclInternalError, "rank %d sent a connection descriptor of unknown kind %u", peer, static_cast<unsigned>(d.kind));
   }
+  end->peer = peer;
+  end->kind = d.kind;
+  end->isSend = true;
   return end;
 }
 
@@ -76,6 +81,7 @@ void Connector::connectRing(int nChannels) {
       channel_.recv(prev, kRingAckTag + c, &ack, sizeof(ack));
       shm::unlinkName(mine);
     }
+    std::lock_guard<std::mutex> lock(endsMutex_);
     ringRecv_[c] = std::move(recvEnd);
     ringSend_[c] = std::move(sendEnd);
   }
@@ -97,7 +103,11 @@ void Connector::connectPeers(const std::vector<int>& sendTo, const std::vector<i
   for (int peer : recvFrom) {
     if (peer == rank_ || peerRecv_.count(peer) != 0) continue;
     Descriptor d;
-    peerRecv_[peer] = createReceiver(peer, options_.p2p, "p2p", &d);
+    auto end = createReceiver(peer, options_.p2p, "p2p", &d);
+    {
+      std::lock_guard<std::mutex> lock(endsMutex_);
+      peerRecv_[peer] = std::move(end);
+    }
     channel_.send(peer, kPeerTag, &d, sizeof(d));
     created.emplace_back(peer, d);
   }
@@ -105,7 +115,11 @@ void Connector::connectPeers(const std::vector<int>& sendTo, const std::vector<i
     if (peer == rank_ || peerSend_.count(peer) != 0) continue;
     Descriptor d;
     channel_.recv(peer, kPeerTag, &d, sizeof(d));
-    peerSend_[peer] = importSender(peer, d);
+    auto end = importSender(peer, d);
+    {
+      std::lock_guard<std::mutex> lock(endsMutex_);
+      peerSend_[peer] = std::move(end);
+    }
     if (d.kind == Kind::kShm) channel_.send(peer, kPeerAckTag, &rank_, sizeof(rank_));
   }
   for (auto& [peer, d] : created) {
@@ -123,8 +137,17 @@ namespace {
 kernels::ConnHandle handleOf(const std::map<int, std::unique_ptr<Connector::End>>& ends, int key, const char* what) {
   auto it = ends.find(key);
   if (it == ends.end()) fail(ncclInternalError, "no %s connection %d", what, key);
-  return it->second->memory->handle(&it->second->step);
+  kernels::ConnHandle h = it->second->memory->handle(&it->second->step);
+  h.peer = it->second->peer;
+  h.transport = static_cast<uint32_t>(it->second->kind);
+  return h;
 }
 }  // namespace
+
+void Connector::forEachEnd(const std::function<void(const End&)>& visit) const {
+  std::lock_guard<std::mutex> lock(endsMutex_);
+  for (const auto* ends : {&ringSend_, &ringRecv_, &peerSend_, &peerRecv_})
+    for (const auto& [key, end] : *ends) visit(*end);
+}
 
 }  // namespace braid::transport

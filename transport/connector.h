@@ -6,7 +6,9 @@
 // different hosts need the network transport, which does not exist yet (a clear error).
 #pragma once
 
+#include <functional>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,7 +55,13 @@ class Connector {
   struct End {
     std::unique_ptr<FifoMemory> memory;
     uint64_t step = 0;
+    int peer = -1;
+    Kind kind = Kind::kP2p;
+    bool isSend = false;
   };
+
+  /// Every connected end (ring and send/recv), for the watchdog.
+  void forEachEnd(const std::function<void(const End&)>& visit) const;
 
  private:
   /// Receiver side of a new connection from `peer`: the memory, and the descriptor sent to it.
@@ -64,6 +72,7 @@ class Connector {
   int rank_;
   std::vector<PeerPlace> peers_;
   ConnectorOptions options_;
+  mutable std::mutex endsMutex_;  // guards the maps' shape against forEachEnd (another thread)
   std::map<int, std::unique_ptr<End>> ringSend_, ringRecv_;  // by channel
   std::map<int, std::unique_ptr<End>> peerSend_, peerRecv_;  // by peer rank
   int nRanks_;

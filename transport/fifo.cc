@@ -3,7 +3,13 @@
 namespace braid::transport {
 
 namespace {
-constexpr uint64_t kCounterBytes = 128;  // tail and head, one 64-byte line each
+// tail and head (one 64-byte line each), the signature slots, the announcement line, the two
+// fault boxes.
+constexpr uint64_t kSigOffset = 128;
+constexpr uint64_t kAnnounceOffset = kSigOffset + kernels::kSteps * sizeof(kernels::SigSlot);
+constexpr uint64_t kFaultOffset = kAnnounceOffset + 64;
+constexpr uint64_t kCounterBytes = kFaultOffset + 2 * sizeof(FaultBox);
+static_assert(kCounterBytes % 64 == 0);
 }
 
 uint64_t FifoSizes::bytes() const {
@@ -19,9 +25,19 @@ kernels::ConnHandle FifoMemory::handle(uint64_t* step) const {
   h.simple = b + kCounterBytes;
   h.ll = reinterpret_cast<kernels::LLLine*>(h.simple + uint64_t(kernels::kSteps) * sizes_.simpleStepBytes);
   h.step = step;
+  h.sigs = reinterpret_cast<kernels::SigSlot*>(b + kSigOffset);
+  h.announce = reinterpret_cast<kernels::OpSignature*>(b + kAnnounceOffset);
   h.simpleStepBytes = sizes_.simpleStepBytes;
   h.llStepLines = sizes_.llStepLines;
   return h;
+}
+
+}  // namespace braid::transport
+
+namespace braid::transport {
+
+FaultBox* FifoMemory::faultBox(bool bySender) const {
+  return reinterpret_cast<FaultBox*>(base() + kFaultOffset + (bySender ? 0 : sizeof(FaultBox)));
 }
 
 }  // namespace braid::transport

@@ -1,7 +1,10 @@
 // The memory of one connection's FIFOs, and how its two ends find it.
 //
 // The receiver owns the memory: two counters on their own cache lines (tail, written by the
-// sender; head, written by the receiver), then kSteps Simple slots, then kSteps LL slots.
+// sender; head, written by the receiver), kSteps signature slots (written by the sender, see
+// kernels/primitives.h), the sender's announcement of the collective it is in (read by the
+// receiver's watchdog), two fault boxes (one written by each end when its rank fails), then
+// kSteps Simple slots, then kSteps LL slots.
 // Where the memory lives is the transport's choice: the receiver's heap when both ranks are
 // threads of one process (transport/p2p), a POSIX shared-memory segment when they are
 // processes on one host (transport/shm). The receiver describes it in a Descriptor that
@@ -9,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 #include <memory>
 #include <string>
 
@@ -36,6 +40,16 @@ struct Descriptor {
 };
 static_assert(std::is_trivially_copyable_v<Descriptor>);
 
+/// A failure notice one end leaves for the other: the peer's watchdog reads it and fails too,
+/// with this text, instead of waiting for data that will never come.
+struct FaultBox {
+  uint32_t raised;  ///< 0, or 1 once rank/code/text are written (release)
+  int32_t rank;
+  uint32_t code;    ///< ncclResult_t
+  char text[244];
+};
+static_assert(sizeof(FaultBox) == 256);
+
 /// One end's view of the FIFO memory: owner (receiver) or importer (sender).
 class FifoMemory {
  public:
@@ -44,6 +58,8 @@ class FifoMemory {
   const FifoSizes& sizes() const { return sizes_; }
   /// The kernel-facing handle for this end, stepping with `step` (this rank's counter).
   kernels::ConnHandle handle(uint64_t* step) const;
+  /// The fault box written by the sender (bySender) or by the receiver.
+  FaultBox* faultBox(bool bySender) const;
 
  protected:
   explicit FifoMemory(const FifoSizes& sizes) : sizes_(sizes) {}

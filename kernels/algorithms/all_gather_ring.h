@@ -21,7 +21,7 @@ BRAID_INLINE bool allGatherRing(Group& g, const CollWork& w, const RingHandle& r
   const uint64_t total = w.channelCount;
   const ConnHandle* send = n > 1 ? &ring.send : nullptr;
   const ConnHandle* recv = n > 1 ? &ring.recv : nullptr;
-  Primitives<T, Red, Group> prims(g, send, recv, w.proto, Red(w.opArgs), abortFlag);
+  Primitives<T, Red, Group> prims(g, send, recv, w.proto, Red(w.opArgs), abortFlag, &w);
   const uint64_t slice = n > 1 ? prims.sliceElements() : (total > 0 ? total : 1);
   bool ok = true;
   for (uint64_t base = 0; base < total && ok; base += slice) {

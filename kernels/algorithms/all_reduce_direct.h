@@ -30,7 +30,10 @@ BRAID_INLINE bool allReduceDirect(Group& g, const CollWork& w, const RingHandle&
     if (p == me) continue;
     const ConnHandle& c = w.peerSend[p];
     const uint64_t step = *c.step;
-    if (waitUntil([&] { return loadAcquire(c.head) + kSteps > step; }, abortFlag) == WaitResult::kAborted) return false;
+    if (waitReporting(w.status, kWaitCredits, &c, step, [&] { return loadAcquire(c.head) + kSteps > step; }, abortFlag) ==
+        WaitResult::kAborted)
+      return false;
+    writeSignature(c, step, w.sig);
     LLLine* slot = c.ll + (step % kSteps) * c.llStepLines;
     const uint64_t flag = static_cast<uint32_t>(step + 1);
     for (uint64_t l = 0; l < lines; ++l) {
@@ -43,6 +46,12 @@ BRAID_INLINE bool allReduceDirect(Group& g, const CollWork& w, const RingHandle&
       storeRelease(halves + 1, payload[1] | (flag << 32));
     }
     *c.step = step + 1;
+  }
+  // Every peer called the same collective? (Its signature arrives with its data.)
+  for (int p = 0; p < n && w.checkSig != 0; ++p) {
+    if (p == me) continue;
+    const ConnHandle& c = w.peerRecv[p];
+    if (checkSignature(c, *c.step, w.sig, w.status, abortFlag) != WaitResult::kReady) return false;
   }
   // Fold every rank's contribution in rank order.
   for (uint64_t l = 0; l < lines; ++l) {
@@ -57,7 +66,8 @@ BRAID_INLINE bool allReduceDirect(Group& g, const CollWork& w, const RingHandle&
         uint64_t* halves = reinterpret_cast<uint64_t*>(c.ll + (step % kSteps) * c.llStepLines + l);
         const uint32_t flag = static_cast<uint32_t>(step + 1);
         uint64_t a = 0, b = 0;
-        if (waitUntil(
+        if (waitReporting(
+                w.status, kWaitData, &c, step,
                 [&] {
                   a = loadAcquire(halves);
                   b = loadAcquire(halves + 1);

@@ -30,7 +30,7 @@ BRAID_INLINE bool allReduceRing(Group& g, const CollWork& w, const RingHandle& r
     Primitives<T, Red, Group> local(g, nullptr, nullptr, w.proto, Red(w.opArgs), abortFlag);
     return total == 0 || local.step(kInput | kPost | kOutput, in, out, total);
   }
-  Primitives<T, Red, Group> prims(g, &ring.send, &ring.recv, w.proto, Red(w.opArgs), abortFlag);
+  Primitives<T, Red, Group> prims(g, &ring.send, &ring.recv, w.proto, Red(w.opArgs), abortFlag, &w);
   const uint64_t chunk = prims.sliceElements();
   for (uint64_t base = 0; base < total && ok; base += n * chunk) {
     const uint64_t rest = total - base;

@@ -19,7 +19,7 @@ BRAID_INLINE bool broadcastRing(Group& g, const CollWork& w, const RingHandle& r
   const uint64_t total = w.channelCount;
   const ConnHandle* send = (n > 1 && fromRoot != n - 1) ? &ring.send : nullptr;
   const ConnHandle* recv = (n > 1 && fromRoot != 0) ? &ring.recv : nullptr;
-  Primitives<T, Red, Group> prims(g, send, recv, w.proto, Red(w.opArgs), abortFlag);
+  Primitives<T, Red, Group> prims(g, send, recv, w.proto, Red(w.opArgs), abortFlag, &w);
   uint32_t flags;
   if (fromRoot == 0) {
     flags = kInput | kOutput | (n > 1 ? uint32_t(kSend) : 0u);

@@ -19,7 +19,7 @@ BRAID_INLINE bool reduceRing(Group& g, const CollWork& w, const RingHandle& ring
   const uint64_t total = w.channelCount;
   const ConnHandle* send = (n > 1 && fromRoot != 0) ? &ring.send : nullptr;
   const ConnHandle* recv = (n > 1 && fromRoot != 1 % n) ? &ring.recv : nullptr;
-  Primitives<T, Red, Group> prims(g, send, recv, w.proto, Red(w.opArgs), abortFlag);
+  Primitives<T, Red, Group> prims(g, send, recv, w.proto, Red(w.opArgs), abortFlag, &w);
   uint32_t flags;
   if (n == 1) {
     flags = kInput | kPost | kOutput;

@@ -24,7 +24,7 @@ BRAID_INLINE bool reduceScatterRing(Group& g, const CollWork& w, const RingHandl
     Primitives<T, Red, Group> local(g, nullptr, nullptr, w.proto, Red(w.opArgs), abortFlag);
     return total == 0 || local.step(kInput | kPost | kOutput, advance(in, w.channelOffset), out, total);
   }
-  Primitives<T, Red, Group> prims(g, &ring.send, &ring.recv, w.proto, Red(w.opArgs), abortFlag);
+  Primitives<T, Red, Group> prims(g, &ring.send, &ring.recv, w.proto, Red(w.opArgs), abortFlag, &w);
   const uint64_t slice = prims.sliceElements();
   bool ok = true;
   for (uint64_t base = 0; base < total && ok; base += slice) {

@@ -73,6 +73,7 @@ uint64_t inverseBits(ncclDataType_t t, int n) {
 void resolveOp(Communicator& c, ncclRedOp_t op, ncclDataType_t datatype, plan::Task& task) {
   const int n = c.identity().nRanks;
   task.opArgs.nRanks = n;
+  task.userOp = static_cast<int>(op);
   switch (op) {
     case ncclSum: task.red = kernels::RedKind::kSum; return;
     case ncclProd: task.red = kernels::RedKind::kProd; return;

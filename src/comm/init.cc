@@ -137,7 +137,11 @@ void initRank(Communicator& comm, const ncclUniqueId& uniqueId, const InitSettin
   char tag[32];
   std::snprintf(tag, sizeof(tag), "%016llx", static_cast<unsigned long long>(identity.commHash));
   auto dataPath = std::make_unique<runtime::host::DataPath>(
-      *channel, identity.rank, peers, runtime::host::DataPathSettings::fromParams(comm.config()), tag, comm.abortWord());
+      *channel, identity.rank, peers, runtime::host::DataPathSettings::fromParams(comm.config()), tag, comm.abortWord(),
+      identity.commHash, [&comm](ncclResult_t code) {
+        comm.setAsyncError(code);
+        comm.requestAbort();
+      });
   comm.completeInit(std::move(channel), identity, std::move(dataPath));
   BRAID_INFO(log::kInit, "comm %p rank %d nranks %d cudaDev %d nvmlDev %d busId %lx commId %#llx localRank %d "
                          "localRanks %d backend %s - Init COMPLETE",

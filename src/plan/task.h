@@ -17,6 +17,7 @@ struct Task {
   size_t count = 0;  ///< elements, as passed to the API (per rank block for AllGather/ReduceScatter)
   ncclDataType_t dtype = ncclInt8;
   kernels::RedKind red = kernels::RedKind::kSum;
+  int userOp = -1;   ///< the ncclRedOp_t as called (for the mismatch check and its messages)
   kernels::RedOpArgs opArgs{};
   const void* scalarAtRun = nullptr;  ///< PreMulSum scalar read when the operation runs (ncclScalarDevice)
   int root = 0;

@@ -1,11 +1,20 @@
 /*
  * One rank of a communicator, as a plain C program linked against Braid's libnccl.so.2:
  *   rank_main NRANKS RANK [allreduce]
+ *   rank_main NRANKS RANK stream COUNT [kill-at K R | stop-at K R]
  * The unique id comes from ncclGetUniqueId, so NCCL_COMM_ID must be set (every rank then
  * computes the same id, and rank 0 starts the root). Prints "rank R of N ok" on success.
+ * "stream" runs COUNT AllReduces of 1000 floats; with kill-at/stop-at, rank R sends itself
+ * SIGKILL/SIGSTOP just before the K-th. A rank whose operation fails prints
+ * "rank R: op #I failed after S s: <result>: <last error>", destroys its communicator and
+ * exits with status 3.
  */
+#define _POSIX_C_SOURCE 200809L
 #include <nccl.h>
+#include <signal.h>
 #include <stdio.h>
+#include <string.h>
+#include <time.h>
 #include <stdlib.h>
 
 /* On failure: say why, release the communicator, and flush (a sanitizer's exit may not). */
@@ -20,9 +29,43 @@
     }                                                                                            \
   } while (0)
 
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* The "stream" mode: COUNT AllReduces; a failure is reported, not fatal to the test program. */
+static int stream(ncclComm_t comm, int nranks, int rank, int count, int signalAt, int signalRank, int sig) {
+  float x[1000];
+  for (int op = 1; op <= count; ++op) {
+    if (rank == signalRank && op == signalAt) {
+      printf("rank %d: raising signal %d before op #%d\n", rank, sig, op);
+      fflush(stdout);
+      raise(sig);
+    }
+    for (int i = 0; i < 1000; ++i) x[i] = (float)rank;
+    const double start = now();
+    ncclResult_t r = ncclAllReduce(x, x, 1000, ncclFloat, ncclSum, comm, NULL);
+    if (r != ncclSuccess) {
+      printf("rank %d: op #%d failed after %.1f s: %s: %s\n", rank, op, now() - start, ncclGetErrorString(r),
+             ncclGetLastError(NULL));
+      ncclResult_t d = ncclCommDestroy(comm);
+      printf("rank %d: destroy: %s\n", rank, ncclGetErrorString(d));
+      fflush(stdout);
+      return 3;
+    }
+    if (x[999] != (float)(nranks * (nranks - 1) / 2)) {
+      printf("rank %d: op #%d gave %f\n", rank, op, x[999]);
+      return 1;
+    }
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
-  if (argc != 3 && argc != 4) {
-    fprintf(stderr, "usage: rank_main NRANKS RANK [allreduce]\n");
+  if (argc < 3 || argc > 8) {
+    fprintf(stderr, "usage: rank_main NRANKS RANK [allreduce | stream COUNT [kill-at K R | stop-at K R]]\n");
     return 2;
   }
   const int nranks = atoi(argv[1]);
@@ -34,7 +77,16 @@ int main(int argc, char** argv) {
   CHECK(ncclCommInitRank(&comm, nranks, id, rank));
   CHECK(ncclCommCount(comm, &count));
   CHECK(ncclCommUserRank(comm, &me));
-  if (argc == 4) {
+  if (argc >= 5 && strcmp(argv[3], "stream") == 0) {
+    int at = -1, who = -1, sig = 0;
+    if (argc == 8) {
+      at = atoi(argv[6]);
+      who = atoi(argv[7]);
+      sig = strcmp(argv[5], "kill-at") == 0 ? SIGKILL : SIGSTOP;
+    }
+    int rc = stream(comm, nranks, rank, atoi(argv[4]), at, who, sig);
+    if (rc != 0) return rc;
+  } else if (argc == 4) {
     float x[1000];
     for (int i = 0; i < 1000; ++i) x[i] = (float)rank;
     CHECK(ncclAllReduce(x, x, 1000, ncclFloat, ncclSum, comm, NULL));

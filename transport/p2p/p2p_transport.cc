@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
+#include <new>
 #include <cstring>
 
 #include "core/status.h"
@@ -11,14 +13,30 @@ namespace braid::transport::p2p {
 
 namespace {
 
+// The FIFO memory is shared by its two ends, which belong to different communicators (one
+// per rank) that may be destroyed in any order while the other's watchdog still reads the
+// fault boxes: a count in the page before the FIFO keeps it until both ends are gone.
+constexpr size_t kPrefix = 4096;
+
+std::atomic<int>* countOf(char* base) { return reinterpret_cast<std::atomic<int>*>(base - kPrefix); }
+
+void release(char* base) {
+  if (countOf(base)->fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    countOf(base)->~atomic();
+    std::free(base - kPrefix);
+  }
+}
+
 class HeapFifo final : public FifoMemory {
  public:
   explicit HeapFifo(const FifoSizes& sizes) : FifoMemory(sizes) {
-    memory_ = static_cast<char*>(std::aligned_alloc(4096, (sizes.bytes() + 4095) / 4096 * 4096));
-    if (memory_ == nullptr) fail(ncclSystemError, "cannot allocate %llu bytes of FIFO memory", (unsigned long long)sizes.bytes());
+    char* block = static_cast<char*>(std::aligned_alloc(4096, kPrefix + (sizes.bytes() + 4095) / 4096 * 4096));
+    if (block == nullptr) fail(ncclSystemError, "cannot allocate %llu bytes of FIFO memory", (unsigned long long)sizes.bytes());
+    new (block) std::atomic<int>(1);
+    memory_ = block + kPrefix;
     std::memset(memory_, 0, sizes.bytes());
   }
-  ~HeapFifo() override { std::free(memory_); }
+  ~HeapFifo() override { release(memory_); }
   char* base() const override { return memory_; }
 
  private:
@@ -27,7 +45,10 @@ class HeapFifo final : public FifoMemory {
 
 class BorrowedFifo final : public FifoMemory {
  public:
-  BorrowedFifo(const FifoSizes& sizes, char* memory) : FifoMemory(sizes), memory_(memory) {}
+  BorrowedFifo(const FifoSizes& sizes, char* memory) : FifoMemory(sizes), memory_(memory) {
+    countOf(memory_)->fetch_add(1, std::memory_order_relaxed);
+  }
+  ~BorrowedFifo() override { release(memory_); }
   char* base() const override { return memory_; }
 
  private:

@@ -12,6 +12,7 @@
 #include "core/status.h"
 #include "kernels/algorithms/send_recv.h"
 #include "runtime/host/kernel_table.h"
+#include "runtime/host/signature.h"
 
 namespace braid::runtime::host {
 
@@ -57,18 +58,37 @@ DataPathSettings DataPathSettings::fromParams(const CommConfig& config) {
   s.limits.minChannels = std::clamp(s.limits.minChannels, 1, kMaxChannels);
   if (s.limits.minChannels > s.limits.maxChannels) s.limits.maxChannels = s.limits.minChannels;
   s.limits.mask = plan::parseAlgoProto(p.string("NCCL_ALGO"), p.string("NCCL_PROTO"));
+  s.checkMismatch = p.integer("BRAID_CHECK_MISMATCH") != 0;
+  s.watchdog = WatchdogSettings::fromParams();
   return s;
 }
 
 DataPath::DataPath(bootstrap::Bootstrap& channel, int rank, const std::vector<PeerInfo>& peers,
-                   const DataPathSettings& settings, const std::string& commTag, const uint32_t* abortWord)
+                   const DataPathSettings& settings, const std::string& commTag, const uint32_t* abortWord,
+                   uint64_t commHash, std::function<void(ncclResult_t)> onFailure)
     : rank_(rank),
       nRanks_(static_cast<int>(peers.size())),
       settings_(settings),
       abort_(abortWord),
       connector_(channel, rank, placesOf(peers, rank),
                  transport::ConnectorOptions{settings.ring, settings.p2p, settings.shmDisabled, commTag}),
-      executor_(settings.threadsPerChannel) {}
+      executor_(settings.threadsPerChannel) {
+  std::vector<PeerProcess> watched;  // other processes on this host: their exit is visible
+  for (const PeerInfo& p : peers)
+    if (p.hostHash == peers[rank].hostHash && p.pid != peers[rank].pid) watched.push_back({p.rank, p.pid});
+  watchdog_ = std::make_unique<Watchdog>(rank, nRanks_, commHash, std::move(watched), connector_, statuses_.data(),
+                                         kMaxChannels, std::move(onFailure), settings.watchdog);
+}
+
+DataPath::~DataPath() = default;
+
+void DataPath::failAborted(const char* what) {
+  watchdog_->checkMismatch();
+  ncclResult_t code;
+  std::string text;
+  if (watchdog_->failure(&code, &text)) throw Error(code, text);
+  fail(ncclInvalidUsage, "rank %d: the communicator was aborted during %s", rank_, what);
+}
 
 void DataPath::execute(const std::vector<plan::Task>& tasks) {
   std::vector<const plan::Task*> peerOps;
@@ -115,6 +135,7 @@ void DataPath::connectAllPeers() {
 }
 
 void DataPath::runCollective(const plan::Task& given) {
+  const uint64_t seq = ++opSeq_;  // counted even when nothing moves, so every rank agrees
   if (given.count == 0) return;  // every rank has the same count: nothing moves anywhere
   plan::Task task = given;
   if (task.scalarAtRun != nullptr) std::memcpy(&task.opArgs.scalarBits, task.scalarAtRun, plan::typeSize(task.dtype));
@@ -123,23 +144,50 @@ void DataPath::runCollective(const plan::Task& given) {
   if (fn == nullptr) {
     fail(ncclInvalidUsage, "this operator and type are not instantiated in this build (-Donly_funcs=%s)", kOnlyFuncs);
   }
+  const kernels::OpSignature sig = makeSignature(seq, task);
+  watchdog_->begin(sig, task.name);  // from here a dead peer or a peer's failure ends the wait
+  struct EndOp {
+    Watchdog& w;
+    ~EndOp() { w.end(); }
+  } endOp{*watchdog_};
   const kernels::RingHandle* ring = nullptr;
   kernels::RingHandle unconnected{};
-  if (plan.works[0].algo == kernels::Algo::kDirect) {
-    connectAllPeers();
-    plan.works[0].peerSend = allSend_.data();
-    plan.works[0].peerRecv = allRecv_.data();
-    unconnected.nRanks = nRanks_;
-    unconnected.index = rank_;
-    ring = &unconnected;
-  } else {
-    ring = rings(plan.nChannels);
+  try {
+    // Announce the collective on ring channel 0 (connected first, by every collective alike):
+    // a neighbour stuck anywhere, even in connection setup, compares it with its own.
+    if (nRanks_ > 1) {
+      const kernels::RingHandle& first = rings(1)[0];
+      kernels::storeRelaxed(&first.send.announce->words[0], sig.words[0]);
+      kernels::storeRelaxed(&first.send.announce->words[1], sig.words[1]);
+      kernels::storeRelease(&first.send.announce->seq, sig.seq);
+      watchdog_->watchNeighbour(first.recv.announce, first.recv.peer);
+    }
+    if (plan.works[0].algo == kernels::Algo::kDirect) {
+      connectAllPeers();
+      plan.works[0].peerSend = allSend_.data();
+      plan.works[0].peerRecv = allRecv_.data();
+      unconnected.nRanks = nRanks_;
+      unconnected.index = rank_;
+      ring = &unconnected;
+    } else {
+      ring = rings(plan.nChannels);
+    }
+  } catch (const Error&) {  // a connection wait the watchdog ended: its reason, not the wait's
+    ncclResult_t code;
+    std::string text;
+    if (watchdog_->failure(&code, &text)) throw Error(code, text);
+    throw;
+  }
+  for (int c = 0; c < plan.nChannels; ++c) {
+    plan.works[c].sig = sig;
+    plan.works[c].checkSig = settings_.checkMismatch ? 1 : 0;
+    plan.works[c].status = &statuses_[c];
   }
   std::atomic<bool> aborted{false};
   executor_.runChannels(plan.nChannels, [&](int c, HostGroup& g) {
     if (!fn(g, plan.works[c], ring[c], abort_)) aborted.store(true, std::memory_order_relaxed);
   });
-  if (aborted.load()) fail(ncclInvalidUsage, "rank %d: the communicator was aborted during the operation", rank_);
+  if (aborted.load()) failAborted("the operation");
 }
 
 void DataPath::runPeers(const std::vector<const plan::Task*>& ops) {
@@ -186,6 +234,12 @@ void DataPath::runPeers(const std::vector<const plan::Task*>& ops) {
     queues[{t->peer, t->isSend}].push_back(op);
   }
   for (auto& [key, q] : queues) q.front().step = *q.front().conn.step;
+  kernels::ChannelStatus& status = statuses_[0];
+  watchdog_->begin(kernels::OpSignature{}, ops.front()->name);
+  struct EndOp {
+    Watchdog& w;
+    ~EndOp() { w.end(); }
+  } endOp{*watchdog_};
   uint32_t spins = 0;
   while (!queues.empty()) {
     bool moved = false;
@@ -206,9 +260,17 @@ void DataPath::runPeers(const std::vector<const plan::Task*>& ops) {
       ++it;
     }
     spins = moved ? 0 : spins + 1;
-    if ((spins & 63) == 63 && kernels::loadRelaxed(const_cast<uint32_t*>(abort_)) != 0) {
-      fail(ncclInvalidUsage, "rank %d: the communicator was aborted during send/receive", rank_);
+    if (moved) {
+      kernels::storeRelaxed(&status.progress, status.progress + 1);
+      kernels::storeRelaxed(&status.waitKind, static_cast<uint32_t>(kernels::kWaitNone));
+    } else if (spins == 64 && !queues.empty()) {  // stalled: say on what, for the watchdog's report
+      const kernels::PeerOp& op = queues.begin()->second.front();
+      kernels::storeRelaxed(&status.waitStep, op.step);
+      kernels::storeRelaxed(&status.waitPeer, op.conn.peer);
+      kernels::storeRelaxed(&status.waitTransport, op.conn.transport);
+      kernels::storeRelease(&status.waitKind, static_cast<uint32_t>(op.isSend ? kernels::kWaitCredits : kernels::kWaitData));
     }
+    if ((spins & 63) == 63 && kernels::loadRelaxed(const_cast<uint32_t*>(abort_)) != 0) failAborted("send/receive");
     kernels::backOff(spins);
   }
 }

@@ -2,6 +2,8 @@
 // and the loop that turns a group's tasks into kernel runs.
 #pragma once
 
+#include <array>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -10,6 +12,7 @@
 #include "comm/peer_info.h"
 #include "plan/planner.h"
 #include "runtime/host/executor.h"
+#include "runtime/host/watchdog.h"
 #include "transport/connector.h"
 
 namespace braid::bootstrap {
@@ -24,6 +27,8 @@ struct DataPathSettings {
   bool shmDisabled = false;
   int threadsPerChannel = 1;
   plan::PlanLimits limits;
+  bool checkMismatch = true;  ///< BRAID_CHECK_MISMATCH
+  WatchdogSettings watchdog;
 
   /// From the parameter registry and the communicator's config (minCTAs/maxCTAs bound channels).
   static DataPathSettings fromParams(const CommConfig& config);
@@ -31,8 +36,12 @@ struct DataPathSettings {
 
 class DataPath {
  public:
+  /// onFailure records the communicator's async error and raises its abort flag (the
+  /// watchdog's way to end every wait).
   DataPath(bootstrap::Bootstrap& channel, int rank, const std::vector<PeerInfo>& peers,
-           const DataPathSettings& settings, const std::string& commTag, const uint32_t* abortWord);
+           const DataPathSettings& settings, const std::string& commTag, const uint32_t* abortWord,
+           uint64_t commHash, std::function<void(ncclResult_t)> onFailure);
+  ~DataPath();
 
   /// Runs one group's tasks of this communicator: collectives in order, then every send and
   /// receive together. Returns when all are complete; throws on abort or failure.
@@ -45,6 +54,8 @@ class DataPath {
 
  private:
   void runCollective(const plan::Task& task);
+  /// After an operation ended early: throws the watchdog's (or a kernel's) reason.
+  [[noreturn]] void failAborted(const char* what);
   void runPeers(const std::vector<const plan::Task*>& ops);
   /// The ring handles of channels [0, n), connecting them on first use.
   const kernels::RingHandle* rings(int n);
@@ -56,6 +67,9 @@ class DataPath {
   DataPathSettings settings_;
   const uint32_t* abort_;
   transport::Connector connector_;
+  std::array<kernels::ChannelStatus, kMaxChannels> statuses_{};
+  uint64_t opSeq_ = 0;  // collectives called on this communicator so far
+  std::unique_ptr<Watchdog> watchdog_;  // after connector_ and statuses_: stopped before them
   Executor executor_;
   std::vector<kernels::RingHandle> rings_;  // cached handles of the connected ring channels
   std::vector<kernels::ConnHandle> allSend_, allRecv_;  // Direct: by rank, once connected

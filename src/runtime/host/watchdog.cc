@@ -1,0 +1,321 @@
+#include "runtime/host/watchdog.h"
+
+#include <signal.h>
+#include <strings.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "core/log.h"
+#include "core/params.h"
+#include "runtime/host/signature.h"
+
+namespace braid::runtime::host {
+
+namespace {
+
+constexpr auto kTick = std::chrono::milliseconds(50);
+constexpr auto kLivenessEvery = std::chrono::milliseconds(500);
+
+std::atomic<unsigned> gDumpRequests{0};
+
+void onDumpSignal(int) { gDumpRequests.fetch_add(1, std::memory_order_relaxed); }
+
+int parseSignal(const std::string& text) {
+  static const struct {
+    const char* name;
+    int number;
+  } known[] = {{"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"HUP", SIGHUP}, {"QUIT", SIGQUIT}, {"URG", SIGURG}};
+  std::string name = text;
+  if (strncasecmp(name.c_str(), "SIG", 3) == 0) name = name.substr(3);
+  for (const auto& k : known)
+    if (strcasecmp(name.c_str(), k.name) == 0) return k.number;
+  char* end = nullptr;
+  long n = strtol(text.c_str(), &end, 10);
+  if (!text.empty() && *end == '\0' && n > 0 && n < NSIG && n != SIGKILL && n != SIGSTOP) return static_cast<int>(n);
+  return -1;
+}
+
+void installDumpHandler(int sig) {
+  static std::once_flag once;
+  std::call_once(once, [sig] {
+    struct sigaction sa {};
+    sa.sa_handler = onDumpSignal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(sig, &sa, nullptr);
+    BRAID_INFO(log::kInit, "BRAID_DUMP_ON_SIGNAL: signal %d logs what every communicator is waiting for", sig);
+  });
+}
+
+const char* transportName(uint32_t kind) {
+  switch (static_cast<transport::Kind>(kind)) {
+    case transport::Kind::kP2p: return "P2P/in-process";
+    case transport::Kind::kShm: return "SHM";
+  }
+  return "unknown transport";
+}
+
+/// Logs at WARN; when logging is off, on stderr, so a report asked for is never lost.
+void emit(const std::string& text) {
+  if (log::enabled(log::Level::Warn, log::kAll)) {
+    BRAID_WARN("%s", text.c_str());
+  } else {
+    fprintf(stderr, "%s\n", text.c_str());
+  }
+}
+
+}  // namespace
+
+WatchdogSettings WatchdogSettings::fromParams() {
+  auto& p = params::process();
+  WatchdogSettings s;
+  int64_t timeout = p.integer("NCCL_TIMEOUT");
+  if (timeout == 0) timeout = p.integer("BRAID_TIMEOUT");
+  if (timeout < 0 || timeout > 86400 * 365) {
+    BRAID_WARN("NCCL_TIMEOUT=%lld is not a number of seconds; no timeout", static_cast<long long>(timeout));
+    timeout = 0;
+  }
+  s.timeoutSeconds = static_cast<int>(timeout);
+  const std::string sig = p.string("BRAID_DUMP_ON_SIGNAL");
+  if (!sig.empty()) {
+    s.dumpSignal = parseSignal(sig);
+    if (s.dumpSignal < 0) {
+      BRAID_WARN("BRAID_DUMP_ON_SIGNAL=\"%s\" is not a signal (SIGUSR1, SIGUSR2, SIGHUP, SIGQUIT, SIGURG or a number)",
+                 sig.c_str());
+      s.dumpSignal = 0;
+    }
+  }
+  return s;
+}
+
+Watchdog::Watchdog(int rank, int nRanks, uint64_t commHash, std::vector<PeerProcess> watched,
+                   const transport::Connector& connector, kernels::ChannelStatus* statuses, int nStatuses,
+                   std::function<void(ncclResult_t)> onFailure, WatchdogSettings settings)
+    : rank_(rank),
+      nRanks_(nRanks),
+      commHash_(commHash),
+      watched_(std::move(watched)),
+      connector_(connector),
+      statuses_(statuses),
+      nStatuses_(nStatuses),
+      onFailure_(std::move(onFailure)),
+      settings_(settings) {
+  if (settings_.dumpSignal > 0) installDumpHandler(settings_.dumpSignal);
+  dumpsSeen_ = gDumpRequests.load();
+  thread_ = std::thread([this] { loop(); });
+}
+
+Watchdog::~Watchdog() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+void Watchdog::begin(const kernels::OpSignature& sig, const char* name) {
+  for (int c = 0; c < nStatuses_; ++c) {
+    kernels::storeRelaxed(&statuses_[c].waitKind, static_cast<uint32_t>(kernels::kWaitNone));
+    kernels::storeRelaxed(&statuses_[c].mismatch, 0u);
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  inFlight_ = true;
+  op_ = sig;
+  opName_ = name;
+  opStart_ = lastProgressAt_ = std::chrono::steady_clock::now();
+}
+
+void Watchdog::watchNeighbour(const kernels::OpSignature* fromPrev, int prevRank) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  fromPrev_ = fromPrev;
+  prevRank_ = prevRank;
+}
+
+void Watchdog::end() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  inFlight_ = false;
+}
+
+void Watchdog::fail(ncclResult_t code, const std::string& text) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (failed_) return;
+    failed_ = true;
+    failCode_ = code;
+    failText_ = text;
+  }
+  connector_.forEachEnd([&](const transport::Connector::End& end) {
+    transport::FaultBox* box = end.memory->faultBox(end.isSend);
+    box->rank = rank_;
+    box->code = static_cast<uint32_t>(code);
+    snprintf(box->text, sizeof box->text, "%s", text.c_str());
+    kernels::storeRelease(&box->raised, 1u);
+  });
+  onFailure_(code);
+}
+
+bool Watchdog::failure(ncclResult_t* code, std::string* text) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!failed_) return false;
+  *code = failCode_;
+  *text = failText_;
+  return true;
+}
+
+bool Watchdog::checkMismatch() {
+  for (int c = 0; c < nStatuses_; ++c) {
+    if (kernels::loadAcquire(&statuses_[c].mismatch) == 0) continue;
+    kernels::OpSignature mine;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      mine = op_;
+    }
+    fail(ncclInvalidUsage, mismatchText(rank_, mine, statuses_[c].mismatchPeer, statuses_[c].peerSig));
+    return true;
+  }
+  return false;
+}
+
+std::string Watchdog::report() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  char buf[256];
+  snprintf(buf, sizeof buf, "Braid hang report: comm %#llx rank %d of %d: ", static_cast<unsigned long long>(commHash_),
+           rank_, nRanks_);
+  std::string out = buf;
+  if (!inFlight_) return out + "idle (no operation running)";
+  const double running = std::chrono::duration<double>(std::chrono::steady_clock::now() - opStart_).count();
+  snprintf(buf, sizeof buf, "%s op #%llu %s running for %.1f s", opName_.c_str(), static_cast<unsigned long long>(op_.seq),
+           op_.seq ? describeSignature(op_).c_str() : "(send/receive)", running);
+  out += buf;
+  for (int c = 0; c < nStatuses_; ++c) {
+    const kernels::ChannelStatus& s = statuses_[c];
+    const uint32_t kind = kernels::loadAcquire(const_cast<uint32_t*>(&s.waitKind));
+    const uint64_t progress = kernels::loadRelaxed(const_cast<uint64_t*>(&s.progress));
+    if (kind == kernels::kWaitNone) continue;
+    const char* what = kind == kernels::kWaitData      ? "data from"
+                       : kind == kernels::kWaitCredits ? "free slots (credits) from"
+                                                       : "the collective's signature from";
+    snprintf(buf, sizeof buf, "; channel %d: step %llu waiting for %s rank %d over %s (%llu steps done)", c,
+             static_cast<unsigned long long>(kernels::loadRelaxed(const_cast<uint64_t*>(&s.waitStep))), what,
+             kernels::loadRelaxed(const_cast<int32_t*>(&s.waitPeer)),
+             transportName(kernels::loadRelaxed(const_cast<uint32_t*>(&s.waitTransport))),
+             static_cast<unsigned long long>(progress));
+    out += buf;
+  }
+  return out;
+}
+
+void Watchdog::loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stop_) {
+    wake_.wait_for(lock, kTick);
+    if (stop_) break;
+    lock.unlock();
+    tick();
+    lock.lock();
+  }
+}
+
+void Watchdog::tick() {
+  const unsigned dumps = gDumpRequests.load(std::memory_order_relaxed);
+  if (dumps != dumpsSeen_) {
+    dumpsSeen_ = dumps;
+    emit(report());
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (failed_) return;
+  }
+  if (checkMismatch()) return;
+  checkNeighbour();
+  checkFaultBoxes();
+  checkPeersAlive();
+  checkTimeout();
+}
+
+void Watchdog::checkFaultBoxes() {
+  int from = -1;
+  uint32_t code = 0;
+  std::string text;
+  connector_.forEachEnd([&](const transport::Connector::End& end) {
+    const transport::FaultBox* box = end.memory->faultBox(!end.isSend);  // written by the other end
+    if (from >= 0 || kernels::loadAcquire(const_cast<uint32_t*>(&box->raised)) == 0) return;
+    from = box->rank;
+    code = box->code;
+    text.assign(box->text, strnlen(box->text, sizeof box->text));
+  });
+  if (from < 0) return;
+  // The peer's own error (a mismatch it found, say) stays its own; here it is remote.
+  (void)code;
+  fail(ncclRemoteError, "rank " + std::to_string(rank_) + " stopped because rank " + std::to_string(from) +
+                            " failed: " + text);
+}
+
+void Watchdog::checkNeighbour() {
+  kernels::OpSignature mine;
+  const kernels::OpSignature* from;
+  int prev;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!inFlight_ || op_.seq == 0 || fromPrev_ == nullptr) return;
+    mine = op_;
+    from = fromPrev_;
+    prev = prevRank_;
+  }
+  auto* p = const_cast<kernels::OpSignature*>(from);
+  kernels::OpSignature theirs;
+  theirs.seq = kernels::loadAcquire(&p->seq);
+  theirs.words[0] = kernels::loadRelaxed(&p->words[0]);
+  theirs.words[1] = kernels::loadRelaxed(&p->words[1]);
+  if (kernels::loadAcquire(&p->seq) != theirs.seq) return;  // being rewritten: look again next time
+  if (theirs.seq != mine.seq || (theirs.words[0] == mine.words[0] && theirs.words[1] == mine.words[1])) return;
+  fail(ncclInvalidUsage, mismatchText(rank_, mine, prev, theirs));
+}
+
+void Watchdog::checkPeersAlive() {
+  const auto now = std::chrono::steady_clock::now();
+  if (watched_.empty() || now - lastLivenessCheck_ < kLivenessEvery) return;
+  lastLivenessCheck_ = now;
+  bool inFlight;
+  uint64_t seq;
+  std::string name;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    inFlight = inFlight_;
+    seq = op_.seq;
+    name = opName_;
+  }
+  if (!inFlight) return;  // a peer that finished and exited is no failure of ours
+  for (const PeerProcess& p : watched_) {
+    if (kill(p.pid, 0) == 0 || errno != ESRCH) continue;
+    fail(ncclRemoteError, "rank " + std::to_string(p.rank) + " (process " + std::to_string(p.pid) +
+                              " on this host) has exited; rank " + std::to_string(rank_) + " was in " + name + " op #" +
+                              std::to_string(seq));
+    return;
+  }
+}
+
+void Watchdog::checkTimeout() {
+  if (settings_.timeoutSeconds <= 0) return;
+  uint64_t progress = 0;
+  for (int c = 0; c < nStatuses_; ++c) progress += kernels::loadRelaxed(&statuses_[c].progress);
+  const auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!inFlight_) return;
+    if (progress != lastProgress_) {
+      lastProgress_ = progress;
+      lastProgressAt_ = now;
+      return;
+    }
+    if (now - lastProgressAt_ < std::chrono::seconds(settings_.timeoutSeconds)) return;
+  }
+  const std::string text = report();
+  emit(text);
+  fail(ncclSystemError, "no progress for " + std::to_string(settings_.timeoutSeconds) + " s (NCCL_TIMEOUT): " + text);
+}
+
+}  // namespace braid::runtime::host

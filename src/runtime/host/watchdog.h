@@ -1,0 +1,107 @@
+// The watchdog of one communicator: a thread that turns hangs into errors.
+//
+// Every 50 ms it looks at what the communicator's channels are doing (kernels::ChannelStatus)
+// and at the fault boxes its peers may have left in the connections' memory. It fails the
+// communicator (records the error, leaves its own fault notice for the peers, raises the abort
+// flag so every wait ends) when
+//   - a kernel found that a peer called a different collective (ncclInvalidUsage),
+//   - a peer left a fault notice: it failed, so this rank cannot progress (ncclRemoteError),
+//   - a peer process on this host has exited while an operation runs (ncclRemoteError),
+//   - NCCL_TIMEOUT is set and an operation made no progress for that long (ncclSystemError,
+//     with a hang report).
+// On the signal named by BRAID_DUMP_ON_SIGNAL it logs the same report without stopping anything.
+#pragma once
+
+#include <nccl.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/work.h"
+#include "transport/connector.h"
+
+namespace braid::runtime::host {
+
+struct WatchdogSettings {
+  int timeoutSeconds = 0;  ///< NCCL_TIMEOUT (or BRAID_TIMEOUT); 0: no timeout
+  int dumpSignal = 0;      ///< BRAID_DUMP_ON_SIGNAL as a signal number; 0: none
+
+  static WatchdogSettings fromParams();
+};
+
+/// A peer's process, for liveness checks (only processes on this host other than ours).
+struct PeerProcess {
+  int rank;
+  int pid;
+};
+
+class Watchdog {
+ public:
+  Watchdog(int rank, int nRanks, uint64_t commHash, std::vector<PeerProcess> watched, const transport::Connector& connector,
+           kernels::ChannelStatus* statuses, int nStatuses, std::function<void(ncclResult_t)> onFailure, WatchdogSettings settings);
+  ~Watchdog();
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+  /// An operation starts (its statuses reset) / ends; name is the API call ("ncclAllReduce").
+  void begin(const kernels::OpSignature& sig, const char* name);
+  void end();
+
+  /// The previous rank's announcement of the collective it is in (ring channel 0): while an
+  /// operation runs, the same sequence number with other words is a mismatch.
+  void watchNeighbour(const kernels::OpSignature* fromPrev, int prevRank);
+
+  /// Fails the communicator: the first failure is recorded; peers are told through the fault
+  /// boxes; the abort flag is raised. Later calls do nothing.
+  void fail(ncclResult_t code, const std::string& text);
+  /// The recorded failure, if any.
+  bool failure(ncclResult_t* code, std::string* text) const;
+  /// Checks the channels for a signature mismatch now; true (and fails) when one was found.
+  bool checkMismatch();
+
+  /// What every channel is doing, as logged by the timeout and on the dump signal.
+  std::string report() const;
+
+ private:
+  void loop();
+  void tick();
+  void checkFaultBoxes();
+  void checkPeersAlive();
+  void checkTimeout();
+  void checkNeighbour();
+
+  const int rank_, nRanks_;
+  const uint64_t commHash_;
+  const std::vector<PeerProcess> watched_;
+  const transport::Connector& connector_;
+  kernels::ChannelStatus* statuses_;
+  const int nStatuses_;
+  const std::function<void(ncclResult_t)> onFailure_;  // sets the async error, raises the abort flag
+  const WatchdogSettings settings_;
+
+  mutable std::mutex mutex_;  // guards the fields below
+  bool failed_ = false;
+  ncclResult_t failCode_ = ncclSuccess;
+  std::string failText_;
+  bool inFlight_ = false;
+  kernels::OpSignature op_{};
+  std::string opName_;
+  std::chrono::steady_clock::time_point opStart_, lastProgressAt_;
+  uint64_t lastProgress_ = 0;
+  std::chrono::steady_clock::time_point lastLivenessCheck_;
+  unsigned dumpsSeen_ = 0;
+  const kernels::OpSignature* fromPrev_ = nullptr;
+  int prevRank_ = -1;
+
+  std::condition_variable wake_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace braid::runtime::host

@@ -1,0 +1,190 @@
+// Failures diagnosed, not hung: mismatched collectives, dead and stopped peers, the hang
+// report, and what is left behind.
+#include <catch2/catch.hpp>
+
+#include <dirent.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "harness/ranks.h"
+
+using namespace braid;
+
+namespace {
+
+/// Runs `call` on every rank of a fresh communicator and reports, as the rank's "failure"
+/// text, the result, the time it took and the last-error text (so processes can report too).
+std::string runAndReport(int n, const std::function<ncclResult_t(int rank, ncclComm_t comm)>& call, bool processes) {
+  ncclUniqueId id;
+  if (ncclGetUniqueId(&id) != ncclSuccess) return "no unique id";
+  auto body = [&](int rank) {
+    ncclComm_t comm = nullptr;
+    EXPECT_OK(ncclCommInitRank(&comm, n, id, rank));
+    const auto start = std::chrono::steady_clock::now();
+    const ncclResult_t r = call(rank, comm);
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const std::string text = ncclGetLastError(nullptr);
+    ncclResult_t async = ncclSuccess;
+    ncclCommGetAsyncError(comm, &async);
+    ncclCommDestroy(comm);
+    throw std::runtime_error("result " + std::to_string(r) + " async " + std::to_string(async) + " after " +
+                             std::to_string(static_cast<int>(took * 1000)) + " ms: " + text);
+  };
+  return processes ? test::runProcesses(n, body, std::chrono::seconds(30)) : test::runThreads(n, body, std::chrono::seconds(30));
+}
+
+int braidShmFiles() {
+  int n = 0;
+  if (DIR* d = opendir("/dev/shm")) {
+    while (dirent* e = readdir(d)) n += std::string(e->d_name).rfind("braid-", 0) == 0;
+    closedir(d);
+  }
+  return n;
+}
+
+/// Milliseconds quoted by runAndReport for `rank`'s line.
+int millisOf(const std::string& out, int rank) {
+  const std::string key = "rank " + std::to_string(rank) + " (";
+  size_t at = out.find(key);
+  if (at == std::string::npos) return -1;
+  at = out.find(" after ", at);
+  return at == std::string::npos ? -1 : std::atoi(out.c_str() + at + 7);
+}
+
+}  // namespace
+
+TEST_CASE("a rank calling another collective: every rank fails, naming both sides", "[integration][watchdog]") {
+  for (bool processes : {false, true}) {
+    INFO((processes ? "processes" : "threads"));
+    std::vector<float> big(1 << 20, 1.0f);
+    const std::string out = runAndReport(3, [&](int rank, ncclComm_t comm) {
+      std::vector<float> buf(1 << 20, 1.0f);
+      if (rank == 2) return ncclAllGather(buf.data(), buf.data(), 512, ncclFloat, comm, nullptr);
+      return ncclAllReduce(buf.data(), buf.data(), 1 << 18, ncclFloat, ncclSum, comm, nullptr);
+    }, processes);
+    INFO(out);
+    CHECK_THAT(out, Catch::Contains("result 5 async 5 after") &&
+                        Catch::Contains("rank 2 called AllGather(count=512, float) as op #1 but rank 1 called "
+                                        "AllReduce(count=262144, float, sum) as op #1"));
+    CHECK_THAT(out, Catch::Contains("rank 0 called AllReduce(count=262144, float, sum) as op #1 but rank 2 called "
+                                    "AllGather(count=512, float) as op #1"));
+    // Rank 1 saw a matching signature from rank 0, then waited: it learns from its peers.
+    CHECK_THAT(out, Catch::Contains("result 6 async 6 after") && Catch::Contains("rank 1 stopped because rank"));
+    for (int r = 0; r < 3; ++r) {
+      CHECK(millisOf(out, r) >= 0);
+      CHECK(millisOf(out, r) < 3000);
+    }
+  }
+}
+
+TEST_CASE("mismatches of count, root, op and sequence are all caught", "[integration][watchdog]") {
+  std::string out = runAndReport(2, [&](int rank, ncclComm_t comm) {  // Direct (one LL step) path
+    std::vector<float> buf(1024, 1.0f);
+    return ncclAllReduce(buf.data(), buf.data(), rank == 0 ? 1024 : 1000, ncclFloat, ncclSum, comm, nullptr);
+  }, false);
+  CHECK_THAT(out, Catch::Contains("rank 0 called AllReduce(count=1024, float, sum) as op #1 but rank 1 called "
+                                  "AllReduce(count=1000, float, sum) as op #1"));
+  // A root only sends, so a Broadcast with disagreeing roots may "complete" on both ranks;
+  // the next collective then meets the peer's Broadcast signature and says so.
+  out = runAndReport(2, [&](int rank, ncclComm_t comm) {
+    std::vector<int> buf(100000, 1);
+    const ncclResult_t r = ncclBroadcast(buf.data(), buf.data(), buf.size(), ncclInt32, rank, comm, nullptr);
+    if (r != ncclSuccess) return r;
+    return ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclInt32, ncclSum, comm, nullptr);
+  }, false);
+  CHECK_THAT(out, Catch::Contains("rank 0 called AllReduce(count=100000, int32, sum) as op #2 but rank 1 called "
+                                  "Broadcast(count=100000, int32, root=1) as op #1"));
+  out = runAndReport(2, [&](int rank, ncclComm_t comm) {
+    std::vector<float> buf(100000, 1);
+    return ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat, rank == 0 ? ncclMax : ncclMin, comm, nullptr);
+  }, false);
+  CHECK_THAT(out, Catch::Contains("AllReduce(count=100000, float, max) as op #1 but rank 1 called "
+                                  "AllReduce(count=100000, float, min)"));
+  out = runAndReport(2, [&](int rank, ncclComm_t comm) {  // rank 0 calls one more (empty) collective first
+    std::vector<float> buf(100000, 1.0f);
+    if (rank == 0) ncclAllReduce(buf.data(), buf.data(), 0, ncclFloat, ncclSum, comm, nullptr);
+    return ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat, ncclSum, comm, nullptr);
+  }, false);
+  CHECK_THAT(out, Catch::Contains("rank 0 called AllReduce(count=100000, float, sum) as op #2 but rank 1 called "
+                                  "AllReduce(count=100000, float, sum) as op #1"));
+  // Matching calls are unaffected, back to back, for every algorithm and protocol size.
+  out = runAndReport(3, [&](int, ncclComm_t comm) {
+    std::vector<float> buf(300000, 1.0f);
+    for (size_t count : {size_t(1), size_t(1000), size_t(5000), size_t(300000)}) {
+      for (int i = 0; i < 5; ++i) {
+        const ncclResult_t r = ncclAllReduce(buf.data(), buf.data(), count, ncclFloat, ncclSum, comm, nullptr);
+        if (r != ncclSuccess) return r;
+      }
+    }
+    return ncclSuccess;
+  }, false);
+  for (int r = 0; r < 3; ++r) CHECK_THAT(out, Catch::Contains("rank " + std::to_string(r) + " (thread): result 0 async 0"));
+}
+
+TEST_CASE("a killed rank: survivors fail within seconds and leave nothing behind", "[integration][watchdog]") {
+  const char* program = std::getenv("BRAID_RANK_MAIN_EXE");
+  REQUIRE(program != nullptr);
+  const int shmBefore = braidShmFiles();
+  const int port = test::freeLoopbackPort();
+  std::string command = "export NCCL_COMM_ID=127.0.0.1:" + std::to_string(port) +
+                        " NCCL_SOCKET_IFNAME=lo BRAID_BOOTSTRAP_TIMEOUT=20; ";
+  for (int r = 0; r < 3; ++r) command += std::string(program) + " 3 " + std::to_string(r) + " stream 100000 kill-at 50 1 & ";
+  const std::string out = test::runCommand(command + "wait");
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("rank 1: raising signal 9 before op #50"));
+  for (int r : {0, 2}) {
+    const std::string prefix = "rank " + std::to_string(r) + ": op #";
+    REQUIRE_THAT(out, Catch::Contains(prefix));
+    const size_t at = out.find(prefix);
+    const std::string line = out.substr(at, out.find('\n', at) - at);
+    CHECK_THAT(line, Catch::Contains("remote process exited or there was a network error"));
+    CHECK_THAT(line, Catch::Contains("rank 1 (process ") || Catch::Contains("failed: rank 1 (process "));
+    const double seconds = std::atof(line.substr(line.find(" after ") + 7).c_str());
+    CHECK(seconds < 5.0);
+    CHECK_THAT(out, Catch::Contains("rank " + std::to_string(r) + ": destroy: no error"));
+  }
+  CHECK(braidShmFiles() == shmBefore);
+}
+
+TEST_CASE("a stopped rank: NCCL_TIMEOUT fails the others with a hang report naming it", "[integration][watchdog]") {
+  const char* program = std::getenv("BRAID_RANK_MAIN_EXE");
+  REQUIRE(program != nullptr);
+  const int port = test::freeLoopbackPort();
+  std::string command = "export NCCL_COMM_ID=127.0.0.1:" + std::to_string(port) +
+                        " NCCL_SOCKET_IFNAME=lo BRAID_BOOTSTRAP_TIMEOUT=20 NCCL_TIMEOUT=2 NCCL_DEBUG=WARN; ";
+  for (int r = 0; r < 3; ++r)
+    command += std::string(program) + " 3 " + std::to_string(r) + " stream 100000 stop-at 20 1 & p" + std::to_string(r) + "=$!; ";
+  command += "wait $p0; wait $p2; kill -9 $p1; wait $p1 2>/dev/null; true";
+  const std::string out = test::runCommand(command);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("rank 1: raising signal 19 before op #20"));
+  CHECK_THAT(out, Catch::Contains("Braid hang report: comm "));
+  CHECK_THAT(out, Catch::Contains("ncclAllReduce op #20 AllReduce(count=1000, float, sum) running for"));
+  CHECK_THAT(out, Catch::Contains("waiting for data from rank 1 over SHM") ||
+                      Catch::Contains("waiting for free slots (credits) from rank 1 over SHM") ||
+                      Catch::Contains("waiting for the collective's signature from rank 1 over SHM"));
+  CHECK_THAT(out, Catch::Contains("no progress for 2 s (NCCL_TIMEOUT)"));
+  for (int r : {0, 2}) CHECK_THAT(out, Catch::Contains("rank " + std::to_string(r) + ": destroy: no error"));
+}
+
+TEST_CASE("BRAID_DUMP_ON_SIGNAL logs the report without stopping anything", "[integration][watchdog]") {
+  const char* program = std::getenv("BRAID_RANK_MAIN_EXE");
+  REQUIRE(program != nullptr);
+  const int port = test::freeLoopbackPort();
+  // Rank 1 stops itself; rank 0 is asked (SIGUSR1) what it waits for, then both are ended.
+  std::string command = "export NCCL_COMM_ID=127.0.0.1:" + std::to_string(port) +
+                        " NCCL_SOCKET_IFNAME=lo BRAID_BOOTSTRAP_TIMEOUT=20 BRAID_DUMP_ON_SIGNAL=SIGUSR1; ";
+  command += std::string(program) + " 2 0 stream 100000 stop-at 10 1 & p0=$!; ";
+  command += std::string(program) + " 2 1 stream 100000 stop-at 10 1 & p1=$!; ";
+  command += "sleep 2; kill -USR1 $p0; sleep 0.5; kill -USR1 $p0; sleep 0.5; kill -9 $p1; wait $p0; wait $p1 2>/dev/null; true";
+  const std::string out = test::runCommand(command);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("Braid hang report: comm "));
+  CHECK_THAT(out, Catch::Contains("rank 0 of 2: ncclAllReduce op #10"));
+  // Dumping changed nothing: rank 0 still failed only when rank 1 died.
+  CHECK_THAT(out, Catch::Contains("rank 0: op #10 failed after"));
+  CHECK_THAT(out, Catch::Contains("rank 1 (process "));
+}
