@@ -75,12 +75,12 @@ void Connector::connectRing(int nChannels) {
     channel_.send(prev, kRingTag + c, &mine, sizeof(mine));
     channel_.recv(next, kRingTag + c, &theirs, sizeof(theirs));
     auto sendEnd = importSender(next, theirs);
-    if (theirs.kind == Kind::kShm) channel_.send(next, kRingAckTag + c, &rank_, sizeof(rank_));
-    if (mine.kind == Kind::kShm) {
-      int ack = -1;
-      channel_.recv(prev, kRingAckTag + c, &ack, sizeof(ack));
-      shm::unlinkName(mine);
-    }
+    // The receiver keeps its FIFO memory (and, for shm, its name) until the sender has taken
+    // hold of it: a rank that finishes early cannot free memory its peer has yet to import.
+    channel_.send(next, kRingAckTag + c, &rank_, sizeof(rank_));
+    int ack = -1;
+    channel_.recv(prev, kRingAckTag + c, &ack, sizeof(ack));
+    if (mine.kind == Kind::kShm) shm::unlinkName(mine);
     std::lock_guard<std::mutex> lock(endsMutex_);
     ringRecv_[c] = std::move(recvEnd);
     ringSend_[c] = std::move(sendEnd);
@@ -120,13 +120,12 @@ void Connector::connectPeers(const std::vector<int>& sendTo, const std::vector<i
       std::lock_guard<std::mutex> lock(endsMutex_);
       peerSend_[peer] = std::move(end);
     }
-    if (d.kind == Kind::kShm) channel_.send(peer, kPeerAckTag, &rank_, sizeof(rank_));
+    channel_.send(peer, kPeerAckTag, &rank_, sizeof(rank_));
   }
-  for (auto& [peer, d] : created) {
-    if (d.kind != Kind::kShm) continue;
+  for (auto& [peer, d] : created) {  // see connectRing: held until the sender has it
     int ack = -1;
     channel_.recv(peer, kPeerAckTag, &ack, sizeof(ack));
-    shm::unlinkName(d);
+    if (d.kind == Kind::kShm) shm::unlinkName(d);
   }
 }
 

@@ -3,6 +3,10 @@
 #include <catch2/catch.hpp>
 
 #include <dirent.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <thread>
 
 #include <chrono>
 #include <cstdlib>
@@ -57,6 +61,7 @@ int millisOf(const std::string& out, int rank) {
 }  // namespace
 
 TEST_CASE("a rank calling another collective: every rank fails, naming both sides", "[integration][watchdog]") {
+  const int shmBefore = braidShmFiles();
   for (bool processes : {false, true}) {
     INFO((processes ? "processes" : "threads"));
     std::vector<float> big(1 << 20, 1.0f);
@@ -78,6 +83,7 @@ TEST_CASE("a rank calling another collective: every rank fails, naming both side
       CHECK(millisOf(out, r) < 3000);
     }
   }
+  CHECK(braidShmFiles() == shmBefore);  // segments of connections a mismatch left half-made are removed
 }
 
 TEST_CASE("mismatches of count, root, op and sequence are all caught", "[integration][watchdog]") {
@@ -187,4 +193,69 @@ TEST_CASE("BRAID_DUMP_ON_SIGNAL logs the report without stopping anything", "[in
   // Dumping changed nothing: rank 0 still failed only when rank 1 died.
   CHECK_THAT(out, Catch::Contains("rank 0: op #10 failed after"));
   CHECK_THAT(out, Catch::Contains("rank 1 (process "));
+}
+
+namespace {
+long residentKiB() {
+  long pages = 0, resident = 0;
+  if (FILE* f = fopen("/proc/self/statm", "r")) {
+    if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    fclose(f);
+  }
+  return resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+}  // namespace
+
+TEST_CASE("load: 100,000 small AllReduces and 1,000 create/split/destroy cycles stay flat", "[integration][load]") {
+  // Figures are printed for the record (speed is measured in perf/, never asserted here).
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  std::vector<ncclComm_t> comms(2, nullptr);
+  REQUIRE(test::runThreads(2, [&](int rank) { EXPECT_OK(ncclCommInitRank(&comms[rank], 2, id, rank)); }) == "");
+  auto reduceMany = [&](int n) {
+    return test::runThreads(2, [&](int rank) {
+      double x = rank;
+      for (int i = 0; i < n; ++i) EXPECT_OK(ncclAllReduce(&x, &x, 1, ncclDouble, ncclSum, comms[rank], nullptr));
+    }, std::chrono::seconds(120));
+  };
+  REQUIRE(reduceMany(1000) == "");  // warm up: connections, pools
+  const int fds0 = test::openFileDescriptors(), threads0 = test::liveThreads();
+  const long rss0 = residentKiB();
+  const auto start = std::chrono::steady_clock::now();
+  REQUIRE(reduceMany(100000) == "");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const int fds1 = test::openFileDescriptors(), threads1 = test::liveThreads();
+  const long rss1 = residentKiB();
+  printf("load: 100000 x 8-byte AllReduce on 2 thread ranks: %.2f s (%.2f us each); fds %d -> %d, threads %d -> %d, "
+         "RSS %ld -> %ld KiB\n", seconds, seconds * 1e6 / 100000, fds0, fds1, threads0, threads1, rss0, rss1);
+  CHECK(fds1 == fds0);
+  CHECK(threads1 == threads0);
+  CHECK(rss1 - rss0 < 4096);
+  for (ncclComm_t c : comms) REQUIRE(ncclCommDestroy(c) == ncclSuccess);
+
+  auto cycle = [] {
+    ncclUniqueId cid;
+    if (ncclGetUniqueId(&cid) != ncclSuccess) return std::string("no id");
+    return test::runThreads(2, [&](int rank) {
+      ncclComm_t comm = nullptr, half = nullptr;
+      EXPECT_OK(ncclCommInitRank(&comm, 2, cid, rank));
+      EXPECT_OK(ncclCommSplit(comm, 0, rank, &half, nullptr));
+      EXPECT_OK(ncclCommDestroy(half));
+      EXPECT_OK(ncclCommDestroy(comm));
+    });
+  };
+  for (int i = 0; i < 20; ++i) REQUIRE(cycle() == "");  // warm up
+  const int fds2 = test::openFileDescriptors(), threads2 = test::liveThreads();
+  const long rss2 = residentKiB();
+  const auto start2 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 1000; ++i) REQUIRE(cycle() == "");
+  const double seconds2 = std::chrono::duration<double>(std::chrono::steady_clock::now() - start2).count();
+  for (int i = 0; i < 100 && test::liveThreads() > threads2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const int fds3 = test::openFileDescriptors(), threads3 = test::liveThreads();
+  const long rss3 = residentKiB();
+  printf("load: 1000 x (init 2 ranks, split, destroy both): %.2f s; fds %d -> %d, threads %d -> %d, RSS %ld -> %ld KiB\n",
+         seconds2, fds2, fds3, threads2, threads3, rss2, rss3);
+  CHECK(fds3 == fds2);
+  CHECK(threads3 == threads2);
+  CHECK(rss3 - rss2 < 8192);
 }

@@ -15,13 +15,20 @@ namespace {
 
 class MappedFifo final : public FifoMemory {
  public:
-  MappedFifo(const FifoSizes& sizes, void* memory, size_t bytes) : FifoMemory(sizes), memory_(memory), bytes_(bytes) {}
-  ~MappedFifo() override { munmap(memory_, bytes_); }
+  /// ownedName: the creator's segment name, removed at destruction in case the connection
+  /// never completed (a peer that failed during setup); "" for the importer.
+  MappedFifo(const FifoSizes& sizes, void* memory, size_t bytes, std::string ownedName = "")
+      : FifoMemory(sizes), memory_(memory), bytes_(bytes), ownedName_(std::move(ownedName)) {}
+  ~MappedFifo() override {
+    munmap(memory_, bytes_);
+    if (!ownedName_.empty()) shm_unlink(ownedName_.c_str());  // ENOENT once unlinked: fine
+  }
   char* base() const override { return static_cast<char*>(memory_); }
 
  private:
   void* memory_;
   size_t bytes_;
+  std::string ownedName_;
 };
 
 void* mapFd(int fd, size_t bytes, const char* name) {
@@ -59,7 +66,7 @@ std::unique_ptr<FifoMemory> create(const FifoSizes& sizes, const std::string& un
   out->bytes = bytes;
   out->sizes = sizes;
   std::strncpy(out->shmName, name.c_str(), sizeof(out->shmName) - 1);
-  return std::make_unique<MappedFifo>(sizes, p, bytes);
+  return std::make_unique<MappedFifo>(sizes, p, bytes, name);
 }
 
 std::unique_ptr<FifoMemory> import(const Descriptor& d) {

@@ -145,7 +145,7 @@ void DataPath::runCollective(const plan::Task& given) {
     fail(ncclInvalidUsage, "this operator and type are not instantiated in this build (-Donly_funcs=%s)", kOnlyFuncs);
   }
   const kernels::OpSignature sig = makeSignature(seq, task);
-  watchdog_->begin(sig, task.name);  // from here a dead peer or a peer's failure ends the wait
+  watchdog_->begin(sig, task.name, plan.nChannels);  // from here a dead peer or a peer's failure ends the wait
   struct EndOp {
     Watchdog& w;
     ~EndOp() { w.end(); }
@@ -160,7 +160,10 @@ void DataPath::runCollective(const plan::Task& given) {
       kernels::storeRelaxed(&first.send.announce->words[0], sig.words[0]);
       kernels::storeRelaxed(&first.send.announce->words[1], sig.words[1]);
       kernels::storeRelease(&first.send.announce->seq, sig.seq);
-      watchdog_->watchNeighbour(first.recv.announce, first.recv.peer);
+      if (!neighbourWatched_) {
+        watchdog_->watchNeighbour(first.recv.announce, first.recv.peer);
+        neighbourWatched_ = true;
+      }
     }
     if (plan.works[0].algo == kernels::Algo::kDirect) {
       connectAllPeers();
@@ -235,7 +238,7 @@ void DataPath::runPeers(const std::vector<const plan::Task*>& ops) {
   }
   for (auto& [key, q] : queues) q.front().step = *q.front().conn.step;
   kernels::ChannelStatus& status = statuses_[0];
-  watchdog_->begin(kernels::OpSignature{}, ops.front()->name);
+  watchdog_->begin(kernels::OpSignature{}, ops.front()->name, 1);
   struct EndOp {
     Watchdog& w;
     ~EndOp() { w.end(); }

@@ -69,6 +69,7 @@ class DataPath {
   transport::Connector connector_;
   std::array<kernels::ChannelStatus, kMaxChannels> statuses_{};
   uint64_t opSeq_ = 0;  // collectives called on this communicator so far
+  bool neighbourWatched_ = false;
   std::unique_ptr<Watchdog> watchdog_;  // after connector_ and statuses_: stopped before them
   Executor executor_;
   std::vector<kernels::RingHandle> rings_;  // cached handles of the connected ring channels

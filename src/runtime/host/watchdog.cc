@@ -116,17 +116,20 @@ Watchdog::~Watchdog() {
   thread_.join();
 }
 
-void Watchdog::begin(const kernels::OpSignature& sig, const char* name) {
-  for (int c = 0; c < nStatuses_; ++c) {
+void Watchdog::begin(const kernels::OpSignature& sig, const char* name, int nChannels) {
+  for (int c = 0; c < nChannels && c < nStatuses_; ++c) {
     kernels::storeRelaxed(&statuses_[c].waitKind, static_cast<uint32_t>(kernels::kWaitNone));
     kernels::storeRelaxed(&statuses_[c].mismatch, 0u);
   }
-  std::lock_guard<std::mutex> lock(mutex_);
-  inFlight_ = true;
-  op_ = sig;
-  opName_ = name;
-  opStart_ = lastProgressAt_ = std::chrono::steady_clock::now();
+  token_.fetch_add(1, std::memory_order_acq_rel);  // odd: fields being written
+  opSeq_.store(sig.seq, std::memory_order_relaxed);
+  opWord0_.store(sig.words[0], std::memory_order_relaxed);
+  opWord1_.store(sig.words[1], std::memory_order_relaxed);
+  opName_.store(name, std::memory_order_relaxed);
+  token_.fetch_add(2, std::memory_order_release);  // still odd: in flight, fields complete
 }
+
+void Watchdog::end() { token_.fetch_add(1, std::memory_order_release); }
 
 void Watchdog::watchNeighbour(const kernels::OpSignature* fromPrev, int prevRank) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -134,9 +137,31 @@ void Watchdog::watchNeighbour(const kernels::OpSignature* fromPrev, int prevRank
   prevRank_ = prevRank;
 }
 
-void Watchdog::end() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  inFlight_ = false;
+Watchdog::OpView Watchdog::currentOp() const {
+  OpView v;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const uint64_t before = token_.load(std::memory_order_acquire);
+    v.sig.seq = opSeq_.load(std::memory_order_relaxed);
+    v.sig.words[0] = opWord0_.load(std::memory_order_relaxed);
+    v.sig.words[1] = opWord1_.load(std::memory_order_relaxed);
+    v.name = opName_.load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (token_.load(std::memory_order_relaxed) == before) {
+      v.token = before;
+      v.inFlight = before % 4 == 3;  // begin adds 1 then 2, end adds 1: 3 mod 4 while running
+      return v;
+    }
+  }
+  v.inFlight = false;
+  return v;
+}
+
+void Watchdog::observe(const OpView& op) {
+  if (op.token == seenToken_) return;
+  seenToken_ = op.token;
+  opStart_ = lastProgressAt_ = std::chrono::steady_clock::now();
+  lastProgress_ = 0;
+  for (int c = 0; c < nStatuses_; ++c) lastProgress_ += kernels::loadRelaxed(&statuses_[c].progress);
 }
 
 void Watchdog::fail(ncclResult_t code, const std::string& text) {
@@ -168,27 +193,24 @@ bool Watchdog::failure(ncclResult_t* code, std::string* text) const {
 bool Watchdog::checkMismatch() {
   for (int c = 0; c < nStatuses_; ++c) {
     if (kernels::loadAcquire(&statuses_[c].mismatch) == 0) continue;
-    kernels::OpSignature mine;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      mine = op_;
-    }
-    fail(ncclInvalidUsage, mismatchText(rank_, mine, statuses_[c].mismatchPeer, statuses_[c].peerSig));
+    fail(ncclInvalidUsage, mismatchText(rank_, currentOp().sig, statuses_[c].mismatchPeer, statuses_[c].peerSig));
     return true;
   }
   return false;
 }
 
 std::string Watchdog::report() const {
-  std::lock_guard<std::mutex> lock(mutex_);
   char buf[256];
   snprintf(buf, sizeof buf, "Braid hang report: comm %#llx rank %d of %d: ", static_cast<unsigned long long>(commHash_),
            rank_, nRanks_);
   std::string out = buf;
-  if (!inFlight_) return out + "idle (no operation running)";
-  const double running = std::chrono::duration<double>(std::chrono::steady_clock::now() - opStart_).count();
-  snprintf(buf, sizeof buf, "%s op #%llu %s running for %.1f s", opName_.c_str(), static_cast<unsigned long long>(op_.seq),
-           op_.seq ? describeSignature(op_).c_str() : "(send/receive)", running);
+  const OpView op = currentOp();
+  if (!op.inFlight) return out + "idle (no operation running)";
+  const double running = op.token == seenToken_
+                             ? std::chrono::duration<double>(std::chrono::steady_clock::now() - opStart_).count()
+                             : 0.0;
+  snprintf(buf, sizeof buf, "%s op #%llu %s running for %.1f s", op.name, static_cast<unsigned long long>(op.sig.seq),
+           op.sig.seq ? describeSignature(op.sig).c_str() : "(send/receive)", running);
   out += buf;
   for (int c = 0; c < nStatuses_; ++c) {
     const kernels::ChannelStatus& s = statuses_[c];
@@ -220,6 +242,7 @@ void Watchdog::loop() {
 }
 
 void Watchdog::tick() {
+  observe(currentOp());
   const unsigned dumps = gDumpRequests.load(std::memory_order_relaxed);
   if (dumps != dumpsSeen_) {
     dumpsSeen_ = dumps;
@@ -255,16 +278,16 @@ void Watchdog::checkFaultBoxes() {
 }
 
 void Watchdog::checkNeighbour() {
-  kernels::OpSignature mine;
+  const OpView op = currentOp();
+  const kernels::OpSignature mine = op.sig;
   const kernels::OpSignature* from;
   int prev;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!inFlight_ || op_.seq == 0 || fromPrev_ == nullptr) return;
-    mine = op_;
     from = fromPrev_;
     prev = prevRank_;
   }
+  if (!op.inFlight || mine.seq == 0 || from == nullptr) return;
   auto* p = const_cast<kernels::OpSignature*>(from);
   kernels::OpSignature theirs;
   theirs.seq = kernels::loadAcquire(&p->seq);
@@ -279,16 +302,10 @@ void Watchdog::checkPeersAlive() {
   const auto now = std::chrono::steady_clock::now();
   if (watched_.empty() || now - lastLivenessCheck_ < kLivenessEvery) return;
   lastLivenessCheck_ = now;
-  bool inFlight;
-  uint64_t seq;
-  std::string name;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    inFlight = inFlight_;
-    seq = op_.seq;
-    name = opName_;
-  }
-  if (!inFlight) return;  // a peer that finished and exited is no failure of ours
+  const OpView op = currentOp();
+  if (!op.inFlight) return;  // a peer that finished and exited is no failure of ours
+  const uint64_t seq = op.sig.seq;
+  const std::string name = op.name;
   for (const PeerProcess& p : watched_) {
     if (kill(p.pid, 0) == 0 || errno != ESRCH) continue;
     fail(ncclRemoteError, "rank " + std::to_string(p.rank) + " (process " + std::to_string(p.pid) +
@@ -303,16 +320,13 @@ void Watchdog::checkTimeout() {
   uint64_t progress = 0;
   for (int c = 0; c < nStatuses_; ++c) progress += kernels::loadRelaxed(&statuses_[c].progress);
   const auto now = std::chrono::steady_clock::now();
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!inFlight_) return;
-    if (progress != lastProgress_) {
-      lastProgress_ = progress;
-      lastProgressAt_ = now;
-      return;
-    }
-    if (now - lastProgressAt_ < std::chrono::seconds(settings_.timeoutSeconds)) return;
+  if (!currentOp().inFlight) return;
+  if (progress != lastProgress_) {
+    lastProgress_ = progress;
+    lastProgressAt_ = now;
+    return;
   }
+  if (now - lastProgressAt_ < std::chrono::seconds(settings_.timeoutSeconds)) return;
   const std::string text = report();
   emit(text);
   fail(ncclSystemError, "no progress for " + std::to_string(settings_.timeoutSeconds) + " s (NCCL_TIMEOUT): " + text);

@@ -49,8 +49,9 @@ class Watchdog {
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
-  /// An operation starts (its statuses reset) / ends; name is the API call ("ncclAllReduce").
-  void begin(const kernels::OpSignature& sig, const char* name);
+  /// An operation starts on channels [0, nChannels) (their statuses reset) / ends; name is the
+  /// API call ("ncclAllReduce", a string literal). Lock-free: these are on the latency path.
+  void begin(const kernels::OpSignature& sig, const char* name, int nChannels);
   void end();
 
   /// The previous rank's announcement of the collective it is in (ring channel 0): while an
@@ -65,7 +66,8 @@ class Watchdog {
   /// Checks the channels for a signature mismatch now; true (and fails) when one was found.
   bool checkMismatch();
 
-  /// What every channel is doing, as logged by the timeout and on the dump signal.
+  /// What every channel is doing, as logged by the timeout and on the dump signal (watchdog
+  /// thread only: it owns the timing fields).
   std::string report() const;
 
  private:
@@ -75,6 +77,16 @@ class Watchdog {
   void checkPeersAlive();
   void checkTimeout();
   void checkNeighbour();
+  /// The operation in flight, read consistently from the atomics below.
+  struct OpView {
+    bool inFlight = false;
+    kernels::OpSignature sig{};
+    const char* name = "";
+    uint64_t token = 0;
+  };
+  OpView currentOp() const;
+  /// Watchdog thread: notices a new operation and restarts the clocks.
+  void observe(const OpView& op);
 
   const int rank_, nRanks_;
   const uint64_t commHash_;
@@ -85,19 +97,25 @@ class Watchdog {
   const std::function<void(ncclResult_t)> onFailure_;  // sets the async error, raises the abort flag
   const WatchdogSettings settings_;
 
-  mutable std::mutex mutex_;  // guards the fields below
+  mutable std::mutex mutex_;  // guards the failure, the neighbour and stop_
   bool failed_ = false;
   ncclResult_t failCode_ = ncclSuccess;
   std::string failText_;
-  bool inFlight_ = false;
-  kernels::OpSignature op_{};
-  std::string opName_;
+  const kernels::OpSignature* fromPrev_ = nullptr;
+  int prevRank_ = -1;
+
+  // The operation in flight, written by the calling thread: token is odd while one runs and
+  // changes on every begin and end (a sequence lock for the fields beside it).
+  std::atomic<uint64_t> token_{0};
+  std::atomic<uint64_t> opSeq_{0}, opWord0_{0}, opWord1_{0};
+  std::atomic<const char*> opName_{""};
+
+  // Watchdog thread only.
+  uint64_t seenToken_ = 0;
   std::chrono::steady_clock::time_point opStart_, lastProgressAt_;
   uint64_t lastProgress_ = 0;
   std::chrono::steady_clock::time_point lastLivenessCheck_;
   unsigned dumpsSeen_ = 0;
-  const kernels::OpSignature* fromPrev_ = nullptr;
-  int prevRank_ = -1;
 
   std::condition_variable wake_;
   bool stop_ = false;

@@ -1,0 +1,29 @@
+// libFuzzer target: the parsers of NCCL_ALGO / NCCL_PROTO, NCCL_SOCKET_IFNAME and the path
+// levels (NCCL_P2P_LEVEL, NCCL_NET_GDR_LEVEL). The input is split at its first newline.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/interfaces.h"
+#include "core/status.h"
+#include "plan/algo_proto.h"
+#include "topology/paths.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string input(reinterpret_cast<const char*>(data), size);
+  const size_t cut = input.find('\n');
+  const std::string first = input.substr(0, cut);
+  const std::string second = cut == std::string::npos ? "" : input.substr(cut + 1);
+  try {
+    braid::plan::parseAlgoProto(first, second);
+  } catch (const braid::Error&) {
+  }
+  try {
+    braid::net::InterfaceFilter filter = braid::net::InterfaceFilter::parse(first);
+    filter.matches(second);
+  } catch (const braid::Error&) {
+  }
+  braid::topo::PathType level;
+  braid::topo::parsePathLevel(first, &level);
+  return 0;
+}

@@ -1,0 +1,10 @@
+#!/bin/sh
+# Runs one libFuzzer target for a bounded time: run_fuzz.sh FUZZER SECONDS WORKDIR SEEDDIR
+# New inputs go to WORKDIR/corpus (the seeds stay untouched), crashes to WORKDIR/crash-*.
+# A crash fails the test. Add the crashing input to SEEDDIR: every seed runs first, every time,
+# so it stays a regression test.
+set -eu
+fuzzer=$1 seconds=$2 work=$3 seeds=$4
+mkdir -p "$work/corpus"
+exec "$fuzzer" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
+  -artifact_prefix="$work/" -print_final_stats=1 "$work/corpus" "$seeds"
