@@ -1,13 +1,17 @@
 #!/bin/bash
 # The whole test suite, as CI runs it: build, every meson test suite, then the unit suite
-# and integration suites again under AddressSanitizer + UndefinedBehaviorSanitizer. Prints each stage's time and a
-# closing line "N passed, N failed, N skipped".
-# Build folders: $BRAID_BUILD (default build) and $BRAID_BUILD_SAN (default build-san).
+# and integration suites again under AddressSanitizer + UndefinedBehaviorSanitizer, then a
+# short run of every libFuzzer target (clang; skipped with the reason when clang is absent).
+# Prints each stage's time and a closing line "N passed, N failed, N skipped".
+# Build folders: $BRAID_BUILD (default build), $BRAID_BUILD_SAN (default build-san) and
+# $BRAID_BUILD_FUZZ (default build-fuzz); $BRAID_FUZZ_SECONDS per target (default 10).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/cuda/bin:$PATH"
 build=${BRAID_BUILD:-build}
 build_san=${BRAID_BUILD_SAN:-build-san}
+build_fuzz=${BRAID_BUILD_FUZZ:-build-fuzz}
+fuzz_seconds=${BRAID_FUZZ_SECONDS:-10}
 jobs=${BRAID_JOBS:-2}
 
 passed=0 failed=0 skipped=0
@@ -43,6 +47,27 @@ UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \
   meson test -C "$build_san" --suite unit --suite integration --print-errorlogs --no-rebuild || status=1
 count "$build_san"
 end sanitizers
+
+begin fuzz
+have_libfuzzer() {
+  echo 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { return 0; }' |
+    clang++ -x c++ -fsanitize=fuzzer - -o "${TMPDIR:-/tmp}/braid-libfuzzer-probe" 2>/dev/null &&
+    rm -f "${TMPDIR:-/tmp}/braid-libfuzzer-probe"
+}
+if command -v clang >/dev/null && command -v clang++ >/dev/null && have_libfuzzer; then
+  [ -f "$build_fuzz/build.ninja" ] || CC=clang CXX=clang++ meson setup "$build_fuzz" --buildtype=debugoptimized \
+    -Dfuzz=true -Dcuda=disabled -Donly_funcs='sum:f32' -Dcpp_args=-fsanitize=fuzzer-no-link \
+    -Db_sanitize=address,undefined -Db_lundef=false
+  meson configure "$build_fuzz" -Dfuzz_seconds="$fuzz_seconds"
+  meson compile -C "$build_fuzz" -j "$jobs" test/fuzz_topology_xml test/fuzz_graph_xml test/fuzz_env_parsers test/fuzz_bootstrap
+  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    meson test -C "$build_fuzz" --suite fuzz --print-errorlogs --no-rebuild || status=1
+  count "$build_fuzz"
+else
+  echo "fuzz: skipped: clang with libFuzzer is not installed (Debian: apt-get install clang libclang-rt-14-dev)"
+  skipped=$((skipped + 4))
+fi
+end fuzz
 
 echo "tests: $passed passed, $failed failed, $skipped skipped"
 exit $status
