@@ -9,12 +9,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+// BRAID_OUTLINE: compiled once and called rather than inlined into every instantiation (which
+// costs build time, not speed): once-per-operation code and the slow half of waits. Not
+// "cold": that would compile the spin loops for size and slow the wake-up.
 #if defined(__CUDACC__)
 #define BRAID_HOST_DEVICE __host__ __device__
 #define BRAID_INLINE __host__ __device__ __forceinline__
+#define BRAID_OUTLINE __host__ __device__ __noinline__
 #else
 #define BRAID_HOST_DEVICE
 #define BRAID_INLINE inline __attribute__((always_inline))
+#define BRAID_OUTLINE inline __attribute__((noinline))
 #endif
 
 #if defined(__CUDACC__) || defined(BRAID_KERNELS_USE_CCCL)

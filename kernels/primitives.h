@@ -22,11 +22,10 @@ namespace braid::kernels {
 
 enum StepFlags : uint32_t { kRecv = 1, kSend = 2, kInput = 4, kOutput = 8, kPost = 16 };
 
-/// Thread 0 only. Records what the channel waits on while ready() is false, then waits.
+/// The slow half of waitReporting: out of line, so the step code around it stays small.
 template <typename Ready>
-BRAID_INLINE WaitResult waitReporting(ChannelStatus* status, uint32_t kind, const ConnHandle* conn, uint64_t step,
-                                      Ready ready, const uint32_t* abortFlag) {
-  if (ready()) return WaitResult::kReady;
+BRAID_OUTLINE WaitResult waitRecorded(ChannelStatus* status, uint32_t kind, const ConnHandle* conn, uint64_t step,
+                                   Ready ready, const uint32_t* abortFlag) {
   if (status != nullptr) {
     storeRelaxed(&status->waitStep, step);
     storeRelaxed(&status->waitPeer, conn->peer);
@@ -38,9 +37,17 @@ BRAID_INLINE WaitResult waitReporting(ChannelStatus* status, uint32_t kind, cons
   return r;
 }
 
+/// Thread 0 only. Records what the channel waits on while ready() is false, then waits.
+template <typename Ready>
+BRAID_INLINE WaitResult waitReporting(ChannelStatus* status, uint32_t kind, const ConnHandle* conn, uint64_t step,
+                                      Ready ready, const uint32_t* abortFlag) {
+  if (ready()) return WaitResult::kReady;
+  return waitRecorded(status, kind, conn, step, ready, abortFlag);
+}
+
 /// Thread 0 only: publishes the operation's signature in the slot of its first step on `conn`.
 /// Must precede the first data of that step.
-BRAID_INLINE void writeSignature(const ConnHandle& conn, uint64_t firstStep, const OpSignature& sig) {
+BRAID_OUTLINE void writeSignature(const ConnHandle& conn, uint64_t firstStep, const OpSignature& sig) {
   if (sig.seq == 0) return;
   SigSlot* slot = conn.sigs + firstStep % kSteps;
   storeRelaxed(&slot->sig.seq, sig.seq);
@@ -52,7 +59,7 @@ BRAID_INLINE void writeSignature(const ConnHandle& conn, uint64_t firstStep, con
 /// Thread 0 only: waits for the sender's signature of the operation whose first step on
 /// `conn` is firstStep and compares it with ours. On a difference it records the peer's in
 /// status and returns kAborted (as it does when the communicator is aborted meanwhile).
-BRAID_INLINE WaitResult checkSignature(const ConnHandle& conn, uint64_t firstStep, const OpSignature& mine,
+BRAID_OUTLINE WaitResult checkSignature(const ConnHandle& conn, uint64_t firstStep, const OpSignature& mine,
                                        ChannelStatus* status, const uint32_t* abortFlag) {
   if (mine.seq == 0) return WaitResult::kReady;
   SigSlot* slot = conn.sigs + firstStep % kSteps;
