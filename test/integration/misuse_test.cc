@@ -25,7 +25,9 @@ TEST_CASE("API misuse sweep: each invalid argument of each entry point is named"
   ncclComm_t comm = nullptr;
   REQUIRE(ncclCommInitRank(&comm, 1, id, 0) == ncclSuccess);
   float x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-  const ncclDataType_t badType = static_cast<ncclDataType_t>(42);
+  // 13 is no type, yet inside the C++ value range of ncclDataType_t (0..15): a value outside
+  // that range is undefined behaviour in C++ before Braid could look at it (UBSan says so).
+  const ncclDataType_t badType = static_cast<ncclDataType_t>(13);
   const ncclRedOp_t badOp = static_cast<ncclRedOp_t>(77);
   int n = 0;
   ncclResult_t async = ncclSuccess;
@@ -34,29 +36,29 @@ TEST_CASE("API misuse sweep: each invalid argument of each entry point is named"
       {"AllReduce comm", [&] { return ncclAllReduce(x, x, 4, ncclFloat, ncclSum, nullptr, nullptr); }, {"ncclAllReduce", "comm is NULL"}},
       {"AllReduce sendbuff", [&] { return ncclAllReduce(nullptr, x, 4, ncclFloat, ncclSum, comm, nullptr); }, {"ncclAllReduce", "sendbuff", "NULL"}},
       {"AllReduce recvbuff", [&] { return ncclAllReduce(x, nullptr, 4, ncclFloat, ncclSum, comm, nullptr); }, {"ncclAllReduce", "recvbuff", "NULL"}},
-      {"AllReduce datatype", [&] { return ncclAllReduce(x, x, 4, badType, ncclSum, comm, nullptr); }, {"ncclAllReduce", "datatype", "42"}},
+      {"AllReduce datatype", [&] { return ncclAllReduce(x, x, 4, badType, ncclSum, comm, nullptr); }, {"ncclAllReduce", "datatype", "13"}},
       {"AllReduce op", [&] { return ncclAllReduce(x, x, 4, ncclFloat, badOp, comm, nullptr); }, {"ncclAllReduce", "op", "77"}},
       {"Reduce root", [&] { return ncclReduce(x, x, 4, ncclFloat, ncclSum, 3, comm, nullptr); }, {"ncclReduce", "root", "3"}},
       {"Reduce op", [&] { return ncclReduce(x, x, 4, ncclFloat, badOp, 0, comm, nullptr); }, {"ncclReduce", "op", "77"}},
-      {"Reduce datatype", [&] { return ncclReduce(x, x, 4, badType, ncclSum, 0, comm, nullptr); }, {"ncclReduce", "datatype", "42"}},
+      {"Reduce datatype", [&] { return ncclReduce(x, x, 4, badType, ncclSum, 0, comm, nullptr); }, {"ncclReduce", "datatype", "13"}},
       {"Broadcast root", [&] { return ncclBroadcast(x, x, 4, ncclFloat, -2, comm, nullptr); }, {"ncclBroadcast", "root", "-2"}},
-      {"Broadcast datatype", [&] { return ncclBroadcast(x, x, 4, badType, 0, comm, nullptr); }, {"ncclBroadcast", "datatype", "42"}},
+      {"Broadcast datatype", [&] { return ncclBroadcast(x, x, 4, badType, 0, comm, nullptr); }, {"ncclBroadcast", "datatype", "13"}},
       {"Broadcast recvbuff", [&] { return ncclBroadcast(x, nullptr, 4, ncclFloat, 0, comm, nullptr); }, {"ncclBroadcast", "recvbuff", "NULL"}},
       {"Bcast root", [&] { return ncclBcast(x, 4, ncclFloat, 5, comm, nullptr); }, {"root", "5"}},
       {"Bcast comm", [&] { return ncclBcast(x, 4, ncclFloat, 0, nullptr, nullptr); }, {"comm is NULL"}},
       {"AllGather sendbuff", [&] { return ncclAllGather(nullptr, x, 4, ncclFloat, comm, nullptr); }, {"ncclAllGather", "sendbuff", "NULL"}},
-      {"AllGather datatype", [&] { return ncclAllGather(x, x, 4, badType, comm, nullptr); }, {"ncclAllGather", "datatype", "42"}},
+      {"AllGather datatype", [&] { return ncclAllGather(x, x, 4, badType, comm, nullptr); }, {"ncclAllGather", "datatype", "13"}},
       {"AllGather comm", [&] { return ncclAllGather(x, x, 4, ncclFloat, nullptr, nullptr); }, {"ncclAllGather", "comm is NULL"}},
       {"ReduceScatter recvbuff", [&] { return ncclReduceScatter(x, nullptr, 4, ncclFloat, ncclSum, comm, nullptr); }, {"ncclReduceScatter", "recvbuff", "NULL"}},
       {"ReduceScatter op", [&] { return ncclReduceScatter(x, x, 4, ncclFloat, badOp, comm, nullptr); }, {"ncclReduceScatter", "op", "77"}},
-      {"AlltoAll datatype", [&] { return ncclAlltoAll(x, x, 4, badType, comm, nullptr); }, {"ncclAlltoAll", "datatype", "42"}},
+      {"AlltoAll datatype", [&] { return ncclAlltoAll(x, x, 4, badType, comm, nullptr); }, {"ncclAlltoAll", "datatype", "13"}},
       {"AlltoAll sendbuff", [&] { return ncclAlltoAll(nullptr, x, 4, ncclFloat, comm, nullptr); }, {"ncclAlltoAll", "sendbuff", "NULL"}},
       {"Gather root", [&] { return ncclGather(x, x, 4, ncclFloat, 9, comm, nullptr); }, {"ncclGather", "root", "9"}},
-      {"Gather datatype", [&] { return ncclGather(x, x, 4, badType, 0, comm, nullptr); }, {"ncclGather", "datatype", "42"}},
+      {"Gather datatype", [&] { return ncclGather(x, x, 4, badType, 0, comm, nullptr); }, {"ncclGather", "datatype", "13"}},
       {"Scatter root", [&] { return ncclScatter(x, x, 4, ncclFloat, -1, comm, nullptr); }, {"ncclScatter", "root", "-1"}},
       {"Scatter recvbuff", [&] { return ncclScatter(x, nullptr, 4, ncclFloat, 0, comm, nullptr); }, {"ncclScatter", "recvbuff", "NULL"}},
       {"Send peer", [&] { return ncclSend(x, 4, ncclFloat, 1, comm, nullptr); }, {"ncclSend", "peer", "1"}},
-      {"Send datatype", [&] { return ncclSend(x, 4, badType, 0, comm, nullptr); }, {"ncclSend", "datatype", "42"}},
+      {"Send datatype", [&] { return ncclSend(x, 4, badType, 0, comm, nullptr); }, {"ncclSend", "datatype", "13"}},
       {"Send sendbuff", [&] { return ncclSend(nullptr, 4, ncclFloat, 0, comm, nullptr); }, {"ncclSend", "NULL"}},
       {"Recv peer", [&] { return ncclRecv(x, 4, ncclFloat, -7, comm, nullptr); }, {"ncclRecv", "peer", "-7"}},
       {"Recv recvbuff", [&] { return ncclRecv(nullptr, 4, ncclFloat, 0, comm, nullptr); }, {"ncclRecv", "NULL"}},
@@ -72,7 +74,7 @@ TEST_CASE("API misuse sweep: each invalid argument of each entry point is named"
       {"CommInitRank rank", [&] { ncclComm_t c; return ncclCommInitRank(&c, 2, id, 5); }, {"ncclCommInitRank", "rank", "5"}},
       {"CommSplit newcomm", [&] { return ncclCommSplit(comm, 0, 0, nullptr, nullptr); }, {"ncclCommSplit", "newcomm"}},
       {"RedOpCreatePreMulSum op", [&] { float s = 1; return ncclRedOpCreatePreMulSum(nullptr, &s, ncclFloat, ncclScalarHostImmediate, comm); }, {"ncclRedOpCreatePreMulSum", "op"}},
-      {"RedOpCreatePreMulSum datatype", [&] { float s = 1; ncclRedOp_t o; return ncclRedOpCreatePreMulSum(&o, &s, badType, ncclScalarHostImmediate, comm); }, {"ncclRedOpCreatePreMulSum", "datatype", "42"}},
+      {"RedOpCreatePreMulSum datatype", [&] { float s = 1; ncclRedOp_t o; return ncclRedOpCreatePreMulSum(&o, &s, badType, ncclScalarHostImmediate, comm); }, {"ncclRedOpCreatePreMulSum", "datatype", "13"}},
       {"RedOpDestroy op", [&] { return ncclRedOpDestroy(ncclSum, comm); }, {"ncclRedOpDestroy", "op"}},
       {"GetUniqueId out", [&] { return ncclGetUniqueId(nullptr); }, {"ncclGetUniqueId", "uniqueId"}},
       {"GetVersion out", [&] { return ncclGetVersion(nullptr); }, {"ncclGetVersion", "version"}},
