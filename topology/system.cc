@@ -311,17 +311,20 @@ class Builder {
     double mbps = number(e, "bw", 0);
     if (count < 1 || count > 64) error(e, "c2c count=\"" + std::to_string(count) + "\" is out of range 1..64");
     if (mbps <= 0 || mbps > 1e7) error(e, "c2c bw=\"" + e.attrOr("bw", "") + "\" is out of range");
-    int cpu = parent;
-    while (sys_.nodes[cpu].type != NodeType::Cpu) cpu = cpuAbove(cpu);
-    link(gpu, cpu, LinkType::C2c, static_cast<double>(count) * mbps / 1000.0);
+    link(gpu, cpuOf(parent), LinkType::C2c, static_cast<double>(count) * mbps / 1000.0);
   }
 
-  int cpuAbove(int node) {
-    for (const Link& l : sys_.nodes[node].links)
-      if (l.type == LinkType::Pci && (sys_.nodes[l.to].type == NodeType::Pci || sys_.nodes[l.to].type == NodeType::Cpu) &&
-          l.to < node)
-        return l.to;
-    return sys_.of(NodeType::Cpu).front();
+  /// The CPU a node hangs under: its PCI parents are made before it, so the parent is the
+  /// PCI neighbour with a smaller index.
+  int cpuOf(int node) {
+    while (sys_.nodes[node].type != NodeType::Cpu) {
+      int parent = -1;
+      for (const Link& l : sys_.nodes[node].links)
+        if (l.type == LinkType::Pci && l.to < node) parent = l.to;
+      if (parent < 0) return sys_.of(NodeType::Cpu).front();
+      node = parent;
+    }
+    return node;
   }
 
   void addNic(const XmlNode& e, int parent, const std::string& bus, double bw) {
@@ -394,9 +397,7 @@ class Builder {
     for (int g : sys_.of(NodeType::Gpu))
       if (sys_.nodes[g].busId == target) peer = g;
     if (tclass == "0x068001") {  // to the CPU (POWER9-style NVLink to the host)
-      int cpu = cpuAbove(p.gpu);
-      while (sys_.nodes[cpu].type != NodeType::Cpu) cpu = cpuAbove(cpu);
-      link(p.gpu, cpu, LinkType::Nvl, bw);
+      link(p.gpu, cpuOf(p.gpu), LinkType::Nvl, bw);
     } else if (peer >= 0) {
       sys_.connect(p.gpu, peer, LinkType::Nvl, bw);
     } else if (tclass == "0x068000" || tclass.empty()) {

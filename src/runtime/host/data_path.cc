@@ -145,11 +145,8 @@ void DataPath::runCollective(const plan::Task& given) {
     fail(ncclInvalidUsage, "this operator and type are not instantiated in this build (-Donly_funcs=%s)", kOnlyFuncs);
   }
   const kernels::OpSignature sig = makeSignature(seq, task);
-  watchdog_->begin(sig, task.name, plan.nChannels);  // from here a dead peer or a peer's failure ends the wait
-  struct EndOp {
-    Watchdog& w;
-    ~EndOp() { w.end(); }
-  } endOp{*watchdog_};
+  // From here a dead peer or a peer's failure ends the wait.
+  Watchdog::Operation running(*watchdog_, sig, task.name, plan.nChannels);
   const kernels::RingHandle* ring = nullptr;
   kernels::RingHandle unconnected{};
   try {
@@ -238,11 +235,7 @@ void DataPath::runPeers(const std::vector<const plan::Task*>& ops) {
   }
   for (auto& [key, q] : queues) q.front().step = *q.front().conn.step;
   kernels::ChannelStatus& status = statuses_[0];
-  watchdog_->begin(kernels::OpSignature{}, ops.front()->name, 1);
-  struct EndOp {
-    Watchdog& w;
-    ~EndOp() { w.end(); }
-  } endOp{*watchdog_};
+  Watchdog::Operation running(*watchdog_, kernels::OpSignature{}, ops.front()->name, 1);
   uint32_t spins = 0;
   while (!queues.empty()) {
     bool moved = false;

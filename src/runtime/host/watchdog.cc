@@ -261,18 +261,15 @@ void Watchdog::tick() {
 
 void Watchdog::checkFaultBoxes() {
   int from = -1;
-  uint32_t code = 0;
   std::string text;
   connector_.forEachEnd([&](const transport::Connector::End& end) {
     const transport::FaultBox* box = end.memory->faultBox(!end.isSend);  // written by the other end
     if (from >= 0 || kernels::loadAcquire(const_cast<uint32_t*>(&box->raised)) == 0) return;
     from = box->rank;
-    code = box->code;
     text.assign(box->text, strnlen(box->text, sizeof box->text));
   });
   if (from < 0) return;
-  // The peer's own error (a mismatch it found, say) stays its own; here it is remote.
-  (void)code;
+  // The peer's own error code (a mismatch it found, say) stays its own; here it is remote.
   fail(ncclRemoteError, "rank " + std::to_string(rank_) + " stopped because rank " + std::to_string(from) +
                             " failed: " + text);
 }

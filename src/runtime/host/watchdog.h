@@ -53,6 +53,19 @@ class Watchdog {
   /// API call ("ncclAllReduce", a string literal). Lock-free: these are on the latency path.
   void begin(const kernels::OpSignature& sig, const char* name, int nChannels);
   void end();
+  /// begin() now, end() at scope exit (also when the operation throws).
+  class Operation {
+   public:
+    Operation(Watchdog& w, const kernels::OpSignature& sig, const char* name, int nChannels) : w_(w) {
+      w_.begin(sig, name, nChannels);
+    }
+    ~Operation() { w_.end(); }
+    Operation(const Operation&) = delete;
+    Operation& operator=(const Operation&) = delete;
+
+   private:
+    Watchdog& w_;
+  };
 
   /// The previous rank's announcement of the collective it is in (ring channel 0): while an
   /// operation runs, the same sequence number with other words is a mismatch.
