@@ -13,7 +13,8 @@
 // Who calls: every thread of the group, with the same arguments. Ordering: the receiver reads
 // a Simple slot only after an acquire load of `tail` shows it filled, and frees it with a
 // release store of `head`; the sender reuses a slot only after an acquire load of `head`.
-// LL needs no tail: each 8-byte half of a line carries its own flag (step + 1).
+// LL needs no tail: each 8-byte half of a line carries its own flag (step + 1); the sender
+// still publishes tail (with the step's size) for transports that forward whole steps.
 #pragma once
 
 #include "kernels/work.h"
@@ -46,7 +47,7 @@ BRAID_INLINE WaitResult waitReporting(ChannelStatus* status, uint32_t kind, cons
 }
 
 /// Thread 0 only: publishes the operation's signature in the slot of its first step on `conn`.
-/// Must precede the first data of that step.
+/// Must follow the wait for that slot's credits and precede its data.
 BRAID_OUTLINE void writeSignature(const ConnHandle& conn, uint64_t firstStep, const OpSignature& sig) {
   if (sig.seq == 0) return;
   SigSlot* slot = conn.sigs + firstStep % kSteps;
@@ -92,7 +93,7 @@ class Primitives {
         status_(work != nullptr ? work->status : nullptr) {
     sendStep_ = send_ != nullptr ? *send_->step : 0;
     recvStep_ = recv_ != nullptr ? *recv_->step : 0;
-    if (work_ != nullptr && send_ != nullptr && g_.rank() == 0) writeSignature(*send_, sendStep_, work_->sig);
+    sigToWrite_ = work_ != nullptr && send_ != nullptr;
     sigPending_ = work_ != nullptr && recv_ != nullptr && work_->checkSig != 0 && work_->sig.seq != 0;
   }
 
@@ -150,16 +151,23 @@ class Primitives {
         r = waitReporting(status_, kWaitCredits, send_, step,
                           [&] { return (headSeen_ = loadAcquire(send_->head)) + kSteps > step; }, abort_);
       }
+      // The operation's first send: its signature goes in that step's slot, which is free only
+      // now (written any earlier, it could overwrite one the receiver has yet to read).
+      if (r == WaitResult::kReady && (flags & kSend) && sigToWrite_) {
+        sigToWrite_ = false;
+        writeSignature(*send_, sendStep_, work_->sig);
+      }
       if (r == WaitResult::kAborted) g_.setAborted();
     }
     g_.sync();
   }
 
-  BRAID_INLINE void publish(uint32_t flags, bool tail) {
+  /// info: the step's stepInfo (what the send slot now holds).
+  BRAID_INLINE void publish(uint32_t flags, uint64_t info) {
     g_.sync();
     if (g_.rank() == 0) {
       if (flags & kRecv) storeRelease(recv_->head, recvStep_ + 1);
-      if (tail && (flags & kSend)) storeRelease(send_->tail, sendStep_ + 1);
+      if (flags & kSend) publishStep(*send_, sendStep_, info);
       if (status_ != nullptr) storeRelaxed(&status_->progress, loadRelaxed(&status_->progress) + 1);
     }
     if (flags & kRecv) ++recvStep_;
@@ -186,7 +194,7 @@ class Primitives {
         if (flags & kSend) out[i] = v;
       }
     }
-    publish(flags, true);
+    publish(flags, stepInfo(n * sizeof(T), false));
   }
 
   BRAID_INLINE void stepLL(uint32_t flags, const T* input, T* output, uint64_t n) {
@@ -234,7 +242,7 @@ class Primitives {
         storeRelease(halves + 1, static_cast<uint64_t>(payload[1]) | (static_cast<uint64_t>(sendFlag) << 32));
       }
     }
-    publish(flags, false);
+    publish(flags, stepInfo(lines * sizeof(LLLine), true));
   }
 
   Group& g_;
@@ -246,6 +254,7 @@ class Primitives {
   const CollWork* work_;
   ChannelStatus* status_;
   bool sigPending_ = false;     ///< thread 0: the first receive still has to check the signature
+  bool sigToWrite_ = false;     ///< thread 0: the first send still has to publish the signature
   uint64_t sendStep_;
   uint64_t recvStep_;
   uint64_t headSeen_ = 0;       ///< thread 0: the receiver's head as last read

@@ -57,6 +57,12 @@ struct ChannelStatus {
 };
 enum WaitKind : uint32_t { kWaitNone = 0, kWaitData = 1, kWaitCredits = 2, kWaitSignature = 3 };
 
+/// What a sender records of each step before publishing tail, for a transport that forwards
+/// the step (the network proxy): the payload's bytes, and kStepLL when they are LL lines
+/// (16 bytes per line, flags included) rather than Simple data.
+constexpr uint64_t kStepLL = uint64_t(1) << 32;
+BRAID_INLINE uint64_t stepInfo(uint64_t bytes, bool ll) { return bytes | (ll ? kStepLL : 0); }
+
 /// One end of a connection as a kernel sees it. The FIFO memory lives wherever the transport
 /// put it (the receiver's heap, a shared segment, device memory); step is this rank's own.
 struct ConnHandle {
@@ -66,6 +72,7 @@ struct ConnHandle {
   uint64_t* head;        ///< last step the receiver freed; written by the receiver
   uint64_t* step;        ///< this side's next step number (rank-local, persists across operations)
   SigSlot* sigs;         ///< kSteps signature slots, written by the sender
+  uint64_t* sizes;       ///< kSteps step descriptions (stepInfo), written by the sender before tail
   OpSignature* announce; ///< the collective the sender is in (host code only; see watchdog.h)
   uint32_t simpleStepBytes;
   uint32_t llStepLines;
@@ -117,6 +124,14 @@ BRAID_INLINE void partition(uint64_t total, int parts, int part, uint64_t align,
 template <typename T>
 BRAID_INLINE T* advance(T* p, uint64_t n) {
   return p == nullptr ? nullptr : p + n;
+}
+
+/// Sender, one thread: step `step` of conn is complete (its data, or all its LL lines, are
+/// written): records what it holds, then publishes tail with release. Simple receivers wait
+/// for tail; LL receivers read flags instead, but the network proxy forwards on tail.
+BRAID_INLINE void publishStep(const ConnHandle& conn, uint64_t step, uint64_t info) {
+  storeRelaxed(conn.sizes + step % kSteps, info);
+  storeRelease(conn.tail, step + 1);
 }
 
 /// Elements that fit in one FIFO step of `proto` on this connection.

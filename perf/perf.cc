@@ -25,6 +25,7 @@ struct Options {
   size_t increment = 0;
   int iters = 20, warmup = 1, check = 1, root = 0, blocking = 1, ranks = 2;
   bool threads = false;
+  int launchedRank = -1;  ///< >= 0: started by a launcher as this one rank of `ranks`
   std::vector<ncclDataType_t> types = {ncclFloat};
   std::vector<ncclRedOp_t> ops = {ncclSum};
 };
@@ -94,7 +95,11 @@ void usage(const char* prog) {
                "  -G, --cudagraph N       CUDA graphs: not available on the host backend (must be 0)\n"
                "  -t, -g                  accepted for compatibility: use --ranks\n"
                "      --ranks N           local ranks to launch [2]\n"
-               "      --threads           ranks as threads of this process (default: processes)\n",
+               "      --threads           ranks as threads of this process (default: processes)\n"
+               "Under a launcher (one rank per process): RANK/WORLD_SIZE (torchrun), OMPI_COMM_WORLD_RANK/SIZE\n"
+               "(mpirun), PMI_RANK/PMI_SIZE or SLURM_PROCID/SLURM_NTASKS give the rank and count; the ranks meet\n"
+               "through NCCL_COMM_ID, or MASTER_ADDR:(MASTER_PORT+1) when NCCL_COMM_ID is unset (torchrun's own\n"
+               "store holds MASTER_PORT).\n",
                prog);
 }
 
@@ -395,7 +400,8 @@ double Rank::getValue(const char* p, ncclDataType_t t) {
 }
 
 void printHeader(Coll coll, const Options& o) {
-  std::printf("# %s_perf (Braid host backend): %d ranks as %s\n", collName(coll), o.ranks, o.threads ? "threads" : "processes");
+  std::printf("# %s_perf (Braid host backend): %d ranks as %s\n", collName(coll), o.ranks,
+              o.launchedRank >= 0 ? "launched processes" : o.threads ? "threads" : "processes");
   std::printf("# minBytes %zu maxBytes %zu step: %g(%s) warmup iters: %d iters: %d validation: %d\n", o.minBytes,
               o.maxBytes, o.increment ? static_cast<double>(o.increment) : o.factor, o.increment ? "bytes" : "factor",
               o.warmup, o.iters, o.check);
@@ -446,7 +452,40 @@ long runRank(Coll coll, const Options& o, const ncclUniqueId& id, int rankIndex,
     bytes = std::min(std::max(next, bytes + 1), o.maxBytes);
   }
   if (progress) std::fprintf(stderr, "\n");
+  // Launched ranks are separate programs: rank 0 reports the wrong values of all of them.
+  if (o.launchedRank >= 0) wrongTotal = std::lround(rank.averageOverRanks(static_cast<double>(wrongTotal)) * o.ranks);
   return wrongTotal;
+}
+
+/// This process's rank and the rank count from a launcher's environment; false when none set them.
+bool fromLauncher(Options* o, std::string* error) {
+  static const char* const kPairs[][2] = {{"RANK", "WORLD_SIZE"},
+                                          {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+                                          {"PMI_RANK", "PMI_SIZE"},
+                                          {"SLURM_PROCID", "SLURM_NTASKS"}};
+  for (const auto& pair : kPairs) {
+    const char* rank = std::getenv(pair[0]);
+    const char* size = std::getenv(pair[1]);
+    if (rank == nullptr || size == nullptr) continue;
+    o->launchedRank = std::atoi(rank);
+    o->ranks = std::atoi(size);
+    if (o->ranks < 1 || o->launchedRank < 0 || o->launchedRank >= o->ranks) {
+      *error = std::string(pair[0]) + "=" + rank + " and " + pair[1] + "=" + size + " do not name a rank of a job";
+      return false;
+    }
+    if (std::getenv("NCCL_COMM_ID") != nullptr) return true;
+    const char* addr = std::getenv("MASTER_ADDR");
+    const char* port = std::getenv("MASTER_PORT");
+    if (addr == nullptr || port == nullptr || std::atoi(port) <= 0 || std::atoi(port) >= 65535) {
+      *error = std::string("launched as rank ") + rank + " of " + size +
+               ", but neither NCCL_COMM_ID nor MASTER_ADDR and MASTER_PORT say where the ranks meet";
+      return false;
+    }
+    const std::string commId = std::string(addr) + ":" + std::to_string(std::atoi(port) + 1);
+    setenv("NCCL_COMM_ID", commId.c_str(), 1);
+    return true;
+  }
+  return true;
 }
 
 }  // namespace
@@ -454,6 +493,11 @@ long runRank(Coll coll, const Options& o, const ncclUniqueId& id, int rankIndex,
 int run(Coll coll, int argc, char** argv) {
   Options o;
   if (!parse(argc, argv, &o)) return 2;
+  std::string launcherError;
+  if (!fromLauncher(&o, &launcherError)) {
+    std::fprintf(stderr, "%s\n", launcherError.c_str());
+    return 2;
+  }
   if (rooted(coll) && o.root >= o.ranks) {
     std::fprintf(stderr, "-r %d: the root must be below --ranks %d\n", o.root, o.ranks);
     return 2;
@@ -463,11 +507,15 @@ int run(Coll coll, int argc, char** argv) {
     std::fprintf(stderr, "ncclGetUniqueId failed: %s\n", ncclGetLastError(nullptr));
     return 1;
   }
-  printHeader(coll, o);
   double busSum = 0;
   int rows = 0;
   long wrong = 0;
-  if (o.threads) {
+  if (o.launchedRank >= 0) {
+    if (o.launchedRank == 0) printHeader(coll, o);
+    wrong = runRank(coll, o, id, o.launchedRank, &busSum, &rows);
+    if (o.launchedRank != 0) return wrong == 0 ? 0 : 1;
+  } else if (o.threads) {
+    printHeader(coll, o);
     std::vector<std::thread> threads;
     std::vector<long> wrongs(o.ranks, 0);
     for (int r = 0; r < o.ranks; ++r) {
@@ -476,6 +524,7 @@ int run(Coll coll, int argc, char** argv) {
     for (auto& t : threads) t.join();
     for (long w : wrongs) wrong += w;
   } else {
+    printHeader(coll, o);
     // Rank 0 runs in this process (it prints); the others are forked children.
     std::fflush(stdout);
     std::vector<pid_t> children;

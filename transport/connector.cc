@@ -1,10 +1,13 @@
 #include "transport/connector.h"
 
+#include <strings.h>
+
 #include <cstring>
 
 #include "bootstrap/bootstrap.h"
 #include "core/log.h"
 #include "core/status.h"
+#include "transport/net/socket/socket_transport.h"
 #include "transport/p2p/p2p_transport.h"
 #include "transport/shm/shm_transport.h"
 
@@ -28,24 +31,52 @@ Connector::Connector(bootstrap::Bootstrap& channel, int rank, std::vector<PeerPl
 
 Connector::~Connector() = default;
 
+Kind Connector::route(int peer) const {
+  const PeerPlace& place = peers_[peer];
+  if (options_.networkOnly) return Kind::kSocket;
+  if (place.sameProcess && !options_.p2pDisabled) return Kind::kP2p;
+  if (place.sameHost && !options_.shmDisabled) return Kind::kShm;
+  return Kind::kSocket;
+}
+
+namespace {
+const char* kindName(Kind k) {
+  return k == Kind::kP2p ? "P2P/in-process" : k == Kind::kShm ? "SHM" : "NET/Socket";
+}
+}  // namespace
+
+socket::Settings Connector::socketSettings() const {
+  const std::string& net = options_.net;
+  if (!net.empty() && strcasecmp(net.c_str(), "Socket") != 0) {
+    if (strcasecmp(net.c_str(), "IB") == 0) {
+      fail(ncclInvalidUsage, "NCCL_NET=IB: Braid's InfiniBand transport is not built yet; unset NCCL_NET or set it to Socket");
+    }
+    fail(ncclInvalidUsage, "NCCL_NET=%s names no network transport Braid has (Socket)", net.c_str());
+  }
+  socket::Settings s;
+  s.listenAt = channel_.peerAddress(rank_);
+  s.nSockets = options_.nSockets;
+  s.commHash = options_.commHash;
+  s.rank = rank_;
+  s.timeout = channel_.timeout();
+  return s;
+}
+
 std::unique_ptr<Connector::End> Connector::createReceiver(int peer, const FifoSizes& sizes, const std::string& what,
                                                           Descriptor* d) {
   auto end = std::make_unique<End>();
-  const PeerPlace& place = peers_[peer];
-  if (place.sameProcess) {
+  const Kind kind = route(peer);
+  if (kind == Kind::kP2p) {
     end->memory = p2p::create(sizes, d);
-  } else if (place.sameHost && !options_.shmDisabled) {
+  } else if (kind == Kind::kShm) {
     end->memory = shm::create(sizes, options_.commTag + "-" + std::to_string(rank_) + "-" + std::to_string(peer) + "-" + what, d);
-  } else if (place.sameHost) {
-    fail(ncclSystemError, "rank %d and rank %d are processes on one host but NCCL_SHM_DISABLE=1 and Braid has no "
-                          "network transport yet; unset NCCL_SHM_DISABLE", rank_, peer);
   } else {
-    fail(ncclSystemError, "rank %d and rank %d are on different hosts; Braid has no network transport yet", rank_, peer);
+    end->memory = socket::createReceiver(sizes, socketSettings(), peer, d);
   }
   end->peer = peer;
   end->kind = d->kind;
-  BRAID_INFO(log::kInit | (place.sameProcess ? log::kP2p : log::kShm), "channel %s: rank %d <- rank %d via %s",
-             what.c_str(), rank_, peer, place.sameProcess ? "P2P/in-process" : "SHM");
+  BRAID_INFO(log::kInit | (kind == Kind::kP2p ? log::kP2p : kind == Kind::kShm ? log::kShm : log::kNet),
+             "channel %s: rank %d <- rank %d via %s", what.c_str(), rank_, peer, kindName(kind));
   return end;
 }
 
@@ -55,6 +86,8 @@ std::unique_ptr<Connector::End> Connector::importSender(int peer, const Descript
     end->memory = p2p::import(d);
   } else if (d.kind == Kind::kShm) {
     end->memory = shm::import(d);
+  } else if (d.kind == Kind::kSocket) {
+    end->memory = socket::connectSender(d, socketSettings(), peer);
   } else {
     fail(ncclInternalError, "rank %d sent a connection descriptor of unknown kind %u", peer, static_cast<unsigned>(d.kind));
   }

@@ -1,9 +1,10 @@
 // The connections of one communicator: created lazily, the first time an algorithm needs a
 // peer, through the bootstrap's tagged messages, and reused afterwards.
 //
-// The transport for a pair of ranks follows from where they run: threads of one process use
-// transport/p2p, processes on one host transport/shm (unless NCCL_SHM_DISABLE=1); ranks on
-// different hosts need the network transport, which does not exist yet (a clear error).
+// The transport for a pair of ranks follows from where they run, as NCCL's does: threads of
+// one process use transport/p2p (unless NCCL_P2P_DISABLE=1), processes of one host
+// transport/shm (unless NCCL_SHM_DISABLE=1), and everything else the network transport
+// (transport/net/socket; NCCL_NET names it).
 #pragma once
 
 #include <functional>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "transport/fifo.h"
+#include "transport/net/socket/socket_transport.h"
 
 namespace braid::bootstrap {
 class Bootstrap;
@@ -30,8 +32,13 @@ struct PeerPlace {
 struct ConnectorOptions {
   FifoSizes ring;      ///< FIFOs of collective (ring) connections
   FifoSizes p2p;       ///< FIFOs of send/recv connections
-  bool shmDisabled;    ///< NCCL_SHM_DISABLE
-  std::string commTag; ///< unique per communicator: names shared-memory segments
+  bool shmDisabled = false;  ///< NCCL_SHM_DISABLE
+  bool p2pDisabled = false;  ///< NCCL_P2P_DISABLE
+  bool networkOnly = false;  ///< every peer through the network transport (tests)
+  std::string net;           ///< NCCL_NET ("" or Socket; IB is not built yet)
+  int nSockets = 1;          ///< NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD
+  uint64_t commHash = 0;     ///< presented on every network connection
+  std::string commTag;       ///< unique per communicator: names shared-memory segments
 };
 
 class Connector {
@@ -63,10 +70,17 @@ class Connector {
   /// Every connected end (ring and send/recv), for the watchdog.
   void forEachEnd(const std::function<void(const End&)>& visit) const;
 
+  /// The options; tests change them before the first connection (networkOnly, say).
+  ConnectorOptions& options() { return options_; }
+
  private:
   /// Receiver side of a new connection from `peer`: the memory, and the descriptor sent to it.
   std::unique_ptr<End> createReceiver(int peer, const FifoSizes& sizes, const std::string& what, Descriptor* d);
   std::unique_ptr<End> importSender(int peer, const Descriptor& d);
+  /// The transport between this rank and `peer`.
+  Kind route(int peer) const;
+  /// The socket transport's settings for this communicator; throws when NCCL_NET names another.
+  socket::Settings socketSettings() const;
 
   bootstrap::Bootstrap& channel_;
   int rank_;

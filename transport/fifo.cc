@@ -4,11 +4,12 @@ namespace braid::transport {
 
 namespace {
 // tail and head (one 64-byte line each), the signature slots, the announcement line, the two
-// fault boxes.
+// fault boxes, the step sizes.
 constexpr uint64_t kSigOffset = 128;
 constexpr uint64_t kAnnounceOffset = kSigOffset + kernels::kSteps * sizeof(kernels::SigSlot);
 constexpr uint64_t kFaultOffset = kAnnounceOffset + 64;
-constexpr uint64_t kCounterBytes = kFaultOffset + 2 * sizeof(FaultBox);
+constexpr uint64_t kSizesOffset = kFaultOffset + 2 * sizeof(FaultBox);
+constexpr uint64_t kCounterBytes = kSizesOffset + kernels::kSteps * sizeof(uint64_t);
 static_assert(kCounterBytes % 64 == 0);
 }
 
@@ -27,6 +28,7 @@ kernels::ConnHandle FifoMemory::handle(uint64_t* step) const {
   h.step = step;
   h.sigs = reinterpret_cast<kernels::SigSlot*>(b + kSigOffset);
   h.announce = reinterpret_cast<kernels::OpSignature*>(b + kAnnounceOffset);
+  h.sizes = reinterpret_cast<uint64_t*>(b + kSizesOffset);
   h.simpleStepBytes = sizes_.simpleStepBytes;
   h.llStepLines = sizes_.llStepLines;
   return h;

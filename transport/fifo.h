@@ -3,12 +3,14 @@
 // The receiver owns the memory: two counters on their own cache lines (tail, written by the
 // sender; head, written by the receiver), kSteps signature slots (written by the sender, see
 // kernels/primitives.h), the sender's announcement of the collective it is in (read by the
-// receiver's watchdog), two fault boxes (one written by each end when its rank fails), then
-// kSteps Simple slots, then kSteps LL slots.
+// receiver's watchdog), two fault boxes (one written by each end when its rank fails), the
+// size of each step (written by the sender before tail), then kSteps Simple slots, then kSteps
+// LL slots.
 // Where the memory lives is the transport's choice: the receiver's heap when both ranks are
 // threads of one process (transport/p2p), a POSIX shared-memory segment when they are
 // processes on one host (transport/shm). The receiver describes it in a Descriptor that
-// travels to the sender over the bootstrap channel.
+// travels to the sender over the bootstrap channel. Across a network (transport/net) each end
+// has a copy of its own, and the process's proxy thread keeps the two in step.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +18,7 @@
 #include <memory>
 #include <string>
 
+#include "core/socket.h"
 #include "kernels/work.h"
 
 namespace braid::transport {
@@ -27,7 +30,7 @@ struct FifoSizes {
   uint64_t bytes() const;  ///< total bytes of the FIFO memory, counters included
 };
 
-enum class Kind : uint32_t { kP2p = 1, kShm = 2 };
+enum class Kind : uint32_t { kP2p = 1, kShm = 2, kSocket = 3 };
 
 /// What the sender needs to reach the receiver's FIFO memory.
 struct Descriptor {
@@ -37,18 +40,26 @@ struct Descriptor {
   uint64_t bytes;
   FifoSizes sizes;
   char shmName[64];  ///< kShm: the segment's name
+  net::SocketAddress::Packed listen;  ///< kSocket: where the receiver accepts the sender's sockets
+  uint32_t nSockets;                  ///< kSocket: how many
+  uint64_t nonce;                     ///< kSocket: random; the sender presents it (with the comm hash)
 };
 static_assert(std::is_trivially_copyable_v<Descriptor>);
 
 /// A failure notice one end leaves for the other: the peer's watchdog reads it and fails too,
 /// with this text, instead of waiting for data that will never come.
 struct FaultBox {
-  uint32_t raised;  ///< 0, or 1 once rank/code/text are written (release)
+  uint32_t raised;  ///< 0, or kFaultRaised / kFaultLost once rank/code/text are written (release)
   int32_t rank;
   uint32_t code;    ///< ncclResult_t
   char text[244];
 };
 static_assert(sizeof(FaultBox) == 256);
+/// The peer failed and says why.
+constexpr uint32_t kFaultRaised = 1;
+/// The connection to the peer broke without a word (written by this end's proxy): a failure
+/// only while an operation is running, as a peer that exits after its last call is none.
+constexpr uint32_t kFaultLost = 2;
 
 /// One end's view of the FIFO memory: owner (receiver) or importer (sender).
 class FifoMemory {

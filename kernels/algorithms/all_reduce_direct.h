@@ -45,6 +45,7 @@ BRAID_INLINE bool allReduceDirect(Group& g, const CollWork& w, const RingHandle&
       storeRelease(halves, payload[0] | (flag << 32));
       storeRelease(halves + 1, payload[1] | (flag << 32));
     }
+    publishStep(c, step, stepInfo(lines * sizeof(LLLine), true));
     *c.step = step + 1;
   }
   // Every peer called the same collective? (Its signature arrives with its data.)

@@ -45,9 +45,10 @@ BRAID_INLINE bool tryPeerStep(PeerOp& op) {
         storeRelease(halves, uint64_t(payload[0]) | (uint64_t(flag) << 32));
         storeRelease(halves + 1, uint64_t(payload[1]) | (uint64_t(flag) << 32));
       }
+      publishStep(op.conn, op.step, stepInfo((n + 7) / 8 * sizeof(LLLine), true));
     } else {
       memcpy(op.conn.simple + slot * op.conn.simpleStepBytes, op.buffer + op.done, n);
-      storeRelease(op.conn.tail, op.step + 1);
+      publishStep(op.conn, op.step, stepInfo(n, false));
     }
   } else {
     if (op.proto == Proto::kLL) {

@@ -32,6 +32,8 @@ class Bootstrap {
   int rank() const { return rank_; }
   int nRanks() const { return static_cast<int>(peers_.size()); }
   const net::SocketAddress& peerAddress(int rank) const { return peers_[rank]; }
+  /// How long any wait on a peer may take (BRAID_BOOTSTRAP_TIMEOUT).
+  std::chrono::seconds timeout() const { return timeout_; }
 
   /// All ranks: data holds nRanks slots of bytesPerRank; slot rank() is this rank's input;
   /// on return every slot holds that rank's input.

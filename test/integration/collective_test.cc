@@ -37,12 +37,13 @@ struct Case {
   std::string describe() const {
     return std::string(kCollNames[coll]) + " dtype=" + std::to_string(dtype) + " op=" + kOpNames[op] +
            " count=" + std::to_string(kCounts[count]) + " ranks=" + std::to_string(kRanks[ranks]) +
-           (processes ? " processes" : " threads") + (inPlace ? " in-place" : " out-of-place") +
+           (processes % 2 ? " processes" : " threads") + (processes >= 2 ? " over sockets" : "") + (inPlace ? " in-place" : " out-of-place") +
            (proto == 0 ? " LL" : " Simple") + " channels=" + std::to_string(channels ? 3 : 1);
   }
 };
 constexpr int kDims = 9;
-const int kDimSizes[kDims] = {static_cast<int>(Coll::kCount), ncclNumTypes, 6, 5, 5, 2, 2, 2, 2};
+// mode: threads, processes, then the same with every connection through the socket transport.
+const int kDimSizes[kDims] = {static_cast<int>(Coll::kCount), ncclNumTypes, 6, 5, 5, 4, 2, 2, 2};
 
 int& dim(Case& c, int d) {
   int* fields[] = {&c.coll, &c.dtype, &c.op, &c.count, &c.ranks, &c.processes, &c.inPlace, &c.proto, &c.channels};
@@ -174,6 +175,7 @@ void runRank(const Case& c, const ncclUniqueId& id, int rank) {
   plan::PlanLimits& limits = comm->dataPath().limits();
   for (auto& p : limits.mask.protos) p = 1u << (c.proto == 0 ? 0 : 2);
   limits.minChannels = limits.maxChannels = c.channels ? 3 : 1;
+  comm->dataPath().connectorOptions().networkOnly = c.processes >= 2;
 
   const size_t inBlocks = (coll == Coll::kReduceScatter || coll == Coll::kAlltoAll || coll == Coll::kScatter) ? n : 1;
   const size_t outBlocks = (coll == Coll::kAllGather || coll == Coll::kAlltoAll || coll == Coll::kGather) ? n : 1;
@@ -265,10 +267,11 @@ void runRank(const Case& c, const ncclUniqueId& id, int rank) {
 }
 
 std::string runCase(const Case& c) {
+  if (std::getenv("BRAID_TEST_TRACE")) std::fprintf(stderr, "case: %s\n", c.describe().c_str());
   ncclUniqueId id;
   if (ncclGetUniqueId(&id) != ncclSuccess) return "ncclGetUniqueId failed";
   auto body = [&c, id](int rank) { runRank(c, id, rank); };
-  return c.processes ? test::runProcesses(kRanks[c.ranks], body, std::chrono::seconds(120))
+  return c.processes % 2 ? test::runProcesses(kRanks[c.ranks], body, std::chrono::seconds(120))
                      : test::runThreads(kRanks[c.ranks], body, std::chrono::seconds(120));
 }
 
@@ -479,17 +482,6 @@ TEST_CASE("shared-memory segments are unlinked as soon as both sides map them", 
     EXPECT_OK(ncclCommDestroy(comm));
   }) == "");
   CHECK(braidShmSegments() == before);
-}
-
-TEST_CASE("NCCL_SHM_DISABLE=1 between processes is a clear error", "[integration][shm]") {
-  const char* program = std::getenv("BRAID_RANK_MAIN_EXE");
-  REQUIRE(program != nullptr);
-  const int port = test::freeLoopbackPort();
-  const std::string command = "export NCCL_COMM_ID=127.0.0.1:" + std::to_string(port) +
-                              " NCCL_SOCKET_IFNAME=lo NCCL_SHM_DISABLE=1 BRAID_BOOTSTRAP_TIMEOUT=20; " + program +
-                              " 2 1 allreduce & " + program + " 2 0 allreduce; wait";
-  const std::string out = test::runCommand(command);
-  CHECK_THAT(out, Catch::Contains("NCCL_SHM_DISABLE=1 and Braid has no network transport yet"));
 }
 
 TEST_CASE("ncclCommAbort from another thread ends a collective that waits for a peer", "[integration][failure]") {

@@ -29,6 +29,18 @@ std::vector<transport::PeerPlace> placesOf(const std::vector<PeerInfo>& peers, i
   }
   return places;
 }
+transport::ConnectorOptions optionsFor(const DataPathSettings& s, const std::string& commTag, uint64_t commHash) {
+  transport::ConnectorOptions o;
+  o.ring = s.ring;
+  o.p2p = s.p2p;
+  o.shmDisabled = s.shmDisabled;
+  o.p2pDisabled = s.p2pDisabled;
+  o.net = s.net;
+  o.nSockets = s.nSockets;
+  o.commHash = commHash;
+  o.commTag = commTag;
+  return o;
+}
 }  // namespace
 
 DataPathSettings DataPathSettings::fromParams(const CommConfig& config) {
@@ -49,6 +61,16 @@ DataPathSettings DataPathSettings::fromParams(const CommConfig& config) {
   s.p2p.simpleStepBytes = kP2pSimpleStepBytes;
   s.p2p.llStepLines = kP2pLLStepLines;
   s.shmDisabled = p.integer("NCCL_SHM_DISABLE") == 1;
+  s.p2pDisabled = p.integer("NCCL_P2P_DISABLE") == 1;
+  s.net = p.string("NCCL_NET");
+  const int64_t threads = p.integer("NCCL_SOCKET_NTHREADS");
+  const int64_t perThread = p.integer("NCCL_NSOCKS_PERTHREAD");
+  if (threads < 1 || threads > 16 || perThread < 1 || threads * perThread > 64) {
+    BRAID_WARN("NCCL_SOCKET_NTHREADS=%lld x NCCL_NSOCKS_PERTHREAD=%lld must be 1..16 x at least 1, at most 64 sockets; "
+               "using 1 socket per connection", static_cast<long long>(threads), static_cast<long long>(perThread));
+  } else {
+    s.nSockets = static_cast<int>(threads * perThread);
+  }
   s.threadsPerChannel = static_cast<int>(std::clamp<int64_t>(p.integer("BRAID_HOST_THREADS_PER_CHANNEL"), 1, 64));
   const int64_t minEnv = p.integer("NCCL_MIN_NCHANNELS");
   const int64_t maxEnv = p.integer("NCCL_MAX_NCHANNELS");
@@ -70,8 +92,7 @@ DataPath::DataPath(bootstrap::Bootstrap& channel, int rank, const std::vector<Pe
       nRanks_(static_cast<int>(peers.size())),
       settings_(settings),
       abort_(abortWord),
-      connector_(channel, rank, placesOf(peers, rank),
-                 transport::ConnectorOptions{settings.ring, settings.p2p, settings.shmDisabled, commTag}),
+      connector_(channel, rank, placesOf(peers, rank), optionsFor(settings, commTag, commHash)),
       executor_(settings.threadsPerChannel) {
   std::vector<PeerProcess> watched;  // other processes on this host: their exit is visible
   for (const PeerInfo& p : peers)

@@ -24,7 +24,10 @@ namespace braid::runtime::host {
 struct DataPathSettings {
   transport::FifoSizes ring;
   transport::FifoSizes p2p;
-  bool shmDisabled = false;
+  bool shmDisabled = false;  ///< NCCL_SHM_DISABLE
+  bool p2pDisabled = false;  ///< NCCL_P2P_DISABLE
+  std::string net;           ///< NCCL_NET
+  int nSockets = 1;          ///< NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD
   int threadsPerChannel = 1;
   plan::PlanLimits limits;
   bool checkMismatch = true;  ///< BRAID_CHECK_MISMATCH
@@ -51,6 +54,8 @@ class DataPath {
 
   /// The planner's bounds (channels, protocols); tests narrow them to force a choice.
   plan::PlanLimits& limits() { return settings_.limits; }
+  /// The connector's options; tests change them before the first collective (networkOnly).
+  transport::ConnectorOptions& connectorOptions() { return connector_.options(); }
 
  private:
   void runCollective(const plan::Task& task);

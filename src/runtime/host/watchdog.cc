@@ -53,6 +53,7 @@ const char* transportName(uint32_t kind) {
   switch (static_cast<transport::Kind>(kind)) {
     case transport::Kind::kP2p: return "P2P/in-process";
     case transport::Kind::kShm: return "SHM";
+    case transport::Kind::kSocket: return "NET/Socket";
   }
   return "unknown transport";
 }
@@ -177,7 +178,7 @@ void Watchdog::fail(ncclResult_t code, const std::string& text) {
     box->rank = rank_;
     box->code = static_cast<uint32_t>(code);
     snprintf(box->text, sizeof box->text, "%s", text.c_str());
-    kernels::storeRelease(&box->raised, 1u);
+    kernels::storeRelease(&box->raised, transport::kFaultRaised);
   });
   onFailure_(code);
 }
@@ -262,9 +263,11 @@ void Watchdog::tick() {
 void Watchdog::checkFaultBoxes() {
   int from = -1;
   std::string text;
+  const bool inFlight = currentOp().inFlight;
   connector_.forEachEnd([&](const transport::Connector::End& end) {
     const transport::FaultBox* box = end.memory->faultBox(!end.isSend);  // written by the other end
-    if (from >= 0 || kernels::loadAcquire(const_cast<uint32_t*>(&box->raised)) == 0) return;
+    const uint32_t raised = kernels::loadAcquire(const_cast<uint32_t*>(&box->raised));
+    if (from >= 0 || raised == 0 || (raised == transport::kFaultLost && !inFlight)) return;
     from = box->rank;
     text.assign(box->text, strnlen(box->text, sizeof box->text));
   });

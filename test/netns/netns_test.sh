@@ -1,0 +1,102 @@
+#!/bin/bash
+# Suite netns: ranks on separate "hosts" made of network namespaces, talking through the socket
+# transport, as jobs across machines do.
+#
+# A hub namespace holds a bridge; each host namespace is joined to it by a veth pair and gets a
+# private address from 198.18.0.0/15 (RFC 2544's range for network tests), which exists only
+# inside these namespaces. Every rank runs with NCCL_SOCKET_IFNAME set to its namespace's
+# interface and NCCL_HOSTID set to its namespace (the namespaces share one kernel, so without it
+# the ranks would see one host and use shared memory). Namespaces are removed on exit, whatever
+# happened.
+#
+#   netns_test.sh BUILD_DIR
+# needs BUILD_DIR/perf/*_perf and BUILD_DIR/test/rank_main. Exits 77 (meson: skipped) with the
+# reason when namespaces cannot be made (not root, no ip, no permission).
+set -u
+build=$(cd "$1" && pwd)
+perf="$build/perf"
+rank_main="$build/test/rank_main"
+
+skip() { echo "SKIP: $*"; exit 77; }
+. "$(dirname "$0")/netns_lib.sh"
+hosts=4
+trap 'netns_cleanup; rm -rf "$out"' EXIT
+trap 'exit 130' INT TERM
+out=$(mktemp -d)
+netns_setup $hosts >"$out/setup" 2>&1
+case $? in
+  0) ;;
+  77) skip "$(cat "$out/setup")" ;;
+  *) echo "netns setup failed: $(cat "$out/setup")"; exit 1 ;;
+esac
+rm "$out/setup"
+tag=$NETNS_TAG
+
+failures=0
+port=$(( 20000 + $$ % 20000 ))
+shm_before=$(ls /dev/shm 2>/dev/null | grep -c '^braid-')
+
+# run_job NRANKS RANKS_PER_HOST TIMEOUT EXTRA_ENV -- COMMAND...: one process per rank, rank r in
+# namespace r / RANKS_PER_HOST, with @RANK@ in the command replaced by r. Output of rank r in
+# $out/r. Returns the worst exit status.
+run_job() {
+  local n=$1 per=$2 limit=$3 extra=$4
+  shift 5
+  port=$((port + 1))
+  local pids=() worst=0
+  for r in $(seq 0 $((n - 1))); do
+    local k=$((r / per))
+    ip netns exec "${tag}n$k" env $(netns_env $k) NCCL_COMM_ID="198.18.0.1:$port" RANK=$r WORLD_SIZE=$n BRAID_BOOTSTRAP_TIMEOUT=30 $extra \
+      timeout "$limit" "${@//@RANK@/$r}" >"$out/$r" 2>&1 &
+    pids+=($!)
+  done
+  for r in $(seq 0 $((n - 1))); do
+    wait "${pids[$r]}"
+    local s=$?
+    echo $s >"$out/$r.status"
+    [ $s -gt $worst ] && worst=$s
+  done
+  return $worst
+}
+
+# check NAME CONDITION...: counts a failure, with rank 0's output, unless the command succeeds.
+check() {
+  local name=$1
+  shift
+  if "$@"; then
+    echo "ok: $name"
+  else
+    echo "FAILED: $name"
+    for f in "$out"/[0-9]; do echo "--- rank $(basename "$f") (exit status $(cat "$f.status")):"; tail -20 "$f"; done
+    failures=$((failures + 1))
+  fi
+}
+
+# Every collective and send/recv, checked by the perf tools, 2 hosts x 2 ranks (shared memory
+# inside a host, sockets between them) and 3 hosts x 1 rank; both protocols.
+for tool in all_reduce all_gather reduce_scatter broadcast reduce alltoall sendrecv; do
+  for proto in LL Simple; do
+    run_job 4 2 120 "NCCL_PROTO=$proto" -- "$perf/${tool}_perf" -b 8 -e 1M -f 32 -n 3 -w 1 -c 1
+    check "$tool 2x2 $proto" grep -q "Out of bounds values : 0 OK" "$out/0"
+  done
+  run_job 3 1 120 "" -- "$perf/${tool}_perf" -b 1 -e 256K -f 64 -n 2 -w 1 -c 1 -d all
+  check "$tool 3x1 every type" grep -q "Out of bounds values : 0 OK" "$out/0"
+done
+run_job 4 1 120 "NCCL_SOCKET_NTHREADS=2 NCCL_NSOCKS_PERTHREAD=2" -- "$perf/all_reduce_perf" -b 4 -e 16M -f 16 -n 3 -c 1
+check "all_reduce 4 hosts, 4 sockets per connection" grep -q "Out of bounds values : 0 OK" "$out/0"
+run_job 2 1 60 "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=NET" -- "$perf/sendrecv_perf" -b 1M -e 1M -c 1
+check "the log names the socket transport" grep -q "via NET/Socket" "$out/0"
+
+# A rank killed on one host: the ranks on the others fail with ncclRemoteError, promptly.
+run_job 3 1 60 "" -- "$rank_main" 3 @RANK@ stream 400 kill-at 50 1
+for r in 0 2; do
+  check "rank $r fails with a remote error when rank 1 dies" grep -q "remote process exited or there was a network error" "$out/$r"
+done
+check "survivors failed within 10 s" awk '/failed after/ { split($0, a, "failed after "); if (a[2] + 0 > 10) bad = 1 } END { exit bad }' "$out/0" "$out/2"
+check "the survivors ended by themselves (status 3: failed and reported)" test "$(cat "$out/0.status" "$out/2.status")" = "$(printf '3\n3')"
+
+shm_after=$(ls /dev/shm 2>/dev/null | grep -c '^braid-')
+check "no shared-memory files left ($shm_before before, $shm_after after)" test "$shm_after" -le "$shm_before"
+rm -rf "$out"
+echo "netns: $failures failure(s)"
+[ "$failures" = 0 ]

@@ -1,0 +1,223 @@
+// The socket transport alone, over loopback: this test plays both kernels (it fills the
+// sender's slots and publishes steps, and drains the receiver's), while the real proxy thread
+// forwards them. Steps of every size, Simple and LL, striped over several sockets; the
+// signature, announcement and fault notices; strangers on the data port; a sender that never
+// comes.
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "core/socket.h"
+#include "core/status.h"
+#include "kernels/primitives.h"
+#include "proxy/proxy.h"
+#include "transport/net/socket/socket_transport.h"
+
+using namespace braid;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr uint64_t kHash = 0x1234abcd5678ef00ull;
+
+transport::socket::Settings settingsFor(int rank, int nSockets, std::chrono::seconds timeout = 10s) {
+  transport::socket::Settings s;
+  s.listenAt = net::SocketAddress::parse("127.0.0.1:0");
+  s.nSockets = nSockets;
+  s.commHash = kHash;
+  s.rank = rank;
+  s.timeout = timeout;
+  return s;
+}
+
+/// Waits up to 10 s for ready(); false when it never held.
+template <typename Ready>
+bool eventually(Ready ready) {
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (!ready()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(50us);
+  }
+  return true;
+}
+
+struct Pair {
+  std::unique_ptr<transport::FifoMemory> recv, send;
+  uint64_t recvStep = 0, sendStep = 0;
+  kernels::ConnHandle r{}, s{};
+
+  explicit Pair(int nSockets, transport::FifoSizes sizes = {64 * 1024, 512}) {
+    transport::Descriptor d;
+    recv = transport::socket::createReceiver(sizes, settingsFor(1, nSockets), 0, &d);
+    send = transport::socket::connectSender(d, settingsFor(0, nSockets), 1);
+    r = recv->handle(&recvStep);
+    s = send->handle(&sendStep);
+  }
+};
+
+/// The sender's side of one Simple step of `bytes` bytes, filled with a pattern of the step.
+bool sendSimple(Pair& p, uint32_t bytes) {
+  const uint64_t step = p.sendStep;
+  if (!eventually([&] { return kernels::loadAcquire(p.s.head) + kernels::kSteps > step; })) return false;
+  char* slot = p.s.simple + (step % kernels::kSteps) * p.s.simpleStepBytes;
+  for (uint32_t i = 0; i < bytes; ++i) slot[i] = static_cast<char>(step * 31 + i);
+  kernels::publishStep(p.s, step, kernels::stepInfo(bytes, false));
+  ++p.sendStep;
+  return true;
+}
+
+/// The receiver's side: waits for the step, checks every byte, frees the slot.
+std::string recvSimple(Pair& p, uint32_t bytes) {
+  const uint64_t step = p.recvStep;
+  if (!eventually([&] { return kernels::loadAcquire(p.r.tail) > step; })) return "step " + std::to_string(step) + " never came";
+  const char* slot = p.r.simple + (step % kernels::kSteps) * p.r.simpleStepBytes;
+  for (uint32_t i = 0; i < bytes; ++i) {
+    if (slot[i] != static_cast<char>(step * 31 + i)) return "step " + std::to_string(step) + " byte " + std::to_string(i) + " wrong";
+  }
+  kernels::storeRelease(p.r.head, step + 1);
+  ++p.recvStep;
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("socket transport: Simple steps of every size arrive whole and in order, over 1 and 3 sockets",
+          "[unit][transport][socket]") {
+  for (int nSockets : {1, 3}) {
+    INFO(nSockets << " sockets");
+    Pair p(nSockets);
+    const uint32_t sizes[] = {0, 1, 7, 4096, 65535, 64 * 1024};
+    // The sender runs ahead by up to the FIFO's depth; the receiver drains in a thread.
+    std::string failure;
+    std::thread receiver([&] {
+      for (int i = 0; i < 300 && failure.empty(); ++i) failure = recvSimple(p, sizes[i % 6]);
+    });
+    bool sent = true;
+    for (int i = 0; i < 300 && sent; ++i) sent = sendSimple(p, sizes[i % 6]);
+    receiver.join();
+    CHECK(sent);
+    CHECK(failure == "");
+  }
+  CHECK(proxy::attachedCount() == 0);
+}
+
+TEST_CASE("socket transport: LL lines land with their flags; the step's signature travels with it", "[unit][transport][socket]") {
+  Pair p(2);
+  for (uint64_t step = 0; step < 40; ++step) {
+    const uint64_t lines = step % 5 == 0 ? p.s.llStepLines : step * 3 + 1;
+    const kernels::OpSignature sig{step + 100, {step * 7, ~step}};
+    REQUIRE(eventually([&] { return kernels::loadAcquire(p.s.head) + kernels::kSteps > step; }));
+    kernels::writeSignature(p.s, step, sig);
+    kernels::LLLine* out = p.s.ll + (step % kernels::kSteps) * p.s.llStepLines;
+    const uint32_t flag = static_cast<uint32_t>(step + 1);
+    for (uint64_t l = 0; l < lines; ++l) out[l] = {static_cast<uint32_t>(l), flag, static_cast<uint32_t>(l * step), flag};
+    kernels::publishStep(p.s, step, kernels::stepInfo(lines * sizeof(kernels::LLLine), true));
+    p.sendStep = step + 1;
+
+    kernels::ChannelStatus status{};
+    const uint32_t noAbort = 0;
+    REQUIRE(kernels::checkSignature(p.r, step, sig, &status, &noAbort) == kernels::WaitResult::kReady);
+    kernels::LLLine* in = p.r.ll + (step % kernels::kSteps) * p.r.llStepLines;
+    for (uint64_t l = 0; l < lines; ++l) {
+      uint64_t* halves = reinterpret_cast<uint64_t*>(in + l);
+      REQUIRE(eventually([&] { return static_cast<uint32_t>(kernels::loadAcquire(halves + 1) >> 32) == flag; }));
+      REQUIRE(in[l].flag1 == flag);
+      REQUIRE(in[l].data1 == static_cast<uint32_t>(l));
+      REQUIRE(in[l].data2 == static_cast<uint32_t>(l * step));
+    }
+    kernels::storeRelease(p.r.head, step + 1);
+  }
+  // A signature that differs is seen as different.
+  kernels::writeSignature(p.s, 40, kernels::OpSignature{9, {1, 2}});
+  kernels::publishStep(p.s, 40, kernels::stepInfo(0, true));
+  kernels::ChannelStatus status{};
+  const uint32_t noAbort = 0;
+  CHECK(kernels::checkSignature(p.r, 40, kernels::OpSignature{9, {1, 3}}, &status, &noAbort) == kernels::WaitResult::kAborted);
+  CHECK(status.mismatch == 1);
+  CHECK(status.peerSig.words[1] == 2);
+}
+
+TEST_CASE("socket transport: the announcement and fault notices cross; a goodbye is no fault", "[unit][transport][socket]") {
+  {
+    Pair p(1);
+    kernels::storeRelaxed(&p.s.announce->words[0], uint64_t{11});
+    kernels::storeRelaxed(&p.s.announce->words[1], uint64_t{12});
+    kernels::storeRelease(&p.s.announce->seq, uint64_t{5});
+    CHECK(eventually([&] { return kernels::loadAcquire(&p.r.announce->seq) == 5; }));
+    CHECK(p.r.announce->words[1] == 12);
+
+    // The receiver's rank fails: its notice reaches the sender's end...
+    transport::FaultBox* mine = p.recv->faultBox(false);
+    mine->rank = 1;
+    mine->code = ncclInvalidUsage;
+    std::strcpy(mine->text, "receiver says no");
+    kernels::storeRelease(&mine->raised, transport::kFaultRaised);
+    transport::FaultBox* atSender = p.send->faultBox(false);
+    CHECK(eventually([&] { return kernels::loadAcquire(&atSender->raised) == transport::kFaultRaised; }));
+    CHECK(std::string(atSender->text) == "receiver says no");
+    CHECK(atSender->rank == 1);
+    // ... and the sender's the receiver's.
+    transport::FaultBox* theirs = p.send->faultBox(true);
+    theirs->rank = 0;
+    std::strcpy(theirs->text, "sender too");
+    kernels::storeRelease(&theirs->raised, transport::kFaultRaised);
+    CHECK(eventually([&] { return kernels::loadAcquire(&p.recv->faultBox(true)->raised) == transport::kFaultRaised; }));
+    CHECK(std::string(p.recv->faultBox(true)->text) == "sender too");
+  }
+  {
+    Pair p(2);
+    transport::FaultBox* box = p.recv->faultBox(true);
+    p.send.reset();  // destroyed on purpose: says goodbye first
+    std::this_thread::sleep_for(200ms);
+    CHECK(kernels::loadAcquire(&box->raised) == 0);
+  }
+  CHECK(proxy::attachedCount() == 0);
+}
+
+TEST_CASE("socket transport: strangers on the data port are dropped; the real sender still connects", "[unit][transport][socket]") {
+  transport::Descriptor d;
+  auto recv = transport::socket::createReceiver({4096, 64}, settingsFor(1, 1), 0, &d);
+  const auto address = net::SocketAddress::unpack(d.listen);
+  const auto deadline = net::Clock::now() + 5s;
+  {
+    net::Socket garbage = net::Socket::connect(address, deadline, nullptr);
+    const char junk[64] = "GET / HTTP/1.0\r\n\r\n";
+    garbage.sendAll(junk, sizeof junk, deadline, nullptr);
+    net::Socket wrongNonce = net::Socket::connect(address, deadline, nullptr);
+    transport::Descriptor forged = d;
+    forged.nonce ^= 1;
+    auto impostor = transport::socket::connectSender(forged, settingsFor(0, 1), 1);
+    std::this_thread::sleep_for(200ms);
+  }
+  auto send = transport::socket::connectSender(d, settingsFor(0, 1), 1);
+  uint64_t sendStep = 0, recvStep = 0;
+  kernels::ConnHandle s = send->handle(&sendStep), r = recv->handle(&recvStep);
+  std::memcpy(s.simple, "hello", 6);
+  kernels::publishStep(s, 0, kernels::stepInfo(6, false));
+  CHECK(eventually([&] { return kernels::loadAcquire(r.tail) == 1; }));
+  CHECK(std::string(r.simple) == "hello");
+  CHECK(kernels::loadAcquire(&recv->faultBox(true)->raised) == 0);
+}
+
+TEST_CASE("socket transport: a sender that never connects is reported after the timeout", "[unit][transport][socket]") {
+  transport::Descriptor d;
+  auto recv = transport::socket::createReceiver({4096, 64}, settingsFor(1, 2, 1s), 0, &d);
+  transport::FaultBox* box = recv->faultBox(true);
+  CHECK(eventually([&] { return kernels::loadAcquire(&box->raised) == transport::kFaultRaised; }));
+  CHECK_THAT(std::string(box->text), Catch::Contains("never connected") && Catch::Contains("0 arrived"));
+  CHECK(box->code == ncclRemoteError);
+}
+
+TEST_CASE("socket transport: bad settings and descriptors are refused by name", "[unit][transport][socket]") {
+  transport::Descriptor d;
+  CHECK_THROWS_WITH(transport::socket::createReceiver({4096, 64}, settingsFor(1, 65), 0, &d),
+                    Catch::Contains("65 sockets per connection"));
+  std::memset(&d, 0, sizeof d);
+  d.nSockets = 0;
+  CHECK_THROWS_WITH(transport::socket::connectSender(d, settingsFor(0, 1), 1), Catch::Contains("rank 1 sent"));
+}
