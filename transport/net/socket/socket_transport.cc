@@ -157,6 +157,7 @@ class EndPump : public proxy::Pump {
   void pollSet(std::vector<pollfd>* fds) const override {
     if (broken_) return;
     for (size_t k = 0; k < sockets_.size(); ++k) {
+      if (closed_[k]) continue;
       fds->push_back({sockets_[k].fd(), static_cast<short>(POLLIN | (writers_[k].busy() ? POLLOUT : 0)), 0});
     }
   }
@@ -208,6 +209,7 @@ class EndPump : public proxy::Pump {
   void adoptSockets(std::vector<net::Socket> sockets) {
     sockets_ = std::move(sockets);
     writers_.assign(sockets_.size(), FrameWriter{});
+    closed_.assign(sockets_.size(), false);
     readers_.assign(sockets_.size(), FrameReader{});
   }
 
@@ -269,18 +271,26 @@ class EndPump : public proxy::Pump {
     }
   }
 
+  /// Socket k reached its end. The control socket (0) decides: after the peer's goodbye that
+  /// is its orderly close, before it a lost connection. A data socket just stops: its data up
+  /// to the end has been read, and its peer's goodbye (or loss) shows on socket 0.
+  void socketEnded(int k, const char* why) {
+    closed_[k] = true;
+    if (k == 0 && !byeReceived_) lost(why, false);
+  }
+
   /// Reads what socket k has; `data` handles the header of a data frame (false: not now).
   /// Returns whether anything moved.
   template <typename OnData, typename OnDone>
   bool readFrames(int k, OnData onData, OnDone onDone) {
     bool moved = false;
     FrameReader& r = readers_[k];
-    for (int frames = 0; frames < 4 && !broken_; ++frames) {
+    for (int frames = 0; frames < 4 && !broken_ && !closed_[k]; ++frames) {
       if (!r.headerComplete()) {
         const ssize_t n = readSome(sockets_[k].fd(), reinterpret_cast<char*>(&r.header) + r.headerDone,
                                    sizeof(FrameHeader) - r.headerDone);
         if (n < 0) {
-          lost(byeReceived_ ? "closed" : "closed unexpectedly (the process died, or its network failed)", false);
+          socketEnded(k, "closed unexpectedly (the process died, or its network failed)");
           return true;
         }
         if (n == 0) return moved;
@@ -305,7 +315,7 @@ class EndPump : public proxy::Pump {
       if (r.payloadDone < r.header.bytes) {
         const ssize_t n = readSome(sockets_[k].fd(), r.payload + r.payloadDone, r.header.bytes - r.payloadDone);
         if (n < 0) {
-          lost("closed in the middle of a frame", false);
+          socketEnded(k, "closed in the middle of a frame (the process died, or its network failed)");
           return true;
         }
         if (n == 0) return moved;
@@ -348,6 +358,7 @@ class EndPump : public proxy::Pump {
   std::vector<net::Socket> sockets_;
   std::vector<FrameWriter> writers_;
   std::vector<FrameReader> readers_;
+  std::vector<bool> closed_;  // per socket: its end was read
   std::atomic<bool> broken_{false};  // read by drain() on the destroying thread
   bool byeReceived_ = false;
   bool faultSent_ = false;
