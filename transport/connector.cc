@@ -72,6 +72,7 @@ std::unique_ptr<Connector::End> Connector::createReceiver(int peer, const FifoSi
     end->memory = shm::create(sizes, options_.commTag + "-" + std::to_string(rank_) + "-" + std::to_string(peer) + "-" + what, d);
   } else {
     end->memory = socket::createReceiver(sizes, socketSettings(), peer, d);
+    usesNetwork_ = true;
   }
   end->peer = peer;
   end->kind = d->kind;
@@ -88,6 +89,7 @@ std::unique_ptr<Connector::End> Connector::importSender(int peer, const Descript
     end->memory = shm::import(d);
   } else if (d.kind == Kind::kSocket) {
     end->memory = socket::connectSender(d, socketSettings(), peer);
+    usesNetwork_ = true;
   } else {
     fail(ncclInternalError, "rank %d sent a connection descriptor of unknown kind %u", peer, static_cast<unsigned>(d.kind));
   }

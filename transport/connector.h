@@ -70,6 +70,9 @@ class Connector {
   /// Every connected end (ring and send/recv), for the watchdog.
   void forEachEnd(const std::function<void(const End&)>& visit) const;
 
+  /// Whether any connection goes through the network (so the proxy thread carries it).
+  bool usesNetwork() const { return usesNetwork_; }
+
   /// The options; tests change them before the first connection (networkOnly, say).
   ConnectorOptions& options() { return options_; }
 
@@ -90,6 +93,7 @@ class Connector {
   std::map<int, std::unique_ptr<End>> ringSend_, ringRecv_;  // by channel
   std::map<int, std::unique_ptr<End>> peerSend_, peerRecv_;  // by peer rank
   int nRanks_;
+  bool usesNetwork_ = false;
 };
 
 }  // namespace braid::transport

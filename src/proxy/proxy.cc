@@ -1,6 +1,9 @@
 #include "proxy/proxy.h"
 
 #include <pthread.h>
+#include <sched.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 #include <sys/prctl.h>
 #include <time.h>
 
@@ -23,6 +26,7 @@ struct State {
   std::vector<Pump*> list;
   std::thread* thread = nullptr;
   std::atomic<bool> stop{false};
+  int doorbell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);  // kick() rings it
 };
 
 State& state() {
@@ -36,6 +40,8 @@ State& state() {
       st.list.clear();
       st.thread = nullptr;  // the parent's std::thread object is left behind on purpose
       st.stop.store(false);
+      close(st.doorbell);  // the parent's: a kick here must not wake the parent's proxy
+      st.doorbell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     });
     return created;
   }();
@@ -54,30 +60,31 @@ void loop() {
   State& s = state();
   pthread_setname_np(pthread_self(), "braid-proxy");
   prctl(PR_SET_TIMERSLACK, 1000UL);  // this thread's waits end within a microsecond of their time
+  constexpr uint32_t kBusyPasses = 64;  // passes without waiting after the last movement
   uint32_t idle = 0;
   std::vector<pollfd> fds;
+  std::vector<size_t> first;  // per pump: its first entry in fds
   while (!s.stop.load(std::memory_order_acquire)) {
-    bool moved = false;
+    std::lock_guard<std::mutex> lock(s.pumps);  // detach waits for the pass (at most ~1 ms)
     fds.clear();
-    {
-      std::lock_guard<std::mutex> lock(s.pumps);
-      for (Pump* p : s.list) moved |= p->progress();
-      if (!moved) {
-        for (Pump* p : s.list) p->pollSet(&fds);
-      }
+    first.clear();
+    fds.push_back({s.doorbell, POLLIN, 0});
+    for (Pump* p : s.list) {
+      first.push_back(fds.size());
+      p->pollSet(&fds);
     }
-    if (moved) {
-      idle = 0;
-      continue;
+    const timespec wait = {0, idle < kBusyPasses ? 0 : idleWaitNs(idle)};
+    const int ready = ppoll(fds.data(), fds.size(), &wait, nullptr);
+    if (ready > 0 && (fds[0].revents & POLLIN)) {
+      uint64_t rings = 0;
+      if (read(s.doorbell, &rings, sizeof rings) > 0) idle = 0;
     }
-    idle = std::min<uint32_t>(idle + 1, 1u << 30);
-    if (idle < 16) {
-      kernels::backOff(0);  // a few quick passes first: the next step is often right behind
-      continue;
-    }
-    const long ns = idleWaitNs(idle);
-    const timespec wait = {0, ns};
-    ppoll(fds.data(), fds.size(), &wait, nullptr);  // woken early by data; errors: just pass again
+    bool moved = false;
+    for (size_t i = 0; i < s.list.size(); ++i) moved |= s.list[i]->progress(fds.data() + first[i]);
+    idle = moved ? 0 : std::min<uint32_t>(idle + 1, 1u << 30);
+    // Nothing moved: give the core to a rank thread that may be about to publish (or to
+    // consume what just arrived) rather than spin through the rest of a time slice.
+    if (!moved && idle < kBusyPasses) sched_yield();
   }
 }
 
@@ -113,6 +120,12 @@ void detach(Pump* pump) {
     s.thread = nullptr;
     BRAID_INFO(log::kProxy | log::kNet, "proxy progress thread stopped");
   }
+}
+
+void kick() {
+  const uint64_t one = 1;
+  if (write(state().doorbell, &one, sizeof one) < 0) {
+  }  // full (it never is in practice) or closed: the proxy wakes on its timeout anyway
 }
 
 int attachedCount() {

@@ -1,13 +1,14 @@
 // The progress thread of network transports: one per process, started with the first network
 // connection and stopped when the last one goes, so a process without network peers has none.
 //
-// It loops over the attached pumps, each of which moves what it can without blocking (a FIFO
-// step into a socket, a socket's bytes into a FIFO slot) and says whether anything moved. When
-// nothing has moved for a few passes it waits in ppoll() on every pump's sockets, with a
-// timeout that grows from 20 us to 1 ms the longer it stays idle (with a 1 us timer slack):
-// data from the network wakes it at once, a step a kernel publishes is seen within the
-// timeout. So a busy communicator sees tens of microseconds per hop, and an idle one leaves
-// the CPU to the ranks (on machines with few cores, a spinning proxy would starve them).
+// Each pass is one ppoll() over every attached pump's sockets, then each pump moves what it
+// can without blocking (a FIFO step into a socket, a socket's bytes into a FIFO slot), reading
+// only sockets that are ready. While things move, ppoll does not wait; once a pass moves
+// nothing for a while it waits, with a timeout that grows from 20 us to 1 ms the longer the
+// proxy stays idle (timer slack 1 us): data from the network wakes it at once, a step a kernel
+// publishes is seen within the timeout, and kick() (an operation starting) wakes it at once.
+// An idle communicator thus leaves the CPU to the ranks: on machines with few cores a
+// spinning proxy would starve them.
 // User threads never wait for it: they only read and write FIFO memory.
 #pragma once
 
@@ -21,11 +22,13 @@ namespace braid::proxy {
 class Pump {
  public:
   virtual ~Pump() = default;
-  /// Proxy thread only. Moves what it can without blocking; true when anything moved.
+  /// Proxy thread only: appends the sockets this pump waits on (POLLIN unless its reader
+  /// waits for a free slot; POLLOUT while a write waits).
+  virtual void pollSet(std::vector<pollfd>* fds) = 0;
+  /// Proxy thread only, after ppoll: `polled` holds this pump's entries of pollSet with their
+  /// revents. Moves what it can without blocking; true when anything moved.
   /// Never throws: a broken connection is reported through the FIFO's fault box.
-  virtual bool progress() = 0;
-  /// Proxy thread only: the sockets to wait on when idle (POLLIN; POLLOUT while a write waits).
-  virtual void pollSet(std::vector<pollfd>* fds) const = 0;
+  virtual bool progress(const pollfd* polled) = 0;
 };
 
 /// Hands `pump` to the progress thread (starting it if needed).
@@ -35,5 +38,8 @@ void attach(Pump* pump);
 void detach(Pump* pump);
 /// How many pumps are attached (tests: nothing is left behind).
 int attachedCount();
+/// Wakes the proxy thread from an idle wait (an operation over the network starts): it then
+/// passes over its pumps without waiting until they fall quiet again.
+void kick();
 
 }  // namespace braid::proxy

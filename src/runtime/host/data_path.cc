@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "core/params.h"
 #include "core/status.h"
+#include "proxy/proxy.h"
 #include "kernels/algorithms/send_recv.h"
 #include "runtime/host/kernel_table.h"
 #include "runtime/host/signature.h"
@@ -199,6 +200,7 @@ void DataPath::runCollective(const plan::Task& given) {
     if (watchdog_->failure(&code, &text)) throw Error(code, text);
     throw;
   }
+  if (connector_.usesNetwork()) proxy::kick();  // the proxy passes without waiting while this runs
   for (int c = 0; c < plan.nChannels; ++c) {
     plan.works[c].sig = sig;
     plan.works[c].checkSig = settings_.checkMismatch ? 1 : 0;
@@ -255,6 +257,7 @@ void DataPath::runPeers(const std::vector<const plan::Task*>& ops) {
     queues[{t->peer, t->isSend}].push_back(op);
   }
   for (auto& [key, q] : queues) q.front().step = *q.front().conn.step;
+  if (connector_.usesNetwork()) proxy::kick();
   kernels::ChannelStatus& status = statuses_[0];
   Watchdog::Operation running(*watchdog_, kernels::OpSignature{}, ops.front()->name, 1);
   uint32_t spins = 0;

@@ -226,3 +226,53 @@ TEST_CASE("socket transport: bad settings and descriptors are refused by name", 
   d.nSockets = 0;
   CHECK_THROWS_WITH(transport::socket::connectSender(d, settingsFor(0, 1), 1), Catch::Contains("rank 1 sent"));
 }
+
+// Not a test (hidden; run with "[.bench]"): one-way throughput of 512 KiB Simple steps and the
+// round trip of 8-byte steps through the real proxy, for tuning the transport by itself.
+TEST_CASE("socket transport: throughput and round trip by themselves", "[.bench]") {
+  static const uint32_t kNoAbort = 0;
+  {
+    Pair p(1, {512 * 1024, 512});
+    const int steps = 400;
+    std::thread receiver([&] {
+      for (int i = 0; i < steps; ++i) {
+        const uint64_t step = p.recvStep;
+        kernels::waitUntil([&] { return kernels::loadAcquire(p.r.tail) > step; }, &kNoAbort);
+        kernels::storeRelease(p.r.head, step + 1);
+        ++p.recvStep;
+      }
+    });
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < steps; ++i) {
+      const uint64_t step = p.sendStep;
+      kernels::waitUntil([&] { return kernels::loadAcquire(p.s.head) + kernels::kSteps > step; }, &kNoAbort);
+      kernels::publishStep(p.s, step, kernels::stepInfo(512 * 1024, false));
+      ++p.sendStep;
+    }
+    receiver.join();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    WARN("one way, 512 KiB steps: " << steps * 512.0 * 1024 / s / 1e9 << " GB/s");
+  }
+  {
+    Pair there(1), back(1);  // there: rank 0 -> 1; back: its receiver end answers
+    const int rounds = 2000;
+    std::thread echo([&] {
+      for (int i = 0; i < rounds; ++i) {
+        kernels::waitUntil([&] { return kernels::loadAcquire(there.r.tail) > there.recvStep; }, &kNoAbort);
+        kernels::storeRelease(there.r.head, ++there.recvStep);
+        kernels::publishStep(back.s, back.sendStep, kernels::stepInfo(8, false));
+        ++back.sendStep;
+      }
+    });
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < rounds; ++i) {
+      kernels::publishStep(there.s, there.sendStep, kernels::stepInfo(8, false));
+      ++there.sendStep;
+      kernels::waitUntil([&] { return kernels::loadAcquire(back.r.tail) > back.recvStep; }, &kNoAbort);
+      kernels::storeRelease(back.r.head, ++back.recvStep);
+    }
+    echo.join();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    WARN("round trip of 8-byte steps: " << s / rounds * 1e6 << " us");
+  }
+}

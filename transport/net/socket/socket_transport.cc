@@ -154,11 +154,18 @@ class EndPump : public proxy::Pump {
   /// The FIFO memory of this end.
   char* base() const { return memory_.get(); }
 
-  void pollSet(std::vector<pollfd>* fds) const override {
+  void pollSet(std::vector<pollfd>* fds) override {
+    polledAt_.assign(sockets_.size(), -1);
     if (broken_) return;
+    const size_t base = fds->size();  // progress() gets the entries from here on
     for (size_t k = 0; k < sockets_.size(); ++k) {
       if (closed_[k]) continue;
-      fds->push_back({sockets_[k].fd(), static_cast<short>(POLLIN | (writers_[k].busy() ? POLLOUT : 0)), 0});
+      // A reader whose frame waits for a free slot leaves the data in the socket: waking for
+      // it would only spin.
+      const bool waiting = readers_[k].headerComplete() && readers_[k].payload == nullptr;
+      const short events = static_cast<short>((waiting ? 0 : POLLIN) | (writers_[k].busy() ? POLLOUT : 0));
+      polledAt_[k] = static_cast<int>(fds->size() - base);
+      fds->push_back({sockets_[k].fd(), events, 0});
     }
   }
   void bindHandle(const kernels::ConnHandle& h) { conn_ = h; }
@@ -271,6 +278,14 @@ class EndPump : public proxy::Pump {
     }
   }
 
+  /// Whether ppoll saw socket k readable (or ended) in this pass; a reader stalled on a busy
+  /// slot tries again on every pass, as the kernel frees slots without a sound.
+  bool readable(int k) const {
+    if (readers_[k].headerComplete() && readers_[k].payload == nullptr) return true;
+    const int at = polledAt_[k];
+    return at >= 0 && (polled_[at].revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+  }
+
   /// Socket k reached its end. The control socket (0) decides: after the peer's goodbye that
   /// is its orderly close, before it a lost connection. A data socket just stops: its data up
   /// to the end has been read, and its peer's goodbye (or loss) shows on socket 0.
@@ -285,6 +300,7 @@ class EndPump : public proxy::Pump {
   bool readFrames(int k, OnData onData, OnDone onDone) {
     bool moved = false;
     FrameReader& r = readers_[k];
+    if (!readable(k)) return false;
     for (int frames = 0; frames < 4 && !broken_ && !closed_[k]; ++frames) {
       if (!r.headerComplete()) {
         const ssize_t n = readSome(sockets_[k].fd(), reinterpret_cast<char*>(&r.header) + r.headerDone,
@@ -359,6 +375,8 @@ class EndPump : public proxy::Pump {
   std::vector<FrameWriter> writers_;
   std::vector<FrameReader> readers_;
   std::vector<bool> closed_;  // per socket: its end was read
+  std::vector<int> polledAt_;  // per socket: its entry in this pass's ppoll set, or -1
+  const pollfd* polled_ = nullptr;  // this pass's entries (valid during progress)
   std::atomic<bool> broken_{false};  // read by drain() on the destroying thread
   bool byeReceived_ = false;
   bool faultSent_ = false;
@@ -379,7 +397,8 @@ class SendPump final : public EndPump {
     for (size_t k = 0; k < sockets_.size(); ++k) next_.push_back(k);
   }
 
-  bool progress() override {
+  bool progress(const pollfd* polled) override {
+    polled_ = polled;
     if (broken_) return false;
     bool moved = false;
     // The receiver only ever sends control frames (its fault notice, its goodbye).
@@ -470,13 +489,14 @@ class RecvPump final : public EndPump {
     accepted_.resize(nSockets);
   }
 
-  void pollSet(std::vector<pollfd>* fds) const override {
+  void pollSet(std::vector<pollfd>* fds) override {
     if (!listener_.valid()) return EndPump::pollSet(fds);
     fds->push_back({listener_.fd(), POLLIN, 0});
     for (const Pending& p : pending_) fds->push_back({p.socket.fd(), POLLIN, 0});
   }
 
-  bool progress() override {
+  bool progress(const pollfd* polled) override {
+    polled_ = polled;
     if (broken_) return false;
     if (listener_.valid()) return progressAccept();
     bool moved = false;
