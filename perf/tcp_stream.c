@@ -3,15 +3,19 @@
  *   tcp_stream serve PORT                        answers one client, then exits
  *   tcp_stream stream HOST PORT BYTES ITERS      one-way: BYTES per round, a 1-byte ack back
  *   tcp_stream pingpong HOST PORT BYTES ITERS    BYTES each way per round
- * The client prints the median round: "stream BYTES bytes: median T us, G GB/s" or
- * "pingpong BYTES bytes: median round trip T us, one way T/2 us". TCP_NODELAY on both ends,
+ *   tcp_stream exchange HOST PORT BYTES ITERS    BYTES each way per round, both directions at
+ *                                                once (the server echoes as data arrives)
+ * The client prints the median round: "stream BYTES bytes: median T us, G GB/s" (exchange
+ * likewise, G counting one direction) or "pingpong BYTES bytes: median round trip T us, one
+ * way T/2 us". TCP_NODELAY on both ends,
  * default socket buffers (autotuned), as Braid's own sockets use.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +26,7 @@
 
 struct Request {
   uint64_t bytes;
-  uint32_t echo;
+  uint32_t echo; /* 0: ack only, 1: echo after the whole message, 2: echo each chunk at once */
   uint32_t more; /* 0: the client is done */
 };
 
@@ -92,6 +96,16 @@ static int serve(int port) {
       buf = malloc(cap);
       if (buf == NULL) die("malloc");
     }
+    if (q.echo == 2) {
+      for (uint64_t done = 0; done < q.bytes;) {
+        const uint64_t chunk = 1 << 20;  /* echo in whole MiB pieces (the last one shorter) */
+        ssize_t r = recv(fd, buf, q.bytes - done < chunk ? q.bytes - done : chunk, MSG_WAITALL);
+        if (r <= 0) die("recv");
+        sendAll(fd, buf, (size_t)r);
+        done += (uint64_t)r;
+      }
+      continue;
+    }
     recvAll(fd, buf, q.bytes);
     if (q.echo) {
       sendAll(fd, buf, q.bytes);
@@ -103,6 +117,18 @@ static int serve(int port) {
   close(fd);
   free(buf);
   return 0;
+}
+
+struct Sender {
+  int fd;
+  const char* buf;
+  size_t bytes;
+};
+
+static void* sendThread(void* arg) {
+  struct Sender* s = arg;
+  sendAll(s->fd, s->buf, s->bytes);
+  return NULL;
 }
 
 static int client(const char* mode, const char* host, const char* port, size_t bytes, int iters) {
@@ -121,13 +147,24 @@ static int client(const char* mode, const char* host, const char* port, size_t b
   freeaddrinfo(res);
   if (fd < 0) die("connect");
   noDelay(fd);
-  const int echo = strcmp(mode, "pingpong") == 0;
+  const int echo = strcmp(mode, "pingpong") == 0 ? 1 : strcmp(mode, "exchange") == 0 ? 2 : 0;
   char* buf = calloc(bytes > 0 ? bytes : 1, 1);
   double* t = calloc((size_t)iters, sizeof(double));
   for (int i = -2; i < iters; ++i) { /* two warm-up rounds */
     struct Request q = {bytes, (uint32_t)echo, 1};
     const double start = now();
     sendAll(fd, &q, sizeof q);
+    if (echo == 2) {
+      char* in = malloc(bytes > 0 ? bytes : 1);
+      struct Sender sender = {fd, buf, bytes};
+      pthread_t thread;
+      pthread_create(&thread, NULL, sendThread, &sender);
+      recvAll(fd, in, bytes);
+      pthread_join(thread, NULL);
+      free(in);
+      if (i >= 0) t[i] = now() - start;
+      continue;
+    }
     sendAll(fd, buf, bytes);
     if (echo) {
       recvAll(fd, buf, bytes);
@@ -142,7 +179,9 @@ static int client(const char* mode, const char* host, const char* port, size_t b
   close(fd);
   qsort(t, (size_t)iters, sizeof(double), compare);
   const double median = t[iters / 2];
-  if (echo) {
+  if (echo == 2) {
+    printf("exchange %zu bytes: median %.2f us, %.3f GB/s each way\n", bytes, median, (double)bytes / median / 1e3);
+  } else if (echo) {
     printf("pingpong %zu bytes: median round trip %.2f us, one way %.2f us\n", bytes, median, median / 2);
   } else {
     printf("stream %zu bytes: median %.2f us, %.3f GB/s\n", bytes, median, (double)bytes / median / 1e3);
@@ -154,9 +193,10 @@ static int client(const char* mode, const char* host, const char* port, size_t b
 
 int main(int argc, char** argv) {
   if (argc == 3 && strcmp(argv[1], "serve") == 0) return serve(atoi(argv[2]));
-  if (argc == 6 && (strcmp(argv[1], "stream") == 0 || strcmp(argv[1], "pingpong") == 0)) {
+  if (argc == 6 && (strcmp(argv[1], "stream") == 0 || strcmp(argv[1], "pingpong") == 0 ||
+                    strcmp(argv[1], "exchange") == 0)) {
     return client(argv[1], argv[2], argv[3], (size_t)strtoull(argv[4], NULL, 0), atoi(argv[5]));
   }
-  fprintf(stderr, "usage: %s serve PORT | stream HOST PORT BYTES ITERS | pingpong HOST PORT BYTES ITERS\n", argv[0]);
+  fprintf(stderr, "usage: %s serve PORT | {stream|pingpong|exchange} HOST PORT BYTES ITERS\n", argv[0]);
   return 2;
 }

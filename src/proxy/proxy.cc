@@ -60,7 +60,7 @@ void loop() {
   State& s = state();
   pthread_setname_np(pthread_self(), "braid-proxy");
   prctl(PR_SET_TIMERSLACK, 1000UL);  // this thread's waits end within a microsecond of their time
-  constexpr uint32_t kBusyPasses = 64;  // passes without waiting after the last movement
+  constexpr uint32_t kBusyPasses = 4096;  // passes without waiting after the last movement (~10 ms)
   uint32_t idle = 0;
   std::vector<pollfd> fds;
   std::vector<size_t> first;  // per pump: its first entry in fds

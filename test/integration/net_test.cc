@@ -84,9 +84,10 @@ TEST_CASE("sockets: a communicator's life leaves no proxy thread, socket or thre
       EXPECT_OK(ncclCommDestroy(comm));
     }) == "");
   }
+  // At most as many as before: a previous test's threads may still have been ending then.
   CHECK(proxy::attachedCount() == 0);
-  CHECK(test::openFileDescriptors() == fds);
-  CHECK(test::liveThreads() == threads);
+  CHECK(test::openFileDescriptors() <= fds);
+  CHECK(test::liveThreads() <= threads);
 }
 
 TEST_CASE("NCCL_HOSTID: separate programs on different 'hosts' connect through the socket transport",
