@@ -257,6 +257,7 @@ DetectOptions detectOptionsFromParams() {
   o.socketIfname = store.string("NCCL_SOCKET_IFNAME");
   o.nvmlLibrary = store.string("BRAID_NVML_LIBRARY");
   o.verbsLibrary = store.string("BRAID_IBVERBS_LIBRARY");
+  o.ibHca = store.string("NCCL_IB_HCA");
   o.hwlocLibrary = store.string("BRAID_HWLOC_LIBRARY");
   return o;
 }
@@ -266,7 +267,7 @@ XmlNode detectSystem(const DetectOptions& options) {
   XmlNode doc = sysfs.cpus(detectHwlocNumaNodes(options.hwlocLibrary));
   std::vector<std::pair<int, XmlNode>> unplaced;
   std::vector<DetectedDevice> devices = detectNvmlGpus(options.nvmlLibrary);
-  std::vector<DetectedDevice> ports = detectVerbsPorts(options.verbsLibrary, options.sysRoot);
+  std::vector<DetectedDevice> ports = detectVerbsPorts(options.verbsLibrary, options.sysRoot, options.ibHca);
   if (ports.empty()) ports = ethernetPorts(options);  // sockets carry the network then
   devices.insert(devices.end(), ports.begin(), ports.end());
   for (DetectedDevice& d : devices) {

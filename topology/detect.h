@@ -20,9 +20,10 @@ struct DetectOptions {
   std::string verbsLibrary = "libibverbs.so.1";
   std::string hwlocLibrary = "libhwloc.so.15";
   std::string socketIfname;  ///< NCCL_SOCKET_IFNAME: which Ethernet interfaces count
+  std::string ibHca;         ///< NCCL_IB_HCA: which RDMA devices and ports count
 };
 
-/// From the parameter registry: NCCL_SOCKET_IFNAME, and BRAID_NVML_LIBRARY /
+/// From the parameter registry: NCCL_SOCKET_IFNAME, NCCL_IB_HCA, and BRAID_NVML_LIBRARY /
 /// BRAID_IBVERBS_LIBRARY / BRAID_HWLOC_LIBRARY (which library to open; tests point them at
 /// doubles or at nothing).
 DetectOptions detectOptionsFromParams();
@@ -56,8 +57,9 @@ std::string cpuMaskText(const std::vector<int>& cpus);
 
 /// Every GPU NVML reports, as <gpu dev sm rank gdr> with its <nvlink>s; empty without NVML.
 std::vector<DetectedDevice> detectNvmlGpus(const std::string& library);
-/// Every active port libibverbs reports, as <nic><net .../></nic> (one NIC per device);
-/// empty without libibverbs or devices.
-std::vector<DetectedDevice> detectVerbsPorts(const std::string& library, const std::string& sysRoot);
+/// Every active port libibverbs reports that NCCL_IB_HCA (`hcaFilter`) selects, as
+/// <nic><net .../></nic> (one NIC per device); empty without libibverbs or devices.
+std::vector<DetectedDevice> detectVerbsPorts(const std::string& library, const std::string& sysRoot,
+                                             const std::string& hcaFilter = "");
 
 }  // namespace braid::topo

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "braid_config.h"
+#include "core/interfaces.h"
 #include "core/log.h"
 #include "topology/detect.h"
 
@@ -62,8 +63,11 @@ bool peerMemoryLoaded(const std::string& sysRoot) {
 
 }  // namespace
 
-std::vector<DetectedDevice> detectVerbsPorts(const std::string& library, const std::string& sysRoot) {
+std::vector<DetectedDevice> detectVerbsPorts(const std::string& library, const std::string& sysRoot,
+                                             const std::string& hcaFilter) {
   std::vector<DetectedDevice> out;
+  const net::HcaFilter filter = net::HcaFilter::parse(hcaFilter);
+  for (const std::string& problem : filter.problems) BRAID_WARN("NCCL_IB_HCA=%s: %s", hcaFilter.c_str(), problem.c_str());
   void* h = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!h) {
     BRAID_INFO(log::kGraph, "libibverbs not loaded (%s): no RDMA ports detected", dlerror());
@@ -108,6 +112,10 @@ std::vector<DetectedDevice> detectVerbsPorts(const std::string& library, const s
     for (int port = 1; port <= attr.phys_port_cnt && port <= 8; ++port) {
       ibv_port_attr pa{};
       if (queryPort(ctx, static_cast<uint8_t>(port), &pa) != 0 || pa.state != IBV_PORT_ACTIVE) continue;
+      if (!filter.matches(name, port)) {
+        BRAID_INFO(log::kGraph | log::kNet, "%s port %d left out by NCCL_IB_HCA=%s", name, port, hcaFilter.c_str());
+        continue;
+      }
       if (pa.link_layer == IBV_LINK_LAYER_ETHERNET) d.pciClass = "0x020000";
       XmlNode& net = d.element.add("net");
       net.set("name", name);
@@ -137,7 +145,7 @@ std::vector<DetectedDevice> detectVerbsPorts(const std::string& library, const s
 
 #else
 
-std::vector<DetectedDevice> detectVerbsPorts(const std::string&, const std::string&) {
+std::vector<DetectedDevice> detectVerbsPorts(const std::string&, const std::string&, const std::string&) {
   BRAID_INFO(log::kGraph, "built without verbs headers: no RDMA ports detected");
   return {};
 }

@@ -5,6 +5,7 @@
 #include <strings.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/status.h"
@@ -33,6 +34,56 @@ InterfaceFilter InterfaceFilter::parse(const std::string& text) {
     start = comma + 1;
   }
   return f;
+}
+
+HcaFilter HcaFilter::parse(const std::string& text) {
+  HcaFilter f;
+  std::string list = text;
+  if (!list.empty() && list[0] == '^') {
+    f.exclude = true;
+    list.erase(0, 1);
+  }
+  if (!list.empty() && list[0] == '=') {
+    f.exact = true;
+    list.erase(0, 1);
+  }
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t comma = list.find(',', start);
+    if (comma == std::string::npos) comma = list.size();
+    const std::string item = list.substr(start, comma - start);
+    start = comma + 1;
+    if (item.empty()) continue;
+    Entry e;
+    const auto colon = item.find(':');
+    e.device = item.substr(0, colon);
+    if (colon != std::string::npos) {
+      const std::string port = item.substr(colon + 1);
+      char* end = nullptr;
+      const long value = port.empty() ? 0 : std::strtol(port.c_str(), &end, 10);
+      if (port.empty() || *end != '\0' || value < 1 || value > 255) {
+        f.problems.push_back("entry '" + item + "': the port must be a number from 1 to 255; entry ignored");
+        continue;
+      }
+      e.port = static_cast<int>(value);
+    }
+    if (e.device.empty()) {
+      f.problems.push_back("entry '" + item + "' names no device; entry ignored");
+      continue;
+    }
+    f.entries.push_back(e);
+  }
+  return f;
+}
+
+bool HcaFilter::matches(const std::string& device, int port) const {
+  if (entries.empty()) return true;  // nothing (valid) listed: every port
+  bool listed = false;
+  for (const Entry& e : entries) {
+    const bool name = exact ? device == e.device : device.compare(0, e.device.size(), e.device) == 0;
+    if (name && (e.port < 0 || e.port == port)) listed = true;
+  }
+  return exclude ? !listed : listed;
 }
 
 bool InterfaceFilter::matches(const std::string& interfaceName) const {

@@ -1,4 +1,5 @@
-// Choosing the network interface for out-of-band sockets, the way NCCL does.
+// Choosing the network interface for out-of-band sockets, and the RDMA ports for the verbs
+// transport, the way NCCL does.
 //
 // NCCL_SOCKET_IFNAME is a comma list of name prefixes; a leading '^' excludes the listed
 // ones instead, a leading '=' makes the names exact. NCCL_SOCKET_FAMILY restricts the
@@ -28,6 +29,23 @@ struct InterfaceFilter {
 
   static InterfaceFilter parse(const std::string& text);
   bool matches(const std::string& interfaceName) const;
+};
+
+/// A parsed NCCL_IB_HCA: the same list syntax (leading '^' excludes, '=' exact names), and an
+/// entry may name one port of a device ("mlx5_0:1"); without a port it means every port.
+/// Empty text selects every port.
+struct HcaFilter {
+  struct Entry {
+    std::string device;
+    int port = -1;  ///< -1: every port
+  };
+  bool exclude = false;
+  bool exact = false;
+  std::vector<Entry> entries;
+  std::vector<std::string> problems;  ///< entries that were ignored, and why (for a warning)
+
+  static HcaFilter parse(const std::string& text);
+  bool matches(const std::string& device, int port) const;
 };
 
 /// What the caller wants: NCCL_SOCKET_IFNAME, NCCL_SOCKET_FAMILY and (optionally) an address

@@ -1,5 +1,5 @@
-// libFuzzer target: the parsers of NCCL_ALGO / NCCL_PROTO, NCCL_SOCKET_IFNAME and the path
-// levels (NCCL_P2P_LEVEL, NCCL_NET_GDR_LEVEL). The input is split at its first newline.
+// libFuzzer target: the parsers of NCCL_ALGO / NCCL_PROTO, NCCL_SOCKET_IFNAME, NCCL_IB_HCA and
+// the path levels (NCCL_P2P_LEVEL, NCCL_NET_GDR_LEVEL). The input is split at its first newline.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -22,6 +22,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     braid::net::InterfaceFilter filter = braid::net::InterfaceFilter::parse(first);
     filter.matches(second);
   } catch (const braid::Error&) {
+  }
+  {
+    const braid::net::HcaFilter hca = braid::net::HcaFilter::parse(first);
+    hca.matches(second, static_cast<int>(second.size()));
   }
   braid::topo::PathType level;
   braid::topo::parsePathLevel(first, &level);

@@ -8,6 +8,7 @@
 #include <set>
 #include <string>
 
+#include "core/interfaces.h"
 #include "core/status.h"
 #include "topology/topology.h"
 #include "../core/test_env.h"
@@ -399,6 +400,44 @@ TEST_CASE("Detection through NVML and verbs doubles", "[topology][detect]") {
   REQUIRE(completed.count(NodeType::Gpu) == 1);
   CHECK(completed.nodes[completed.of(NodeType::Gpu)[0]].sm == 90);
   CHECK(completed.count(NodeType::Net) == 0);  // devices the file doesn't name are not added
+}
+
+TEST_CASE("NCCL_IB_HCA: prefixes, exact names, ports, exclusion; bad entries are named and ignored",
+          "[topology][detect]") {
+  using braid::net::HcaFilter;
+  CHECK(HcaFilter::parse("").matches("mlx5_0", 1));
+  const HcaFilter prefix = HcaFilter::parse("mlx5");
+  CHECK(prefix.matches("mlx5_0", 1));
+  CHECK(prefix.matches("mlx5_10", 2));
+  CHECK_FALSE(prefix.matches("bnxt_re0", 1));
+  const HcaFilter exact = HcaFilter::parse("=mlx5_1:1,mlx5_2");
+  CHECK(exact.matches("mlx5_1", 1));
+  CHECK_FALSE(exact.matches("mlx5_1", 2));
+  CHECK_FALSE(exact.matches("mlx5_10", 1));
+  CHECK(exact.matches("mlx5_2", 2));
+  const HcaFilter except = HcaFilter::parse("^=mlx5_1:2");
+  CHECK(except.matches("mlx5_1", 1));
+  CHECK_FALSE(except.matches("mlx5_1", 2));
+  CHECK(except.matches("mlx5_0", 2));
+  const HcaFilter bad = HcaFilter::parse("mlx5_0:x,:1,mlx5_1:0,mlx5_2:256,mlx5_3:");
+  CHECK(bad.entries.empty());
+  REQUIRE(bad.problems.size() == 5);
+  CHECK_THAT(bad.problems[0], Catch::Contains("'mlx5_0:x'") && Catch::Contains("from 1 to 255"));
+  CHECK_THAT(bad.problems[1], Catch::Contains("names no device"));
+  CHECK(bad.matches("anything", 1));  // nothing valid listed: every port, as when unset
+
+  // Detection through the verbs double honours it: mlx5_0 port 1 and mlx5_1 port 1 are active.
+  auto ports = [](const std::string& hca) {
+    std::vector<std::string> out;
+    for (const DetectedDevice& d : detectVerbsPorts(env("BRAID_FAKE_VERBS"), "", hca))
+      for (const XmlNode& n : d.element.children) out.push_back(n.attrOr("name", "") + ":" + n.attrOr("port", ""));
+    return out;
+  };
+  if (env("BRAID_FAKE_VERBS").find("/nonexistent/") != std::string::npos) return;  // built without verbs headers
+  CHECK(ports("") == std::vector<std::string>{"mlx5_0:1", "mlx5_1:1"});
+  CHECK(ports("=mlx5_1") == std::vector<std::string>{"mlx5_1:1"});
+  CHECK(ports("^mlx5_0") == std::vector<std::string>{"mlx5_1:1"});
+  CHECK(ports("mlx5_1:2").empty());
 }
 
 TEST_CASE("braid-topo shows a file's machine and honours NCCL's variables", "[topology][tools]") {
