@@ -15,6 +15,10 @@
 #include <thread>
 #include <vector>
 
+#if BRAID_PERF_MPI
+#include <mpi.h>
+#endif
+
 namespace braid::perf {
 
 namespace {
@@ -96,10 +100,11 @@ void usage(const char* prog) {
                "  -t, -g                  accepted for compatibility: use --ranks\n"
                "      --ranks N           local ranks to launch [2]\n"
                "      --threads           ranks as threads of this process (default: processes)\n"
-               "Under a launcher (one rank per process): RANK/WORLD_SIZE (torchrun), OMPI_COMM_WORLD_RANK/SIZE\n"
-               "(mpirun), PMI_RANK/PMI_SIZE or SLURM_PROCID/SLURM_NTASKS give the rank and count; the ranks meet\n"
-               "through NCCL_COMM_ID, or MASTER_ADDR:(MASTER_PORT+1) when NCCL_COMM_ID is unset (torchrun's own\n"
-               "store holds MASTER_PORT).\n",
+               "Under a launcher (one rank per process): built with MPI (-Dmpi=enabled) and started by mpirun,\n"
+               "MPI gives the rank and count and carries the unique id. Otherwise RANK/WORLD_SIZE (torchrun),\n"
+               "OMPI_COMM_WORLD_RANK/SIZE (mpirun), PMI_RANK/PMI_SIZE or SLURM_PROCID/SLURM_NTASKS give them and\n"
+               "the ranks meet through NCCL_COMM_ID, or MASTER_ADDR:(MASTER_PORT+1) when NCCL_COMM_ID is unset\n"
+               "(torchrun's own store holds MASTER_PORT).\n",
                prog);
 }
 
@@ -457,8 +462,56 @@ long runRank(Coll coll, const Options& o, const ncclUniqueId& id, int rankIndex,
   return wrongTotal;
 }
 
+/// Started by an MPI launcher (mpirun / srun with PMIx) in a build with the MPI feature: MPI
+/// then gives the rank and the count, and carries the unique id.
+bool underMpi() {
+#if BRAID_PERF_MPI
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr ||
+         std::getenv("PMI_SIZE") != nullptr;
+#else
+  return false;
+#endif
+}
+
+/// The unique id every rank uses: from MPI (rank 0 makes it, MPI_Bcast carries it), else from
+/// ncclGetUniqueId (NCCL_COMM_ID makes every launched rank compute the same one).
+bool uniqueId(const Options& o, ncclUniqueId* id) {
+#if BRAID_PERF_MPI
+  if (underMpi()) {
+    if (o.launchedRank == 0 && ncclGetUniqueId(id) != ncclSuccess) {
+      std::fprintf(stderr, "ncclGetUniqueId failed: %s\n", ncclGetLastError(nullptr));
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    MPI_Bcast(id, sizeof *id, MPI_BYTE, 0, MPI_COMM_WORLD);
+    return true;
+  }
+#endif
+  (void)o;
+  if (ncclGetUniqueId(id) != ncclSuccess) {
+    std::fprintf(stderr, "ncclGetUniqueId failed: %s\n", ncclGetLastError(nullptr));
+    return false;
+  }
+  return true;
+}
+
+int finish(const Options& o, int status) {
+#if BRAID_PERF_MPI
+  if (underMpi()) MPI_Finalize();
+#endif
+  (void)o;
+  return status;
+}
+
 /// This process's rank and the rank count from a launcher's environment; false when none set them.
 bool fromLauncher(Options* o, std::string* error) {
+#if BRAID_PERF_MPI
+  if (underMpi()) {
+    MPI_Init(nullptr, nullptr);
+    MPI_Comm_rank(MPI_COMM_WORLD, &o->launchedRank);
+    MPI_Comm_size(MPI_COMM_WORLD, &o->ranks);
+    return true;
+  }
+#endif
   static const char* const kPairs[][2] = {{"RANK", "WORLD_SIZE"},
                                           {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
                                           {"PMI_RANK", "PMI_SIZE"},
@@ -503,17 +556,14 @@ int run(Coll coll, int argc, char** argv) {
     return 2;
   }
   ncclUniqueId id;
-  if (ncclGetUniqueId(&id) != ncclSuccess) {
-    std::fprintf(stderr, "ncclGetUniqueId failed: %s\n", ncclGetLastError(nullptr));
-    return 1;
-  }
+  if (!uniqueId(o, &id)) return 1;
   double busSum = 0;
   int rows = 0;
   long wrong = 0;
   if (o.launchedRank >= 0) {
     if (o.launchedRank == 0) printHeader(coll, o);
     wrong = runRank(coll, o, id, o.launchedRank, &busSum, &rows);
-    if (o.launchedRank != 0) return wrong == 0 ? 0 : 1;
+    if (o.launchedRank != 0) return finish(o, wrong == 0 ? 0 : 1);
   } else if (o.threads) {
     printHeader(coll, o);
     std::vector<std::thread> threads;
@@ -551,7 +601,7 @@ int run(Coll coll, int argc, char** argv) {
   std::printf("# Out of bounds values : %ld %s\n", wrong, wrong == 0 ? "OK" : "FAILED");
   std::printf("# Avg bus bandwidth    : %g \n", rows > 0 ? busSum / rows : 0.0);
   std::printf("#\n");
-  return wrong == 0 ? 0 : 1;
+  return finish(o, wrong == 0 ? 0 : 1);
 }
 
 }  // namespace braid::perf
