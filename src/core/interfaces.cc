@@ -12,48 +12,39 @@
 
 namespace braid::net {
 
-InterfaceFilter InterfaceFilter::parse(const std::string& text) {
-  InterfaceFilter f;
+namespace {
+/// The list syntax both filters share: a leading '^' (exclude), then '=' (exact names), then
+/// comma-separated entries; empty entries are dropped.
+std::vector<std::string> splitList(const std::string& text, bool* exclude, bool* exact) {
   std::string list = text;
-  if (!list.empty() && list[0] == '^') {
-    f.exclude = true;
-    list.erase(0, 1);
-  }
-  if (!list.empty() && list[0] == '=') {
-    f.exact = true;
-    list.erase(0, 1);
-  }
-  size_t start = 0;
-  while (start <= list.size()) {
+  *exclude = !list.empty() && list[0] == '^';
+  if (*exclude) list.erase(0, 1);
+  *exact = !list.empty() && list[0] == '=';
+  if (*exact) list.erase(0, 1);
+  std::vector<std::string> items;
+  for (size_t start = 0; start <= list.size();) {
     size_t comma = list.find(',', start);
     if (comma == std::string::npos) comma = list.size();
-    std::string name = list.substr(start, comma - start);
+    if (comma > start) items.push_back(list.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return items;
+}
+}  // namespace
+
+InterfaceFilter InterfaceFilter::parse(const std::string& text) {
+  InterfaceFilter f;
+  for (std::string name : splitList(text, &f.exclude, &f.exact)) {
     // An entry may carry ":port" (as NCCL_IB_HCA does); interfaces ignore it.
     if (const auto colon = name.find(':'); colon != std::string::npos) name.erase(colon);
     if (!name.empty()) f.names.push_back(name);
-    start = comma + 1;
   }
   return f;
 }
 
 HcaFilter HcaFilter::parse(const std::string& text) {
   HcaFilter f;
-  std::string list = text;
-  if (!list.empty() && list[0] == '^') {
-    f.exclude = true;
-    list.erase(0, 1);
-  }
-  if (!list.empty() && list[0] == '=') {
-    f.exact = true;
-    list.erase(0, 1);
-  }
-  size_t start = 0;
-  while (start <= list.size()) {
-    size_t comma = list.find(',', start);
-    if (comma == std::string::npos) comma = list.size();
-    const std::string item = list.substr(start, comma - start);
-    start = comma + 1;
-    if (item.empty()) continue;
+  for (const std::string& item : splitList(text, &f.exclude, &f.exact)) {
     Entry e;
     const auto colon = item.find(':');
     e.device = item.substr(0, colon);

@@ -2,7 +2,10 @@
 // broken test fails in seconds instead of NCCL's minutes.
 #pragma once
 
+#include <catch2/catch.hpp>
 #include <cstdlib>
+#include <initializer_list>
+#include <string>
 
 #include "comm/init.h"
 
@@ -14,6 +17,22 @@ inline const bool kLoopbackOnly = [] {
   setenv("BRAID_BOOTSTRAP_TIMEOUT", "30", 0);
   return true;
 }();
+
+/// rank_main's output of a stream in which one rank was killed: each survivor's failure line
+/// says ncclRemoteError with `naming`, came within 5 s, and its communicator was destroyed.
+inline void checkSurvivorsFailed(const std::string& out, std::initializer_list<int> survivors,
+                                 const Catch::Matchers::StdString::ContainsMatcher& naming) {
+  for (int r : survivors) {
+    const std::string prefix = "rank " + std::to_string(r) + ": op #";
+    const size_t at = out.find(prefix);
+    REQUIRE(at != std::string::npos);
+    const std::string line = out.substr(at, out.find('\n', at) - at);
+    CHECK_THAT(line, Catch::Contains("remote process exited or there was a network error"));
+    CHECK_THAT(line, naming);
+    CHECK(std::atof(line.c_str() + line.find(" after ") + 7) < 5.0);
+    CHECK_THAT(out, Catch::Contains("rank " + std::to_string(r) + ": destroy: no error"));
+  }
+}
 
 /// Init settings for tests that call the internal init directly (own timeout, family, ...).
 inline comm::InitSettings loopbackSettings(int timeoutSeconds = 30, const char* family = "") {
