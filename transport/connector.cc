@@ -59,6 +59,7 @@ socket::Settings Connector::socketSettings() const {
   s.commHash = options_.commHash;
   s.rank = rank_;
   s.timeout = channel_.timeout();
+  s.abortFlag = options_.abortFlag;
   return s;
 }
 

@@ -38,6 +38,7 @@ struct ConnectorOptions {
   std::string net;           ///< NCCL_NET ("" or Socket; IB is not built yet)
   int nSockets = 1;          ///< NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD
   uint64_t commHash = 0;     ///< presented on every network connection
+  const uint32_t* abortFlag = nullptr;  ///< the communicator's abort flag
   std::string commTag;       ///< unique per communicator: names shared-memory segments
 };
 

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -88,6 +89,32 @@ TEST_CASE("sockets: a communicator's life leaves no proxy thread, socket or thre
   CHECK(proxy::attachedCount() == 0);
   CHECK(test::openFileDescriptors() <= fds);
   CHECK(test::liveThreads() <= threads);
+}
+
+TEST_CASE("ncclCommAbort over sockets: a send nobody receives ends within a second, undrained", "[integration][net][failure]") {
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  std::vector<ncclComm_t> comms(2, nullptr);
+  std::vector<char> small(64), big(64 << 20);
+  REQUIRE(test::runThreads(2, [&](int rank) {  // connect both ways with one small exchange
+    EXPECT_OK(ncclCommInitRank(&comms[rank], 2, id, rank));
+    comms[rank]->dataPath().connectorOptions().networkOnly = true;
+    EXPECT_OK(ncclGroupStart());
+    EXPECT_OK(ncclSend(small.data(), 32, ncclChar, 1 - rank, comms[rank], nullptr));
+    EXPECT_OK(ncclRecv(small.data() + 32, 32, ncclChar, 1 - rank, comms[rank], nullptr));
+    EXPECT_OK(ncclGroupEnd());
+  }) == "");
+  ncclResult_t result = ncclSuccess;
+  std::thread sender([&] {  // rank 1 never receives: the FIFOs and the socket fill up
+    result = ncclSend(big.data(), big.size(), ncclChar, 1, comms[0], nullptr);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto start = std::chrono::steady_clock::now();
+  REQUIRE(ncclCommAbort(comms[0]) == ncclSuccess);
+  sender.join();
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(1));
+  CHECK(result != ncclSuccess);
+  REQUIRE(ncclCommDestroy(comms[1]) == ncclSuccess);
 }
 
 TEST_CASE("NCCL_HOSTID: separate programs on different 'hosts' connect through the socket transport",

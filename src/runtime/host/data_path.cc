@@ -30,7 +30,8 @@ std::vector<transport::PeerPlace> placesOf(const std::vector<PeerInfo>& peers, i
   }
   return places;
 }
-transport::ConnectorOptions optionsFor(const DataPathSettings& s, const std::string& commTag, uint64_t commHash) {
+transport::ConnectorOptions optionsFor(const DataPathSettings& s, const std::string& commTag, uint64_t commHash,
+                                       const uint32_t* abortFlag) {
   transport::ConnectorOptions o;
   o.ring = s.ring;
   o.p2p = s.p2p;
@@ -40,6 +41,7 @@ transport::ConnectorOptions optionsFor(const DataPathSettings& s, const std::str
   o.nSockets = s.nSockets;
   o.commHash = commHash;
   o.commTag = commTag;
+  o.abortFlag = abortFlag;
   return o;
 }
 }  // namespace
@@ -93,7 +95,7 @@ DataPath::DataPath(bootstrap::Bootstrap& channel, int rank, const std::vector<Pe
       nRanks_(static_cast<int>(peers.size())),
       settings_(settings),
       abort_(abortWord),
-      connector_(channel, rank, placesOf(peers, rank), optionsFor(settings, commTag, commHash)),
+      connector_(channel, rank, placesOf(peers, rank), optionsFor(settings, commTag, commHash, abortWord)),
       executor_(settings.threadsPerChannel) {
   std::vector<PeerProcess> watched;  // other processes on this host: their exit is visible
   for (const PeerInfo& p : peers)

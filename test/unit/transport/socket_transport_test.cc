@@ -184,16 +184,19 @@ TEST_CASE("socket transport: the announcement and fault notices cross; a goodbye
   CHECK(proxy::attachedCount() == 0);
 }
 
-TEST_CASE("socket transport: strangers on the data port are dropped; the real sender still connects", "[unit][transport][socket]") {
+TEST_CASE("socket transport: garbage, a truncated hello and a wrong nonce on the data port; the real sender still connects",
+          "[unit][transport][socket]") {
   transport::Descriptor d;
   auto recv = transport::socket::createReceiver({4096, 64}, settingsFor(1, 1), 0, &d);
   const auto address = net::SocketAddress::unpack(d.listen);
   const auto deadline = net::Clock::now() + 5s;
+  // Half a hello, then silence, kept open while the real sender connects.
+  net::Socket truncated = net::Socket::connect(address, deadline, nullptr);
+  truncated.sendAll("BRNH\1\0\0\0\0\0", 10, deadline, nullptr);
   {
     net::Socket garbage = net::Socket::connect(address, deadline, nullptr);
     const char junk[64] = "GET / HTTP/1.0\r\n\r\n";
     garbage.sendAll(junk, sizeof junk, deadline, nullptr);
-    net::Socket wrongNonce = net::Socket::connect(address, deadline, nullptr);
     transport::Descriptor forged = d;
     forged.nonce ^= 1;
     auto impostor = transport::socket::connectSender(forged, settingsFor(0, 1), 1);

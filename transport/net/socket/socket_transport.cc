@@ -176,13 +176,15 @@ class EndPump : public proxy::Pump {
 
   /// Before detach, sender only: the kernel counts a step done once it is in the FIFO, so
   /// steps may still wait for the socket when the communicator goes. Waits until every
-  /// published step is in a socket, the connection breaks, or nothing has moved for 1 s (a
-  /// receiver that stopped reading).
-  void drain() {
+  /// published step is in a socket, the connection breaks, the communicator was aborted
+  /// (nobody expects the data then), or nothing has moved for 1 s (a receiver that stopped
+  /// reading).
+  void drain(const uint32_t* abortFlag) {
     if (!isSend_) return;
     uint64_t head = kernels::loadAcquire(conn_.head);
     auto lastMove = std::chrono::steady_clock::now();
-    while (!broken_ && head < kernels::loadAcquire(conn_.tail)) {
+    auto aborted = [&] { return abortFlag != nullptr && kernels::loadAcquire(const_cast<uint32_t*>(abortFlag)) != 0; };
+    while (!broken_ && !aborted() && head < kernels::loadAcquire(conn_.tail)) {
       if (std::chrono::steady_clock::now() - lastMove > std::chrono::seconds(1)) {
         BRAID_WARN("rank %d: %llu step(s) to rank %d were never sent: the receiver stopped reading", rank_,
                    static_cast<unsigned long long>(kernels::loadAcquire(conn_.tail) - head), peer_);
@@ -627,13 +629,14 @@ class RecvPump final : public EndPump {
 /// which the proxy drives from creation until destruction.
 class NetFifo final : public FifoMemory {
  public:
-  NetFifo(const FifoSizes& sizes, std::unique_ptr<EndPump> pump, bool isSend) : FifoMemory(sizes), pump_(std::move(pump)) {
+  NetFifo(const FifoSizes& sizes, std::unique_ptr<EndPump> pump, bool isSend, const uint32_t* abortFlag)
+      : FifoMemory(sizes), pump_(std::move(pump)), abortFlag_(abortFlag) {
     pump_->bindHandle(handle(&unusedStep_));
     pump_->setFaultBoxes(faultBox(isSend), faultBox(!isSend));
     proxy::attach(pump_.get());
   }
   ~NetFifo() override {
-    pump_->drain();  // the proxy is still running it
+    pump_->drain(abortFlag_);  // the proxy is still running it
     proxy::detach(pump_.get());
     pump_->farewell();
   }
@@ -641,6 +644,7 @@ class NetFifo final : public FifoMemory {
 
  private:
   std::unique_ptr<EndPump> pump_;
+  const uint32_t* abortFlag_;
   uint64_t unusedStep_ = 0;
 };
 
@@ -669,7 +673,7 @@ std::unique_ptr<FifoMemory> createReceiver(const FifoSizes& sizes, const Setting
   out->nonce = randomNonce();
   auto pump = std::make_unique<RecvPump>(sizes, settings.rank, peer, "", std::move(listener), out->nonce,
                                          settings.commHash, settings.nSockets, settings.timeout);
-  return std::make_unique<NetFifo>(sizes, std::move(pump), false);
+  return std::make_unique<NetFifo>(sizes, std::move(pump), false, settings.abortFlag);
 }
 
 std::unique_ptr<FifoMemory> connectSender(const Descriptor& d, const Settings& settings, int peer) {
@@ -689,7 +693,7 @@ std::unique_ptr<FifoMemory> connectSender(const Descriptor& d, const Settings& s
   BRAID_INFO(log::kNet, "rank %d: connected %u socket(s) to rank %d at %s", settings.rank, d.nSockets, peer,
              to.toString().c_str());
   auto pump = std::make_unique<SendPump>(d.sizes, settings.rank, peer, to.toString(), std::move(sockets));
-  return std::make_unique<NetFifo>(d.sizes, std::move(pump), true);
+  return std::make_unique<NetFifo>(d.sizes, std::move(pump), true, settings.abortFlag);
 }
 
 }  // namespace braid::transport::socket

@@ -29,6 +29,7 @@ struct Settings {
   uint64_t commHash = 0;             ///< the communicator's hash, presented by the sender
   int rank = -1;                     ///< this rank
   std::chrono::seconds timeout{300}; ///< how long the receiver waits for the sender to connect
+  const uint32_t* abortFlag = nullptr;  ///< the communicator's abort flag: set, nothing is drained at destroy
 };
 
 /// Receiver side: local FIFO memory and a listening socket, described in `out`; the proxy
