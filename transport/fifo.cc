@@ -1,5 +1,7 @@
 #include "transport/fifo.h"
 
+#include <atomic>
+
 namespace braid::transport {
 
 namespace {
@@ -40,6 +42,30 @@ namespace braid::transport {
 
 FaultBox* FifoMemory::faultBox(bool bySender) const {
   return reinterpret_cast<FaultBox*>(base() + kFaultOffset + (bySender ? 0 : sizeof(FaultBox)));
+}
+
+}  // namespace braid::transport
+
+namespace braid::transport {
+
+void writeAnnouncement(kernels::OpSignature* line, const kernels::OpSignature& sig) {
+  kernels::storeRelaxed(&line->seq, uint64_t{0});
+  std::atomic_thread_fence(std::memory_order_release);  // readers see seq 0 before new words
+  kernels::storeRelaxed(&line->words[0], sig.words[0]);
+  kernels::storeRelaxed(&line->words[1], sig.words[1]);
+  kernels::storeRelease(&line->seq, sig.seq);
+}
+
+bool readAnnouncement(const kernels::OpSignature* line, kernels::OpSignature* out) {
+  auto* p = const_cast<kernels::OpSignature*>(line);
+  const uint64_t seq = kernels::loadAcquire(&p->seq);
+  if (seq == 0) return false;
+  out->words[0] = kernels::loadRelaxed(&p->words[0]);
+  out->words[1] = kernels::loadRelaxed(&p->words[1]);
+  std::atomic_thread_fence(std::memory_order_acquire);  // the words were read before seq again
+  if (kernels::loadRelaxed(&p->seq) != seq) return false;
+  out->seq = seq;
+  return true;
 }
 
 }  // namespace braid::transport

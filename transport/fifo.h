@@ -61,6 +61,13 @@ constexpr uint32_t kFaultRaised = 1;
 /// only while an operation is running, as a peer that exits after its last call is none.
 constexpr uint32_t kFaultLost = 2;
 
+/// The announcement line is a seqlock: seq is 0 while the words change. Writer: the sender's
+/// host thread (or, across a network, the receiver's proxy); readers: the receiver's watchdog
+/// and the sender's proxy.
+void writeAnnouncement(kernels::OpSignature* line, const kernels::OpSignature& sig);
+/// False when the line is empty or being rewritten (look again later).
+bool readAnnouncement(const kernels::OpSignature* line, kernels::OpSignature* out);
+
 /// One end's view of the FIFO memory: owner (receiver) or importer (sender).
 class FifoMemory {
  public:

@@ -24,6 +24,7 @@ struct State {
   std::mutex lifecycle;  // attach/detach of the first/last pump: start and join the thread
   std::mutex pumps;      // held by the thread for one pass over the pumps
   std::vector<Pump*> list;
+  uint64_t generation = 0;  // changes whenever list does (guarded by pumps)
   std::thread* thread = nullptr;
   std::atomic<bool> stop{false};
   int doorbell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);  // kick() rings it
@@ -37,7 +38,9 @@ State& state() {
       State& st = state();
       new (&st.lifecycle) std::mutex;
       new (&st.pumps) std::mutex;
+      for (Pump* p : st.list) p->orphan();  // the parent's connections: hands off
       st.list.clear();
+      ++st.generation;
       st.thread = nullptr;  // the parent's std::thread object is left behind on purpose
       st.stop.store(false);
       close(st.doorbell);  // the parent's: a kick here must not wake the parent's proxy
@@ -65,14 +68,19 @@ void loop() {
   std::vector<pollfd> fds;
   std::vector<size_t> first;  // per pump: its first entry in fds
   while (!s.stop.load(std::memory_order_acquire)) {
-    std::lock_guard<std::mutex> lock(s.pumps);  // detach waits for the pass (at most ~1 ms)
-    fds.clear();
-    first.clear();
-    fds.push_back({s.doorbell, POLLIN, 0});
-    for (Pump* p : s.list) {
-      first.push_back(fds.size());
-      p->pollSet(&fds);
+    uint64_t generation;
+    {
+      std::lock_guard<std::mutex> lock(s.pumps);
+      generation = s.generation;
+      fds.clear();
+      first.clear();
+      fds.push_back({s.doorbell, POLLIN, 0});
+      for (Pump* p : s.list) {
+        first.push_back(fds.size());
+        p->pollSet(&fds);
+      }
     }
+    // Not under the lock: attach and detach get it between passes (detach kicks the doorbell).
     const timespec wait = {0, idle < kBusyPasses ? 0 : idleWaitNs(idle)};
     const int ready = ppoll(fds.data(), fds.size(), &wait, nullptr);
     if (ready > 0 && (fds[0].revents & POLLIN)) {
@@ -80,7 +88,14 @@ void loop() {
       if (read(s.doorbell, &rings, sizeof rings) > 0) idle = 0;
     }
     bool moved = false;
-    for (size_t i = 0; i < s.list.size(); ++i) moved |= s.list[i]->progress(fds.data() + first[i]);
+    {
+      std::lock_guard<std::mutex> lock(s.pumps);
+      if (s.generation != generation) {
+        moved = true;  // pumps came or went: the poll set is stale, build it again
+      } else {
+        for (size_t i = 0; i < s.list.size(); ++i) moved |= s.list[i]->progress(fds.data() + first[i]);
+      }
+    }
     idle = moved ? 0 : std::min<uint32_t>(idle + 1, 1u << 30);
     // Nothing moved: give the core to a rank thread that may be about to publish (or to
     // consume what just arrived) rather than spin through the rest of a time slice.
@@ -96,12 +111,21 @@ void attach(Pump* pump) {
   {
     std::lock_guard<std::mutex> lock(s.pumps);
     s.list.push_back(pump);
+    ++s.generation;
   }
   if (s.thread == nullptr) {
     s.stop.store(false);
-    s.thread = new std::thread(loop);
+    try {
+      s.thread = new std::thread(loop);
+    } catch (...) {  // no thread: the pump must not stay listed (its owner will free it)
+      std::lock_guard<std::mutex> lock(s.pumps);
+      s.list.pop_back();
+      ++s.generation;
+      throw;
+    }
     BRAID_INFO(log::kProxy | log::kNet, "proxy progress thread started");
   }
+  kick();
 }
 
 void detach(Pump* pump) {
@@ -111,10 +135,12 @@ void detach(Pump* pump) {
   {
     std::lock_guard<std::mutex> lock(s.pumps);  // waits for the pass in progress
     s.list.erase(std::remove(s.list.begin(), s.list.end(), pump), s.list.end());
+    ++s.generation;
     last = s.list.empty();
   }
   if (last && s.thread != nullptr) {
     s.stop.store(true, std::memory_order_release);
+    kick();  // out of a long ppoll at once
     s.thread->join();
     delete s.thread;
     s.thread = nullptr;

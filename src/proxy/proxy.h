@@ -29,6 +29,9 @@ class Pump {
   /// revents. Moves what it can without blocking; true when anything moved.
   /// Never throws: a broken connection is reported through the FIFO's fault box.
   virtual bool progress(const pollfd* polled) = 0;
+  /// In a forked child, for pumps the parent left behind: release this process's hold on the
+  /// sockets without touching the parent's connections, and never move anything again.
+  virtual void orphan() = 0;
 };
 
 /// Hands `pump` to the progress thread (starting it if needed).

@@ -178,9 +178,7 @@ void DataPath::runCollective(const plan::Task& given) {
     // a neighbour stuck anywhere, even in connection setup, compares it with its own.
     if (nRanks_ > 1) {
       const kernels::RingHandle& first = rings(1)[0];
-      kernels::storeRelaxed(&first.send.announce->words[0], sig.words[0]);
-      kernels::storeRelaxed(&first.send.announce->words[1], sig.words[1]);
-      kernels::storeRelease(&first.send.announce->seq, sig.seq);
+      transport::writeAnnouncement(first.send.announce, sig);
       if (!neighbourWatched_) {
         watchdog_->watchNeighbour(first.recv.announce, first.recv.peer);
         neighbourWatched_ = true;

@@ -288,12 +288,8 @@ void Watchdog::checkNeighbour() {
     prev = prevRank_;
   }
   if (!op.inFlight || mine.seq == 0 || from == nullptr) return;
-  auto* p = const_cast<kernels::OpSignature*>(from);
   kernels::OpSignature theirs;
-  theirs.seq = kernels::loadAcquire(&p->seq);
-  theirs.words[0] = kernels::loadRelaxed(&p->words[0]);
-  theirs.words[1] = kernels::loadRelaxed(&p->words[1]);
-  if (kernels::loadAcquire(&p->seq) != theirs.seq) return;  // being rewritten: look again next time
+  if (!transport::readAnnouncement(from, &theirs)) return;  // none yet, or being rewritten: next time
   if (theirs.seq != mine.seq || (theirs.words[0] == mine.words[0] && theirs.words[1] == mine.words[1])) return;
   fail(ncclInvalidUsage, mismatchText(rank_, mine, prev, theirs));
 }

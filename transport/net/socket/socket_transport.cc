@@ -163,7 +163,9 @@ class EndPump : public proxy::Pump {
       // A reader whose frame waits for a free slot leaves the data in the socket: waking for
       // it would only spin.
       const bool waiting = readers_[k].headerComplete() && readers_[k].payload == nullptr;
-      const short events = static_cast<short>((waiting ? 0 : POLLIN) | (writers_[k].busy() ? POLLOUT : 0));
+      const bool reads = !isSend_ || k == 0;  // a sender reads control frames on socket 0 only
+      const short events = static_cast<short>((reads && !waiting ? POLLIN : 0) | (writers_[k].busy() ? POLLOUT : 0));
+      if (events == 0) continue;  // even then ppoll would report a hang-up, and spin on it
       polledAt_[k] = static_cast<int>(fds->size() - base);
       fds->push_back({sockets_[k].fd(), events, 0});
     }
@@ -174,44 +176,62 @@ class EndPump : public proxy::Pump {
     theirs_ = theirs;
   }
 
-  /// Before detach, sender only: the kernel counts a step done once it is in the FIFO, so
-  /// steps may still wait for the socket when the communicator goes. Waits until every
-  /// published step is in a socket, the connection breaks, the communicator was aborted
-  /// (nobody expects the data then), or nothing has moved for 1 s (a receiver that stopped
-  /// reading).
-  void drain(const uint32_t* abortFlag) {
-    if (!isSend_) return;
+  /// Before detach: whether this end may say goodbye. A sender first waits until every step
+  /// its kernel published is in a socket (the kernel counts a step done once it is in the
+  /// FIFO), the connection breaks, or nothing has moved for 1 s (a receiver that stopped
+  /// reading). No goodbye when steps were left behind or the communicator was aborted: the
+  /// peer then sees a lost connection, which is the truth.
+  bool drain(const uint32_t* abortFlag) {
+    auto aborted = [&] { return abortFlag != nullptr && kernels::loadAcquire(const_cast<uint32_t*>(abortFlag)) != 0; };
+    if (orphaned_ || broken_ || aborted()) return false;
+    if (!isSend_) return true;
     uint64_t head = kernels::loadAcquire(conn_.head);
     auto lastMove = std::chrono::steady_clock::now();
-    auto aborted = [&] { return abortFlag != nullptr && kernels::loadAcquire(const_cast<uint32_t*>(abortFlag)) != 0; };
-    while (!broken_ && !aborted() && head < kernels::loadAcquire(conn_.tail)) {
+    while (head < kernels::loadAcquire(conn_.tail)) {
+      if (broken_ || aborted()) return false;
       if (std::chrono::steady_clock::now() - lastMove > std::chrono::seconds(1)) {
         BRAID_WARN("rank %d: %llu step(s) to rank %d were never sent: the receiver stopped reading", rank_,
                    static_cast<unsigned long long>(kernels::loadAcquire(conn_.tail) - head), peer_);
-        return;
+        return false;
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
       const uint64_t now = kernels::loadAcquire(conn_.head);
       if (now != head) head = now, lastMove = std::chrono::steady_clock::now();
     }
+    return true;
   }
 
-  /// After detach: tells the peer this end is going away on purpose, if the control socket
-  /// can take the frame at once (it is not in the middle of another). Then reads what the
-  /// peer sent and nobody will read (closing with unread data would reset the connection and
-  /// could discard what the peer has yet to read).
-  void farewell() {
-    if (sockets_.empty() || !sockets_[0].valid() || broken_) return;
-    if (!writers_[0].busy()) {
-      writers_[0].start(frame(kBye), nullptr);
-      writers_[0].pump(sockets_[0].fd());
-    }
+  /// Before detach, on the destroying thread: the proxy sends the goodbye on socket 0 after
+  /// whatever frame is in progress there; waits (at most 1 s) until it is in the socket.
+  void sayGoodbye() {
+    if (sockets_.empty()) return;  // a receiver whose sender never connected
+    bye_.store(kByeWanted, std::memory_order_release);
+    proxy::kick();
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    while (bye_.load(std::memory_order_acquire) != kByeDone && !broken_ && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+
+  /// After detach: no more writes; reads (a bounded amount of) what the peer sent and nobody
+  /// will read, since closing with unread data resets the connection and could discard what
+  /// the peer has yet to read.
+  void close() {
+    if (orphaned_) return;
     char sink[4096];
-    for (net::Socket& s : sockets_) {
-      ::shutdown(s.fd(), SHUT_WR);
-      while (readSome(s.fd(), sink, sizeof sink) > 0) {
+    for (net::Socket& sock : sockets_) {
+      if (!sock.valid()) continue;
+      ::shutdown(sock.fd(), SHUT_WR);
+      for (int i = 0; i < 64 && readSome(sock.fd(), sink, sizeof sink) > 0; ++i) {
       }
     }
+  }
+
+  /// In a forked child: these sockets are the parent's too. Closes this process's copies (no
+  /// shutdown, which would end the parent's connection) and never writes or reads again.
+  void orphan() override {
+    orphaned_ = true;
+    for (net::Socket& sock : sockets_) sock.close();
+    orphanMore();
   }
 
  protected:
@@ -235,6 +255,22 @@ class EndPump : public proxy::Pump {
              isSend_ ? "to" : "from", peer_, peerName_.c_str(), why.c_str());
     kernels::storeRelease(&theirs_->raised, protocolError ? kFaultRaised : kFaultLost);
     BRAID_WARN("rank %d: %s", rank_, theirs_->text);
+  }
+
+  virtual void orphanMore() {}
+
+  /// Socket 0, when idle and asked to: the goodbye; true when it started one.
+  bool startBye() {
+    if (bye_.load(std::memory_order_acquire) != kByeWanted) return false;
+    writers_[0].start(frame(kBye), nullptr);
+    bye_.store(kByeSending, std::memory_order_release);
+    return true;
+  }
+  /// After socket 0's writer ran: the goodbye is out once its frame is.
+  void noteByeWritten() {
+    if (!writers_[0].busy() && bye_.load(std::memory_order_relaxed) == kByeSending) {
+      bye_.store(kByeDone, std::memory_order_release);
+    }
   }
 
   /// Socket 0, when idle: this end's own fault notice, once.
@@ -268,15 +304,13 @@ class EndPump : public proxy::Pump {
       byeReceived_ = true;
     } else if (h.type == kFault) {
       if (kernels::loadAcquire(&theirs_->raised) != 0) return;
-      theirs_->rank = faultIn_.rank;
+      theirs_->rank = peer_;  // whoever it names, the notice comes from this peer
       theirs_->code = faultIn_.code;
       std::memcpy(theirs_->text, faultIn_.text, sizeof theirs_->text);
       theirs_->text[sizeof theirs_->text - 1] = '\0';
       kernels::storeRelease(&theirs_->raised, kFaultRaised);
-    } else if (h.type == kAnnounce && !isSend_) {
-      kernels::storeRelaxed(&conn_.announce->words[0], h.sig.sig.words[0]);
-      kernels::storeRelaxed(&conn_.announce->words[1], h.sig.sig.words[1]);
-      kernels::storeRelease(&conn_.announce->seq, h.sig.sig.seq);
+    } else if (h.type == kAnnounce && !isSend_ && h.sig.sig.seq != 0) {
+      writeAnnouncement(conn_.announce, h.sig.sig);
     }
   }
 
@@ -380,6 +414,9 @@ class EndPump : public proxy::Pump {
   std::vector<int> polledAt_;  // per socket: its entry in this pass's ppoll set, or -1
   const pollfd* polled_ = nullptr;  // this pass's entries (valid during progress)
   std::atomic<bool> broken_{false};  // read by drain() on the destroying thread
+  static constexpr int kByeNone = 0, kByeWanted = 1, kByeSending = 2, kByeDone = 3;
+  std::atomic<int> bye_{kByeNone};  // asked for by sayGoodbye(), sent by the proxy
+  bool orphaned_ = false;
   bool byeReceived_ = false;
   bool faultSent_ = false;
   FaultBox faultOut_{};
@@ -415,7 +452,9 @@ class SendPump final : public EndPump {
         if (!startFault()) startAnnounce();
       }
       if (!w.busy() && next_[k] < tail) startData(k);
+      if (!w.busy() && k == 0) startBye();  // drain() made sure no data is left
       if (!write(k, &moved)) return true;
+      if (k == 0) noteByeWritten();
       if (!w.busy() && w.header().type == kData && inFlight_[k]) {
         inFlight_[k] = false;
         sent_[w.header().step % kernels::kSteps] = w.header().step + 1;
@@ -430,13 +469,11 @@ class SendPump final : public EndPump {
 
  private:
   void startAnnounce() {
-    const uint64_t seq = kernels::loadAcquire(&conn_.announce->seq);
-    if (seq == announced_) return;
-    announced_ = seq;
+    kernels::OpSignature sig;
+    if (!readAnnouncement(conn_.announce, &sig) || sig.seq == announced_) return;
+    announced_ = sig.seq;
     FrameHeader h = frame(kAnnounce);
-    h.sig.sig.words[0] = kernels::loadRelaxed(&conn_.announce->words[0]);
-    h.sig.sig.words[1] = kernels::loadRelaxed(&conn_.announce->words[1]);
-    h.sig.sig.seq = seq;
+    h.sig.sig = sig;
     writers_[0].start(h, nullptr);
   }
 
@@ -508,8 +545,8 @@ class RecvPump final : public EndPump {
           k, [this](int s, FrameReader& r) { return placeData(s, r); },
           [this](int s, const FrameHeader& h) { landData(s, h); });
     }
-    if (!broken_ && !writers_[0].busy()) startFault();
-    if (!broken_) write(0, &moved);
+    if (!broken_ && !writers_[0].busy() && !startFault()) startBye();
+    if (!broken_ && write(0, &moved)) noteByeWritten();
     return moved;
   }
 
@@ -518,18 +555,29 @@ class RecvPump final : public EndPump {
     net::Socket socket;
     Hello hello{};
     size_t done = 0;
+    std::chrono::steady_clock::time_point deadline;  ///< for the whole hello
   };
+  static constexpr size_t kMaxPending = 64;
+  static constexpr std::chrono::seconds kHelloTime{5};
+
+  void orphanMore() override {
+    listener_.close();
+    pending_.clear();
+  }
 
   bool progressAccept() {
     bool moved = false;
+    const auto now = std::chrono::steady_clock::now();
     for (net::Socket s = listener_.tryAccept(); s.valid(); s = listener_.tryAccept()) {
-      pending_.push_back(Pending{std::move(s)});
       moved = true;
+      if (pending_.size() >= kMaxPending) continue;  // a flood of strangers: dropped at once
+      pending_.push_back(Pending{std::move(s), {}, 0, now + kHelloTime});
     }
     for (auto it = pending_.begin(); it != pending_.end();) {
       const ssize_t r = readSome(it->socket.fd(), reinterpret_cast<char*>(&it->hello) + it->done, sizeof(Hello) - it->done);
       if (r > 0) it->done += static_cast<size_t>(r), moved = true;
-      if (r < 0 || (it->done == sizeof(Hello) && !admit(*it))) {
+      const bool late = it->done < sizeof(Hello) && now > it->deadline;
+      if (r < 0 || late || (it->done == sizeof(Hello) && !admit(*it))) {
         it = pending_.erase(it);  // closes it: not our sender, or gone
         continue;
       }
@@ -575,7 +623,8 @@ class RecvPump final : public EndPump {
   bool placeData(int k, FrameReader& r) {
     const FrameHeader& h = r.header;
     const bool ll = (h.flags & kFrameLL) != 0;
-    if (h.step != next_[k] || h.bytes > capacity(sizes_, ll) || (ll && h.bytes % sizeof(kernels::LLLine) != 0)) {
+    const bool badSig = (h.flags & kFrameSig) != 0 && h.sig.stamp != h.step + 1;
+    if (h.step != next_[k] || h.bytes > capacity(sizes_, ll) || (ll && h.bytes % sizeof(kernels::LLLine) != 0) || badSig) {
       lost("sent step " + std::to_string(h.step) + " of " + std::to_string(h.bytes) + " bytes on socket " +
                std::to_string(k) + " where step " + std::to_string(next_[k]) + " of at most " +
                std::to_string(capacity(sizes_, ll)) + " bytes was due",
@@ -636,9 +685,9 @@ class NetFifo final : public FifoMemory {
     proxy::attach(pump_.get());
   }
   ~NetFifo() override {
-    pump_->drain(abortFlag_);  // the proxy is still running it
+    if (pump_->drain(abortFlag_)) pump_->sayGoodbye();  // the proxy still runs the pump for both
     proxy::detach(pump_.get());
-    pump_->farewell();
+    pump_->close();
   }
   char* base() const override { return pump_->base(); }
 
