@@ -5,8 +5,10 @@
 #include <cstring>
 
 #include "bootstrap/bootstrap.h"
+#include "core/interfaces.h"
 #include "core/log.h"
 #include "core/status.h"
+#include "proxy/proxy.h"
 #include "transport/net/socket/socket_transport.h"
 #include "transport/p2p/p2p_transport.h"
 #include "transport/shm/shm_transport.h"
@@ -60,6 +62,9 @@ socket::Settings Connector::socketSettings() const {
   s.rank = rank_;
   s.timeout = channel_.timeout();
   s.abortFlag = options_.abortFlag;
+  // The proxy thread runs best near the NIC it serves (when sysfs knows the device's node).
+  const std::string ifname = net::interfaceHolding(s.listenAt);
+  proxy::preferCpus(net::cpusNearInterface(ifname), ifname);
   return s;
 }
 

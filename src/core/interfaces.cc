@@ -5,8 +5,11 @@
 #include <strings.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 #include "core/status.h"
 
@@ -109,6 +112,36 @@ std::vector<Interface> listInterfaces() {
   }
   freeifaddrs(list);
   return out;
+}
+
+std::string interfaceHolding(const SocketAddress& address) {
+  for (const Interface& i : listInterfaces()) {
+    if (i.address.family() == address.family() &&
+        std::memcmp(i.address.addressBytes(), address.addressBytes(), address.addressSize()) == 0) {
+      return i.name;
+    }
+  }
+  return "";
+}
+
+std::vector<int> cpusNearInterface(const std::string& interfaceName, const std::string& sysRoot) {
+  std::vector<int> cpus;
+  if (interfaceName.empty() || interfaceName.find('/') != std::string::npos) return cpus;
+  int node = -1;
+  std::ifstream(sysRoot + "/sys/class/net/" + interfaceName + "/device/numa_node") >> node;
+  if (node < 0) return cpus;
+  std::string list;
+  std::ifstream(sysRoot + "/sys/devices/system/node/node" + std::to_string(node) + "/cpulist") >> list;
+  // "0-3,8,10-11"
+  std::stringstream parts(list);
+  for (std::string part; std::getline(parts, part, ',');) {
+    int first = -1, last = -1;
+    const int fields = std::sscanf(part.c_str(), "%d-%d", &first, &last);
+    if (fields < 1 || first < 0) continue;
+    if (fields == 1) last = first;
+    for (int c = first; c <= last && c < 4096; ++c) cpus.push_back(c);
+  }
+  return cpus;
 }
 
 namespace {

@@ -65,6 +65,14 @@ std::vector<Interface> rankInterfaces(const InterfaceRequest& request, const std
 /// The best interface for `request`; throws ncclSystemError naming the request when none fits.
 Interface chooseInterface(const InterfaceRequest& request);
 
+/// The name of the local interface that holds `address` (the port is ignored); "" when none.
+std::string interfaceHolding(const SocketAddress& address);
+
+/// The CPUs of the NUMA node a network interface's device sits on, from sysfs
+/// (<sysRoot>/sys/class/net/IF/device/numa_node, then .../node/nodeN/cpulist); empty when the
+/// interface has no device (loopback, veth) or the node is unknown.
+std::vector<int> cpusNearInterface(const std::string& interfaceName, const std::string& sysRoot = "");
+
 /// The family named by NCCL_SOCKET_FAMILY text (AF_UNSPEC for ""); throws on other text.
 int parseFamily(const std::string& text);
 

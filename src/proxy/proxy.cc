@@ -25,6 +25,9 @@ struct State {
   std::mutex pumps;      // held by the thread for one pass over the pumps
   std::vector<Pump*> list;
   uint64_t generation = 0;  // changes whenever list does (guarded by pumps)
+  std::vector<int> cpus;    // preferCpus' hint (guarded by pumps)
+  std::string cpusWhy;
+  bool cpusApplied = true;
   std::thread* thread = nullptr;
   std::atomic<bool> stop{false};
   int doorbell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);  // kick() rings it
@@ -51,6 +54,29 @@ State& state() {
   return *s;
 }
 
+/// Binds the calling (proxy) thread to those of `cpus` the process may use.
+void bindTo(const std::vector<int>& cpus, const std::string& why) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
+  cpu_set_t chosen;
+  CPU_ZERO(&chosen);
+  std::string list;
+  for (int c : cpus) {
+    if (c < CPU_SETSIZE && CPU_ISSET(c, &allowed)) {
+      CPU_SET(c, &chosen);
+      list += (list.empty() ? "" : ",") + std::to_string(c);
+    }
+  }
+  if (list.empty()) {
+    BRAID_INFO(log::kProxy, "proxy thread: none of the CPUs near %s is allowed to this process; not bound", why.c_str());
+    return;
+  }
+  if (pthread_setaffinity_np(pthread_self(), sizeof chosen, &chosen) == 0) {
+    BRAID_INFO(log::kProxy, "proxy thread bound to CPUs %s (near %s)", list.c_str(), why.c_str());
+  }
+}
+
 /// How long an idle pass may wait in ppoll: short at first (a kernel may publish a step any
 /// moment), longer the longer nothing happens.
 long idleWaitNs(uint32_t idlePasses) {
@@ -71,6 +97,10 @@ void loop() {
     uint64_t generation;
     {
       std::lock_guard<std::mutex> lock(s.pumps);
+      if (!s.cpusApplied) {
+        s.cpusApplied = true;
+        bindTo(s.cpus, s.cpusWhy);
+      }
       generation = s.generation;
       fds.clear();
       first.clear();
@@ -115,6 +145,10 @@ void attach(Pump* pump) {
   }
   if (s.thread == nullptr) {
     s.stop.store(false);
+    {
+      std::lock_guard<std::mutex> lock(s.pumps);
+      s.cpusApplied = s.cpus.empty();  // a new thread binds itself again
+    }
     try {
       s.thread = new std::thread(loop);
     } catch (...) {  // no thread: the pump must not stay listed (its owner will free it)
@@ -146,6 +180,16 @@ void detach(Pump* pump) {
     s.thread = nullptr;
     BRAID_INFO(log::kProxy | log::kNet, "proxy progress thread stopped");
   }
+}
+
+void preferCpus(const std::vector<int>& cpus, const std::string& why) {
+  if (cpus.empty()) return;
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.pumps);
+  if (!s.cpus.empty()) return;  // the first hint wins
+  s.cpus = cpus;
+  s.cpusWhy = why;
+  s.cpusApplied = false;
 }
 
 void kick() {

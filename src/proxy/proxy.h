@@ -14,6 +14,7 @@
 
 #include <poll.h>
 
+#include <string>
 #include <vector>
 
 namespace braid::proxy {
@@ -41,6 +42,11 @@ void attach(Pump* pump);
 void detach(Pump* pump);
 /// How many pumps are attached (tests: nothing is left behind).
 int attachedCount();
+/// CPUs the proxy thread should run on (those near the NIC it serves); the first non-empty
+/// hint of the process wins, intersected with the CPUs the process may use. Applied when the
+/// thread starts, or at its next pass.
+void preferCpus(const std::vector<int>& cpus, const std::string& why);
+
 /// Wakes the proxy thread from an idle wait (an operation over the network starts): it then
 /// passes over its pumps without waiting until they fall quiet again.
 void kick();

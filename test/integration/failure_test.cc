@@ -1,6 +1,10 @@
 // Init failures become clear errors within the bootstrap timeout; stray connections are
 // shrugged off; abort never blocks.
+#include <stdlib.h>
+
 #include <catch2/catch.hpp>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -220,6 +224,29 @@ TEST_CASE("interface selection follows NCCL_SOCKET_IFNAME and NCCL's default ord
   CHECK(names(req) == "lo/[::1]:0 ");
   req.family = "AF_BOGUS";
   CHECK_THROWS_WITH(names(req), Catch::Contains("NCCL_SOCKET_FAMILY is 'AF_BOGUS'"));
+}
+
+TEST_CASE("the CPUs near a network interface come from its device's NUMA node", "[unit][net]") {
+  char root[] = "/tmp/braid-sysfs-XXXXXX";
+  REQUIRE(mkdtemp(root) != nullptr);
+  const std::string r = root;
+  auto write = [&](const std::string& path, const std::string& text) {
+    REQUIRE(std::system(("mkdir -p " + r + path.substr(0, path.rfind('/'))).c_str()) == 0);
+    FILE* f = std::fopen((r + path).c_str(), "w");
+    REQUIRE(f != nullptr);
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+  };
+  write("/sys/class/net/eth9/device/numa_node", "1\n");
+  write("/sys/class/net/eth8/device/numa_node", "-1\n");
+  write("/sys/devices/system/node/node1/cpulist", "2-3,6,9-10\n");
+  CHECK(net::cpusNearInterface("eth9", r) == std::vector<int>{2, 3, 6, 9, 10});
+  CHECK(net::cpusNearInterface("eth8", r).empty());   // no NUMA node known
+  CHECK(net::cpusNearInterface("veth0", r).empty());  // no device at all
+  CHECK(net::cpusNearInterface("../../etc", r).empty());
+  CHECK(net::interfaceHolding(net::SocketAddress::parse("127.0.0.1:1")) == "lo");
+  CHECK(net::interfaceHolding(net::SocketAddress::parse("192.0.2.77:1")) == "");
+  std::system(("rm -rf " + r).c_str());
 }
 
 TEST_CASE("socket addresses parse IPv4, IPv6 and names, and reject nonsense", "[unit][net]") {
