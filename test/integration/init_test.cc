@@ -6,6 +6,7 @@
 #include <cstring>
 #include <fstream>
 #include <unistd.h>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -292,6 +293,9 @@ TEST_CASE("ncclCommAbort inside a group drops the deferred init; the watchdog ma
           if (ncclCommGetAsyncError(comms[0], &e) == ncclSuccess && e == ncclSuccess) ++polls;
         }
       });
+      // On a busy machine the poller may not have run yet: let it start before the barriers.
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (polls.load() == 0 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
     }
     for (int i = 0; i < 50; ++i) comms[rank]->bootstrap().barrier();
     if (rank == 0) {

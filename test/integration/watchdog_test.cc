@@ -220,8 +220,8 @@ TEST_CASE("load: 100,000 small AllReduces and 1,000 create/split/destroy cycles 
   const long rss1 = residentKiB();
   printf("load: 100000 x 8-byte AllReduce on 2 thread ranks: %.2f s (%.2f us each); fds %d -> %d, threads %d -> %d, "
          "RSS %ld -> %ld KiB\n", seconds, seconds * 1e6 / 100000, fds0, fds1, threads0, threads1, rss0, rss1);
-  CHECK(fds1 == fds0);
-  CHECK(threads1 == threads0);
+  CHECK(fds1 <= fds0);
+  CHECK(threads1 <= threads0);
   CHECK(rss1 - rss0 < 4096);
   for (ncclComm_t c : comms) REQUIRE(ncclCommDestroy(c) == ncclSuccess);
 
@@ -247,7 +247,8 @@ TEST_CASE("load: 100,000 small AllReduces and 1,000 create/split/destroy cycles 
   const long rss3 = residentKiB();
   printf("load: 1000 x (init 2 ranks, split, destroy both): %.2f s; fds %d -> %d, threads %d -> %d, RSS %ld -> %ld KiB\n",
          seconds2, fds2, fds3, threads2, threads3, rss2, rss3);
-  CHECK(fds3 == fds2);
-  CHECK(threads3 == threads2);
+  // No more than before (fewer is fine: a warm-up cycle's root thread may still have been ending).
+  CHECK(fds3 <= fds2);
+  CHECK(threads3 <= threads2);
   CHECK(rss3 - rss2 < 8192);
 }

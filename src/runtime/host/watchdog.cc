@@ -17,6 +17,9 @@ namespace {
 
 constexpr auto kTick = std::chrono::milliseconds(50);
 constexpr auto kLivenessEvery = std::chrono::milliseconds(500);
+// A peer found gone fails the operation in flight once nothing has moved for this long (or at
+// once, when a channel waits on that very peer).
+constexpr auto kGoneGrace = std::chrono::seconds(1);
 
 std::atomic<unsigned> gDumpRequests{0};
 
@@ -254,10 +257,31 @@ void Watchdog::tick() {
     if (failed_) return;
   }
   if (checkMismatch()) return;
+  trackProgress();
   checkNeighbour();
   checkFaultBoxes();
   checkPeersAlive();
   checkTimeout();
+}
+
+void Watchdog::trackProgress() {
+  uint64_t progress = 0;
+  for (int c = 0; c < nStatuses_; ++c) progress += kernels::loadRelaxed(&statuses_[c].progress);
+  if (progress != lastProgress_) {
+    lastProgress_ = progress;
+    lastProgressAt_ = std::chrono::steady_clock::now();
+  }
+}
+
+bool Watchdog::stuckOn(int peer) const {
+  for (int c = 0; c < nStatuses_; ++c) {
+    const kernels::ChannelStatus& s = statuses_[c];
+    if (kernels::loadAcquire(const_cast<uint32_t*>(&s.waitKind)) != kernels::kWaitNone &&
+        kernels::loadRelaxed(const_cast<int32_t*>(&s.waitPeer)) == peer) {
+      return true;
+    }
+  }
+  return std::chrono::steady_clock::now() - lastProgressAt_ >= kGoneGrace;
 }
 
 void Watchdog::checkFaultBoxes() {
@@ -267,7 +291,7 @@ void Watchdog::checkFaultBoxes() {
   connector_.forEachEnd([&](const transport::Connector::End& end) {
     const transport::FaultBox* box = end.memory->faultBox(!end.isSend);  // written by the other end
     const uint32_t raised = kernels::loadAcquire(const_cast<uint32_t*>(&box->raised));
-    if (from >= 0 || raised == 0 || (raised == transport::kFaultLost && !inFlight)) return;
+    if (from >= 0 || raised == 0 || (raised == transport::kFaultLost && (!inFlight || !stuckOn(box->rank)))) return;
     from = box->rank;
     text.assign(box->text, strnlen(box->text, sizeof box->text));
   });
@@ -303,7 +327,7 @@ void Watchdog::checkPeersAlive() {
   const uint64_t seq = op.sig.seq;
   const std::string name = op.name;
   for (const PeerProcess& p : watched_) {
-    if (kill(p.pid, 0) == 0 || errno != ESRCH) continue;
+    if (kill(p.pid, 0) == 0 || errno != ESRCH || !stuckOn(p.rank)) continue;
     fail(ncclRemoteError, "rank " + std::to_string(p.rank) + " (process " + std::to_string(p.pid) +
                               " on this host) has exited; rank " + std::to_string(rank_) + " was in " + name + " op #" +
                               std::to_string(seq));
@@ -312,17 +336,8 @@ void Watchdog::checkPeersAlive() {
 }
 
 void Watchdog::checkTimeout() {
-  if (settings_.timeoutSeconds <= 0) return;
-  uint64_t progress = 0;
-  for (int c = 0; c < nStatuses_; ++c) progress += kernels::loadRelaxed(&statuses_[c].progress);
-  const auto now = std::chrono::steady_clock::now();
-  if (!currentOp().inFlight) return;
-  if (progress != lastProgress_) {
-    lastProgress_ = progress;
-    lastProgressAt_ = now;
-    return;
-  }
-  if (now - lastProgressAt_ < std::chrono::seconds(settings_.timeoutSeconds)) return;
+  if (settings_.timeoutSeconds <= 0 || !currentOp().inFlight) return;
+  if (std::chrono::steady_clock::now() - lastProgressAt_ < std::chrono::seconds(settings_.timeoutSeconds)) return;
   const std::string text = report();
   emit(text);
   fail(ncclSystemError, "no progress for " + std::to_string(settings_.timeoutSeconds) + " s (NCCL_TIMEOUT): " + text);

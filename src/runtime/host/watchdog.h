@@ -90,6 +90,12 @@ class Watchdog {
   void checkPeersAlive();
   void checkTimeout();
   void checkNeighbour();
+  /// Follows the channels' progress counters (lastProgress_, lastProgressAt_).
+  void trackProgress();
+  /// Whether the operation in flight depends on `peer`, which is gone: a channel waits on it,
+  /// or nothing has moved for kGoneGrace (a peer that finished its part and exited, with its
+  /// data delivered, is no failure of ours).
+  bool stuckOn(int peer) const;
   /// The operation in flight, read consistently from the atomics below.
   struct OpView {
     bool inFlight = false;
