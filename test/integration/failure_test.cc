@@ -15,6 +15,7 @@
 #include "comm/peer_info.h"
 #include "core/interfaces.h"
 #include "harness/ranks.h"
+#include "runtime/host/data_path.h"
 #include "test_env.h"
 
 using namespace braid;
@@ -150,9 +151,16 @@ TEST_CASE("IPv6 loopback", "[ipv6]") {
   CHECK(rootOf(id).family() == AF_INET6);
   const auto results = runRanks(3, [&](int rank) {
     std::unique_ptr<ncclComm> c;
-    const std::string r = tryInit(id, 3, rank, settings, &c);
-    if (r.empty()) c->bootstrap().barrier();
-    return r;
+    std::string r = tryInit(id, 3, rank, settings, &c);
+    if (!r.empty()) return r;
+    c->bootstrap().barrier();
+    // The socket transport listens where the bootstrap does: on ::1 here.
+    c->dataPath().connectorOptions().networkOnly = true;
+    std::vector<float> x(300000, static_cast<float>(rank));
+    if (ncclAllReduce(x.data(), x.data(), x.size(), ncclFloat, ncclSum, c.get(), nullptr) != ncclSuccess) {
+      return std::string("AllReduce over IPv6 sockets: ") + ncclGetLastError(nullptr);
+    }
+    return x[299999] == 3.0f ? std::string() : "AllReduce over IPv6 sockets gave " + std::to_string(x[299999]);
   });
   for (const auto& r : results) CHECK(r == "");
 }
