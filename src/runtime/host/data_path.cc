@@ -32,13 +32,7 @@ std::vector<transport::PeerPlace> placesOf(const std::vector<PeerInfo>& peers, i
 }
 transport::ConnectorOptions optionsFor(const DataPathSettings& s, const std::string& commTag, uint64_t commHash,
                                        const uint32_t* abortFlag) {
-  transport::ConnectorOptions o;
-  o.ring = s.ring;
-  o.p2p = s.p2p;
-  o.shmDisabled = s.shmDisabled;
-  o.p2pDisabled = s.p2pDisabled;
-  o.net = s.net;
-  o.nSockets = s.nSockets;
+  transport::ConnectorOptions o = s.connector;
   o.commHash = commHash;
   o.commTag = commTag;
   o.abortFlag = abortFlag;
@@ -59,20 +53,20 @@ DataPathSettings DataPathSettings::fromParams(const CommConfig& config) {
     BRAID_WARN("NCCL_LL_BUFFSIZE=%lld is outside 8 KiB..256 MiB; using 524288", static_cast<long long>(llBuff));
     llBuff = 512 << 10;
   }
-  s.ring.simpleStepBytes = static_cast<uint32_t>(buff / kernels::kSteps) & ~63u;
-  s.ring.llStepLines = static_cast<uint32_t>(llBuff / kernels::kSteps / sizeof(kernels::LLLine));
-  s.p2p.simpleStepBytes = kP2pSimpleStepBytes;
-  s.p2p.llStepLines = kP2pLLStepLines;
-  s.shmDisabled = p.integer("NCCL_SHM_DISABLE") == 1;
-  s.p2pDisabled = p.integer("NCCL_P2P_DISABLE") == 1;
-  s.net = p.string("NCCL_NET");
+  s.connector.ring.simpleStepBytes = static_cast<uint32_t>(buff / kernels::kSteps) & ~63u;
+  s.connector.ring.llStepLines = static_cast<uint32_t>(llBuff / kernels::kSteps / sizeof(kernels::LLLine));
+  s.connector.p2p.simpleStepBytes = kP2pSimpleStepBytes;
+  s.connector.p2p.llStepLines = kP2pLLStepLines;
+  s.connector.shmDisabled = p.integer("NCCL_SHM_DISABLE") == 1;
+  s.connector.p2pDisabled = p.integer("NCCL_P2P_DISABLE") == 1;
+  s.connector.net = p.string("NCCL_NET");
   const int64_t threads = p.integer("NCCL_SOCKET_NTHREADS");
   const int64_t perThread = p.integer("NCCL_NSOCKS_PERTHREAD");
   if (threads < 1 || threads > 16 || perThread < 1 || threads * perThread > 64) {
     BRAID_WARN("NCCL_SOCKET_NTHREADS=%lld x NCCL_NSOCKS_PERTHREAD=%lld must be 1..16 x at least 1, at most 64 sockets; "
                "using 1 socket per connection", static_cast<long long>(threads), static_cast<long long>(perThread));
   } else {
-    s.nSockets = static_cast<int>(threads * perThread);
+    s.connector.nSockets = static_cast<int>(threads * perThread);
   }
   s.threadsPerChannel = static_cast<int>(std::clamp<int64_t>(p.integer("BRAID_HOST_THREADS_PER_CHANNEL"), 1, 64));
   const int64_t minEnv = p.integer("NCCL_MIN_NCHANNELS");

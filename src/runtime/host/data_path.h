@@ -22,12 +22,9 @@ class Bootstrap;
 namespace braid::runtime::host {
 
 struct DataPathSettings {
-  transport::FifoSizes ring;
-  transport::FifoSizes p2p;
-  bool shmDisabled = false;  ///< NCCL_SHM_DISABLE
-  bool p2pDisabled = false;  ///< NCCL_P2P_DISABLE
-  std::string net;           ///< NCCL_NET
-  int nSockets = 1;          ///< NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD
+  /// FIFO sizes and transport knobs; the communicator's own fields (hash, tag, abort flag)
+  /// are filled in by DataPath.
+  transport::ConnectorOptions connector;
   int threadsPerChannel = 1;
   plan::PlanLimits limits;
   bool checkMismatch = true;  ///< BRAID_CHECK_MISMATCH

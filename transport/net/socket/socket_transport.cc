@@ -441,8 +441,8 @@ class SendPump final : public EndPump {
     if (broken_) return false;
     bool moved = false;
     // The receiver only ever sends control frames (its fault notice, its goodbye).
-    readFrames(0, [this](int, FrameReader&) { lost("sent data to a sender", true); return false; },
-               [](int, const FrameHeader&) {});
+    moved |= readFrames(0, [this](int, FrameReader&) { lost("sent data to a sender", true); return false; },
+                        [](int, const FrameHeader&) {});
     if (broken_) return true;
     const uint64_t tail = kernels::loadAcquire(conn_.tail);
     const int n = static_cast<int>(sockets_.size());
