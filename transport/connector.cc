@@ -33,28 +33,57 @@ Connector::Connector(bootstrap::Bootstrap& channel, int rank, std::vector<PeerPl
 
 Connector::~Connector() = default;
 
-Kind Connector::route(int peer) const {
+Kind Connector::route(int peer) {
   const PeerPlace& place = peers_[peer];
-  if (options_.networkOnly) return Kind::kSocket;
+  if (options_.networkOnly) return networkKind();
   if (place.sameProcess && !options_.p2pDisabled) return Kind::kP2p;
   if (place.sameHost && !options_.shmDisabled) return Kind::kShm;
-  return Kind::kSocket;
+  return networkKind();
 }
 
 namespace {
 const char* kindName(Kind k) {
-  return k == Kind::kP2p ? "P2P/in-process" : k == Kind::kShm ? "SHM" : "NET/Socket";
+  return k == Kind::kP2p ? "P2P/in-process" : k == Kind::kShm ? "SHM" : k == Kind::kIb ? "NET/IB" : "NET/Socket";
 }
 }  // namespace
 
-socket::Settings Connector::socketSettings() const {
+Kind Connector::networkKind() {
+  if (networkKind_ != Kind::kP2p) return networkKind_;
   const std::string& net = options_.net;
-  if (!net.empty() && strcasecmp(net.c_str(), "Socket") != 0) {
-    if (strcasecmp(net.c_str(), "IB") == 0) {
-      fail(ncclInvalidUsage, "NCCL_NET=IB: Braid's InfiniBand transport is not built yet; unset NCCL_NET or set it to Socket");
-    }
-    fail(ncclInvalidUsage, "NCCL_NET=%s names no network transport Braid has (Socket)", net.c_str());
+  const bool wantIb = strcasecmp(net.c_str(), "IB") == 0;
+  if (!net.empty() && !wantIb && strcasecmp(net.c_str(), "Socket") != 0) {
+    fail(ncclInvalidUsage, "NCCL_NET=%s names no network transport Braid has (IB, Socket)", net.c_str());
   }
+  std::string why, ports;
+  if (wantIb && options_.ibDisabled) {
+    fail(ncclInvalidUsage, "NCCL_NET=IB, but NCCL_IB_DISABLE=1 turns the InfiniBand transport off");
+  }
+  const bool tryIb = wantIb || (net.empty() && !options_.ibDisabled);
+  if (tryIb && ib::available(ibSettings(0), &why, &ports)) {
+    networkKind_ = Kind::kIb;
+    BRAID_INFO(log::kInit | log::kNet, "NET/IB : Using %s", ports.c_str());
+  } else if (wantIb) {
+    fail(ncclInvalidUsage, "NCCL_NET=IB: the InfiniBand transport cannot run here: %s", why.c_str());
+  } else {
+    networkKind_ = Kind::kSocket;
+    BRAID_INFO(log::kInit | log::kNet, "NET/Socket : Using the socket transport%s%s", why.empty() ? "" : " (NET/IB: ",
+               why.empty() ? "" : (why + ")").c_str());
+  }
+  return networkKind_;
+}
+
+ib::Settings Connector::ibSettings(int hint) const {
+  ib::Settings s = options_.ib;
+  s.listenAt = channel_.peerAddress(rank_);
+  s.commHash = options_.commHash;
+  s.rank = rank_;
+  s.timeout = channel_.timeout();
+  s.abortFlag = options_.abortFlag;
+  s.portHint = hint;
+  return s;
+}
+
+socket::Settings Connector::socketSettings() const {
   socket::Settings s;
   s.listenAt = channel_.peerAddress(rank_);
   s.nSockets = options_.nSockets;
@@ -69,13 +98,16 @@ socket::Settings Connector::socketSettings() const {
 }
 
 std::unique_ptr<Connector::End> Connector::createReceiver(int peer, const FifoSizes& sizes, const std::string& what,
-                                                          Descriptor* d) {
+                                                          int hint, Descriptor* d) {
   auto end = std::make_unique<End>();
   const Kind kind = route(peer);
   if (kind == Kind::kP2p) {
     end->memory = p2p::create(sizes, d);
   } else if (kind == Kind::kShm) {
     end->memory = shm::create(sizes, options_.commTag + "-" + std::to_string(rank_) + "-" + std::to_string(peer) + "-" + what, d);
+  } else if (kind == Kind::kIb) {
+    end->memory = ib::createReceiver(sizes, ibSettings(hint), peer, d);
+    usesNetwork_ = true;
   } else {
     end->memory = socket::createReceiver(sizes, socketSettings(), peer, d);
     usesNetwork_ = true;
@@ -87,7 +119,7 @@ std::unique_ptr<Connector::End> Connector::createReceiver(int peer, const FifoSi
   return end;
 }
 
-std::unique_ptr<Connector::End> Connector::importSender(int peer, const Descriptor& d) {
+std::unique_ptr<Connector::End> Connector::importSender(int peer, const Descriptor& d, int hint) {
   auto end = std::make_unique<End>();
   if (d.kind == Kind::kP2p) {
     end->memory = p2p::import(d);
@@ -95,6 +127,9 @@ std::unique_ptr<Connector::End> Connector::importSender(int peer, const Descript
     end->memory = shm::import(d);
   } else if (d.kind == Kind::kSocket) {
     end->memory = socket::connectSender(d, socketSettings(), peer);
+    usesNetwork_ = true;
+  } else if (d.kind == Kind::kIb) {
+    end->memory = ib::connectSender(d, ibSettings(hint), peer);
     usesNetwork_ = true;
   } else {
     fail(ncclInternalError, "rank %d sent a connection descriptor of unknown kind %u", peer, static_cast<unsigned>(d.kind));
@@ -112,10 +147,10 @@ void Connector::connectRing(int nChannels) {
   for (int c = 0; c < nChannels; ++c) {
     if (ringSend_.count(c) != 0) continue;
     Descriptor mine, theirs;
-    auto recvEnd = createReceiver(prev, options_.ring, "ring" + std::to_string(c), &mine);
+    auto recvEnd = createReceiver(prev, options_.ring, "ring" + std::to_string(c), c, &mine);
     channel_.send(prev, kRingTag + c, &mine, sizeof(mine));
     channel_.recv(next, kRingTag + c, &theirs, sizeof(theirs));
-    auto sendEnd = importSender(next, theirs);
+    auto sendEnd = importSender(next, theirs, c);
     // The receiver keeps its FIFO memory (and, for shm, its name) until the sender has taken
     // hold of it: a rank that finishes early cannot free memory its peer has yet to import.
     channel_.send(next, kRingAckTag + c, &rank_, sizeof(rank_));
@@ -144,7 +179,7 @@ void Connector::connectPeers(const std::vector<int>& sendTo, const std::vector<i
   for (int peer : recvFrom) {
     if (peer == rank_ || peerRecv_.count(peer) != 0) continue;
     Descriptor d;
-    auto end = createReceiver(peer, options_.p2p, "p2p", &d);
+    auto end = createReceiver(peer, options_.p2p, "p2p", peer, &d);
     {
       std::lock_guard<std::mutex> lock(endsMutex_);
       peerRecv_[peer] = std::move(end);
@@ -156,7 +191,7 @@ void Connector::connectPeers(const std::vector<int>& sendTo, const std::vector<i
     if (peer == rank_ || peerSend_.count(peer) != 0) continue;
     Descriptor d;
     channel_.recv(peer, kPeerTag, &d, sizeof(d));
-    auto end = importSender(peer, d);
+    auto end = importSender(peer, d, peer);
     {
       std::lock_guard<std::mutex> lock(endsMutex_);
       peerSend_[peer] = std::move(end);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "transport/fifo.h"
+#include "transport/net/ib/ib_transport.h"
 #include "transport/net/socket/socket_transport.h"
 
 namespace braid::bootstrap {
@@ -35,7 +36,9 @@ struct ConnectorOptions {
   bool shmDisabled = false;  ///< NCCL_SHM_DISABLE
   bool p2pDisabled = false;  ///< NCCL_P2P_DISABLE
   bool networkOnly = false;  ///< every peer through the network transport (tests)
-  std::string net;           ///< NCCL_NET ("" or Socket; IB is not built yet)
+  std::string net;           ///< NCCL_NET ("", IB or Socket)
+  bool ibDisabled = false;   ///< NCCL_IB_DISABLE
+  ib::Settings ib;           ///< the verbs transport's knobs (the rest is filled in per connection)
   int nSockets = 1;          ///< NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD
   uint64_t commHash = 0;     ///< presented on every network connection
   const uint32_t* abortFlag = nullptr;  ///< the communicator's abort flag
@@ -79,12 +82,18 @@ class Connector {
 
  private:
   /// Receiver side of a new connection from `peer`: the memory, and the descriptor sent to it.
-  std::unique_ptr<End> createReceiver(int peer, const FifoSizes& sizes, const std::string& what, Descriptor* d);
-  std::unique_ptr<End> importSender(int peer, const Descriptor& d);
+  /// `hint` spreads connections over the RDMA ports (the ring channel, or the peer's rank).
+  std::unique_ptr<End> createReceiver(int peer, const FifoSizes& sizes, const std::string& what, int hint, Descriptor* d);
+  std::unique_ptr<End> importSender(int peer, const Descriptor& d, int hint);
   /// The transport between this rank and `peer`.
-  Kind route(int peer) const;
-  /// The socket transport's settings for this communicator; throws when NCCL_NET names another.
+  Kind route(int peer);
+  /// The network transport of this communicator, chosen at its first network connection
+  /// (NCCL_NET, NCCL_IB_DISABLE, the ports found); throws ncclInvalidUsage when NCCL_NET
+  /// names one that cannot run here.
+  Kind networkKind();
+  /// The network transports' settings for this communicator.
   socket::Settings socketSettings() const;
+  ib::Settings ibSettings(int hint) const;
 
   bootstrap::Bootstrap& channel_;
   int rank_;
@@ -95,6 +104,7 @@ class Connector {
   std::map<int, std::unique_ptr<End>> peerSend_, peerRecv_;  // by peer rank
   int nRanks_;
   bool usesNetwork_ = false;
+  Kind networkKind_ = Kind::kP2p;  // kP2p until chosen
 };
 
 }  // namespace braid::transport

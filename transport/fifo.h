@@ -10,7 +10,8 @@
 // threads of one process (transport/p2p), a POSIX shared-memory segment when they are
 // processes on one host (transport/shm). The receiver describes it in a Descriptor that
 // travels to the sender over the bootstrap channel. Across a network (transport/net) each end
-// has a copy of its own, and the process's proxy thread keeps the two in step.
+// has a copy of its own, and the process's proxy thread keeps the two in step (over TCP in
+// transport/net/socket, by RDMA in transport/net/ib).
 #pragma once
 
 #include <cstdint>
@@ -30,7 +31,25 @@ struct FifoSizes {
   uint64_t bytes() const;  ///< total bytes of the FIFO memory, counters included
 };
 
-enum class Kind : uint32_t { kP2p = 1, kShm = 2, kSocket = 3 };
+enum class Kind : uint32_t { kP2p = 1, kShm = 2, kSocket = 3, kIb = 4 };
+
+/// One end of a verbs (RDMA) connection, as the other end needs it: its RC queue pair, how to
+/// route to it, and the registered FIFO memory RDMA writes go to (the receiver's FIFO; the
+/// sender's credit word).
+struct IbEndpoint {
+  uint32_t qpn;
+  uint32_t psn;      ///< first packet sequence number (24 bits)
+  uint16_t lid;      ///< InfiniBand: the port's LID; RoCE: 0
+  uint8_t port;
+  uint8_t roce;      ///< 1: Ethernet link layer (routed by GID)
+  uint8_t gid[16];
+  uint8_t mtu;       ///< enum ibv_mtu of the port
+  uint8_t reserved[3];
+  uint64_t addr;     ///< the registered memory's address in its process
+  uint32_t rkey;
+  uint32_t reserved2;
+};
+static_assert(sizeof(IbEndpoint) == 48 && std::is_trivially_copyable_v<IbEndpoint>);
 
 /// What the sender needs to reach the receiver's FIFO memory.
 struct Descriptor {
@@ -40,9 +59,10 @@ struct Descriptor {
   uint64_t bytes;
   FifoSizes sizes;
   char shmName[64];  ///< kShm: the segment's name
-  net::SocketAddress::Packed listen;  ///< kSocket: where the receiver accepts the sender's sockets
+  net::SocketAddress::Packed listen;  ///< kSocket, kIb: where the receiver accepts the sender's sockets
   uint32_t nSockets;                  ///< kSocket: how many
-  uint64_t nonce;                     ///< kSocket: random; the sender presents it (with the comm hash)
+  uint64_t nonce;                     ///< kSocket, kIb: random; the sender presents it (with the comm hash)
+  IbEndpoint ib;                      ///< kIb: the receiver's queue pair and FIFO (the control socket as kSocket's)
 };
 static_assert(std::is_trivially_copyable_v<Descriptor>);
 

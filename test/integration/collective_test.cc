@@ -37,13 +37,15 @@ struct Case {
   std::string describe() const {
     return std::string(kCollNames[coll]) + " dtype=" + std::to_string(dtype) + " op=" + kOpNames[op] +
            " count=" + std::to_string(kCounts[count]) + " ranks=" + std::to_string(kRanks[ranks]) +
-           (processes % 2 ? " processes" : " threads") + (processes >= 2 ? " over sockets" : "") + (inPlace ? " in-place" : " out-of-place") +
+           (processes % 2 ? " processes" : " threads") +
+           (processes >= 4 ? " over IB" : processes >= 2 ? " over sockets" : "") + (inPlace ? " in-place" : " out-of-place") +
            (proto == 0 ? " LL" : " Simple") + " channels=" + std::to_string(channels ? 3 : 1);
   }
 };
 constexpr int kDims = 9;
-// mode: threads, processes, then the same with every connection through the socket transport.
-const int kDimSizes[kDims] = {static_cast<int>(Coll::kCount), ncclNumTypes, 6, 5, 5, 4, 2, 2, 2};
+// mode: threads, processes, then the same with every connection through the socket transport,
+// then through the verbs transport over the verbs double.
+const int kDimSizes[kDims] = {static_cast<int>(Coll::kCount), ncclNumTypes, 6, 5, 5, 6, 2, 2, 2};
 
 int& dim(Case& c, int d) {
   int* fields[] = {&c.coll, &c.dtype, &c.op, &c.count, &c.ranks, &c.processes, &c.inPlace, &c.proto, &c.channels};
@@ -175,7 +177,12 @@ void runRank(const Case& c, const ncclUniqueId& id, int rank) {
   plan::PlanLimits& limits = comm->dataPath().limits();
   for (auto& p : limits.mask.protos) p = 1u << (c.proto == 0 ? 0 : 2);
   limits.minChannels = limits.maxChannels = c.channels ? 3 : 1;
-  comm->dataPath().connectorOptions().networkOnly = c.processes >= 2;
+  transport::ConnectorOptions& connector = comm->dataPath().connectorOptions();
+  connector.networkOnly = c.processes >= 2;
+  if (c.processes >= 4) {
+    connector.net = "IB";
+    connector.ib.library = test::verbsDouble();
+  }
 
   const size_t inBlocks = (coll == Coll::kReduceScatter || coll == Coll::kAlltoAll || coll == Coll::kScatter) ? n : 1;
   const size_t outBlocks = (coll == Coll::kAllGather || coll == Coll::kAlltoAll || coll == Coll::kGather) ? n : 1;
@@ -268,6 +275,10 @@ void runRank(const Case& c, const ncclUniqueId& id, int rank) {
 
 std::string runCase(const Case& c) {
   if (std::getenv("BRAID_TEST_TRACE")) std::fprintf(stderr, "case: %s\n", c.describe().c_str());
+  if (c.processes >= 4 && test::verbsDouble().empty()) {
+    WARN("skipped: " << c.describe() << ": built without the verbs headers, so no verbs double");
+    return "";
+  }
   ncclUniqueId id;
   if (ncclGetUniqueId(&id) != ncclSuccess) return "ncclGetUniqueId failed";
   auto body = [&c, id](int rank) { runRank(c, id, rank); };

@@ -5,6 +5,7 @@
 // network namespaces.
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,21 +35,23 @@ std::string runPrograms(int ranks, const std::string& env, const std::string& ar
   return test::runCommand(command + "wait");
 }
 
-}  // namespace
-
-TEST_CASE("point to point over sockets: ring shift, uneven sizes, LL and Simple sizes, both directions",
-          "[integration][net][p2p]") {
+/// Each of 3 ranks sends size + rank bytes to the next and size + 2 rank bytes to the previous
+/// rank in one group (every length differs), for each size, with every connection through the
+/// network transport that `configure` sets; as threads and as processes.
+std::string ringShiftOverNetwork(std::vector<size_t> sizes,
+                                 std::function<void(transport::ConnectorOptions&)> configure) {
   const int n = 3;
   auto makeBody = [&] {
     ncclUniqueId id;
     REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
-    return [id, n](int rank) {
+    return [id, n, sizes, configure](int rank) {
       ncclComm_t comm = nullptr;
       EXPECT_OK(ncclCommInitRank(&comm, n, id, rank));
-      comm->dataPath().connectorOptions().networkOnly = true;
+      transport::ConnectorOptions& connector = comm->dataPath().connectorOptions();
+      connector.networkOnly = true;
+      configure(connector);
       const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
-      for (size_t size : {size_t(1), size_t(4096), size_t(3 << 20)}) {
-        // Rank s sends size + s bytes forwards and size + 2s backwards: every length differs.
+      for (size_t size : sizes) {
         auto fwd = [&](int s) { return size + s; };
         auto back = [&](int s) { return size + 2 * s; };
         std::vector<uint8_t> a(fwd(rank)), b(back(rank)), ra(fwd(prev)), rb(back(next));
@@ -66,7 +69,14 @@ TEST_CASE("point to point over sockets: ring shift, uneven sizes, LL and Simple 
       EXPECT_OK(ncclCommDestroy(comm));
     };
   };
-  REQUIRE(test::runBoth(n, makeBody) == "");
+  return test::runBoth(n, makeBody);
+}
+
+}  // namespace
+
+TEST_CASE("point to point over sockets: ring shift, uneven sizes, LL and Simple sizes, both directions",
+          "[integration][net][p2p]") {
+  REQUIRE(ringShiftOverNetwork({1, 4096, 3 << 20}, [](transport::ConnectorOptions&) {}) == "");
 }
 
 TEST_CASE("sockets: a communicator's life leaves no proxy thread, socket or thread behind", "[integration][net][leak]") {
@@ -148,9 +158,83 @@ TEST_CASE("a killed rank on another host: the others fail with a remote error wi
   test::checkSurvivorsFailed(out, {0, 2}, Catch::Contains("rank 1"));
 }
 
-TEST_CASE("NCCL_NET: Socket is accepted, IB and unknown names are refused by name", "[integration][net]") {
+TEST_CASE("NCCL_NET: Socket is accepted, IB where no port is usable and unknown names are refused by name",
+          "[integration][net]") {
   CHECK_THAT(runPrograms(2, "NCCL_NET=socket", "allreduce"), Catch::Contains("rank 0 of 2 ok"));
-  CHECK_THAT(runPrograms(2, "NCCL_NET=IB", "allreduce"), Catch::Contains("NCCL_NET=IB: Braid's InfiniBand transport is not built yet"));
+  CHECK_THAT(runPrograms(2, "NCCL_NET=IB BRAID_IBVERBS_LIBRARY=libbraid-no-such-verbs.so", "allreduce"),
+             Catch::Contains("NCCL_NET=IB: the InfiniBand transport cannot run here: libbraid-no-such-verbs.so cannot be loaded"));
   CHECK_THAT(runPrograms(2, "NCCL_NET=Carrier-Pigeon", "allreduce"),
-             Catch::Contains("NCCL_NET=Carrier-Pigeon names no network transport Braid has"));
+             Catch::Contains("NCCL_NET=Carrier-Pigeon names no network transport Braid has (IB, Socket)"));
+  if (test::verbsDouble().empty()) {
+    WARN("skipped the rest: built without the verbs headers, so no verbs double");
+    return;
+  }
+  const std::string verbs = " BRAID_IBVERBS_LIBRARY=" + test::verbsDouble();
+  CHECK_THAT(runPrograms(2, "NCCL_NET=IB NCCL_IB_HCA=mlx4" + verbs, "allreduce"),
+             Catch::Contains("reports no active port that NCCL_IB_HCA=mlx4 allows"));
+  CHECK_THAT(runPrograms(2, "NCCL_NET=IB NCCL_IB_DISABLE=1" + verbs, "allreduce"),
+             Catch::Contains("NCCL_NET=IB, but NCCL_IB_DISABLE=1"));
+  // Unset NCCL_NET: IB where a port is usable, unless NCCL_IB_DISABLE=1.
+  const std::string info = " NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=NET";
+  CHECK_THAT(runPrograms(2, info + verbs, "allreduce"), Catch::Contains("via NET/IB") && Catch::Contains("rank 1 of 2 ok"));
+  CHECK_THAT(runPrograms(2, "NCCL_IB_DISABLE=1" + info + verbs, "allreduce"),
+             Catch::Contains("via NET/Socket") && !Catch::Contains("via NET/IB") && Catch::Contains("rank 1 of 2 ok"));
+}
+
+TEST_CASE("NET/IB over the verbs double: programs on different 'hosts', RoCE, point to point, knobs",
+          "[integration][net][ib]") {
+  if (test::verbsDouble().empty()) {
+    WARN("skipped: built without the verbs headers, so no verbs double");
+    return;
+  }
+  const std::string env = "NCCL_NET=IB NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=NET BRAID_IBVERBS_LIBRARY=" + test::verbsDouble();
+  std::string out = runPrograms(3, env, "allreduce");
+  INFO(out);
+  for (int r = 0; r < 3; ++r) CHECK_THAT(out, Catch::Contains("rank " + std::to_string(r) + " of 3 ok"));
+  CHECK_THAT(out, Catch::Contains("NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE") && Catch::Contains("via NET/IB") &&
+                      !Catch::Contains("via NET/Socket"));
+  // RoCE only, with the queue pairs' knobs set (and a bad one warned about, its default used).
+  out = runPrograms(2, env + " NCCL_IB_HCA==mlx5_1:1 NCCL_IB_GID_INDEX=2 NCCL_IB_TC=106 NCCL_IB_SL=3 NCCL_IB_TIMEOUT=40",
+                    "allreduce");
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("rank 0 of 2 ok") && Catch::Contains("mlx5_1 port 1 (RoCE)") &&
+                      !Catch::Contains("mlx5_0 port"));
+  CHECK_THAT(out, Catch::Contains("NCCL_IB_TIMEOUT=40 is outside 1..31; using 20"));
+  // A GID index the port does not have is an error naming it.
+  out = runPrograms(2, env + " NCCL_IB_HCA==mlx5_1 NCCL_IB_GID_INDEX=7", "allreduce");
+  CHECK_THAT(out, Catch::Contains("GID index 7 of mlx5_1 port 1 cannot be read (NCCL_IB_GID_INDEX=7)"));
+}
+
+TEST_CASE("point to point over IB: ring shift, uneven sizes, both directions, threads and processes",
+          "[integration][net][ib][p2p]") {
+  if (test::verbsDouble().empty()) {
+    WARN("skipped: built without the verbs headers, so no verbs double");
+    return;
+  }
+  const std::string verbs = test::verbsDouble();
+  REQUIRE(ringShiftOverNetwork({0, 1, 4096, 3 << 20}, [verbs](transport::ConnectorOptions& connector) {
+            connector.net = "IB";
+            connector.ib.library = verbs;
+          }) == "");
+  CHECK(proxy::attachedCount() == 0);
+}
+
+TEST_CASE("IB: a killed rank on another host, and a failed completion: the others fail naming it",
+          "[integration][net][ib][failure]") {
+  if (test::verbsDouble().empty()) {
+    WARN("skipped: built without the verbs headers, so no verbs double");
+    return;
+  }
+  const std::string env = "NCCL_NET=IB BRAID_IBVERBS_LIBRARY=" + test::verbsDouble();
+  std::string out = runPrograms(3, env, "stream 100000 kill-at 50 1");
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("rank 1: raising signal 9 before op #50"));
+  test::checkSurvivorsFailed(out, {0, 2}, Catch::Contains("rank 1"));
+  // Every queue pair fails its send after its first 40: the first failure names the device,
+  // port and peer, with ncclRemoteError, and every rank stops.
+  out = runPrograms(3, env + " NCCL_IB_HCA==mlx5_0 BRAID_FAKE_VERBS_FAIL_AFTER=40", "stream 1000");
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("failed on mlx5_0 port 1: an RDMA write completed with \"remote access error\""));
+  CHECK_THAT(out, Catch::Contains("remote process exited or there was a network error"));
+  CHECK_THAT(out, !Catch::Contains("of 3 ok"));
 }

@@ -18,6 +18,12 @@ inline const bool kLoopbackOnly = [] {
   return true;
 }();
 
+/// The verbs double (test/doubles/fake_verbs.c) when this build has one, else "".
+inline std::string verbsDouble() {
+  const char* v = std::getenv("BRAID_FAKE_VERBS");
+  return v != nullptr && std::string(v).find("/nonexistent/") == std::string::npos ? v : "";
+}
+
 /// rank_main's output of a stream in which one rank was killed: each survivor's failure line
 /// says ncclRemoteError with `naming`, came within 5 s, and its communicator was destroyed.
 inline void checkSurvivorsFailed(const std::string& out, std::initializer_list<int> survivors,

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Suite netns: ranks on separate "hosts" made of network namespaces, talking through the socket
-# transport, as jobs across machines do.
+# transport (and the verbs transport over its test double), as jobs across machines do.
 #
 # A hub namespace holds a bridge; each host namespace is joined to it by a veth pair and gets a
 # private address from 198.18.0.0/15 (RFC 2544's range for network tests), which exists only
@@ -86,6 +86,20 @@ run_job 4 1 120 "NCCL_SOCKET_NTHREADS=2 NCCL_NSOCKS_PERTHREAD=2" -- "$perf/all_r
 check "all_reduce 4 hosts, 4 sockets per connection" grep -q "Out of bounds values : 0 OK" "$out/0"
 run_job 2 1 60 "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=NET" -- "$perf/sendrecv_perf" -b 1M -e 1M -c 1
 check "the log names the socket transport" grep -q "via NET/Socket" "$out/0"
+
+# The verbs transport across the namespaces, over the verbs double (its RDMA writes travel
+# through /dev/shm, which the namespaces share; the control sockets cross the bridge).
+verbs="$build/test/libfake_verbs.so"
+if [ -f "$verbs" ]; then
+  for tool in all_reduce sendrecv reduce_scatter; do
+    run_job 4 2 120 "NCCL_NET=IB BRAID_IBVERBS_LIBRARY=$verbs" -- "$perf/${tool}_perf" -b 8 -e 4M -f 16 -n 3 -w 1 -c 1
+    check "$tool 2x2 over IB (verbs double)" grep -q "Out of bounds values : 0 OK" "$out/0"
+  done
+  run_job 3 1 60 "NCCL_NET=IB BRAID_IBVERBS_LIBRARY=$verbs NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=NET" -- "$perf/all_gather_perf" -b 1M -e 1M -c 1
+  check "the log names the verbs transport" grep -q "via NET/IB" "$out/0"
+else
+  echo "skipped the verbs transport: $verbs was not built (no verbs headers)"
+fi
 
 # A rank killed on one host: the ranks on the others fail with ncclRemoteError, promptly.
 run_job 3 1 60 "" -- "$rank_main" 3 @RANK@ stream 400 kill-at 50 1

@@ -38,6 +38,25 @@ transport::ConnectorOptions optionsFor(const DataPathSettings& s, const std::str
   o.abortFlag = abortFlag;
   return o;
 }
+/// An NCCL_IB_* integer within [low, high]; out of range: a warning and `fallback`.
+int ibKnob(params::Store& p, const char* name, int low, int high, int fallback) {
+  const int64_t v = p.integer(name);
+  if (v >= low && v <= high) return static_cast<int>(v);
+  BRAID_WARN("%s=%lld is outside %d..%d; using %d", name, static_cast<long long>(v), low, high, fallback);
+  return fallback;
+}
+
+transport::ib::Settings ibSettingsFromParams(params::Store& p) {
+  transport::ib::Settings ib;
+  ib.library = p.string("BRAID_IBVERBS_LIBRARY");
+  ib.hca = p.string("NCCL_IB_HCA");
+  ib.gidIndex = ibKnob(p, "NCCL_IB_GID_INDEX", -1, 255, -1);
+  ib.trafficClass = ibKnob(p, "NCCL_IB_TC", -1, 255, -1);
+  ib.serviceLevel = ibKnob(p, "NCCL_IB_SL", -1, 15, -1);
+  ib.ackTimeout = ibKnob(p, "NCCL_IB_TIMEOUT", 1, 31, 20);
+  ib.retryCount = ibKnob(p, "NCCL_IB_RETRY_CNT", 0, 7, 7);
+  return ib;
+}
 }  // namespace
 
 DataPathSettings DataPathSettings::fromParams(const CommConfig& config) {
@@ -60,6 +79,8 @@ DataPathSettings DataPathSettings::fromParams(const CommConfig& config) {
   s.connector.shmDisabled = p.integer("NCCL_SHM_DISABLE") == 1;
   s.connector.p2pDisabled = p.integer("NCCL_P2P_DISABLE") == 1;
   s.connector.net = p.string("NCCL_NET");
+  s.connector.ibDisabled = p.integer("NCCL_IB_DISABLE") == 1;
+  s.connector.ib = ibSettingsFromParams(p);
   const int64_t threads = p.integer("NCCL_SOCKET_NTHREADS");
   const int64_t perThread = p.integer("NCCL_NSOCKS_PERTHREAD");
   if (threads < 1 || threads > 16 || perThread < 1 || threads * perThread > 64) {

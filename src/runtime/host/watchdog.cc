@@ -57,6 +57,7 @@ const char* transportName(uint32_t kind) {
     case transport::Kind::kP2p: return "P2P/in-process";
     case transport::Kind::kShm: return "SHM";
     case transport::Kind::kSocket: return "NET/Socket";
+    case transport::Kind::kIb: return "NET/IB";
   }
   return "unknown transport";
 }

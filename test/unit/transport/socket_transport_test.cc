@@ -17,9 +17,11 @@
 #include "kernels/primitives.h"
 #include "proxy/proxy.h"
 #include "transport/net/socket/socket_transport.h"
+#include "unit/transport/step_pair.h"
 
 using namespace braid;
 using namespace std::chrono_literals;
+using braid::test::eventually;
 
 namespace {
 
@@ -35,54 +37,14 @@ transport::socket::Settings settingsFor(int rank, int nSockets, std::chrono::sec
   return s;
 }
 
-/// Waits up to 10 s for ready(); false when it never held.
-template <typename Ready>
-bool eventually(Ready ready) {
-  const auto until = std::chrono::steady_clock::now() + 10s;
-  while (!ready()) {
-    if (std::chrono::steady_clock::now() > until) return false;
-    std::this_thread::sleep_for(50us);
-  }
-  return true;
-}
-
-struct Pair {
-  std::unique_ptr<transport::FifoMemory> recv, send;
-  uint64_t recvStep = 0, sendStep = 0;
-  kernels::ConnHandle r{}, s{};
-
+struct Pair : test::StepPair {
   explicit Pair(int nSockets, transport::FifoSizes sizes = {64 * 1024, 512}) {
     transport::Descriptor d;
     recv = transport::socket::createReceiver(sizes, settingsFor(1, nSockets), 0, &d);
     send = transport::socket::connectSender(d, settingsFor(0, nSockets), 1);
-    r = recv->handle(&recvStep);
-    s = send->handle(&sendStep);
+    bind();
   }
 };
-
-/// The sender's side of one Simple step of `bytes` bytes, filled with a pattern of the step.
-bool sendSimple(Pair& p, uint32_t bytes) {
-  const uint64_t step = p.sendStep;
-  if (!eventually([&] { return kernels::loadAcquire(p.s.head) + kernels::kSteps > step; })) return false;
-  char* slot = p.s.simple + (step % kernels::kSteps) * p.s.simpleStepBytes;
-  for (uint32_t i = 0; i < bytes; ++i) slot[i] = static_cast<char>(step * 31 + i);
-  kernels::publishStep(p.s, step, kernels::stepInfo(bytes, false));
-  ++p.sendStep;
-  return true;
-}
-
-/// The receiver's side: waits for the step, checks every byte, frees the slot.
-std::string recvSimple(Pair& p, uint32_t bytes) {
-  const uint64_t step = p.recvStep;
-  if (!eventually([&] { return kernels::loadAcquire(p.r.tail) > step; })) return "step " + std::to_string(step) + " never came";
-  const char* slot = p.r.simple + (step % kernels::kSteps) * p.r.simpleStepBytes;
-  for (uint32_t i = 0; i < bytes; ++i) {
-    if (slot[i] != static_cast<char>(step * 31 + i)) return "step " + std::to_string(step) + " byte " + std::to_string(i) + " wrong";
-  }
-  kernels::storeRelease(p.r.head, step + 1);
-  ++p.recvStep;
-  return "";
-}
 
 }  // namespace
 
@@ -91,95 +53,25 @@ TEST_CASE("socket transport: Simple steps of every size arrive whole and in orde
   for (int nSockets : {1, 3}) {
     INFO(nSockets << " sockets");
     Pair p(nSockets);
-    const uint32_t sizes[] = {0, 1, 7, 4096, 65535, 64 * 1024};
-    // The sender runs ahead by up to the FIFO's depth; the receiver drains in a thread.
-    std::string failure;
-    std::thread receiver([&] {
-      for (int i = 0; i < 300 && failure.empty(); ++i) failure = recvSimple(p, sizes[i % 6]);
-    });
-    bool sent = true;
-    for (int i = 0; i < 300 && sent; ++i) sent = sendSimple(p, sizes[i % 6]);
-    receiver.join();
-    CHECK(sent);
-    CHECK(failure == "");
+    CHECK(test::roundTrip(p, {0, 1, 7, 4096, 65535, 64 * 1024}, 300) == "");
   }
   CHECK(proxy::attachedCount() == 0);
 }
 
 TEST_CASE("socket transport: LL lines land with their flags; the step's signature travels with it", "[unit][transport][socket]") {
   Pair p(2);
-  for (uint64_t step = 0; step < 40; ++step) {
-    const uint64_t lines = step % 5 == 0 ? p.s.llStepLines : step * 3 + 1;
-    const kernels::OpSignature sig{step + 100, {step * 7, ~step}};
-    REQUIRE(eventually([&] { return kernels::loadAcquire(p.s.head) + kernels::kSteps > step; }));
-    kernels::writeSignature(p.s, step, sig);
-    kernels::LLLine* out = p.s.ll + (step % kernels::kSteps) * p.s.llStepLines;
-    const uint32_t flag = static_cast<uint32_t>(step + 1);
-    for (uint64_t l = 0; l < lines; ++l) out[l] = {static_cast<uint32_t>(l), flag, static_cast<uint32_t>(l * step), flag};
-    kernels::publishStep(p.s, step, kernels::stepInfo(lines * sizeof(kernels::LLLine), true));
-    p.sendStep = step + 1;
-
-    kernels::ChannelStatus status{};
-    const uint32_t noAbort = 0;
-    REQUIRE(kernels::checkSignature(p.r, step, sig, &status, &noAbort) == kernels::WaitResult::kReady);
-    kernels::LLLine* in = p.r.ll + (step % kernels::kSteps) * p.r.llStepLines;
-    for (uint64_t l = 0; l < lines; ++l) {
-      uint64_t* halves = reinterpret_cast<uint64_t*>(in + l);
-      REQUIRE(eventually([&] { return static_cast<uint32_t>(kernels::loadAcquire(halves + 1) >> 32) == flag; }));
-      REQUIRE(in[l].flag1 == flag);
-      REQUIRE(in[l].data1 == static_cast<uint32_t>(l));
-      REQUIRE(in[l].data2 == static_cast<uint32_t>(l * step));
-    }
-    kernels::storeRelease(p.r.head, step + 1);
-  }
-  // A signature that differs is seen as different.
-  kernels::writeSignature(p.s, 40, kernels::OpSignature{9, {1, 2}});
-  kernels::publishStep(p.s, 40, kernels::stepInfo(0, true));
-  kernels::ChannelStatus status{};
-  const uint32_t noAbort = 0;
-  CHECK(kernels::checkSignature(p.r, 40, kernels::OpSignature{9, {1, 3}}, &status, &noAbort) == kernels::WaitResult::kAborted);
-  CHECK(status.mismatch == 1);
-  CHECK(status.peerSig.words[1] == 2);
+  test::checkLLWithSignatures(p);
 }
 
 TEST_CASE("socket transport: the announcement and fault notices cross; a goodbye is no fault", "[unit][transport][socket]") {
   {
     Pair p(1);
-    kernels::storeRelaxed(&p.s.announce->words[0], uint64_t{11});
-    kernels::storeRelaxed(&p.s.announce->words[1], uint64_t{12});
-    kernels::storeRelease(&p.s.announce->seq, uint64_t{5});
-    CHECK(eventually([&] { return kernels::loadAcquire(&p.r.announce->seq) == 5; }));
-    CHECK(p.r.announce->words[1] == 12);
-
-    // The receiver's rank fails: its notice reaches the sender's end...
-    transport::FaultBox* mine = p.recv->faultBox(false);
-    mine->rank = 1;
-    mine->code = ncclInvalidUsage;
-    std::strcpy(mine->text, "receiver says no");
-    kernels::storeRelease(&mine->raised, transport::kFaultRaised);
-    transport::FaultBox* atSender = p.send->faultBox(false);
-    CHECK(eventually([&] { return kernels::loadAcquire(&atSender->raised) == transport::kFaultRaised; }));
-    CHECK(std::string(atSender->text) == "receiver says no");
-    CHECK(atSender->rank == 1);
-    // ... and the sender's the receiver's.
-    transport::FaultBox* theirs = p.send->faultBox(true);
-    theirs->rank = 0;
-    std::strcpy(theirs->text, "sender too");
-    kernels::storeRelease(&theirs->raised, transport::kFaultRaised);
-    CHECK(eventually([&] { return kernels::loadAcquire(&p.recv->faultBox(true)->raised) == transport::kFaultRaised; }));
-    CHECK(std::string(p.recv->faultBox(true)->text) == "sender too");
+    test::checkNotices(p);
   }
   {
-    // A sender that publishes a full FIFO and is destroyed at once: every step still arrives
-    // (on 4 sockets: the goodbye on socket 0 may overtake data on the others), and its
-    // goodbye is no fault.
+    // On 4 sockets: the goodbye on socket 0 may overtake data on the others.
     Pair p(4);
-    for (int i = 0; i < 8; ++i) REQUIRE(sendSimple(p, 1000 * i));
-    transport::FaultBox* box = p.recv->faultBox(true);
-    p.send.reset();
-    for (int i = 0; i < 8; ++i) CHECK(recvSimple(p, 1000 * i) == "");
-    std::this_thread::sleep_for(200ms);
-    CHECK(kernels::loadAcquire(&box->raised) == 0);
+    test::checkGoodbyeAfterFullFifo(p);
   }
   CHECK(proxy::attachedCount() == 0);
 }
