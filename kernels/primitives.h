@@ -7,6 +7,11 @@
 //   kPost    apply the op's post step (the slice is final)
 //   kOutput  write the slice to this rank's output buffer
 //   kSend    write the slice to the send connection's current slot
+//   kPartial read `input` as a partial result already reduced (no pre step); reduced with
+//            kRecv's data like kInput
+//   kMineFirst  with kRecv and kInput/kPartial: reduce(mine, received) instead of
+//            reduce(received, mine), so that two partners exchanging halves compute the same
+//            bits (the lower rank's value always first)
 // So NCCL's send is kInput|kSend, recvReduceSend kRecv|kInput|kSend, recvReduceCopySend
 // kRecv|kInput|kPost|kOutput|kSend, recvCopySend kRecv|kOutput|kSend, recv kRecv|kOutput.
 //
@@ -21,7 +26,7 @@
 
 namespace braid::kernels {
 
-enum StepFlags : uint32_t { kRecv = 1, kSend = 2, kInput = 4, kOutput = 8, kPost = 16 };
+enum StepFlags : uint32_t { kRecv = 1, kSend = 2, kInput = 4, kOutput = 8, kPost = 16, kPartial = 32, kMineFirst = 64 };
 
 /// The slow half of waitReporting: out of line, so the step code around it stays small.
 template <typename Ready>
@@ -125,9 +130,9 @@ class Primitives {
  private:
   /// The element arithmetic shared by both protocols: v is the received value (if kRecv).
   BRAID_INLINE T combine(uint32_t flags, T v, const T* input, uint64_t i) const {
-    if (flags & kInput) {
-      const T x = Red::kHasPre ? red_.pre(input[i]) : input[i];
-      v = (flags & kRecv) ? red_.reduce(v, x) : x;
+    if (flags & (kInput | kPartial)) {
+      const T x = (Red::kHasPre && (flags & kInput)) ? red_.pre(input[i]) : input[i];
+      v = (flags & kRecv) ? ((flags & kMineFirst) ? red_.reduce(x, v) : red_.reduce(v, x)) : x;
     }
     if (Red::kHasPost && (flags & kPost)) v = red_.post(v);
     return v;
@@ -181,7 +186,8 @@ class Primitives {
     T* out = (flags & kSend) ? reinterpret_cast<T*>(send_->simple + (sendStep_ % kSteps) * send_->simpleStepBytes) : nullptr;
     uint64_t lo, count;
     partition(n, g_.size(), g_.rank(), 16, &lo, &count);
-    const bool arithmetic = ((flags & kInput) && ((flags & kRecv) || Red::kHasPre)) || (Red::kHasPost && (flags & kPost));
+    const bool arithmetic = ((flags & kInput) && ((flags & kRecv) || Red::kHasPre)) ||
+                            ((flags & kPartial) && (flags & kRecv)) || (Red::kHasPost && (flags & kPost));
     if (!arithmetic) {
       // A pure copy: from the received slot or from the input, to the output and/or send slot.
       const T* from = (flags & kRecv) ? in + lo : input + lo;

@@ -11,8 +11,9 @@ namespace braid::plan {
 namespace {
 
 constexpr const char* kFuncNames[] = {"Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce"};
-constexpr const char* kAlgoNames[] = {"Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT",
-                                     "Direct"};
+constexpr const char* kAlgoNames[] = {"Tree",   "Ring",        "CollNetDirect",   "CollNetChain", "NVLS",  "NVLSTree",
+                                     "PAT",    "Direct",      "RecDoubling",     "HalvingDoubling", "Binomial", "Hier2D"};
+static_assert(sizeof(kAlgoNames) / sizeof(kAlgoNames[0]) == static_cast<size_t>(EnvAlgo::kCount));
 constexpr const char* kProtoNames[] = {"LL", "LL128", "Simple"};
 
 std::vector<std::string> split(const std::string& s, char sep) {

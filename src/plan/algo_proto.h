@@ -14,7 +14,11 @@ namespace braid::plan {
 /// Functions NCCL_ALGO/NCCL_PROTO can name, in NCCL's order.
 enum class EnvFunc : int { kBroadcast = 0, kReduce, kAllGather, kReduceScatter, kAllReduce, kCount };
 /// Algorithms NCCL_ALGO can name (bit positions): NCCL's, then Braid's own.
-enum class EnvAlgo : int { kTree = 0, kRing, kCollNetDirect, kCollNetChain, kNvls, kNvlsTree, kPat, kDirect, kCount };
+/// Every name is accepted; the planner chooses only among those Braid implements.
+enum class EnvAlgo : int {
+  kTree = 0, kRing, kCollNetDirect, kCollNetChain, kNvls, kNvlsTree, kPat,
+  kDirect, kRecDoubling, kHalvingDoubling, kBinomial, kHier2D, kCount
+};
 
 struct AlgoProtoMask {
   uint32_t algos[static_cast<int>(EnvFunc::kCount)];   ///< bit EnvAlgo allowed

@@ -54,9 +54,12 @@ CollPlan planCollective(const Task& task, int nRanks, const PlanLimits& limits) 
     w.opArgs.nRanks = nRanks;
     return plan;
   }
-  if (!allows(algos, EnvAlgo::kRing)) {
-    fail(ncclInvalidUsage, "NCCL_ALGO excludes Ring for %s; Braid implements Ring (and Direct for the smallest "
-                           "AllReduce) so far", envFuncName(f));
+  // Until the tuner exists: RecDoubling when NCCL_ALGO allows it and not Ring.
+  const bool recDoubling = task.func == kernels::Func::kAllReduce &&
+                           allows(algos, EnvAlgo::kRecDoubling) && !allows(algos, EnvAlgo::kRing);
+  if (!allows(algos, EnvAlgo::kRing) && !recDoubling) {
+    fail(ncclInvalidUsage, "NCCL_ALGO excludes Ring for %s; Braid implements Ring (and, for AllReduce, Direct for the "
+                           "smallest messages and RecDoubling) so far", envFuncName(f));
   }  // works beyond nChannels stay uninitialised: never read
   plan.copy = task.func == kernels::Func::kBroadcast || task.func == kernels::Func::kAllGather;
   const uint32_t elemSize = plan.copy ? 1 : static_cast<uint32_t>(typeSize(task.dtype));
@@ -65,12 +68,13 @@ CollPlan planCollective(const Task& task, int nRanks, const PlanLimits& limits) 
   plan.proto = chooseProto(limits.mask.protos[static_cast<int>(f)], bytes, limits, f);
   const uint64_t wanted = 1 + bytes / std::max<uint64_t>(limits.bytesPerChannel, 1);
   plan.nChannels = static_cast<int>(std::clamp<uint64_t>(wanted, limits.minChannels, limits.maxChannels));
+  if (recDoubling) plan.nChannels = 1;  // over the point-to-point connections, which are one per peer
   const uint64_t align = std::max<uint64_t>(1, 64 / elemSize);
   for (int c = 0; c < plan.nChannels; ++c) {
     kernels::CollWork w{};
     w.func = task.func;
     w.proto = plan.proto;
-    w.algo = kernels::Algo::kRing;
+    w.algo = recDoubling ? kernels::Algo::kRecDoubling : kernels::Algo::kRing;
     w.red = task.red;
     w.rootIndex = task.root;
     w.elemSize = elemSize;

@@ -199,7 +199,7 @@ void DataPath::runCollective(const plan::Task& given) {
         neighbourWatched_ = true;
       }
     }
-    if (plan.works[0].algo == kernels::Algo::kDirect) {
+    if (plan.works[0].algo == kernels::Algo::kDirect || plan.works[0].algo == kernels::Algo::kRecDoubling) {
       connectAllPeers();
       plan.works[0].peerSend = allSend_.data();
       plan.works[0].peerRecv = allRecv_.data();
