@@ -1,9 +1,10 @@
 // The kernel body: one collective's work on one channel, dispatched to its algorithm.
-// (Ring; Direct and RecDoubling for AllReduce; the algorithms issue adds the others.)
+// (Ring; Direct, RecDoubling and HalvingDoubling for AllReduce; the algorithms issue adds the others.)
 #pragma once
 
 #include "kernels/algorithms/all_gather_ring.h"
 #include "kernels/algorithms/all_reduce_direct.h"
+#include "kernels/algorithms/all_reduce_halving_doubling.h"
 #include "kernels/algorithms/all_reduce_rec_doubling.h"
 #include "kernels/algorithms/all_reduce_ring.h"
 #include "kernels/algorithms/broadcast_ring.h"
@@ -19,6 +20,7 @@ BRAID_INLINE bool runCollective(Group& g, const CollWork& w, const RingHandle& r
     case Func::kAllReduce:
       if (w.algo == Algo::kDirect) return allReduceDirect<T, Red, Group>(g, w, ring, abortFlag);
       if (w.algo == Algo::kRecDoubling) return allReduceRecDoubling<T, Red, Group>(g, w, ring, abortFlag);
+      if (w.algo == Algo::kHalvingDoubling) return allReduceHalvingDoubling<T, Red, Group>(g, w, ring, abortFlag);
       return allReduceRing<T, Red, Group>(g, w, ring, abortFlag);
     case Func::kReduceScatter: return reduceScatterRing<T, Red, Group>(g, w, ring, abortFlag);
     case Func::kReduce: return reduceRing<T, Red, Group>(g, w, ring, abortFlag);

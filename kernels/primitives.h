@@ -8,7 +8,9 @@
 //   kOutput  write the slice to this rank's output buffer
 //   kSend    write the slice to the send connection's current slot
 //   kPartial read `input` as a partial result already reduced (no pre step); reduced with
-//            kRecv's data like kInput
+//            kRecv's data like kInput; alone with kSend, a copy of what is already final
+// A send carries what the flags compute: kSend without kInput or kPartial (or kRecv) sends
+// zeros under LL, so a plain copy of the input is kPartial|kSend.
 //   kMineFirst  with kRecv and kInput/kPartial: reduce(mine, received) instead of
 //            reduce(received, mine), so that two partners exchanging halves compute the same
 //            bits (the lower rank's value always first)

@@ -22,11 +22,19 @@ kernels::Proto chooseProto(uint32_t allowed, uint64_t bytes, const PlanLimits& l
                          "with the algorithms work)", envFuncName(f));
 }
 
-}  // namespace
-
-namespace {
 bool allows(uint32_t mask, EnvAlgo a) { return (mask & (1u << static_cast<int>(a))) != 0; }
 bool allows(uint32_t mask, kernels::Proto p) { return (mask & (1u << static_cast<int>(p))) != 0; }
+
+/// AllReduce over the point-to-point connections, until the tuner exists: only when NCCL_ALGO
+/// asks for it without Ring; RecDoubling up to 64 KiB and HalvingDoubling above when both are
+/// allowed. kRing: neither applies.
+kernels::Algo peerAlgorithm(uint32_t algos, uint64_t bytes) {
+  if (allows(algos, EnvAlgo::kRing)) return kernels::Algo::kRing;
+  const bool rd = allows(algos, EnvAlgo::kRecDoubling), hd = allows(algos, EnvAlgo::kHalvingDoubling);
+  if (rd && hd) return bytes <= 65536 ? kernels::Algo::kRecDoubling : kernels::Algo::kHalvingDoubling;
+  return rd ? kernels::Algo::kRecDoubling : hd ? kernels::Algo::kHalvingDoubling : kernels::Algo::kRing;
+}
+
 }  // namespace
 
 CollPlan planCollective(const Task& task, int nRanks, const PlanLimits& limits) {
@@ -54,12 +62,10 @@ CollPlan planCollective(const Task& task, int nRanks, const PlanLimits& limits) 
     w.opArgs.nRanks = nRanks;
     return plan;
   }
-  // Until the tuner exists: RecDoubling when NCCL_ALGO allows it and not Ring.
-  const bool recDoubling = task.func == kernels::Func::kAllReduce &&
-                           allows(algos, EnvAlgo::kRecDoubling) && !allows(algos, EnvAlgo::kRing);
-  if (!allows(algos, EnvAlgo::kRing) && !recDoubling) {
+  const kernels::Algo algo = task.func == kernels::Func::kAllReduce ? peerAlgorithm(algos, taskBytes) : kernels::Algo::kRing;
+  if (!allows(algos, EnvAlgo::kRing) && algo == kernels::Algo::kRing) {
     fail(ncclInvalidUsage, "NCCL_ALGO excludes Ring for %s; Braid implements Ring (and, for AllReduce, Direct for the "
-                           "smallest messages and RecDoubling) so far", envFuncName(f));
+                           "smallest messages, RecDoubling and HalvingDoubling) so far", envFuncName(f));
   }  // works beyond nChannels stay uninitialised: never read
   plan.copy = task.func == kernels::Func::kBroadcast || task.func == kernels::Func::kAllGather;
   const uint32_t elemSize = plan.copy ? 1 : static_cast<uint32_t>(typeSize(task.dtype));
@@ -68,13 +74,13 @@ CollPlan planCollective(const Task& task, int nRanks, const PlanLimits& limits) 
   plan.proto = chooseProto(limits.mask.protos[static_cast<int>(f)], bytes, limits, f);
   const uint64_t wanted = 1 + bytes / std::max<uint64_t>(limits.bytesPerChannel, 1);
   plan.nChannels = static_cast<int>(std::clamp<uint64_t>(wanted, limits.minChannels, limits.maxChannels));
-  if (recDoubling) plan.nChannels = 1;  // over the point-to-point connections, which are one per peer
+  if (algo != kernels::Algo::kRing) plan.nChannels = 1;  // over the point-to-point connections: one per peer
   const uint64_t align = std::max<uint64_t>(1, 64 / elemSize);
   for (int c = 0; c < plan.nChannels; ++c) {
     kernels::CollWork w{};
     w.func = task.func;
     w.proto = plan.proto;
-    w.algo = recDoubling ? kernels::Algo::kRecDoubling : kernels::Algo::kRing;
+    w.algo = algo;
     w.red = task.red;
     w.rootIndex = task.root;
     w.elemSize = elemSize;

@@ -1,6 +1,6 @@
 // From a collective task to per-channel work: algorithm, protocol, channel count, partition.
-// (Ring; for AllReduce Direct for the smallest messages and RecDoubling when NCCL_ALGO asks for it
-// without Ring; the algorithms issue adds a cost-model tuner.)
+// (Ring; for AllReduce Direct for the smallest messages, and RecDoubling or HalvingDoubling when
+// NCCL_ALGO asks for them without Ring; the algorithms issue adds a cost-model tuner.)
 #pragma once
 
 #include <array>

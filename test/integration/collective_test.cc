@@ -322,35 +322,37 @@ TEST_CASE("collectives: pairwise sweep over function, type, op, count, ranks, mo
   }
 }
 
-TEST_CASE("RecDoubling AllReduce: ranks 1 to 9, every count, type and op, both protocols, places and modes",
-          "[integration][collectives][sweep][recdoubling]") {
-  const int recDoubling = static_cast<int>(plan::EnvAlgo::kRecDoubling);
-  int cases = 0;
-  for (int ranks = 1; ranks <= 9; ++ranks) {
-    for (int count = 0; count < 5; ++count) {
-      for (int proto = 0; proto < 2; ++proto) {
-        // Types and ops rotate with the other dimensions; processes for every other case.
-        const int k = ranks * 10 + count * 2 + proto;
-        Case c{static_cast<int>(Coll::kAllReduce), k % ncclNumTypes, k % 6, count, 0, k % 2, (k / 2) % 2, proto, 0};
-        c.algo = recDoubling;
-        c.rankCount = ranks;
+TEST_CASE("RecDoubling and HalvingDoubling AllReduce: ranks 1 to 9, counts, types, ops, protocols, places, modes",
+          "[integration][algorithms][sweep]") {
+  for (plan::EnvAlgo algo : {plan::EnvAlgo::kRecDoubling, plan::EnvAlgo::kHalvingDoubling}) {
+    int cases = 0;
+    for (int ranks = 1; ranks <= 9; ++ranks) {
+      for (int count = 0; count < 5; ++count) {
+        if (count == 4 && ranks != 3 && ranks != 8) continue;  // 1M+3 elements: one folded, one power of two
+        for (int proto = 0; proto < 2; ++proto) {
+          // Types and ops rotate with the other dimensions; processes for every other case.
+          const int k = ranks * 10 + count * 2 + proto;
+          Case c{static_cast<int>(Coll::kAllReduce), k % ncclNumTypes, k % 6, count, 0, k % 2, (k / 2) % 2, proto, 0};
+          c.algo = static_cast<int>(algo);
+          c.rankCount = ranks;
+          INFO(c.describe());
+          REQUIRE(runCase(c) == "");
+          ++cases;
+        }
+      }
+    }
+    for (int t = 0; t < ncclNumTypes; ++t) {  // every type and op on 5 ranks (one folded in and out)
+      for (int op = 0; op < 6; ++op) {
+        Case c{static_cast<int>(Coll::kAllReduce), t, op, 3 /*1000*/, 0, 0, op % 2, (t + op) % 2, 0};
+        c.algo = static_cast<int>(algo);
+        c.rankCount = 5;
         INFO(c.describe());
         REQUIRE(runCase(c) == "");
         ++cases;
       }
     }
+    CHECK(cases == 148);
   }
-  for (int t = 0; t < ncclNumTypes; ++t) {  // every type and op on 5 ranks (one folded in and out)
-    for (int op = 0; op < 6; ++op) {
-      Case c{static_cast<int>(Coll::kAllReduce), t, op, 3 /*1000*/, 0, 0, op % 2, (t + op) % 2, 0};
-      c.algo = recDoubling;
-      c.rankCount = 5;
-      INFO(c.describe());
-      REQUIRE(runCase(c) == "");
-      ++cases;
-    }
-  }
-  CHECK(cases == 162);
 }
 
 TEST_CASE("every type and op on 3 ranks, LL and Simple", "[integration][collectives][sweep]") {
@@ -366,16 +368,19 @@ TEST_CASE("every type and op on 3 ranks, LL and Simple", "[integration][collecti
 }
 
 TEST_CASE("random floats reduce to bit-identical results on every rank, run after run", "[integration][collectives]") {
-  // Ring on 3 ranks; RecDoubling on 3 and 6 ranks (with ranks folded in and out), both protocols.
+  // Ring on 3 ranks; RecDoubling and HalvingDoubling on 3 and 6 ranks (ranks folded in and
+  // out), both protocols.
   struct Config {
     int n;
     int algo;  // -1: the planner's choice (Ring at this size)
     int proto;
     size_t count;
   };
-  const int recDoubling = static_cast<int>(plan::EnvAlgo::kRecDoubling);
-  for (const Config& config : {Config{3, -1, 2, 300001}, Config{3, recDoubling, 2, 300001},
-                               Config{6, recDoubling, 2, 300001}, Config{6, recDoubling, 0, 3001}}) {
+  const int rd = static_cast<int>(plan::EnvAlgo::kRecDoubling);
+  const int hd = static_cast<int>(plan::EnvAlgo::kHalvingDoubling);
+  for (const Config& config : {Config{3, -1, 2, 300001}, Config{3, rd, 2, 300001}, Config{6, rd, 2, 300001},
+                               Config{6, rd, 0, 3001}, Config{3, hd, 2, 300001}, Config{6, hd, 2, 300001},
+                               Config{7, hd, 0, 3001}}) {
     const int n = config.n;
     const size_t count = config.count;
     INFO(n << " ranks, algo " << config.algo << ", proto " << config.proto);

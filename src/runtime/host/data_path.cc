@@ -199,7 +199,8 @@ void DataPath::runCollective(const plan::Task& given) {
         neighbourWatched_ = true;
       }
     }
-    if (plan.works[0].algo == kernels::Algo::kDirect || plan.works[0].algo == kernels::Algo::kRecDoubling) {
+    const kernels::Algo algo = plan.works[0].algo;
+    if (algo == kernels::Algo::kDirect || algo == kernels::Algo::kRecDoubling || algo == kernels::Algo::kHalvingDoubling) {
       connectAllPeers();
       plan.works[0].peerSend = allSend_.data();
       plan.works[0].peerRecv = allRecv_.data();
