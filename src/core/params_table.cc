@@ -25,7 +25,7 @@ const std::vector<KnobSpec>& knobTable() {
       {"BRAID_TIMEOUT", KnobType::Integer, "0",
        "alias of NCCL_TIMEOUT (used when NCCL_TIMEOUT is unset)", true},
       {"NCCL_ALGO", KnobType::String, "",
-       "algorithms allowed, NCCL syntax (e.g. ^NVLS or ring;allreduce:tree); Braid implements Ring so far", true},
+       "algorithms allowed, NCCL syntax (e.g. ^NVLS or ring;allreduce:tree); Braid implements Ring, and for AllReduce Direct, RecDoubling and HalvingDoubling", true},
       {"NCCL_BUFFSIZE", KnobType::Integer, "4194304",
        "bytes of each Simple-protocol FIFO per connection (8 steps)", true},
       {"NCCL_COMM_BLOCKING", KnobType::Integer, "1",

@@ -8,7 +8,9 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <mutex>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -160,6 +162,21 @@ std::string runCommand(const std::string& command) {
 }
 
 int freeLoopbackPort() {
+  // Below the kernel's ephemeral range: no outgoing connection and no port-0 listener can take
+  // it between this probe and the program that binds it (a port-0 probe could collide so).
+  int low = 32768, high = 60999;
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  range >> low >> high;
+  static std::mt19937 rng(std::random_device{}());
+  const int first = 10000;
+  for (int attempt = 0; attempt < 200 && low - first > 100; ++attempt) {
+    const int port = first + static_cast<int>(rng() % static_cast<unsigned>(low - first));
+    try {
+      net::Socket probe = net::Socket::listen(net::SocketAddress::parse("127.0.0.1:" + std::to_string(port)));
+      return port;
+    } catch (...) {  // taken: try another
+    }
+  }
   net::Socket probe = net::Socket::listen(net::SocketAddress::parse("127.0.0.1:0"));
   return probe.localAddress().port();
 }
