@@ -1,5 +1,6 @@
 // braid-topo: shows the machine as Braid sees it — nodes and links, the path matrix, the
-// P2P/GDR decisions and the ring and tree channels — and draws it with Graphviz.
+// P2P/GDR decisions and the ring and tree channels — and draws it with Graphviz; with
+// --tuning, what the tuner would choose for each collective and size instead.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,14 +11,18 @@
 #include <string>
 
 #include "core/init.h"
+#include "core/params.h"
 #include "core/status.h"
+#include "plan/planner.h"
 #include "topology/topology.h"
+#include "topology/tuner.h"
 
 namespace {
 
 const char* const kUsage =
     "usage: braid-topo [--topo-file F] [--assume-gpu smNN] [--assume-nic SPEED] [--nodes N]\n"
     "                  [--no-detect] [--dot F] [--svg F | --png F]\n"
+    "       braid-topo --tuning [--backend gpu|host] [--ranks N] [--nodes N] [--topo-file F] ...\n"
     "  --topo-file F     read NCCL topology XML F (default: NCCL_TOPO_FILE, else detect this machine)\n"
     "  --assume-gpu ARCH PCI devices of class 0x03 without <gpu> are GPUs of ARCH (sm80, sm90, 90)\n"
     "  --assume-nic SPEED PCI devices of class 0x02 without <nic> are ports of SPEED (200G, 400G, 25000 Mb/s)\n"
@@ -25,8 +30,14 @@ const char* const kUsage =
     "  --no-detect       use the file alone (no completion from this machine)\n"
     "  --dot F           write the graph in Graphviz DOT\n"
     "  --svg F, --png F  render it with Graphviz's dot (Debian: apt-get install graphviz)\n"
+    "  --tuning          per collective and size (8 B to 16 GiB), the tuner's algorithm, protocol, channels,\n"
+    "                    predicted time and bus bandwidth, and each algorithm's best bus bandwidth\n"
+    "  --backend B       the cost table: gpu (default when the topology has GPUs: one rank per GPU, the\n"
+    "                    ring channels found) or host (the host backend: --ranks ranks per machine)\n"
+    "  --ranks N         host backend: ranks per machine (default: its CPUs)\n"
     "Honours NCCL_TOPO_FILE, NCCL_TOPO_DUMP_FILE, NCCL_GRAPH_FILE, NCCL_GRAPH_DUMP_FILE, NCCL_P2P_LEVEL,\n"
-    "NCCL_P2P_DISABLE, NCCL_NET_GDR_LEVEL, NCCL_CROSS_NIC, NCCL_SHM_DISABLE as the library does.\n";
+    "NCCL_P2P_DISABLE, NCCL_NET_GDR_LEVEL, NCCL_CROSS_NIC, NCCL_SHM_DISABLE as the library does, and for\n"
+    "--tuning NCCL_ALGO, NCCL_PROTO, NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS, NCCL_NTHREADS.\n";
 
 [[noreturn]] void usage(const std::string& problem) {
   fprintf(stderr, "braid-topo: %s\n%s", problem.c_str(), kUsage);
@@ -76,6 +87,73 @@ bool render(const std::string& dotText, const std::string& format, const std::st
   return pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
+std::string sizeText(uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB"};
+  int u = 0;
+  while (u < 3 && bytes >= 1024 && bytes % 1024 == 0) {
+    bytes /= 1024;
+    ++u;
+  }
+  return std::to_string(bytes) + " " + units[u];
+}
+
+/// nccl-tests' bus bandwidth (GB/s) of `bytes` in `us`.
+double busBandwidth(braid::kernels::Func f, int n, uint64_t bytes, double us) {
+  using braid::kernels::Func;
+  double factor = 1;
+  if (f == Func::kAllReduce) factor = 2.0 * (n - 1) / n;
+  if (f == Func::kAllGather || f == Func::kReduceScatter) factor = static_cast<double>(n - 1) / n;
+  return us > 0 ? static_cast<double>(bytes) * factor / (1000.0 * us) : 0;
+}
+
+/// The --tuning tables: per collective, the choice at each size and every algorithm's best.
+int printTuning(const braid::topo::Tuner& tuner, const braid::plan::AlgoProtoMask& mask) {
+  using namespace braid;
+  using kernels::Algo;
+  using kernels::Func;
+  printf("%s\n", tuner.describe().c_str());
+  const int n = tuner.shape().nRanks;
+  for (int fi = 0; fi < topo::kTunerFuncs; ++fi) {
+    const Func f = static_cast<Func>(fi);
+    const plan::EnvFunc ef = plan::envFuncOf(f);
+    const uint32_t algos = plan::tunerAlgos(mask.algos[static_cast<int>(ef)]);
+    const uint32_t protos = mask.protos[static_cast<int>(ef)];
+    const uint32_t forced = protos == plan::AlgoProtoMask::all().protos[static_cast<int>(ef)] ? 0 : protos;
+    printf("\n%s on %d ranks\n%10s  %-16s %-7s %3s %12s %12s", topo::funcName(f), n, "size", "algorithm", "proto",
+           "ch", "time (us)", "busbw GB/s");
+    std::vector<Algo> serving;
+    for (int ai = 0; ai < topo::kTunerAlgos; ++ai) {
+      const Algo a = static_cast<Algo>(ai);
+      if (!(algos & (1u << ai))) continue;
+      bool any = false;
+      for (int pi = 0; pi < topo::kTunerProtos; ++pi) any = any || topo::Tuner::implemented(f, a, static_cast<kernels::Proto>(pi));
+      if (!any) continue;
+      serving.push_back(a);
+      printf(" %16s", topo::algoName(a));
+    }
+    printf("\n");
+    for (uint64_t bytes = 8; bytes <= (uint64_t(16) << 30); bytes *= 2) {
+      topo::Choice c;
+      if (!tuner.choose(f, bytes, algos, protos, forced, &c)) {
+        printf("%10s  (NCCL_ALGO/NCCL_PROTO leave no candidate)\n", sizeText(bytes).c_str());
+        continue;
+      }
+      printf("%10s  %-16s %-7s %3d %12.2f %12.3f", sizeText(bytes).c_str(), topo::algoName(c.algo), topo::protoName(c.proto),
+             c.nChannels, c.timeUs, busBandwidth(f, n, bytes, c.timeUs));
+      for (Algo a : serving) {
+        topo::Choice best;
+        if (tuner.choose(f, bytes, 1u << static_cast<int>(a), protos, forced, &best)) {
+          printf(" %16.3f", busBandwidth(f, n, bytes, best.timeUs));
+        } else {
+          printf(" %16s", "-");
+        }
+      }
+      printf("\n");
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -83,7 +161,9 @@ int main(int argc, char** argv) {
   setenv("NCCL_DEBUG", "WARN", 0);  // a tool shows its warnings unless told otherwise
   braid::core::initOnce();
   TopologyRequest request;
-  std::string dotOut, svgOut, pngOut;
+  std::string dotOut, svgOut, pngOut, backend;
+  bool tuning = false;
+  int ranks = 0;
   try {
     request = TopologyRequest::fromParams();
   } catch (const std::exception& e) {
@@ -104,6 +184,15 @@ int main(int argc, char** argv) {
       request.nodes = atoi(v.c_str());
       if (request.nodes < 1 || request.nodes > 4096) usage("--nodes " + v + ": expected 1..4096");
     } else if (a == "--no-detect") request.detect = false;
+    else if (a == "--tuning") tuning = true;
+    else if (a == "--backend") {
+      backend = value();
+      if (backend != "gpu" && backend != "host") usage("--backend " + backend + ": expected gpu or host");
+    } else if (a == "--ranks") {
+      std::string v = value();
+      ranks = atoi(v.c_str());
+      if (ranks < 1 || ranks > 4096) usage("--ranks " + v + ": expected 1..4096");
+    }
     else if (a == "--dot") dotOut = value();
     else if (a == "--svg") svgOut = value();
     else if (a == "--png") pngOut = value();
@@ -114,6 +203,34 @@ int main(int argc, char** argv) {
   }
   try {
     auto t = loadTopology(request);
+    if (tuning) {
+      auto& store = braid::params::process();
+      const braid::plan::AlgoProtoMask mask = braid::plan::parseAlgoProto(store.string("NCCL_ALGO"), store.string("NCCL_PROTO"));
+      const int gpus = t->system.count(NodeType::Gpu);
+      if (backend.empty()) backend = gpus > 0 ? "gpu" : "host";
+      if (backend == "gpu" && gpus == 0) usage("--backend gpu: the topology has no GPUs (try --assume-gpu or --backend host)");
+      CostShape shape;
+      const CostTable* table = &kHostCostTable;
+      if (backend == "gpu") {
+        shape = gpuShape(t->ring, gpus, request.nodes);
+        table = &kGpuCostTable;
+      } else {
+        const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        shape.ranksPerNode = ranks > 0 ? ranks : static_cast<int>(cpus);
+        shape.nNodes = request.nodes;
+        shape.nRanks = shape.ranksPerNode * shape.nNodes;
+        shape.cpusPerNode = static_cast<int>(cpus);
+        shape.maxChannels = 2;
+      }
+      const int64_t minC = store.integer("NCCL_MIN_NCHANNELS"), maxC = store.integer("NCCL_MAX_NCHANNELS");
+      const int64_t threads = store.integer("NCCL_NTHREADS");
+      if (maxC > 0) shape.maxChannels = static_cast<int>(std::min<int64_t>(maxC, 64));
+      if (minC > 0) shape.minChannels = static_cast<int>(std::min<int64_t>(minC, 64));
+      if (shape.minChannels > shape.maxChannels) shape.maxChannels = shape.minChannels;
+      if (threads >= 64 && threads <= 512 && threads % 64 == 0) shape.threads = static_cast<int>(threads);
+      printf("Braid tuning: %s\n", t->source.c_str());
+      return printTuning(Tuner(*table, shape), mask);
+    }
     std::string title = "Braid topology: " + t->source;
     printf("%s (%d GPUs, %d network ports, %d NUMA nodes)\n\n", title.c_str(), t->system.count(NodeType::Gpu),
            t->system.count(NodeType::Net), t->system.count(NodeType::Cpu));

@@ -378,6 +378,13 @@ BRAID_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t* simInfo);
 ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
   return api::guarded("ncclGroupSimulateEnd", nullptr, [&]() -> ncclResult_t {
     api::requireNonNull(simInfo, "simInfo");
-    api::notImplemented("the algorithms and tuner work");
+    if (simInfo->magic != 0x74685283u || simInfo->size < sizeof(ncclSimInfo_t)) {
+      fail(ncclInvalidArgument, "simInfo (size %zu, magic 0x%x) was not initialised with NCCL_SIM_INFO_INITIALIZER",
+           simInfo->size, simInfo->magic);
+    }
+    float estimate = 0;
+    const ncclResult_t result = group::simulateEnd(&estimate);
+    simInfo->estimatedTime = estimate;
+    return result;
   });
 }

@@ -1,5 +1,6 @@
 #include "comm/init.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -125,6 +126,8 @@ void initRank(Communicator& comm, const ncclUniqueId& uniqueId, const InitSettin
   mine.cudaDevice = identity.cudaDevice;
   mine.busId = -1;
   mine.backend = identity.backend;
+  cpu_set_t affinity;
+  mine.cpus = sched_getaffinity(0, sizeof(affinity), &affinity) == 0 ? CPU_COUNT(&affinity) : 0;
   channel->allGather(peers.data(), sizeof(PeerInfo));
   checkPeers(peers);
   localPosition(peers, identity.rank, &identity.localRank, &identity.localRanks);

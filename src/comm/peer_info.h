@@ -21,7 +21,7 @@ struct PeerInfo {
   int32_t cudaDevice;      ///< -1 on the host backend
   int64_t busId;           ///< PCI bus id of the CUDA device, -1 when none
   Backend backend;
-  int32_t reserved;
+  int32_t cpus;            ///< CPUs this process may run on (its affinity), 0 when unknown
 };
 static_assert(std::is_trivially_copyable_v<PeerInfo> && sizeof(PeerInfo) == 56);
 

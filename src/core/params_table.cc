@@ -78,6 +78,9 @@ const std::vector<KnobSpec>& knobTable() {
        "farthest GPU-NIC path that uses GPU Direct RDMA: LOC, PIX, PXB, PHB, SYS or 0..4 (default PXB)", true},
       {"NCCL_NSOCKS_PERTHREAD", KnobType::Integer, "1",
        "socket transport: sockets per helper thread; a connection uses NCCL_SOCKET_NTHREADS x this many (at most 64)", true},
+      {"NCCL_NTHREADS", KnobType::Integer, "-2",
+       "threads per channel the cost model counts when it shrinks channels for small messages (64..512, multiples "
+       "of 64; -2: 512)", true},
       {"NCCL_P2P_DISABLE", KnobType::Integer, "0",
        "1: no P2P between GPUs (same as NCCL_P2P_LEVEL=LOC)", true},
       {"NCCL_P2P_LEVEL", KnobType::String, "",
@@ -200,7 +203,6 @@ const std::vector<const char*>& unhonouredNcclVariables() {
       "NCCL_NET_PLUGIN_REF_COUNT",
       "NCCL_NET_SHARED_BUFFERS",
       "NCCL_NET_SHARED_COMMS",
-      "NCCL_NTHREADS",
       "NCCL_NVB_DISABLE",
       "NCCL_NVB_PRECONNECT",
       "NCCL_NVLINK_UTIL_CENTRIC_SCHED_ENABLE",

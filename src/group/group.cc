@@ -1,5 +1,6 @@
 #include "group/group.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -79,33 +80,48 @@ void forget(Communicator* comm) {
   for (auto it = ops.begin(); it != ops.end();) it = it->first == comm ? ops.erase(it) : it + 1;
 }
 
-ncclResult_t end() {
-  if (tls.depth == 0) fail(ncclInvalidUsage, "ncclGroupEnd was called without a matching ncclGroupStart");
-  if (--tls.depth > 0) return ncclSuccess;
-  std::vector<Deferred> creations;
-  creations.swap(tls.creations);
-  std::vector<std::pair<Communicator*, std::vector<plan::Task>>> operations;
-  operations.swap(tls.operations);
+namespace {
 
+/// Leaves the outermost group level: hands back what it collected. False while still nested.
+bool leave(const char* call, std::vector<Deferred>* creations,
+           std::vector<std::pair<Communicator*, std::vector<plan::Task>>>* operations) {
+  if (tls.depth == 0) fail(ncclInvalidUsage, "%s was called without a matching ncclGroupStart", call);
+  if (--tls.depth > 0) return false;
+  creations->swap(tls.creations);
+  operations->swap(tls.operations);
+  return true;
+}
+
+/// Runs deferred creations, each on its own job thread (they rendezvous with each other).
+/// ncclInProgress when one is nonblocking; throws the first failure.
+ncclResult_t runCreations(std::vector<Deferred>& creations) {
   ncclResult_t result = ncclSuccess;
-  if (!creations.empty()) {
-    // Creation jobs rendezvous with each other: every one on its own job thread.
-    bool anyNonblocking = false;
-    for (auto& d : creations) {
-      d.comm->run(d.job, /*background=*/true);
-      anyNonblocking = anyNonblocking || !d.comm->config().blocking;
-    }
-    if (anyNonblocking) return ncclInProgress;
-    std::string text;
-    for (auto& d : creations) {
-      d.comm->waitForJob();
-      if (d.comm->jobResult() != ncclSuccess && result == ncclSuccess) {
-        result = d.comm->jobResult();
-        text = "rank " + std::to_string(d.comm->identity().rank) + ": " + d.comm->lastError();
-      }
-    }
-    if (result != ncclSuccess) throw Error(result, text);
+  if (creations.empty()) return result;
+  bool anyNonblocking = false;
+  for (auto& d : creations) {
+    d.comm->run(d.job, /*background=*/true);
+    anyNonblocking = anyNonblocking || !d.comm->config().blocking;
   }
+  if (anyNonblocking) return ncclInProgress;
+  std::string text;
+  for (auto& d : creations) {
+    d.comm->waitForJob();
+    if (d.comm->jobResult() != ncclSuccess && result == ncclSuccess) {
+      result = d.comm->jobResult();
+      text = "rank " + std::to_string(d.comm->identity().rank) + ": " + d.comm->lastError();
+    }
+  }
+  if (result != ncclSuccess) throw Error(result, text);
+  return result;
+}
+
+}  // namespace
+
+ncclResult_t end() {
+  std::vector<Deferred> creations;
+  std::vector<std::pair<Communicator*, std::vector<plan::Task>>> operations;
+  if (!leave("ncclGroupEnd", &creations, &operations)) return ncclSuccess;
+  if (runCreations(creations) == ncclInProgress) return ncclInProgress;
   std::vector<Deferred> jobs;
   for (auto& [comm, tasks] : operations) {
     Communicator* c = comm;
@@ -115,6 +131,24 @@ ncclResult_t end() {
                     }});
   }
   return runTogether(jobs);
+}
+
+ncclResult_t simulateEnd(float* estimatedUs) {
+  std::vector<Deferred> creations;
+  std::vector<std::pair<Communicator*, std::vector<plan::Task>>> operations;
+  if (!leave("ncclGroupSimulateEnd", &creations, &operations)) return ncclSuccess;
+  const ncclResult_t created = runCreations(creations);
+  if (created == ncclInProgress && !operations.empty()) {
+    fail(ncclInvalidUsage, "ncclGroupSimulateEnd: the group creates a nonblocking communicator and also holds "
+                           "operations; simulate them once the communicator is ready");
+  }
+  double longest = 0;  // communicators run concurrently; each one's operations one after another
+  for (auto& [comm, tasks] : operations) {
+    CallGuard inUse(*comm);
+    longest = std::max(longest, comm->dataPath().predict(tasks));
+  }
+  *estimatedUs = static_cast<float>(longest);
+  return created;
 }
 
 }  // namespace braid::group

@@ -27,6 +27,10 @@ void start();
 /// complete (throwing the first failure); if any communicator is nonblocking it returns
 /// ncclInProgress at once and the work completes in the background.
 ncclResult_t end();
+/// Like end(), but the collected operations are planned, not run: their predicted time (µs;
+/// the longest communicator's, whose operations run one after another) goes to *estimatedUs.
+/// Creations in the group run as in end().
+ncclResult_t simulateEnd(float* estimatedUs);
 /// Defers a creation job for `comm` to the end of the current group.
 void defer(Communicator* comm, std::function<void()> job);
 /// Adds an operation of `comm` to the current group.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/log.h"
 #include "core/status.h"
 
 namespace braid::plan {
@@ -11,76 +12,77 @@ size_t typeSize(ncclDataType_t t) {
   return (t >= 0 && t < ncclNumTypes) ? sizes[t] : 0;
 }
 
-namespace {
-
-kernels::Proto chooseProto(uint32_t allowed, uint64_t bytes, const PlanLimits& limits, EnvFunc f) {
-  const bool ll = allowed & (1u << static_cast<int>(kernels::Proto::kLL));
-  const bool simple = allowed & (1u << static_cast<int>(kernels::Proto::kSimple));
-  if (ll && (bytes <= limits.llThresholdBytes || !simple)) return kernels::Proto::kLL;
-  if (simple) return kernels::Proto::kSimple;
-  fail(ncclInvalidUsage, "NCCL_PROTO allows no protocol Braid implements for %s (LL and Simple so far; LL128 comes "
-                         "with the algorithms work)", envFuncName(f));
+uint32_t tunerAlgos(uint32_t envAlgos) {
+  static const std::pair<EnvAlgo, kernels::Algo> kinds[] = {
+      {EnvAlgo::kTree, kernels::Algo::kTree},
+      {EnvAlgo::kRing, kernels::Algo::kRing},
+      {EnvAlgo::kDirect, kernels::Algo::kDirect},
+      {EnvAlgo::kRecDoubling, kernels::Algo::kRecDoubling},
+      {EnvAlgo::kHalvingDoubling, kernels::Algo::kHalvingDoubling},
+  };
+  uint32_t bits = 0;
+  for (const auto& [env, algo] : kinds)
+    if (envAlgos & (1u << static_cast<int>(env))) bits |= 1u << static_cast<int>(algo);
+  return bits;
 }
 
-bool allows(uint32_t mask, EnvAlgo a) { return (mask & (1u << static_cast<int>(a))) != 0; }
-bool allows(uint32_t mask, kernels::Proto p) { return (mask & (1u << static_cast<int>(p))) != 0; }
+namespace {
 
-/// AllReduce over the point-to-point connections, until the tuner exists: only when NCCL_ALGO
-/// asks for it without Ring; RecDoubling up to 64 KiB and HalvingDoubling above when both are
-/// allowed. kRing: neither applies.
-kernels::Algo peerAlgorithm(uint32_t algos, uint64_t bytes) {
-  if (allows(algos, EnvAlgo::kRing)) return kernels::Algo::kRing;
-  const bool rd = allows(algos, EnvAlgo::kRecDoubling), hd = allows(algos, EnvAlgo::kHalvingDoubling);
-  if (rd && hd) return bytes <= 65536 ? kernels::Algo::kRecDoubling : kernels::Algo::kHalvingDoubling;
-  return rd ? kernels::Algo::kRecDoubling : hd ? kernels::Algo::kHalvingDoubling : kernels::Algo::kRing;
+/// The collective's size as the tuner counts it (the whole gathered or scattered buffer).
+uint64_t tunerBytes(const Task& task, int nRanks) {
+  const uint64_t bytes = task.count * typeSize(task.dtype);
+  const bool wholeBuffer = task.func == kernels::Func::kAllGather || task.func == kernels::Func::kReduceScatter;
+  return wholeBuffer ? bytes * static_cast<uint64_t>(nRanks) : bytes;
 }
 
 }  // namespace
 
-CollPlan planCollective(const Task& task, int nRanks, const PlanLimits& limits) {
+topo::Tuner tunerFor(int nRanks, const PlanLimits& limits) {
+  topo::Tuner tuner(*limits.table, limits.shape);
+  topo::CostShape& s = tuner.shape();
+  s.nRanks = nRanks;
+  s.nNodes = std::clamp(s.nNodes, 1, std::max(1, nRanks));
+  s.minChannels = limits.minChannels;
+  s.maxChannels = std::max(limits.minChannels, limits.maxChannels);
+  return tuner;
+}
+
+topo::Choice chooseFor(const Task& task, int nRanks, const PlanLimits& limits) {
   const EnvFunc f = envFuncOf(task.func);
-  const uint32_t algos = limits.mask.algos[static_cast<int>(f)];
-  CollPlan plan;
-  const uint64_t taskBytes = task.count * typeSize(task.dtype);
-  if (task.func == kernels::Func::kAllReduce && nRanks > 1 && taskBytes <= limits.directMaxBytes &&
-      allows(algos, EnvAlgo::kDirect) && allows(limits.mask.protos[static_cast<int>(f)], kernels::Proto::kLL)) {
-    plan.copy = false;
-    plan.proto = kernels::Proto::kLL;
-    plan.nChannels = 1;
-    kernels::CollWork& w = plan.works[0];
-    w = kernels::CollWork{};
-    w.func = task.func;
-    w.proto = plan.proto;
-    w.algo = kernels::Algo::kDirect;
-    w.red = task.red;
-    w.elemSize = static_cast<uint32_t>(typeSize(task.dtype));
-    w.sendbuff = task.sendbuff;
-    w.recvbuff = task.recvbuff;
-    w.blockCount = task.count;
-    w.channelCount = task.count;
-    w.opArgs = task.opArgs;
-    w.opArgs.nRanks = nRanks;
-    return plan;
+  const uint32_t protos = limits.mask.protos[static_cast<int>(f)];
+  const uint32_t allProtos = AlgoProtoMask::all().protos[static_cast<int>(f)];
+  const uint32_t forced = protos == allProtos ? 0 : protos;  // NCCL_PROTO narrowed the list: what it left is forced
+  const uint64_t bytes = tunerBytes(task, nRanks);
+  const topo::Tuner tuner = tunerFor(nRanks, limits);
+  topo::Choice choice;
+  if (!tuner.choose(task.func, bytes, tunerAlgos(limits.mask.algos[static_cast<int>(f)]), protos, forced, &choice)) {
+    fail(ncclInvalidUsage,
+         "NCCL_ALGO/NCCL_PROTO leave no algorithm and protocol Braid implements for %s of %llu bytes on %d ranks "
+         "(Braid implements Ring with LL and Simple for every collective; for AllReduce also Direct with LL up to "
+         "%llu bytes, RecDoubling and HalvingDoubling)",
+         envFuncName(f), static_cast<unsigned long long>(bytes), nRanks,
+         static_cast<unsigned long long>(tuner.shape().directMaxBytes));
   }
-  const kernels::Algo algo = task.func == kernels::Func::kAllReduce ? peerAlgorithm(algos, taskBytes) : kernels::Algo::kRing;
-  if (!allows(algos, EnvAlgo::kRing) && algo == kernels::Algo::kRing) {
-    fail(ncclInvalidUsage, "NCCL_ALGO excludes Ring for %s; Braid implements Ring (and, for AllReduce, Direct for the "
-                           "smallest messages, RecDoubling and HalvingDoubling) so far", envFuncName(f));
-  }  // works beyond nChannels stay uninitialised: never read
+  BRAID_INFO(log::kColl, "%s: %llu bytes on %d ranks -> %s/%s, %d channel(s), predicted %.2f us", task.name,
+             static_cast<unsigned long long>(bytes), nRanks, topo::algoName(choice.algo), topo::protoName(choice.proto),
+             choice.nChannels, choice.timeUs);
+  return choice;
+}
+
+CollPlan planCollective(const Task& task, int nRanks, const PlanLimits& limits) {
+  CollPlan plan;
+  plan.choice = chooseFor(task, nRanks, limits);
+  plan.proto = plan.choice.proto;
+  plan.nChannels = plan.choice.nChannels;
   plan.copy = task.func == kernels::Func::kBroadcast || task.func == kernels::Func::kAllGather;
   const uint32_t elemSize = plan.copy ? 1 : static_cast<uint32_t>(typeSize(task.dtype));
   const uint64_t count = plan.copy ? task.count * typeSize(task.dtype) : task.count;
-  const uint64_t bytes = count * elemSize;
-  plan.proto = chooseProto(limits.mask.protos[static_cast<int>(f)], bytes, limits, f);
-  const uint64_t wanted = 1 + bytes / std::max<uint64_t>(limits.bytesPerChannel, 1);
-  plan.nChannels = static_cast<int>(std::clamp<uint64_t>(wanted, limits.minChannels, limits.maxChannels));
-  if (algo != kernels::Algo::kRing) plan.nChannels = 1;  // over the point-to-point connections: one per peer
   const uint64_t align = std::max<uint64_t>(1, 64 / elemSize);
-  for (int c = 0; c < plan.nChannels; ++c) {
+  for (int c = 0; c < plan.nChannels; ++c) {  // works beyond nChannels stay uninitialised: never read
     kernels::CollWork w{};
     w.func = task.func;
     w.proto = plan.proto;
-    w.algo = algo;
+    w.algo = plan.choice.algo;
     w.red = task.red;
     w.rootIndex = task.root;
     w.elemSize = elemSize;

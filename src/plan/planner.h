@@ -1,12 +1,13 @@
-// From a collective task to per-channel work: algorithm, protocol, channel count, partition.
-// (Ring; for AllReduce Direct for the smallest messages, and RecDoubling or HalvingDoubling when
-// NCCL_ALGO asks for them without Ring; the algorithms issue adds a cost-model tuner.)
+// From a collective task to per-channel work: the tuner (topology/tuner.h) picks the
+// algorithm, protocol and channel count among those NCCL_ALGO/NCCL_PROTO allow; the planner
+// partitions the data over the channels.
 #pragma once
 
 #include <array>
 
 #include "plan/algo_proto.h"
 #include "plan/task.h"
+#include "topology/tuner.h"
 
 namespace braid::plan {
 
@@ -14,21 +15,30 @@ namespace braid::plan {
 struct PlanLimits {
   int minChannels = 1;
   int maxChannels = 2;
-  uint64_t llThresholdBytes = 16384;   ///< LL below this many bytes per rank, Simple above
-  uint64_t directMaxBytes = 4096;      ///< AllReduce up to this size goes Direct (one hop) when allowed
-  uint64_t bytesPerChannel = 1 << 20;  ///< one more channel per this many bytes (up to max)
   AlgoProtoMask mask = AlgoProtoMask::all();
+  const topo::CostTable* table = &topo::kHostCostTable;
+  topo::CostShape shape;  ///< nRanks and the channel bounds are filled in from the above by the planner
 };
 
 struct CollPlan {
   kernels::Proto proto;
   int nChannels;
   bool copy;  ///< moves bytes (Broadcast, AllGather): the byte-copy instantiation runs it
+  topo::Choice choice;  ///< what the tuner chose and its predicted time
   std::array<kernels::CollWork, 64> works;  ///< one per channel (the first nChannels are used)
 };
 
-/// Plans one collective of a communicator of nRanks. Throws ncclInvalidUsage when
-/// NCCL_ALGO/NCCL_PROTO leave nothing Braid implements.
+/// NCCL_ALGO's bits (EnvAlgo) as the tuner's (kernels::Algo); names without a kernel drop out.
+uint32_t tunerAlgos(uint32_t envAlgos);
+
+/// The tuner for a communicator of nRanks under these limits.
+topo::Tuner tunerFor(int nRanks, const PlanLimits& limits);
+
+/// The tuner's choice for a task; throws ncclInvalidUsage naming the collective when
+/// NCCL_ALGO/NCCL_PROTO leave no candidate Braid implements.
+topo::Choice chooseFor(const Task& task, int nRanks, const PlanLimits& limits);
+
+/// Plans one collective of a communicator of nRanks (chooseFor, then the channels' work).
 CollPlan planCollective(const Task& task, int nRanks, const PlanLimits& limits);
 
 /// The protocol of a send/recv of `bytes` (both sides compute the same).

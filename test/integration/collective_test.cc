@@ -16,6 +16,7 @@
 #include "core/socket.h"
 #include "harness/ranks.h"
 #include "kernels/types.h"
+#include "plan/planner.h"
 #include "plan/task.h"
 #include "runtime/host/data_path.h"
 #include "test_env.h"
@@ -577,7 +578,7 @@ TEST_CASE("ncclCommAbort from another thread ends a collective that waits for a 
   REQUIRE(ncclCommDestroy(comms[1]) == ncclSuccess);
 }
 
-TEST_CASE("small AllReduce goes Direct unless NCCL_ALGO excludes it; both give the same bits", "[integration][collectives]") {
+TEST_CASE("small AllReduce gives the same bits Direct and Ring; Direct alone refuses a large one", "[integration][collectives]") {
   const int n = 4;
   const size_t count = 333;  // 1332 bytes: within Direct's limit
   std::vector<std::vector<float>> results(2 * n);
@@ -598,7 +599,7 @@ TEST_CASE("small AllReduce goes Direct unless NCCL_ALGO excludes it; both give t
         std::vector<float> big(100000, 1.0f);
         expect(ncclAllReduce(big.data(), big.data(), big.size(), ncclFloat, ncclSum, comm, nullptr) == ncclInvalidUsage,
                "Direct-only large AllReduce must be refused");
-        expect(std::string(ncclGetLastError(nullptr)).find("NCCL_ALGO excludes Ring") != std::string::npos,
+        expect(std::string(ncclGetLastError(nullptr)).find("leave no algorithm and protocol Braid implements for AllReduce") != std::string::npos,
                ncclGetLastError(nullptr));
       }
       EXPECT_OK(ncclCommDestroy(comm));
@@ -609,4 +610,54 @@ TEST_CASE("small AllReduce goes Direct unless NCCL_ALGO excludes it; both give t
     CHECK(results[n + r] == results[n]);      // Ring: identical bits on every rank
   }
   for (size_t i = 0; i < count; ++i) CHECK(std::fabs(results[0][i] - results[n][i]) <= 1e-3f * (1 + std::fabs(results[n][i])));
+}
+
+TEST_CASE("ncclGroupSimulateEnd reports the tuner's prediction and runs nothing", "[integration][collectives][tuner]") {
+  const int n = 3;
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  REQUIRE(test::runThreads(n, [&](int rank) {
+    ncclComm_t comm = nullptr;
+    EXPECT_OK(ncclCommInitRank(&comm, n, id, rank));
+    const size_t count = 100000;
+    std::vector<float> in(count, 1.0f), out(count * n, -1.0f);
+    plan::Task allReduce;
+    allReduce.func = kernels::Func::kAllReduce;
+    allReduce.count = count;
+    allReduce.dtype = ncclFloat;
+    plan::Task allGather = allReduce;
+    allGather.func = kernels::Func::kAllGather;
+    const plan::PlanLimits& limits = comm->dataPath().limits();
+    const double expected = plan::chooseFor(allReduce, n, limits).timeUs + plan::chooseFor(allGather, n, limits).timeUs;
+
+    ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+    EXPECT_OK(ncclGroupStart());
+    EXPECT_OK(ncclAllReduce(in.data(), out.data(), count, ncclFloat, ncclSum, comm, nullptr));
+    EXPECT_OK(ncclAllGather(in.data(), out.data(), count, ncclFloat, comm, nullptr));
+    EXPECT_OK(ncclGroupSimulateEnd(&sim));
+    expect(std::fabs(sim.estimatedTime - expected) <= 1e-3 * expected, "estimatedTime " + std::to_string(sim.estimatedTime) +
+           " us, the tuner predicts " + std::to_string(expected));
+    expect(sim.estimatedTime > 0, "a positive estimate");
+    for (float v : out) expect(v == -1.0f, "nothing ran");
+
+    // Afterwards the communicator runs normally: nothing of the simulated group lingers.
+    EXPECT_OK(ncclAllReduce(in.data(), out.data(), count, ncclFloat, ncclSum, comm, nullptr));
+    for (size_t i = 0; i < count; ++i) expect(out[i] == static_cast<float>(n), "AllReduce after the simulation");
+
+    // An empty group predicts nothing; bad input is named.
+    EXPECT_OK(ncclGroupStart());
+    EXPECT_OK(ncclGroupSimulateEnd(&sim));
+    expect(sim.estimatedTime == 0.0f, "an empty group takes no time");
+    expect(ncclGroupSimulateEnd(&sim) == ncclInvalidUsage, "without ncclGroupStart");
+    expect(std::string(ncclGetLastError(nullptr)).find("without a matching ncclGroupStart") != std::string::npos,
+           ncclGetLastError(nullptr));
+    ncclSimInfo_t bad = NCCL_SIM_INFO_INITIALIZER;
+    bad.magic = 0;
+    EXPECT_OK(ncclGroupStart());
+    expect(ncclGroupSimulateEnd(&bad) == ncclInvalidArgument, "a simInfo without its magic");
+    expect(std::string(ncclGetLastError(nullptr)).find("NCCL_SIM_INFO_INITIALIZER") != std::string::npos,
+           ncclGetLastError(nullptr));
+    EXPECT_OK(ncclGroupEnd());  // the bad call left the group open
+    EXPECT_OK(ncclCommDestroy(comm));
+  }) == "");
 }

@@ -13,7 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "harness/ranks.h"
+#include "runtime/host/data_path.h"
 #include "test_env.h"
 
 using namespace braid;
@@ -95,8 +97,11 @@ TEST_CASE("mismatches of count, root, op and sequence are all caught", "[integra
   CHECK_THAT(out, Catch::Contains("rank 0 called AllReduce(count=1024, float, sum) as op #1 but rank 1 called "
                                   "AllReduce(count=1000, float, sum) as op #1"));
   // A root only sends, so a Broadcast with disagreeing roots may "complete" on both ranks;
-  // the next collective then meets the peer's Broadcast signature and says so.
+  // the next collective over the ring then meets the peer's Broadcast signature and says so.
+  // (The tuner would run a 2-rank AllReduce as RecDoubling, over the point-to-point
+  // connections, which the Broadcast's leftover steps do not reach: Ring is forced.)
   out = runAndReport(2, [&](int rank, ncclComm_t comm) {
+    for (auto& a : comm->dataPath().limits().mask.algos) a = 1u << static_cast<int>(braid::plan::EnvAlgo::kRing);
     std::vector<int> buf(100000, 1);
     const ncclResult_t r = ncclBroadcast(buf.data(), buf.data(), buf.size(), ncclInt32, rank, comm, nullptr);
     if (r != ncclSuccess) return r;

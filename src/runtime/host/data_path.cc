@@ -90,6 +90,7 @@ DataPathSettings DataPathSettings::fromParams(const CommConfig& config) {
     s.connector.nSockets = static_cast<int>(threads * perThread);
   }
   s.threadsPerChannel = static_cast<int>(std::clamp<int64_t>(p.integer("BRAID_HOST_THREADS_PER_CHANNEL"), 1, 64));
+  s.limits.shape.cpuThreadsPerChannel = s.threadsPerChannel;
   const int64_t minEnv = p.integer("NCCL_MIN_NCHANNELS");
   const int64_t maxEnv = p.integer("NCCL_MAX_NCHANNELS");
   s.limits.maxChannels = std::min<int>(config.maxCTAs, maxEnv > 0 ? static_cast<int>(maxEnv) : kHostDefaultMaxChannels);
@@ -98,6 +99,12 @@ DataPathSettings DataPathSettings::fromParams(const CommConfig& config) {
   s.limits.minChannels = std::clamp(s.limits.minChannels, 1, kMaxChannels);
   if (s.limits.minChannels > s.limits.maxChannels) s.limits.maxChannels = s.limits.minChannels;
   s.limits.mask = plan::parseAlgoProto(p.string("NCCL_ALGO"), p.string("NCCL_PROTO"));
+  const int64_t nThreads = p.integer("NCCL_NTHREADS");
+  if (nThreads != -2 && (nThreads < 64 || nThreads > 512 || nThreads % 64 != 0)) {
+    BRAID_WARN("NCCL_NTHREADS=%lld must be a multiple of 64 in 64..512; using 512", static_cast<long long>(nThreads));
+  } else if (nThreads > 0) {
+    s.limits.shape.threads = static_cast<int>(nThreads);
+  }
   s.checkMismatch = p.integer("BRAID_CHECK_MISMATCH") != 0;
   s.watchdog = WatchdogSettings::fromParams();
   return s;
@@ -112,6 +119,7 @@ DataPath::DataPath(bootstrap::Bootstrap& channel, int rank, const std::vector<Pe
       abort_(abortWord),
       connector_(channel, rank, placesOf(peers, rank), optionsFor(settings, commTag, commHash, abortWord)),
       executor_(settings.threadsPerChannel) {
+  describeShape(peers);
   std::vector<PeerProcess> watched;  // other processes on this host: their exit is visible
   for (const PeerInfo& p : peers)
     if (p.hostHash == peers[rank].hostHash && p.pid != peers[rank].pid) watched.push_back({p.rank, p.pid});
@@ -120,6 +128,32 @@ DataPath::DataPath(bootstrap::Bootstrap& channel, int rank, const std::vector<Pe
 }
 
 DataPath::~DataPath() = default;
+
+void DataPath::describeShape(const std::vector<PeerInfo>& peers) {
+  topo::CostShape& shape = settings_.limits.shape;
+  std::map<uint64_t, int> perHost;
+  shape.cpusPerNode = 0;
+  for (const PeerInfo& p : peers) {
+    ++perHost[p.hostHash];
+    if (p.cpus > 0 && (shape.cpusPerNode == 0 || p.cpus < shape.cpusPerNode)) shape.cpusPerNode = p.cpus;
+  }
+  shape.nNodes = static_cast<int>(perHost.size());
+  shape.ranksPerNode = 0;
+  for (const auto& [host, n] : perHost) shape.ranksPerNode = std::max(shape.ranksPerNode, n);
+  const transport::ConnectorOptions& o = settings_.connector;
+  shape.intra = o.shmDisabled && o.p2pDisabled ? topo::LinkClass::kNetwork : topo::LinkClass::kMemory;
+  shape.inter = topo::LinkClass::kNetwork;
+  shape.directMaxBytes = uint64_t(kP2pLLStepLines) * 8;  // Direct's message is one LL step of a peer connection
+  if (rank_ == 0 && log::enabled(log::Level::Info, log::kTuning)) {
+    const std::string text = plan::tunerFor(nRanks_, settings_.limits).describe();
+    size_t start = 0;
+    while (start < text.size()) {
+      const size_t end = std::min(text.find('\n', start), text.size());
+      BRAID_INFO(log::kTuning, "%s", text.substr(start, end - start).c_str());
+      start = end + 1;
+    }
+  }
+}
 
 void DataPath::failAborted(const char* what) {
   watchdog_->checkMismatch();
@@ -171,6 +205,20 @@ void DataPath::connectAllPeers() {
     allSend_[r] = connector_.peerSend(r);
     allRecv_[r] = connector_.peerRecv(r);
   }
+}
+
+double DataPath::predict(const std::vector<plan::Task>& tasks) const {
+  double total = 0, peers = 0;
+  const topo::Tuner tuner = plan::tunerFor(nRanks_, settings_.limits);
+  for (const plan::Task& t : tasks) {
+    const uint64_t bytes = t.count * plan::typeSize(t.dtype);
+    if (t.func == kernels::Func::kSendRecv) {
+      if (t.peer != rank_) peers = std::max(peers, tuner.predictPeer(bytes, plan::peerProtocol(bytes)));
+    } else if (t.count > 0) {
+      total += plan::chooseFor(t, nRanks_, settings_.limits).timeUs;
+    }
+  }
+  return total + peers;  // the sends and receives of a group run together, after its collectives
 }
 
 void DataPath::runCollective(const plan::Task& given) {

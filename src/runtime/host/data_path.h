@@ -46,6 +46,8 @@ class DataPath {
   /// Runs one group's tasks of this communicator: collectives in order, then every send and
   /// receive together. Returns when all are complete; throws on abort or failure.
   void execute(const std::vector<plan::Task>& tasks);
+  /// The tuner's predicted time (µs) of running `tasks` with execute(); nothing runs.
+  double predict(const std::vector<plan::Task>& tasks) const;
   /// One task alone (the common case of a call outside a group): the same, without the group.
   void run(const plan::Task& task);
 
@@ -58,6 +60,9 @@ class DataPath {
   void runCollective(const plan::Task& task);
   /// After an operation ended early: throws the watchdog's (or a kernel's) reason.
   [[noreturn]] void failAborted(const char* what);
+  /// Fills the tuner's shape from what every rank knows (nodes, ranks and CPUs per node, links)
+  /// and logs the tuner's table at INFO/TUNING on rank 0.
+  void describeShape(const std::vector<PeerInfo>& peers);
   void runPeers(const std::vector<const plan::Task*>& ops);
   /// The ring handles of channels [0, n), connecting them on first use.
   const kernels::RingHandle* rings(int n);

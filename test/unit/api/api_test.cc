@@ -30,14 +30,8 @@ std::string lastError() { return ncclGetLastError(nullptr); }
 
 /// Runs a shell command and returns what it printed (stdout and stderr).
 std::string run(const std::string& command) {
-  std::string out;
-  FILE* p = popen((command + " 2>&1").c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), p)) > 0) out.append(buffer, n);
-  pclose(p);
-  return out;
+  std::string out = braid::test::runShell(command);
+  return out.substr(0, out.rfind("exit="));
 }
 
 std::string exe(const char* variable) {

@@ -54,4 +54,16 @@ class TempDir {
   std::vector<std::string> files_;
 };
 
+/// Runs a shell command; returns what it printed (stdout and stderr), then "exit=N\n".
+inline std::string runShell(const std::string& command) {
+  std::string out;
+  FILE* p = popen((command + " 2>&1; echo \"exit=$?\"").c_str(), "r");
+  if (p == nullptr) return "popen failed\n";
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), p)) > 0) out.append(buffer, n);
+  pclose(p);
+  return out;
+}
+
 }  // namespace braid::test

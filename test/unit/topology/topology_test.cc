@@ -45,16 +45,7 @@ int net(const System& s, int dev) {
   return n;
 }
 
-std::string run(const std::string& command) {
-  std::string out;
-  FILE* p = popen((command + " 2>&1; echo \"exit=$?\"").c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), p)) > 0) out.append(buffer, n);
-  pclose(p);
-  return out;
-}
+std::string run(const std::string& command) { return braid::test::runShell(command); }
 
 /// Every GPU exactly once in every channel.
 void checkVisitsAll(const System& s, const Graph& g) {

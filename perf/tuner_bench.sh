@@ -1,0 +1,74 @@
+#!/bin/bash
+# The tuner against measurement: for 2, 4 and 8 ranks (processes) and 8 B, 64 KiB, 1 MiB and
+# 64 MiB float-sum AllReduce, every algorithm and protocol forced in turn (NCCL_ALGO,
+# NCCL_PROTO; the tuner still picks the channels) and then the tuner's own choice, each with
+# its measured time (median of REPEATS runs, default 3, of all_reduce_perf's out-of-place
+# average), bus bandwidth and the time the model predicted (read from the library's INFO/COLL
+# line for that call). Last, per rank count and size, whether the tuner's choice was the
+# fastest measured. Usage: perf/tuner_bench.sh [BUILD_DIR] [RANKS...]   (a few minutes)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+shift || true
+[ $# -gt 0 ] && rankCounts=("$@") || rankCounts=(2 4 8)
+repeats=${REPEATS:-3}
+perf="$build/perf/all_reduce_perf"
+[ -x "$perf" ] || { echo "build first: $perf is missing"; exit 2; }
+export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
+sizes=(8 65536 1048576 67108864)
+iters=(1000 200 20 2)
+variants=(Ring:LL Ring:Simple Direct:LL RecDoubling:LL RecDoubling:Simple HalvingDoubling:LL HalvingDoubling:Simple tuner)
+
+median() { sort -g | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
+
+# one VARIANT RANKS SIZE ITERS -> "time_us predicted_us choice" (a run; empty when refused)
+one() {
+  local variant=$1 ranks=$2 size=$3 n=$4 vars=(NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL)
+  [ "$variant" != tuner ] && vars+=(NCCL_ALGO="${variant%:*}" NCCL_PROTO="${variant#*:}")
+  env "${vars[@]}" "$perf" -b "$size" -e "$size" -n "$n" -w 1 -c 0 --ranks "$ranks" 2>/dev/null |
+    awk -v size="$size" '
+      $0 ~ ("ncclAllReduce: " size " bytes") && !p { for (i = 1; i <= NF; ++i) { if ($i == "->") c = $(i+1); if ($i == "predicted") p = $(i+1) } }
+      $1 == size && $2 ~ /^[0-9]+$/ { t = $6 }
+      END { if (t != "" && p != "") { sub(",", "", c); print t, p, c } }'
+}
+
+printf "%5s %10s  %-22s %12s %12s %8s %11s\n" ranks size variant "measured us" "model us" "ratio" "busbw GB/s"
+declare -A best bestName choice
+for ranks in "${rankCounts[@]}"; do
+  for i in "${!sizes[@]}"; do
+    size=${sizes[$i]} n=${iters[$i]}
+    for variant in "${variants[@]}"; do
+      [ "$variant" = Direct:LL ] && [ "$size" -gt 16384 ] && continue
+      runs=()
+      for ((r = 0; r < repeats; ++r)); do
+        line=$(one "$variant" "$ranks" "$size" "$n")
+        [ -n "$line" ] && runs+=("$line")
+      done
+      [ ${#runs[@]} -eq 0 ] && { printf "%5s %10s  %-22s %s\n" "$ranks" "$size" "$variant" "refused"; continue; }
+      t=$(printf "%s\n" "${runs[@]}" | awk '{print $1}' | median)
+      p=$(printf "%s\n" "${runs[@]}" | awk '{print $2}' | median)
+      c=$(printf "%s\n" "${runs[0]}" | awk '{print $3}')
+      bus=$(awk -v s="$size" -v t="$t" -v n="$ranks" 'BEGIN { printf "%.3f", t > 0 ? s * 2 * (n - 1) / n / t / 1000 : 0 }')
+      name=$variant
+      [ "$variant" = tuner ] && name="tuner ($c)"
+      printf "%5s %10s  %-22s %12.2f %12.2f %8.2f %11s\n" "$ranks" "$size" "$name" "$t" "$p" \
+        "$(awk -v t="$t" -v p="$p" 'BEGIN { print p > 0 ? t / p : 0 }')" "$bus"
+      key="$ranks $size"
+      if [ "$variant" = tuner ]; then
+        choice[$key]=$c
+      elif [ -z "${best[$key]:-}" ] || awk -v a="$t" -v b="${best[$key]}" 'BEGIN { exit !(a < b) }'; then
+        best[$key]=$t bestName[$key]=$variant
+      fi
+    done
+  done
+done
+echo
+echo "tuner's choice against the fastest measured (forced runs):"
+for ranks in "${rankCounts[@]}"; do
+  for size in "${sizes[@]}"; do
+    key="$ranks $size"
+    verdict=mismatch
+    [ "${choice[$key]:-}" = "${bestName[$key]:-}" ] && verdict=match
+    printf "%5s %10s  tuner %-22s fastest %-22s %s\n" "$ranks" "$size" "${choice[$key]:-?}" "${bestName[$key]:-?} (${best[$key]:-?} us)" "$verdict"
+  done
+done

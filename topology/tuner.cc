@@ -1,0 +1,274 @@
+#include "topology/tuner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "topology/search.h"
+
+namespace braid::topo {
+
+using kernels::Algo;
+using kernels::Func;
+using kernels::Proto;
+
+// GPUs: NCCL 2.28's published figures for Hopper (../shared/reference/nccl-facts.md). NCCL
+// gives base latencies for Tree and Ring only; Direct, RecDoubling and HalvingDoubling are
+// given Ring's (the same kernels' launch and FIFO costs), Tree's row stays for when it exists.
+// Per-step latency: Ring's per-hop figures per link; over the network Ring's plus NCCL's
+// per-step network overhead on Intel (1 µs, three times that for Simple). Channel bandwidth
+// comes from the topology's ring search; the figures here (NVLink 4 link 20.6, PCIe Gen4 x16
+// 24, NCCL's default network 12 GB/s) stand in where the topology gives none. Protocol
+// efficiency: LL128 x 0.92; Ring LL x 1/3, and x 1/4 for AllReduce and Reduce, as NCCL's
+// ring-LL refinement has it (nccl-facts.md's single x 0.5 predicts 65 GB/s busbw for an
+// 8-GPU 1 MiB AllReduce where NCCL measures 40, published-busbw.md, and puts the LL-to-Simple
+// switch at 5 MiB where NCCL leaves LL at 1-2 MiB; a quarter gives 52 GB/s and 2.7 MiB).
+// The LL ceilings are Hopper's for 1, 2 and 4+ nodes.
+// Channels shrink as NCCL's do: each thread should have at least 8 (LL, LL128) or 64
+// (Simple) bytes.
+const CostTable kGpuCostTable = {
+    "GPU (NCCL's published Hopper figures)",
+    /*baseLatency*/ {{6.8, 14, 8.4}, {6.6, 14, 8.4}, {6.6, 14, 8.4}, {6.6, 14, 8.4}, {6.6, 14, 8.4}},
+    /*hopLatency*/ {{0.6, 1.9, 3.4}, {1.0, 2.5, 5.7}, {1.0, 2.5, 5.7}, {3.7, 5.0, 17.0}},
+    /*oversubscribedHop*/ {0, 0, 0},
+    /*channelBandwidth*/ {20.6, 24, 24, 12},
+    /*aggregateBandwidth*/ {0, 0, 0, 0},
+    /*protoEfficiency*/ {1.0 / 3, 0.92, 1.0},
+    /*llReducingEfficiency*/ 0.25,
+    /*llCeiling*/ {141, 45, 35},
+    /*bytesPerThread*/ {8, 8, 64},
+    /*ll128ByDefault*/ true,
+};
+
+// The host backend: measured by perf/calibrate_host.sh on the development machine (2 CPUs,
+// 24 GiB, Debian 12, 2026-12-01, `perf/calibrate_host.sh build-dev`, medians of 3 runs; the
+// script says how each figure is fitted). Ring at 8 bytes: 0.48 us at 2 ranks, 22.4 us at 4;
+// Ring/Simple at 64 MiB, 2 ranks: 23.2 ms on 1 channel, 25.2 ms on 2 (a second channel's
+// threads oversubscribe 2 CPUs and its bandwidth adds nothing); Ring/LL at 256 KiB 505 us
+// against Simple's 66 us; over the socket transport on loopback 88 us (LL) and 73 us
+// (Simple) at 8 bytes, 51 ms at 64 MiB. Every algorithm shares the base latency. LL128 is
+// not measured (no kernel yet; it gains nothing on CPUs, which lack NVLink's 128-byte store
+// ordering) and copies Simple's figures with LL's efficiency; it is never chosen unless
+// NCCL_PROTO names it. NVLink and PCIe rows are never used on the host and copy memory's.
+const CostTable kHostCostTable = {
+    "host (measured on 2 CPUs by perf/calibrate_host.sh)",
+    /*baseLatency*/ {{0.16, 0.28, 0.28}, {0.16, 0.28, 0.28}, {0.16, 0.28, 0.28}, {0.16, 0.28, 0.28}, {0.16, 0.28, 0.28}},
+    /*hopLatency*/ {{0.17, 0.07, 0.07}, {0.17, 0.07, 0.07}, {0.17, 0.07, 0.07}, {44, 36, 36}},
+    /*oversubscribedHop*/ {3.7, 3.8, 3.8},
+    /*channelBandwidth*/ {2.9, 2.9, 2.9, 1.3},
+    /*aggregateBandwidth*/ {2.7, 2.7, 2.7, 1.3},
+    /*protoEfficiency*/ {0.13, 0.13, 1.0},
+    /*llReducingEfficiency*/ 0.13,
+    /*llCeiling*/ {0, 0, 0},
+    /*bytesPerThread*/ {0, 0, 0},
+    /*ll128ByDefault*/ false,
+};
+
+const char* linkClassName(LinkClass link) {
+  static const char* const names[] = {"NVLink", "PCIe", "memory", "network"};
+  const int i = static_cast<int>(link);
+  return i >= 0 && i < kTunerLinks ? names[i] : "?";
+}
+
+const char* algoName(Algo a) {
+  static const char* const names[] = {"Tree", "Ring", "Direct", "RecDoubling", "HalvingDoubling"};
+  const int i = static_cast<int>(a);
+  return i >= 0 && i < kTunerAlgos ? names[i] : "?";
+}
+
+const char* protoName(Proto p) {
+  static const char* const names[] = {"LL", "LL128", "Simple"};
+  const int i = static_cast<int>(p);
+  return i >= 0 && i < kTunerProtos ? names[i] : "?";
+}
+
+const char* funcName(Func f) {
+  static const char* const names[] = {"Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce", "SendRecv"};
+  const int i = static_cast<int>(f);
+  return i >= 0 && i <= kTunerFuncs ? names[i] : "?";
+}
+
+CostShape gpuShape(const Graph& ring, int gpusPerNode, int nodes) {
+  CostShape s;
+  s.nNodes = std::max(1, nodes);
+  s.ranksPerNode = std::max(1, gpusPerNode);
+  s.nRanks = s.nNodes * s.ranksPerNode;
+  s.intra = ring.typeIntra <= PathType::C2c ? LinkClass::kNvlink : LinkClass::kPcie;
+  s.inter = LinkClass::kNetwork;
+  s.channelBwIntra = ring.bwIntra;
+  s.channelBwInter = s.nNodes > 1 ? ring.bwInter : 0;
+  s.minChannels = 1;
+  s.maxChannels = std::max<int>(1, static_cast<int>(ring.channels.size()));
+  return s;
+}
+
+bool Tuner::implemented(Func f, Algo a, Proto p) {
+  if (p == Proto::kLL128 || static_cast<int>(f) >= kTunerFuncs) return false;
+  switch (a) {
+    case Algo::kRing: return true;
+    case Algo::kDirect: return f == Func::kAllReduce && p == Proto::kLL;
+    case Algo::kRecDoubling:
+    case Algo::kHalvingDoubling: return f == Func::kAllReduce;
+    default: return false;
+  }
+}
+
+namespace {
+
+int floorLog2(int n) {
+  int k = 0;
+  while ((2 << k) <= n) ++k;
+  return k;
+}
+int ceilLog2(int n) { return n <= 1 ? 0 : floorLog2(n - 1) + 1; }
+
+/// nccl-tests' bus-bandwidth factor: bus bytes per byte of the collective.
+double busFactor(Func f, int n) {
+  if (f == Func::kAllReduce) return 2.0 * (n - 1) / n;
+  if (f == Func::kAllGather || f == Func::kReduceScatter) return static_cast<double>(n - 1) / n;
+  return 1.0;
+}
+
+}  // namespace
+
+bool Tuner::terms(Func f, Algo a, Proto p, int c, uint64_t bytes, Terms* out) const {
+  const CostShape& s = shape_;
+  const CostTable& t = *table_;
+  const int n = std::max(1, s.nRanks);
+  const int nodes = std::clamp(s.nNodes, 1, n);
+  if (!implemented(f, a, p) || c < 1 || (n == 1 && a == Algo::kDirect)) return false;
+  const int pi = static_cast<int>(p);
+  const bool peerAlgo = a != Algo::kRing;  // over the point-to-point connections: one channel
+  if (peerAlgo && c != 1) return false;
+  if (a == Algo::kDirect && bytes > s.directMaxBytes) return false;
+
+  int steps = 0, interSteps = 0;
+  double moved = 0;
+  const int pow2 = 1 << floorLog2(n);
+  const int fold = n > pow2 ? 2 : 0;  // the extra ranks folded in and out
+  switch (a) {
+    case Algo::kRing:
+      steps = f == Func::kAllReduce ? 2 * (n - 1) : n - 1;
+      interSteps = f == Func::kAllReduce ? 2 * (nodes - 1) : nodes - 1;
+      moved = f == Func::kBroadcast || f == Func::kReduce ? (n > 1 ? 1.0 : 0.0) : busFactor(f, n);
+      break;
+    case Algo::kDirect:
+      steps = 1;
+      interSteps = nodes > 1 ? 1 : 0;
+      moved = n - 1;
+      break;
+    case Algo::kRecDoubling:
+      steps = floorLog2(n) + fold;
+      interSteps = std::min(steps, ceilLog2(nodes));
+      moved = steps;
+      break;
+    case Algo::kHalvingDoubling:
+      steps = 2 * floorLog2(n) + fold;
+      interSteps = std::min(steps, 2 * ceilLog2(nodes));
+      moved = 2.0 * (pow2 - 1) / pow2 + fold;
+      break;
+    default:
+      return false;
+  }
+  const bool oversubscribed = t.oversubscribedHop[pi] > 0 && s.cpusPerNode > 0 &&
+                              s.ranksPerNode * c * std::max(1, s.cpuThreadsPerChannel) > s.cpusPerNode;
+  const double intraHop = oversubscribed ? t.oversubscribedHop[pi] : t.hopLatency[static_cast<int>(s.intra)][pi];
+  const double interHop = t.hopLatency[static_cast<int>(s.inter)][pi];
+  out->latency = t.baseLatency[static_cast<int>(a)][pi] + (steps - interSteps) * intraHop + interSteps * interHop;
+
+  const double intraBw = s.channelBwIntra > 0 ? s.channelBwIntra : t.channelBandwidth[static_cast<int>(s.intra)];
+  const double interBw = s.channelBwInter > 0 ? s.channelBwInter : t.channelBandwidth[static_cast<int>(s.inter)];
+  double perChannel = nodes > 1 ? std::min(intraBw, interBw) : intraBw;
+  double bw = c * perChannel;
+  const double aggregate = nodes > 1 ? t.aggregateBandwidth[static_cast<int>(s.inter)] : 0;
+  for (double cap : {t.aggregateBandwidth[static_cast<int>(s.intra)], aggregate, s.bottleneckBw})
+    if (cap > 0) bw = std::min(bw, cap);
+  const bool reducing = f == Func::kAllReduce || f == Func::kReduce;
+  bw *= p == Proto::kLL && reducing ? t.llReducingEfficiency : t.protoEfficiency[pi];
+  const double ceiling = t.llCeiling[nodes == 1 ? 0 : nodes == 2 ? 1 : 2];
+  if (p == Proto::kLL && ceiling > 0) bw = std::min(bw, ceiling);
+  out->moved = moved;
+  out->bandwidth = bw;
+  return bw > 0;
+}
+
+double Tuner::predict(Func f, Algo a, Proto p, int nChannels, uint64_t bytes) const {
+  Terms t;
+  if (!terms(f, a, p, nChannels, bytes, &t)) return -1;
+  return t.latency + static_cast<double>(bytes) * t.moved / (1000.0 * t.bandwidth);
+}
+
+double Tuner::predictPeer(uint64_t bytes, Proto p) const {
+  // A two-rank Broadcast has the same shape: one step, the bytes once, one channel.
+  Tuner pair(*table_, shape_);
+  pair.shape_.nRanks = 2;
+  pair.shape_.nNodes = std::min(2, std::max(1, shape_.nNodes));
+  return pair.predict(Func::kBroadcast, Algo::kRing, p, 1, bytes);
+}
+
+bool Tuner::choose(Func f, uint64_t bytes, uint32_t algos, uint32_t protos, uint32_t forcedProtos, Choice* out) const {
+  const CostShape& s = shape_;
+  bool found = false;
+  for (int ai = 0; ai < kTunerAlgos; ++ai) {
+    if (!(algos & (1u << ai))) continue;
+    for (int pi = 0; pi < kTunerProtos; ++pi) {
+      const Proto p = static_cast<Proto>(pi);
+      if (!(protos & (1u << pi))) continue;
+      if (p == Proto::kLL128 && !table_->ll128ByDefault && !(forcedProtos & (1u << pi))) continue;
+      const int minC = std::max(1, s.minChannels);
+      for (int c = minC; c <= std::max(minC, s.maxChannels); ++c) {
+        // NCCL's rule: a channel more only while each of its threads still has enough bytes.
+        const uint64_t perThread = static_cast<uint64_t>(table_->bytesPerThread[pi]);
+        if (c > minC && perThread > 0 && bytes < static_cast<uint64_t>(c) * s.threads * perThread) break;
+        const double time = predict(f, static_cast<Algo>(ai), p, c, bytes);
+        if (time < 0) continue;
+        if (!found || time < out->timeUs) {
+          *out = Choice{static_cast<Algo>(ai), p, c, time};
+          found = true;
+        }
+      }
+      // The algorithms over point-to-point connections run on one channel whatever the bounds.
+      if (static_cast<Algo>(ai) != Algo::kRing && minC > 1) {
+        const double time = predict(f, static_cast<Algo>(ai), p, 1, bytes);
+        if (time >= 0 && (!found || time < out->timeUs)) {
+          *out = Choice{static_cast<Algo>(ai), p, 1, time};
+          found = true;
+        }
+      }
+    }
+  }
+  return found;
+}
+
+std::string Tuner::describe() const {
+  const CostShape& s = shape_;
+  std::string text;
+  char line[256];
+  snprintf(line, sizeof(line), "Tuner: %s; %d ranks on %d node(s), steps over %s within a node%s%s, channels %d..%d",
+           table_->name, s.nRanks, s.nNodes, linkClassName(s.intra), s.nNodes > 1 ? " and " : "",
+           s.nNodes > 1 ? linkClassName(s.inter) : "", s.minChannels, s.maxChannels);
+  text += line;
+  text += "\n  latency (us) / bus bandwidth (GB/s) at the most channels, per algorithm and protocol";
+  for (int fi = 0; fi < kTunerFuncs; ++fi) {
+    const Func f = static_cast<Func>(fi);
+    snprintf(line, sizeof(line), "\n  %-13s", funcName(f));
+    text += line;
+    for (int ai = 0; ai < kTunerAlgos; ++ai) {
+      for (int pi = 0; pi < kTunerProtos; ++pi) {
+        const Algo a = static_cast<Algo>(ai);
+        const Proto p = static_cast<Proto>(pi);
+        if (!implemented(f, a, p)) continue;
+        Terms t;
+        const int c = a == Algo::kRing ? std::max(s.minChannels, s.maxChannels) : 1;
+        const uint64_t probe = a == Algo::kDirect ? s.directMaxBytes : uint64_t(1) << 30;
+        if (!terms(f, a, p, c, probe, &t)) continue;
+        const double bus = t.moved > 0 ? t.bandwidth * busFactor(f, std::max(1, s.nRanks)) / t.moved : 0;
+        snprintf(line, sizeof(line), " | %s/%s %.1f/%.2f", algoName(a), protoName(p), t.latency, bus);
+        text += line;
+      }
+    }
+  }
+  return text;
+}
+
+}  // namespace braid::topo

@@ -1,0 +1,136 @@
+// The cost model and the tuner.
+//
+// For every candidate of a collective (an algorithm, a protocol, a channel count) the model
+// predicts
+//   time = latency + bytes each rank moves / bandwidth
+//   latency   = the algorithm's base latency for the protocol
+//             + its steps within a node x the latency of a step over the node's link
+//             + its steps across nodes x the latency of a step over the network
+//   bandwidth = channels x the bandwidth of one channel over the slowest link crossed
+//             x the protocol's efficiency, capped by the protocol's ceiling, the link's
+//             aggregate and the topology's bottleneck (all channels together)
+// On the host every channel of every rank is a spinning CPU thread: when a node's ranks run
+// more of them than it has CPUs, a step costs a wait for the peer to be scheduled (the
+// table's oversubscribed step latency).
+// and the tuner picks the least predicted time among the candidates that NCCL_ALGO/NCCL_PROTO
+// allow and Braid's kernels implement, ties going to the earlier algorithm, protocol and the
+// fewer channels. Both backends share the model; each has one constant table (tuner.cc says
+// where each figure came from). Every rank must choose alike, so the shape holds only what all
+// ranks agree on (rank and node counts, link classes, the channel bounds).
+//
+// Sizes are counted as nccl-tests counts them: AllReduce, Broadcast and Reduce the buffer,
+// AllGather the gathered output, ReduceScatter the whole input.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/work.h"
+
+namespace braid::topo {
+
+/// The link a step crosses.
+enum class LinkClass : int { kNvlink = 0, kPcie, kMemory, kNetwork, kCount };
+const char* linkClassName(LinkClass link);
+
+constexpr int kTunerAlgos = static_cast<int>(kernels::Algo::kCount);
+constexpr int kTunerProtos = static_cast<int>(kernels::Proto::kCount);
+constexpr int kTunerLinks = static_cast<int>(LinkClass::kCount);
+constexpr int kTunerFuncs = static_cast<int>(kernels::Func::kSendRecv);  ///< the five collectives
+
+/// One backend's constants: µs and GB/s (1 GB/s = 1000 bytes per µs).
+struct CostTable {
+  const char* name;
+  double baseLatency[kTunerAlgos][kTunerProtos];  ///< once per operation
+  double hopLatency[kTunerLinks][kTunerProtos];    ///< per step over a link
+  double oversubscribedHop[kTunerProtos];          ///< per step within a node running more threads than CPUs (0: n/a)
+  double channelBandwidth[kTunerLinks];            ///< one channel over a link, where the topology gives none
+  double aggregateBandwidth[kTunerLinks];          ///< all channels together over a link (0: no cap)
+  double protoEfficiency[kTunerProtos];            ///< the share of a channel's bandwidth a protocol delivers
+  double llReducingEfficiency;                     ///< LL's share for AllReduce and Reduce (which also reduce)
+  double llCeiling[3];                             ///< LL bus bandwidth cap for 1, 2 and 4+ nodes (0: none)
+  int bytesPerThread[kTunerProtos];                ///< channels shrink while bytes < channels x threads x this
+  bool ll128ByDefault;                             ///< LL128 is a candidate without NCCL_PROTO naming it
+};
+
+extern const CostTable kGpuCostTable;
+extern const CostTable kHostCostTable;
+
+/// What the model knows of one communicator (the same on every rank).
+struct CostShape {
+  int nRanks = 1;
+  int nNodes = 1;
+  int ranksPerNode = 1;              ///< the most ranks any node has
+  int cpusPerNode = 0;               ///< the fewest CPUs a node's ranks may run on (0: unknown, never oversubscribed)
+  LinkClass intra = LinkClass::kMemory;        ///< a step within a node
+  LinkClass inter = LinkClass::kNetwork;       ///< a step across nodes
+  double channelBwIntra = 0;         ///< GB/s per channel within a node (0: the table's for `intra`)
+  double channelBwInter = 0;         ///< GB/s per channel across nodes (0: the table's for `inter`)
+  double bottleneckBw = 0;           ///< GB/s all channels together can reach (0: no cap)
+  int minChannels = 1, maxChannels = 1;
+  int threads = 512;                 ///< per channel (NCCL_NTHREADS)
+  int cpuThreadsPerChannel = 1;      ///< host backend: CPU threads running one channel of one rank
+  uint64_t directMaxBytes = 16384;   ///< the largest AllReduce Direct carries (one LL step of a peer connection)
+};
+
+/// One candidate and its prediction.
+struct Choice {
+  kernels::Algo algo = kernels::Algo::kRing;
+  kernels::Proto proto = kernels::Proto::kSimple;
+  int nChannels = 1;
+  double timeUs = 0;
+};
+
+struct Graph;
+/// The GPU model's shape for `nodes` machines like the one `ring` was searched on: the ring
+/// channels' count and bandwidth, their link class (NVLink up to NVB and C2C, else PCIe).
+CostShape gpuShape(const Graph& ring, int gpusPerNode, int nodes);
+
+const char* algoName(kernels::Algo a);
+const char* protoName(kernels::Proto p);
+const char* funcName(kernels::Func f);
+
+class Tuner {
+ public:
+  Tuner() = default;
+  Tuner(const CostTable& table, const CostShape& shape) : table_(&table), shape_(shape) {}
+
+  const CostTable& table() const { return *table_; }
+  const CostShape& shape() const { return shape_; }
+  CostShape& shape() { return shape_; }
+
+  /// Whether Braid's kernels run `a` with `p` for `f` (one channel only for the algorithms
+  /// over point-to-point connections).
+  static bool implemented(kernels::Func f, kernels::Algo a, kernels::Proto p);
+
+  /// The predicted µs of one candidate for `bytes`; negative when it is not a candidate
+  /// (not implemented, too large for Direct, a channel count it cannot use).
+  double predict(kernels::Func f, kernels::Algo a, kernels::Proto p, int nChannels, uint64_t bytes) const;
+
+  /// A send or receive of `bytes` with protocol `p` on its own: one step over the slowest link.
+  double predictPeer(uint64_t bytes, kernels::Proto p) const;
+
+  /// The fastest candidate among the allowed algorithms and protocols (bits of kernels::Algo,
+  /// kernels::Proto). `forcedProtos`: the protocols NCCL_PROTO named explicitly, which may be
+  /// chosen even where the table keeps them out by default (LL128 on the host). False when
+  /// no candidate is left.
+  bool choose(kernels::Func f, uint64_t bytes, uint32_t algos, uint32_t protos, uint32_t forcedProtos,
+              Choice* out) const;
+
+  /// The latency/bandwidth table NCCL prints at TUNING: per collective, per algorithm and
+  /// protocol, the base latency (µs) and bus bandwidth (GB/s) at the most channels.
+  std::string describe() const;
+
+ private:
+  struct Terms {
+    double latency;  ///< µs
+    double moved;    ///< bytes each rank moves per byte of the collective
+    double bandwidth;  ///< GB/s
+  };
+  bool terms(kernels::Func f, kernels::Algo a, kernels::Proto p, int nChannels, uint64_t bytes, Terms* out) const;
+
+  const CostTable* table_ = &kHostCostTable;
+  CostShape shape_;
+};
+
+}  // namespace braid::topo
