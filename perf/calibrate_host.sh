@@ -7,12 +7,14 @@
 #   Ring (2 steps), RecDoubling (1), HalvingDoubling (2) and, for LL, Direct (1) at 2 ranks;
 # - the oversubscribed step (more ranks than CPUs): Ring at 2*CPUs ranks, (time - base) / steps;
 # - channel bandwidth: Ring/Simple at 64 MiB, 2 ranks, 1 channel, as bus bandwidth;
-#   LL's efficiency from Ring/LL against Ring/Simple at 256 KiB;
+#   LL's efficiency from Ring/LL against Ring/Simple at 64 KiB and 1 MiB (the mean);
+# - RecDoubling's and HalvingDoubling's bandwidth against the ring's at 16 MiB on 4 ranks, per
+#   byte each moves (Ring and HalvingDoubling 3/2 of the vector, RecDoubling 2);
 # - a second channel at 8 bytes and 64 MiB, to see oversubscription and the aggregate;
 # - the network: the same Ring measurements with NCCL_SHM_DISABLE=1 NCCL_P2P_DISABLE=1
 #   (the socket transport over loopback).
 # Prints the fitted constants beside the table's current ones; copy them into tuner.cc.
-# Usage: perf/calibrate_host.sh [BUILD_DIR]     (about two minutes on 2 CPUs)
+# Usage: perf/calibrate_host.sh [BUILD_DIR]     (under a minute on 2 CPUs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -51,21 +53,28 @@ for proto in LL Simple; do
   over[$proto]=$(calc "($t - ${base[$proto]}) / $steps")
   echo "$proto at $n ranks, Ring 8 B: $t us"
 done
-big=67108864 mid=262144
+big=67108864 mid=65536
 tbig=$(measure Ring Simple 1 2 $big 10)
 tbig2=$(measure Ring Simple 2 2 $big 10)
-tmidS=$(measure Ring Simple 1 2 $mid 200)
-tmidL=$(measure Ring LL 1 2 $mid 200)
+tmidS=$(measure Ring Simple 1 2 $mid 500)
+tmidL=$(measure Ring LL 1 2 $mid 500)
+tmegS=$(measure Ring Simple 1 2 1048576 100)
+tmegL=$(measure Ring LL 1 2 1048576 100)
+# At 4 ranks Ring and HalvingDoubling move 3/2 of the vector, RecDoubling 2 of it.
+t4ring=$(measure Ring Simple 1 4 16777216 5)
+t4rd=$(measure RecDoubling Simple 1 4 16777216 5)
+t4hd=$(measure HalvingDoubling Simple 1 4 16777216 5)
 bw=$(calc "$big / $tbig / 1000")       # bus bytes = bytes at 2 ranks
 bw2=$(calc "$big / $tbig2 / 1000")
-eff=$(calc "$tmidS / $tmidL")
+eff=$(calc "($tmidS / $tmidL + $tmegS / $tmegL) / 2")
 t1=$(measure Ring Simple 1 2 8 5000)
 t2=$(measure Ring Simple 2 2 8 5000)
 netenv=(NCCL_SHM_DISABLE=1 NCCL_P2P_DISABLE=1)
 netLL=$(measure Ring LL 1 2 8 2000 "${netenv[@]}")
 netS=$(measure Ring Simple 1 2 8 2000 "${netenv[@]}")
 netBig=$(measure Ring Simple 1 2 $big 5 "${netenv[@]}")
-echo "Ring/Simple 64 MiB: $tbig us (1 channel), $tbig2 us (2 channels); 256 KiB: Simple $tmidS us, LL $tmidL us"
+echo "Ring/Simple 64 MiB: $tbig us (1 channel), $tbig2 us (2 channels); 16 MiB on 4 ranks: Ring $t4ring us, RecDoubling $t4rd us, HalvingDoubling $t4hd us"
+echo "Ring 64 KiB: Simple $tmidS us, LL $tmidL us; 1 MiB: Simple $tmegS us, LL $tmegL us"
 echo "Ring/Simple 8 B: $t1 us (1 channel), $t2 us (2 channels); network 8 B: LL $netLL us, Simple $netS us; 64 MiB $netBig us"
 echo
 echo "fitted constants (table order LL, LL128, Simple; LL128 copies Simple):"
@@ -75,3 +84,4 @@ echo "  oversubscribedHop ${over[LL]}, ${over[Simple]}, ${over[Simple]}"
 echo "  channelBandwidth memory $bw, network $(calc "$big / $netBig / 1000")"
 echo "  aggregateBandwidth memory $(calc "$bw2 > $bw ? $bw2 : $bw") (two channels together), network as its channel"
 echo "  protoEfficiency  LL $eff"
+echo "  per-byte speed against Ring (the model takes 1): RecDoubling $(calc "$t4ring / 1.5 / ($t4rd / 2)"), HalvingDoubling $(calc "$t4ring / $t4hd")"

@@ -21,54 +21,54 @@ variants=(Ring:LL Ring:Simple Direct:LL RecDoubling:LL RecDoubling:Simple Halvin
 
 median() { sort -g | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
 
-# one VARIANT RANKS SIZE ITERS -> "time_us predicted_us choice" (a run; empty when refused)
-one() {
-  local variant=$1 ranks=$2 size=$3 n=$4 vars=(NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL)
-  [ "$variant" != tuner ] && vars+=(NCCL_ALGO="${variant%:*}" NCCL_PROTO="${variant#*:}")
-  env "${vars[@]}" "$perf" -b "$size" -e "$size" -n "$n" -w 1 -c 0 --ranks "$ranks" 2>/dev/null |
-    awk -v size="$size" '
-      $0 ~ ("ncclAllReduce: " size " bytes") && !p { for (i = 1; i <= NF; ++i) { if ($i == "->") c = $(i+1); if ($i == "predicted") p = $(i+1) } }
-      $1 == size && $2 ~ /^[0-9]+$/ { t = $6 }
-      END { if (t != "" && p != "") { sub(",", "", c); print t, p, c } }'
+# Environment forcing VARIANT ("tuner": nothing).
+force() { [ "$1" = tuner ] || echo NCCL_ALGO="${1%:*}" NCCL_PROTO="${1#*:}"; }
+# predicted VARIANT RANKS SIZE -> "predicted_us choice" from one logged call (logging would
+# slow the timed runs, so they run without it); empty when the library refuses the variant
+predicted() {
+  env $(force "$1") NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL "$perf" -b "$3" -e "$3" -n 1 -w 0 -c 0 --ranks "$2" 2>/dev/null |
+    awk -v size="$3" '$0 ~ ("ncclAllReduce: " size " bytes") && !p {
+        for (i = 1; i <= NF; ++i) { if ($i == "->") c = $(i+1); if ($i == "predicted") p = $(i+1) } }
+      END { if (p != "") { sub(",", "", c); sub("/", ":", c); print p, c } }'
 }
+# measured VARIANT RANKS SIZE ITERS -> out-of-place average time (us) of one run
+measured() {
+  env $(force "$1") "$perf" -b "$3" -e "$3" -n "$4" -w 1 -c 0 --ranks "$2" 2>/dev/null | awk -v size="$3" '$1 == size { print $6 }'
+}
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0) ? a / b : 0 }'; }
 
 printf "%5s %10s  %-22s %12s %12s %8s %11s\n" ranks size variant "measured us" "model us" "ratio" "busbw GB/s"
-declare -A best bestName choice
+declare -A best bestName choice tunerTime
 for ranks in "${rankCounts[@]}"; do
   for i in "${!sizes[@]}"; do
     size=${sizes[$i]} n=${iters[$i]}
     for variant in "${variants[@]}"; do
       [ "$variant" = Direct:LL ] && [ "$size" -gt 16384 ] && continue
-      runs=()
-      for ((r = 0; r < repeats; ++r)); do
-        line=$(one "$variant" "$ranks" "$size" "$n")
-        [ -n "$line" ] && runs+=("$line")
-      done
-      [ ${#runs[@]} -eq 0 ] && { printf "%5s %10s  %-22s %s\n" "$ranks" "$size" "$variant" "refused"; continue; }
-      t=$(printf "%s\n" "${runs[@]}" | awk '{print $1}' | median)
-      p=$(printf "%s\n" "${runs[@]}" | awk '{print $2}' | median)
-      c=$(printf "%s\n" "${runs[0]}" | awk '{print $3}')
-      bus=$(awk -v s="$size" -v t="$t" -v n="$ranks" 'BEGIN { printf "%.3f", t > 0 ? s * 2 * (n - 1) / n / t / 1000 : 0 }')
+      pc=$(predicted "$variant" "$ranks" "$size")
+      [ -z "$pc" ] && { printf "%5s %10s  %-22s %s\n" "$ranks" "$size" "$variant" "refused"; continue; }
+      p=${pc% *} c=${pc#* }
+      t=$(for ((r = 0; r < repeats; ++r)); do measured "$variant" "$ranks" "$size" "$n"; done | median)
+      bus=$(awk -v s="$size" -v t="$t" -v n="$ranks" 'BEGIN { printf "%.3f", (t > 0) ? s * 2 * (n - 1) / n / t / 1000 : 0 }')
       name=$variant
       [ "$variant" = tuner ] && name="tuner ($c)"
-      printf "%5s %10s  %-22s %12.2f %12.2f %8.2f %11s\n" "$ranks" "$size" "$name" "$t" "$p" \
-        "$(awk -v t="$t" -v p="$p" 'BEGIN { print p > 0 ? t / p : 0 }')" "$bus"
+      printf "%5s %10s  %-22s %12.2f %12.2f %8s %11s\n" "$ranks" "$size" "$name" "$t" "$p" "$(ratio "$t" "$p")" "$bus"
       key="$ranks $size"
       if [ "$variant" = tuner ]; then
-        choice[$key]=$c
-      elif [ -z "${best[$key]:-}" ] || awk -v a="$t" -v b="${best[$key]}" 'BEGIN { exit !(a < b) }'; then
+        choice[$key]=$c tunerTime[$key]=$t
+      elif [ -z "${best[$key]:-}" ] || awk -v a="$t" -v b="${best[$key]}" 'BEGIN { exit !((a < b) ? 1 : 0) }'; then
         best[$key]=$t bestName[$key]=$variant
       fi
     done
   done
 done
 echo
-echo "tuner's choice against the fastest measured (forced runs):"
+echo "tuner's choice against the fastest measured (forced runs); the last column: the tuner's run / the fastest"
 for ranks in "${rankCounts[@]}"; do
   for size in "${sizes[@]}"; do
     key="$ranks $size"
     verdict=mismatch
     [ "${choice[$key]:-}" = "${bestName[$key]:-}" ] && verdict=match
-    printf "%5s %10s  tuner %-22s fastest %-22s %s\n" "$ranks" "$size" "${choice[$key]:-?}" "${bestName[$key]:-?} (${best[$key]:-?} us)" "$verdict"
+    printf "%5s %10s  tuner %-22s fastest %-36s %-8s %s\n" "$ranks" "$size" "${choice[$key]:-?}" \
+      "${bestName[$key]:-?} (${best[$key]:-?} us)" "$verdict" "$(ratio "${tunerTime[$key]:-0}" "${best[$key]:-0}")"
   done
 done

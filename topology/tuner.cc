@@ -23,7 +23,8 @@ using kernels::Proto;
 // ring-LL refinement has it (nccl-facts.md's single x 0.5 predicts 65 GB/s busbw for an
 // 8-GPU 1 MiB AllReduce where NCCL measures 40, published-busbw.md, and puts the LL-to-Simple
 // switch at 5 MiB where NCCL leaves LL at 1-2 MiB; a quarter gives 52 GB/s and 2.7 MiB).
-// The LL ceilings are Hopper's for 1, 2 and 4+ nodes.
+// The LL ceilings are Hopper's for 1, 2 and 4+ nodes. NCCL has no figures for the algorithms
+// over point-to-point connections: a byte they move costs what a ring's does.
 // Channels shrink as NCCL's do: each thread should have at least 8 (LL, LL128) or 64
 // (Simple) bytes.
 const CostTable kGpuCostTable = {
@@ -33,6 +34,7 @@ const CostTable kGpuCostTable = {
     /*oversubscribedHop*/ {0, 0, 0},
     /*channelBandwidth*/ {20.6, 24, 24, 12},
     /*aggregateBandwidth*/ {0, 0, 0, 0},
+    /*ringCpuShare*/ 1,
     /*protoEfficiency*/ {1.0 / 3, 0.92, 1.0},
     /*llReducingEfficiency*/ 0.25,
     /*llCeiling*/ {141, 45, 35},
@@ -42,21 +44,29 @@ const CostTable kGpuCostTable = {
 
 // The host backend: measured by perf/calibrate_host.sh on the development machine (2 CPUs,
 // 24 GiB, Debian 12, 2026-12-01, `perf/calibrate_host.sh build-dev`, medians of 3 runs; the
-// script says how each figure is fitted). Ring at 8 bytes: 0.48 us at 2 ranks, 22.4 us at 4;
-// Ring/Simple at 64 MiB, 2 ranks: 23.2 ms on 1 channel, 25.2 ms on 2 (a second channel's
-// threads oversubscribe 2 CPUs and its bandwidth adds nothing); Ring/LL at 256 KiB 505 us
-// against Simple's 66 us; over the socket transport on loopback 88 us (LL) and 73 us
-// (Simple) at 8 bytes, 51 ms at 64 MiB. Every algorithm shares the base latency. LL128 is
-// not measured (no kernel yet; it gains nothing on CPUs, which lack NVLink's 128-byte store
-// ordering) and copies Simple's figures with LL's efficiency; it is never chosen unless
-// NCCL_PROTO names it. NVLink and PCIe rows are never used on the host and copy memory's.
+// script says how each figure is fitted). At 8 bytes and 2 ranks every algorithm takes
+// 0.4-0.6 us; Ring at 4 ranks 16 us (LL) and 23 us (Simple), every step waiting for a
+// descheduled peer. Ring/Simple at 64 MiB, 2 ranks: 23.2 ms on 1 channel, 25.8 ms on 2 (a
+// second channel's threads oversubscribe the CPUs and add no bandwidth); at 16 MiB on 4 ranks
+// RecDoubling and HalvingDoubling move a byte at 1.05 and 0.92 times the ring's speed, within
+// this machine's noise (repeated runs differ by up to 2x), so a byte costs the same in every
+// algorithm. Oversubscribed, the ring moves bytes faster than the exchanges (perf/tuner_bench.sh,
+// Simple, 64 KiB and 1 MiB on 4 and 8 ranks: the ring at 2/load of a CPU, within 10% at both
+// sizes, RecDoubling and HalvingDoubling at 1/load; at 64 MiB both are slower still, bound by
+// memory). Ring/LL at 64 KiB 79 us against Simple's 12 us, at 1 MiB 1270 against 148. Over
+// the socket transport on loopback: 65 us (LL) and 79 us (Simple) at 8 bytes, 52 ms at
+// 64 MiB. Every algorithm shares the base latency. LL128 is not measured (no kernel yet; it
+// gains nothing on CPUs, which lack NVLink's 128-byte store ordering) and copies Simple's
+// figures with LL's efficiency; it is never chosen unless NCCL_PROTO names it. NVLink and PCIe
+// rows are never used on the host and copy memory's.
 const CostTable kHostCostTable = {
     "host (measured on 2 CPUs by perf/calibrate_host.sh)",
-    /*baseLatency*/ {{0.16, 0.28, 0.28}, {0.16, 0.28, 0.28}, {0.16, 0.28, 0.28}, {0.16, 0.28, 0.28}, {0.16, 0.28, 0.28}},
-    /*hopLatency*/ {{0.17, 0.07, 0.07}, {0.17, 0.07, 0.07}, {0.17, 0.07, 0.07}, {44, 36, 36}},
-    /*oversubscribedHop*/ {3.7, 3.8, 3.8},
+    /*baseLatency*/ {{0.3, 0.25, 0.25}, {0.3, 0.25, 0.25}, {0.3, 0.25, 0.25}, {0.3, 0.25, 0.25}, {0.3, 0.25, 0.25}},
+    /*hopLatency*/ {{0.13, 0.16, 0.16}, {0.13, 0.16, 0.16}, {0.13, 0.16, 0.16}, {33, 39, 39}},
+    /*oversubscribedHop*/ {2.6, 3.8, 3.8},
     /*channelBandwidth*/ {2.9, 2.9, 2.9, 1.3},
-    /*aggregateBandwidth*/ {2.7, 2.7, 2.7, 1.3},
+    /*aggregateBandwidth*/ {2.9, 2.9, 2.9, 1.3},
+    /*ringCpuShare*/ 2,
     /*protoEfficiency*/ {0.13, 0.13, 1.0},
     /*llReducingEfficiency*/ 0.13,
     /*llCeiling*/ {0, 0, 0},
@@ -170,9 +180,14 @@ bool Tuner::terms(Func f, Algo a, Proto p, int c, uint64_t bytes, Terms* out) co
     default:
       return false;
   }
-  const bool oversubscribed = t.oversubscribedHop[pi] > 0 && s.cpusPerNode > 0 &&
-                              s.ranksPerNode * c * std::max(1, s.cpuThreadsPerChannel) > s.cpusPerNode;
-  const double intraHop = oversubscribed ? t.oversubscribedHop[pi] : t.hopLatency[static_cast<int>(s.intra)][pi];
+  // Threads per CPU on the busiest node: above 1, a step waits for its peer to be scheduled,
+  // longer the more threads share each CPU (the table's figure is for 2).
+  const double load = s.cpusPerNode > 0 ? static_cast<double>(s.ranksPerNode) * c * std::max(1, s.cpuThreadsPerChannel) /
+                                              s.cpusPerNode
+                                        : 0;
+  const bool oversubscribed = t.oversubscribedHop[pi] > 0 && load > 1;
+  const double intraHop =
+      oversubscribed ? t.oversubscribedHop[pi] * load / 2 : t.hopLatency[static_cast<int>(s.intra)][pi];
   const double interHop = t.hopLatency[static_cast<int>(s.inter)][pi];
   out->latency = t.baseLatency[static_cast<int>(a)][pi] + (steps - interSteps) * intraHop + interSteps * interHop;
 
@@ -187,6 +202,7 @@ bool Tuner::terms(Func f, Algo a, Proto p, int c, uint64_t bytes, Terms* out) co
   bw *= p == Proto::kLL && reducing ? t.llReducingEfficiency : t.protoEfficiency[pi];
   const double ceiling = t.llCeiling[nodes == 1 ? 0 : nodes == 2 ? 1 : 2];
   if (p == Proto::kLL && ceiling > 0) bw = std::min(bw, ceiling);
+  if (oversubscribed) bw *= std::min(1.0, (a == Algo::kRing ? t.ringCpuShare : 1.0) / load);
   out->moved = moved;
   out->bandwidth = bw;
   return bw > 0;

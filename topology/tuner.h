@@ -11,7 +11,10 @@
 //             aggregate and the topology's bottleneck (all channels together)
 // On the host every channel of every rank is a spinning CPU thread: when a node's ranks run
 // more of them than it has CPUs, a step costs a wait for the peer to be scheduled (the
-// table's oversubscribed step latency).
+// table's oversubscribed step latency at 2 threads per CPU, in proportion to the threads per
+// CPU) and each thread moves bytes for its share of a CPU (an exchange needs both partners
+// running at once; a ring's pipeline moves while either neighbour runs, which the table's
+// ring share says).
 // and the tuner picks the least predicted time among the candidates that NCCL_ALGO/NCCL_PROTO
 // allow and Braid's kernels implement, ties going to the earlier algorithm, protocol and the
 // fewer channels. Both backends share the model; each has one constant table (tuner.cc says
@@ -43,9 +46,10 @@ struct CostTable {
   const char* name;
   double baseLatency[kTunerAlgos][kTunerProtos];  ///< once per operation
   double hopLatency[kTunerLinks][kTunerProtos];    ///< per step over a link
-  double oversubscribedHop[kTunerProtos];          ///< per step within a node running more threads than CPUs (0: n/a)
+  double oversubscribedHop[kTunerProtos];          ///< per step within a node running 2 threads per CPU (0: n/a)
   double channelBandwidth[kTunerLinks];            ///< one channel over a link, where the topology gives none
   double aggregateBandwidth[kTunerLinks];          ///< all channels together over a link (0: no cap)
+  double ringCpuShare;                             ///< oversubscribed, a ring thread moves bytes at this many shares of a CPU
   double protoEfficiency[kTunerProtos];            ///< the share of a channel's bandwidth a protocol delivers
   double llReducingEfficiency;                     ///< LL's share for AllReduce and Reduce (which also reduce)
   double llCeiling[3];                             ///< LL bus bandwidth cap for 1, 2 and 4+ nodes (0: none)

@@ -68,11 +68,18 @@ TEST_CASE("A prediction is the model's formula", "[tuner]") {
     const double expected = t.baseLatency[kRing][kSimple] + 6 * t.hopLatency[2][kSimple] + bytes * 1.5 / (1000 * bw);
     CHECK(tuner.predict(Func::kAllReduce, Algo::kRing, Proto::kSimple, 1, bytes) == Approx(expected));
   }
-  SECTION("oversubscribed: 4 ranks on 2 CPUs pay the scheduling wait per step") {
+  SECTION("oversubscribed: 4 ranks on 2 CPUs pay the scheduling wait per step; the ring keeps its speed") {
     Tuner tuner(t, hostShape(4, 2));
-    const double bw = std::min(t.channelBandwidth[2], t.aggregateBandwidth[2]) * t.llReducingEfficiency;
+    const double bw = std::min(t.channelBandwidth[2], t.aggregateBandwidth[2]) * t.llReducingEfficiency *
+                      std::min(1.0, t.ringCpuShare * 2 / 4);
     const double expected = t.baseLatency[kRing][kLL] + 6 * t.oversubscribedHop[kLL] + bytes * 1.5 / (1000 * bw);
     CHECK(tuner.predict(Func::kAllReduce, Algo::kRing, Proto::kLL, 1, bytes) == Approx(expected));
+  }
+  SECTION("8 ranks on 2 CPUs: twice the wait per step, a quarter of the speed") {
+    Tuner tuner(t, hostShape(8, 2));
+    const double bw = std::min(t.channelBandwidth[2], t.aggregateBandwidth[2]) * t.protoEfficiency[kSimple] / 4;
+    CHECK(tuner.predict(Func::kAllReduce, Algo::kRecDoubling, Proto::kSimple, 1, bytes) ==
+          Approx(t.baseLatency[3][kSimple] + 3 * 2 * t.oversubscribedHop[kSimple] + 3.0 * bytes / (1000 * bw)));
   }
   SECTION("2 ranks on 2 CPUs: one channel fits, a second oversubscribes") {
     Tuner tuner(t, hostShape(2, 2));
