@@ -1,7 +1,9 @@
 // The kernel body: one collective's work on one channel, dispatched to its algorithm.
-// (Ring; Direct, RecDoubling and HalvingDoubling for AllReduce; the algorithms issue adds the others.)
+// (Ring; Direct, RecDoubling and HalvingDoubling for AllReduce; HalvingDoubling for
+// ReduceScatter and AllGather too.)
 #pragma once
 
+#include "kernels/algorithms/all_gather_halving_doubling.h"
 #include "kernels/algorithms/all_gather_ring.h"
 #include "kernels/algorithms/all_reduce_direct.h"
 #include "kernels/algorithms/all_reduce_halving_doubling.h"
@@ -9,6 +11,7 @@
 #include "kernels/algorithms/all_reduce_ring.h"
 #include "kernels/algorithms/broadcast_ring.h"
 #include "kernels/algorithms/reduce_ring.h"
+#include "kernels/algorithms/reduce_scatter_halving_doubling.h"
 #include "kernels/algorithms/reduce_scatter_ring.h"
 
 namespace braid::kernels {
@@ -22,9 +25,13 @@ BRAID_INLINE bool runCollective(Group& g, const CollWork& w, const RingHandle& r
       if (w.algo == Algo::kRecDoubling) return allReduceRecDoubling<T, Red, Group>(g, w, ring, abortFlag);
       if (w.algo == Algo::kHalvingDoubling) return allReduceHalvingDoubling<T, Red, Group>(g, w, ring, abortFlag);
       return allReduceRing<T, Red, Group>(g, w, ring, abortFlag);
-    case Func::kReduceScatter: return reduceScatterRing<T, Red, Group>(g, w, ring, abortFlag);
+    case Func::kReduceScatter:
+      if (w.algo == Algo::kHalvingDoubling) return reduceScatterHalvingDoubling<T, Red, Group>(g, w, ring, abortFlag);
+      return reduceScatterRing<T, Red, Group>(g, w, ring, abortFlag);
     case Func::kReduce: return reduceRing<T, Red, Group>(g, w, ring, abortFlag);
-    case Func::kAllGather: return allGatherRing<T, Red, Group>(g, w, ring, abortFlag);
+    case Func::kAllGather:
+      if (w.algo == Algo::kHalvingDoubling) return allGatherHalvingDoubling<T, Red, Group>(g, w, ring, abortFlag);
+      return allGatherRing<T, Red, Group>(g, w, ring, abortFlag);
     case Func::kBroadcast: return broadcastRing<T, Red, Group>(g, w, ring, abortFlag);
     default: return false;
   }

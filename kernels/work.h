@@ -104,6 +104,7 @@ struct CollWork {
   RedOpArgs opArgs;
   const ConnHandle* peerSend;  ///< Direct, RecDoubling, HalvingDoubling: a connection to every rank (indexed by rank; own entry unused)
   const ConnHandle* peerRecv;
+  void* scratch;           ///< the communicator's scratch memory, CollPlan::scratchBytes of it (HalvingDoubling ReduceScatter)
   OpSignature sig;         ///< written to every send connection before the first step
   uint32_t checkSig;       ///< compare the peers' signatures (BRAID_CHECK_MISMATCH)
   ChannelStatus* status;   ///< this channel's status (may be null)

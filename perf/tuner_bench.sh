@@ -1,6 +1,7 @@
 #!/bin/bash
 # The tuner against measurement: for 2, 4 and 8 ranks (processes) and 8 B, 64 KiB, 1 MiB and
-# 64 MiB float-sum AllReduce, every algorithm and protocol forced in turn (NCCL_ALGO,
+# 64 MiB float-sum AllReduce (COLL=all_gather or reduce_scatter for those), every algorithm
+# and protocol that serves it forced in turn (NCCL_ALGO,
 # NCCL_PROTO; the tuner still picks the channels) and then the tuner's own choice, each with
 # its measured time (median of REPEATS runs, default 3, of all_reduce_perf's out-of-place
 # average), bus bandwidth and the time the model predicted (read from the library's INFO/COLL
@@ -12,12 +13,21 @@ build=${1:-build}
 shift || true
 [ $# -gt 0 ] && rankCounts=("$@") || rankCounts=(2 4 8)
 repeats=${REPEATS:-3}
-perf="$build/perf/all_reduce_perf"
+coll=${COLL:-all_reduce}
+perf="$build/perf/${coll}_perf"
+case $coll in
+  all_reduce) name=ncclAllReduce factor=2 ;;
+  all_gather) name=ncclAllGather factor=1 ;;
+  reduce_scatter) name=ncclReduceScatter factor=1 ;;
+  *) echo "COLL=$coll: expected all_reduce, all_gather or reduce_scatter"; exit 2 ;;
+esac
 [ -x "$perf" ] || { echo "build first: $perf is missing"; exit 2; }
 export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
 sizes=(8 65536 1048576 67108864)
 iters=(1000 200 20 2)
 variants=(Ring:LL Ring:Simple Direct:LL RecDoubling:LL RecDoubling:Simple HalvingDoubling:LL HalvingDoubling:Simple tuner)
+[ "$coll" = all_reduce ] || variants=(Ring:LL Ring:Simple HalvingDoubling:LL HalvingDoubling:Simple tuner)
+[ "$coll" = all_reduce ] || sizes[0]=1024  # a float per rank on 8 ranks at least
 
 median() { sort -g | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
 
@@ -27,7 +37,7 @@ force() { [ "$1" = tuner ] || echo NCCL_ALGO="${1%:*}" NCCL_PROTO="${1#*:}"; }
 # slow the timed runs, so they run without it); empty when the library refuses the variant
 predicted() {
   env $(force "$1") NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL "$perf" -b "$3" -e "$3" -n 1 -w 0 -c 0 --ranks "$2" 2>/dev/null |
-    awk -v size="$3" '$0 ~ ("ncclAllReduce: " size " bytes") && !p {
+    awk -v size="$3" -v name="$name" '$0 ~ (name ": " size " bytes") && !p {
         for (i = 1; i <= NF; ++i) { if ($i == "->") c = $(i+1); if ($i == "predicted") p = $(i+1) } }
       END { if (p != "") { sub(",", "", c); sub("/", ":", c); print p, c } }'
 }
@@ -48,10 +58,10 @@ for ranks in "${rankCounts[@]}"; do
       [ -z "$pc" ] && { printf "%5s %10s  %-22s %s\n" "$ranks" "$size" "$variant" "refused"; continue; }
       p=${pc% *} c=${pc#* }
       t=$(for ((r = 0; r < repeats; ++r)); do measured "$variant" "$ranks" "$size" "$n"; done | median)
-      bus=$(awk -v s="$size" -v t="$t" -v n="$ranks" 'BEGIN { printf "%.3f", (t > 0) ? s * 2 * (n - 1) / n / t / 1000 : 0 }')
-      name=$variant
-      [ "$variant" = tuner ] && name="tuner ($c)"
-      printf "%5s %10s  %-22s %12.2f %12.2f %8s %11s\n" "$ranks" "$size" "$name" "$t" "$p" "$(ratio "$t" "$p")" "$bus"
+      bus=$(awk -v s="$size" -v t="$t" -v n="$ranks" -v f="$factor" 'BEGIN { printf "%.3f", (t > 0) ? s * f * (n - 1) / n / t / 1000 : 0 }')
+      label=$variant
+      [ "$variant" = tuner ] && label="tuner ($c)"
+      printf "%5s %10s  %-22s %12.2f %12.2f %8s %11s\n" "$ranks" "$size" "$label" "$t" "$p" "$(ratio "$t" "$p")" "$bus"
       key="$ranks $size"
       if [ "$variant" = tuner ]; then
         choice[$key]=$c tunerTime[$key]=$t

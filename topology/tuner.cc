@@ -117,8 +117,8 @@ bool Tuner::implemented(Func f, Algo a, Proto p) {
   switch (a) {
     case Algo::kRing: return true;
     case Algo::kDirect: return f == Func::kAllReduce && p == Proto::kLL;
-    case Algo::kRecDoubling:
-    case Algo::kHalvingDoubling: return f == Func::kAllReduce;
+    case Algo::kRecDoubling: return f == Func::kAllReduce;
+    case Algo::kHalvingDoubling: return f == Func::kAllReduce || f == Func::kReduceScatter || f == Func::kAllGather;
     default: return false;
   }
 }
@@ -173,9 +173,15 @@ bool Tuner::terms(Func f, Algo a, Proto p, int c, uint64_t bytes, Terms* out) co
       moved = steps;
       break;
     case Algo::kHalvingDoubling:
-      steps = 2 * floorLog2(n) + fold;
-      interSteps = std::min(steps, 2 * ceilLog2(nodes));
-      moved = 2.0 * (pow2 - 1) / pow2 + fold;
+      if (f == Func::kAllReduce) {
+        steps = 2 * floorLog2(n) + fold;
+        interSteps = std::min(steps, 2 * ceilLog2(nodes));
+        moved = 2.0 * (pow2 - 1) / pow2 + fold;  // folding: the whole vector in, the whole result out
+      } else {  // ReduceScatter's halving or AllGather's doubling alone
+        steps = floorLog2(n) + fold;
+        interSteps = std::min(steps, ceilLog2(nodes));
+        moved = static_cast<double>(pow2 - 1) / pow2 + (fold > 0 ? 1.0 + 1.0 / n : 0.0);  // folding: all, and a block
+      }
       break;
     default:
       return false;

@@ -59,7 +59,7 @@ topo::Choice chooseFor(const Task& task, int nRanks, const PlanLimits& limits) {
     fail(ncclInvalidUsage,
          "NCCL_ALGO/NCCL_PROTO leave no algorithm and protocol Braid implements for %s of %llu bytes on %d ranks "
          "(Braid implements Ring with LL and Simple for every collective; for AllReduce also Direct with LL up to "
-         "%llu bytes, RecDoubling and HalvingDoubling)",
+         "%llu bytes and RecDoubling; HalvingDoubling for AllReduce, ReduceScatter and AllGather)",
          envFuncName(f), static_cast<unsigned long long>(bytes), nRanks,
          static_cast<unsigned long long>(tuner.shape().directMaxBytes));
   }
@@ -78,6 +78,9 @@ CollPlan planCollective(const Task& task, int nRanks, const PlanLimits& limits) 
   const uint32_t elemSize = plan.copy ? 1 : static_cast<uint32_t>(typeSize(task.dtype));
   const uint64_t count = plan.copy ? task.count * typeSize(task.dtype) : task.count;
   const uint64_t align = std::max<uint64_t>(1, 64 / elemSize);
+  if (task.func == kernels::Func::kReduceScatter && plan.choice.algo == kernels::Algo::kHalvingDoubling) {
+    plan.scratchBytes = tunerBytes(task, nRanks);  // the partial sums of the whole input
+  }
   for (int c = 0; c < plan.nChannels; ++c) {  // works beyond nChannels stay uninitialised: never read
     kernels::CollWork w{};
     w.func = task.func;

@@ -323,17 +323,22 @@ TEST_CASE("collectives: pairwise sweep over function, type, op, count, ranks, mo
   }
 }
 
-TEST_CASE("RecDoubling and HalvingDoubling AllReduce: ranks 1 to 9, counts, types, ops, protocols, places, modes",
-          "[integration][algorithms][sweep]") {
-  for (plan::EnvAlgo algo : {plan::EnvAlgo::kRecDoubling, plan::EnvAlgo::kHalvingDoubling}) {
+TEST_CASE("RecDoubling AllReduce, HalvingDoubling AllReduce, ReduceScatter and AllGather: ranks 1 to 9, counts, types, "
+          "ops, protocols, places, modes", "[integration][algorithms][sweep]") {
+  const std::pair<Coll, plan::EnvAlgo> kinds[] = {{Coll::kAllReduce, plan::EnvAlgo::kRecDoubling},
+                                                  {Coll::kAllReduce, plan::EnvAlgo::kHalvingDoubling},
+                                                  {Coll::kReduceScatter, plan::EnvAlgo::kHalvingDoubling},
+                                                  {Coll::kAllGather, plan::EnvAlgo::kHalvingDoubling}};
+  for (const auto& [coll, algo] : kinds) {
     int cases = 0;
+    const bool perRankBlocks = coll != Coll::kAllReduce;  // n blocks of the count: the largest on 3 ranks only
     for (int ranks = 1; ranks <= 9; ++ranks) {
       for (int count = 0; count < 5; ++count) {
-        if (count == 4 && ranks != 3 && ranks != 8) continue;  // 1M+3 elements: one folded, one power of two
+        if (count == 4 && ranks != 3 && (perRankBlocks || ranks != 8)) continue;  // 1M+3: one folded, one power of two
         for (int proto = 0; proto < 2; ++proto) {
           // Types and ops rotate with the other dimensions; processes for every other case.
           const int k = ranks * 10 + count * 2 + proto;
-          Case c{static_cast<int>(Coll::kAllReduce), k % ncclNumTypes, k % 6, count, 0, k % 2, (k / 2) % 2, proto, 0};
+          Case c{static_cast<int>(coll), k % ncclNumTypes, k % 6, count, 0, k % 2, (k / 2) % 2, proto, 0};
           c.algo = static_cast<int>(algo);
           c.rankCount = ranks;
           INFO(c.describe());
@@ -344,7 +349,7 @@ TEST_CASE("RecDoubling and HalvingDoubling AllReduce: ranks 1 to 9, counts, type
     }
     for (int t = 0; t < ncclNumTypes; ++t) {  // every type and op on 5 ranks (one folded in and out)
       for (int op = 0; op < 6; ++op) {
-        Case c{static_cast<int>(Coll::kAllReduce), t, op, 3 /*1000*/, 0, 0, op % 2, (t + op) % 2, 0};
+        Case c{static_cast<int>(coll), t, op, 3 /*1000*/, 0, 0, op % 2, (t + op) % 2, 0};
         c.algo = static_cast<int>(algo);
         c.rankCount = 5;
         INFO(c.describe());
@@ -352,7 +357,7 @@ TEST_CASE("RecDoubling and HalvingDoubling AllReduce: ranks 1 to 9, counts, type
         ++cases;
       }
     }
-    CHECK(cases == 148);
+    CHECK(cases == (perRankBlocks ? 146 : 148));
   }
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <string>
@@ -78,6 +79,11 @@ class DataPath {
   uint64_t opSeq_ = 0;  // collectives called on this communicator so far
   bool neighbourWatched_ = false;
   std::unique_ptr<Watchdog> watchdog_;  // after connector_ and statuses_: stopped before them
+  struct FreeDeleter {
+    void operator()(char* p) const { std::free(p); }
+  };
+  std::unique_ptr<char, FreeDeleter> scratch_;  ///< kernels' scratch memory (CollPlan::scratchBytes), grown on demand
+  uint64_t scratchBytes_ = 0;
   Executor executor_;
   std::vector<kernels::RingHandle> rings_;  // cached handles of the connected ring channels
   std::vector<kernels::ConnHandle> allSend_, allRecv_;  // Direct: by rank, once connected

@@ -97,6 +97,11 @@ TEST_CASE("A prediction is the model's formula", "[tuner]") {
           Approx(t.baseLatency[3][kSimple] + 4 * hop + 4.0 * bytes / (1000 * bw)));
     CHECK(tuner.predict(Func::kAllReduce, Algo::kHalvingDoubling, Proto::kSimple, 1, bytes) ==
           Approx(t.baseLatency[4][kSimple] + 6 * hop + (1.5 + 2) * bytes / (1000 * bw)));
+    // ReduceScatter and AllGather: the halving or the doubling alone; folding moves all, then a block.
+    for (Func f : {Func::kReduceScatter, Func::kAllGather}) {
+      CHECK(tuner.predict(f, Algo::kHalvingDoubling, Proto::kSimple, 1, bytes) ==
+            Approx(t.baseLatency[4][kSimple] + 4 * hop + (0.75 + 1 + 1.0 / 6) * bytes / (1000 * bw)));
+    }
   }
   SECTION("across nodes the inter-node steps cost the network's latency") {
     CostShape s = hostShape(8, 64);
@@ -151,11 +156,18 @@ TEST_CASE("Filters, bounds and what is not a candidate", "[tuner]") {
   CHECK(tuner.predict(Func::kAllReduce, Algo::kDirect, Proto::kLL, 1, tuner.shape().directMaxBytes + 1) < 0);
   CHECK_FALSE(tuner.choose(Func::kAllReduce, 1 << 20, direct, kAllProtos, 0, &c));
   CHECK_FALSE(tuner.choose(Func::kAllReduce, 8, direct, 1u << kSimple, 1u << kSimple, &c));
-  // Direct, RecDoubling and HalvingDoubling serve AllReduce only; Tree and LL128 have no kernel.
-  for (Func f : {Func::kBroadcast, Func::kReduce, Func::kAllGather, Func::kReduceScatter}) {
+  // Direct and RecDoubling serve AllReduce only, HalvingDoubling ReduceScatter and AllGather
+  // too; Tree and LL128 have no kernel.
+  const uint32_t hd = 1u << static_cast<int>(Algo::kHalvingDoubling);
+  for (Func f : {Func::kBroadcast, Func::kReduce}) {
     CHECK_FALSE(tuner.choose(f, 8, kAllAlgos & ~ring, kAllProtos, 0, &c));
     REQUIRE(tuner.choose(f, 8, kAllAlgos, kAllProtos, 0, &c));
     CHECK(c.algo == Algo::kRing);
+  }
+  for (Func f : {Func::kAllGather, Func::kReduceScatter}) {
+    CHECK_FALSE(tuner.choose(f, 8, kAllAlgos & ~ring & ~hd, kAllProtos, 0, &c));
+    REQUIRE(tuner.choose(f, 8, hd, kAllProtos, 0, &c));
+    CHECK((c.algo == Algo::kHalvingDoubling && c.nChannels == 1));
   }
   CHECK_FALSE(tuner.choose(Func::kAllReduce, 8, 1u << static_cast<int>(Algo::kTree), kAllProtos, 0, &c));
   const uint32_t ll128 = 1u << static_cast<int>(Proto::kLL128);
@@ -164,7 +176,7 @@ TEST_CASE("Filters, bounds and what is not a candidate", "[tuner]") {
   CostShape s = hostShape(4, 64);
   s.minChannels = s.maxChannels = 3;
   Tuner three(kHostCostTable, s);
-  REQUIRE(three.choose(Func::kAllGather, 1 << 20, kAllAlgos, kAllProtos, 0, &c));
+  REQUIRE(three.choose(Func::kAllGather, 1 << 20, ring, kAllProtos, 0, &c));
   CHECK(c.nChannels == 3);
   REQUIRE(three.choose(Func::kAllReduce, 1 << 20, 1u << static_cast<int>(Algo::kHalvingDoubling), kAllProtos, 0, &c));
   CHECK(c.nChannels == 1);
