@@ -1,15 +1,18 @@
 // The kernel body: one collective's work on one channel, dispatched to its algorithm.
-// (Ring; Direct, RecDoubling and HalvingDoubling for AllReduce; HalvingDoubling for
-// ReduceScatter and AllGather too.)
+// (Ring; Direct, RecDoubling, HalvingDoubling and Binomial for AllReduce; HalvingDoubling for
+// ReduceScatter and AllGather; Binomial for Broadcast and Reduce.)
 #pragma once
 
 #include "kernels/algorithms/all_gather_halving_doubling.h"
+#include "kernels/algorithms/all_reduce_binomial.h"
 #include "kernels/algorithms/all_gather_ring.h"
 #include "kernels/algorithms/all_reduce_direct.h"
 #include "kernels/algorithms/all_reduce_halving_doubling.h"
 #include "kernels/algorithms/all_reduce_rec_doubling.h"
 #include "kernels/algorithms/all_reduce_ring.h"
+#include "kernels/algorithms/broadcast_binomial.h"
 #include "kernels/algorithms/broadcast_ring.h"
+#include "kernels/algorithms/reduce_binomial.h"
 #include "kernels/algorithms/reduce_ring.h"
 #include "kernels/algorithms/reduce_scatter_halving_doubling.h"
 #include "kernels/algorithms/reduce_scatter_ring.h"
@@ -24,15 +27,20 @@ BRAID_INLINE bool runCollective(Group& g, const CollWork& w, const RingHandle& r
       if (w.algo == Algo::kDirect) return allReduceDirect<T, Red, Group>(g, w, ring, abortFlag);
       if (w.algo == Algo::kRecDoubling) return allReduceRecDoubling<T, Red, Group>(g, w, ring, abortFlag);
       if (w.algo == Algo::kHalvingDoubling) return allReduceHalvingDoubling<T, Red, Group>(g, w, ring, abortFlag);
+      if (w.algo == Algo::kBinomial) return allReduceBinomial<T, Red, Group>(g, w, ring, abortFlag);
       return allReduceRing<T, Red, Group>(g, w, ring, abortFlag);
     case Func::kReduceScatter:
       if (w.algo == Algo::kHalvingDoubling) return reduceScatterHalvingDoubling<T, Red, Group>(g, w, ring, abortFlag);
       return reduceScatterRing<T, Red, Group>(g, w, ring, abortFlag);
-    case Func::kReduce: return reduceRing<T, Red, Group>(g, w, ring, abortFlag);
+    case Func::kReduce:
+      if (w.algo == Algo::kBinomial) return reduceBinomial<T, Red, Group>(g, w, ring, abortFlag);
+      return reduceRing<T, Red, Group>(g, w, ring, abortFlag);
     case Func::kAllGather:
       if (w.algo == Algo::kHalvingDoubling) return allGatherHalvingDoubling<T, Red, Group>(g, w, ring, abortFlag);
       return allGatherRing<T, Red, Group>(g, w, ring, abortFlag);
-    case Func::kBroadcast: return broadcastRing<T, Red, Group>(g, w, ring, abortFlag);
+    case Func::kBroadcast:
+      if (w.algo == Algo::kBinomial) return broadcastBinomial<T, Red, Group>(g, w, ring, abortFlag);
+      return broadcastRing<T, Red, Group>(g, w, ring, abortFlag);
     default: return false;
   }
 }

@@ -14,7 +14,7 @@ enum class Func : uint8_t { kBroadcast = 0, kReduce, kAllGather, kReduceScatter,
 /// Same order as NCCL's protocol indices.
 enum class Proto : uint8_t { kLL = 0, kLL128 = 1, kSimple = 2, kCount };
 /// Tree and Ring as NCCL's algorithm indices, then Braid's own.
-enum class Algo : uint8_t { kTree = 0, kRing = 1, kDirect = 2, kRecDoubling = 3, kHalvingDoubling = 4, kCount };
+enum class Algo : uint8_t { kTree = 0, kRing = 1, kDirect = 2, kRecDoubling = 3, kHalvingDoubling = 4, kBinomial = 5, kCount };
 /// Device-side reduction kinds (Avg becomes PreMulSum or SumPostDiv in the planner).
 enum class RedKind : uint8_t { kSum = 0, kProd, kMax, kMin, kPreMulSum, kSumPostDiv, kCount };
 
@@ -102,9 +102,9 @@ struct CollWork {
   uint64_t channelOffset;  ///< this channel's first element within a block
   uint64_t channelCount;   ///< elements of a block this channel moves
   RedOpArgs opArgs;
-  const ConnHandle* peerSend;  ///< Direct, RecDoubling, HalvingDoubling: a connection to every rank (indexed by rank; own entry unused)
+  const ConnHandle* peerSend;  ///< the algorithms over point-to-point connections: one to every rank (indexed by rank; own entry unused)
   const ConnHandle* peerRecv;
-  void* scratch;           ///< the communicator's scratch memory, CollPlan::scratchBytes of it (HalvingDoubling ReduceScatter)
+  void* scratch;           ///< the communicator's scratch memory, CollPlan::scratchBytes of it (HalvingDoubling ReduceScatter, Binomial Reduce and AllReduce)
   OpSignature sig;         ///< written to every send connection before the first step
   uint32_t checkSig;       ///< compare the peers' signatures (BRAID_CHECK_MISMATCH)
   ChannelStatus* status;   ///< this channel's status (may be null)

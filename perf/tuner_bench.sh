@@ -1,6 +1,6 @@
 #!/bin/bash
 # The tuner against measurement: for 2, 4 and 8 ranks (processes) and 8 B, 64 KiB, 1 MiB and
-# 64 MiB float-sum AllReduce (COLL=all_gather or reduce_scatter for those), every algorithm
+# 64 MiB float-sum AllReduce (COLL=all_gather, reduce_scatter, broadcast or reduce for those), every algorithm
 # and protocol that serves it forced in turn (NCCL_ALGO,
 # NCCL_PROTO; the tuner still picks the channels) and then the tuner's own choice, each with
 # its measured time (median of REPEATS runs, default 3, of all_reduce_perf's out-of-place
@@ -19,15 +19,21 @@ case $coll in
   all_reduce) name=ncclAllReduce factor=2 ;;
   all_gather) name=ncclAllGather factor=1 ;;
   reduce_scatter) name=ncclReduceScatter factor=1 ;;
-  *) echo "COLL=$coll: expected all_reduce, all_gather or reduce_scatter"; exit 2 ;;
+  broadcast) name=ncclBroadcast factor=0 ;;
+  reduce) name=ncclReduce factor=0 ;;
+  *) echo "COLL=$coll: expected all_reduce, all_gather, reduce_scatter, broadcast or reduce"; exit 2 ;;
 esac
 [ -x "$perf" ] || { echo "build first: $perf is missing"; exit 2; }
 export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
 sizes=(8 65536 1048576 67108864)
 iters=(1000 200 20 2)
-variants=(Ring:LL Ring:Simple Direct:LL RecDoubling:LL RecDoubling:Simple HalvingDoubling:LL HalvingDoubling:Simple tuner)
-[ "$coll" = all_reduce ] || variants=(Ring:LL Ring:Simple HalvingDoubling:LL HalvingDoubling:Simple tuner)
-[ "$coll" = all_reduce ] || sizes[0]=1024  # a float per rank on 8 ranks at least
+case $coll in
+  all_reduce) variants=(Ring:LL Ring:Simple Direct:LL RecDoubling:LL RecDoubling:Simple HalvingDoubling:LL
+                        HalvingDoubling:Simple Binomial:LL Binomial:Simple tuner) ;;
+  all_gather | reduce_scatter) variants=(Ring:LL Ring:Simple HalvingDoubling:LL HalvingDoubling:Simple tuner)
+                               sizes[0]=1024 ;;  # a float per rank on 8 ranks at least
+  *) variants=(Ring:LL Ring:Simple Binomial:LL Binomial:Simple tuner) ;;
+esac
 
 median() { sort -g | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
 
@@ -58,7 +64,9 @@ for ranks in "${rankCounts[@]}"; do
       [ -z "$pc" ] && { printf "%5s %10s  %-22s %s\n" "$ranks" "$size" "$variant" "refused"; continue; }
       p=${pc% *} c=${pc#* }
       t=$(for ((r = 0; r < repeats; ++r)); do measured "$variant" "$ranks" "$size" "$n"; done | median)
-      bus=$(awk -v s="$size" -v t="$t" -v n="$ranks" -v f="$factor" 'BEGIN { printf "%.3f", (t > 0) ? s * f * (n - 1) / n / t / 1000 : 0 }')
+      # nccl-tests' bus factor: f (n-1)/n, or 1 for Broadcast and Reduce (f = 0)
+      bus=$(awk -v s="$size" -v t="$t" -v n="$ranks" -v f="$factor" \
+        'BEGIN { b = (f > 0) ? f * (n - 1) / n : 1; printf "%.3f", (t > 0) ? s * b / t / 1000 : 0 }')
       label=$variant
       [ "$variant" = tuner ] && label="tuner ($c)"
       printf "%5s %10s  %-22s %12.2f %12.2f %8s %11s\n" "$ranks" "$size" "$label" "$t" "$p" "$(ratio "$t" "$p")" "$bus"

@@ -13,8 +13,8 @@ using kernels::Func;
 using kernels::Proto;
 
 // GPUs: NCCL 2.28's published figures for Hopper (../shared/reference/nccl-facts.md). NCCL
-// gives base latencies for Tree and Ring only; Direct, RecDoubling and HalvingDoubling are
-// given Ring's (the same kernels' launch and FIFO costs), Tree's row stays for when it exists.
+// gives base latencies for Tree and Ring only; Direct, RecDoubling, HalvingDoubling and
+// Binomial are given Ring's (the same kernels' launch and FIFO costs), Tree's row stays for when it exists.
 // Per-step latency: Ring's per-hop figures per link; over the network Ring's plus NCCL's
 // per-step network overhead on Intel (1 µs, three times that for Simple). Channel bandwidth
 // comes from the topology's ring search; the figures here (NVLink 4 link 20.6, PCIe Gen4 x16
@@ -29,7 +29,7 @@ using kernels::Proto;
 // (Simple) bytes.
 const CostTable kGpuCostTable = {
     "GPU (NCCL's published Hopper figures)",
-    /*baseLatency*/ {{6.8, 14, 8.4}, {6.6, 14, 8.4}, {6.6, 14, 8.4}, {6.6, 14, 8.4}, {6.6, 14, 8.4}},
+    /*baseLatency*/ {{6.8, 14, 8.4}, {6.6, 14, 8.4}, {6.6, 14, 8.4}, {6.6, 14, 8.4}, {6.6, 14, 8.4}, {6.6, 14, 8.4}},
     /*hopLatency*/ {{0.6, 1.9, 3.4}, {1.0, 2.5, 5.7}, {1.0, 2.5, 5.7}, {3.7, 5.0, 17.0}},
     /*oversubscribedHop*/ {0, 0, 0},
     /*channelBandwidth*/ {20.6, 24, 24, 12},
@@ -61,7 +61,8 @@ const CostTable kGpuCostTable = {
 // rows are never used on the host and copy memory's.
 const CostTable kHostCostTable = {
     "host (measured on 2 CPUs by perf/calibrate_host.sh)",
-    /*baseLatency*/ {{0.3, 0.25, 0.25}, {0.3, 0.25, 0.25}, {0.3, 0.25, 0.25}, {0.3, 0.25, 0.25}, {0.3, 0.25, 0.25}},
+    /*baseLatency*/ {{0.3, 0.25, 0.25}, {0.3, 0.25, 0.25}, {0.3, 0.25, 0.25}, {0.3, 0.25, 0.25}, {0.3, 0.25, 0.25},
+                    {0.3, 0.25, 0.25}},
     /*hopLatency*/ {{0.13, 0.16, 0.16}, {0.13, 0.16, 0.16}, {0.13, 0.16, 0.16}, {33, 39, 39}},
     /*oversubscribedHop*/ {2.6, 3.8, 3.8},
     /*channelBandwidth*/ {2.9, 2.9, 2.9, 1.3},
@@ -81,7 +82,7 @@ const char* linkClassName(LinkClass link) {
 }
 
 const char* algoName(Algo a) {
-  static const char* const names[] = {"Tree", "Ring", "Direct", "RecDoubling", "HalvingDoubling"};
+  static const char* const names[] = {"Tree", "Ring", "Direct", "RecDoubling", "HalvingDoubling", "Binomial"};
   const int i = static_cast<int>(a);
   return i >= 0 && i < kTunerAlgos ? names[i] : "?";
 }
@@ -119,6 +120,7 @@ bool Tuner::implemented(Func f, Algo a, Proto p) {
     case Algo::kDirect: return f == Func::kAllReduce && p == Proto::kLL;
     case Algo::kRecDoubling: return f == Func::kAllReduce;
     case Algo::kHalvingDoubling: return f == Func::kAllReduce || f == Func::kReduceScatter || f == Func::kAllGather;
+    case Algo::kBinomial: return f == Func::kAllReduce || f == Func::kReduce || f == Func::kBroadcast;
     default: return false;
   }
 }
@@ -183,6 +185,14 @@ bool Tuner::terms(Func f, Algo a, Proto p, int c, uint64_t bytes, Terms* out) co
         moved = static_cast<double>(pow2 - 1) / pow2 + (fold > 0 ? 1.0 + 1.0 / n : 0.0);  // folding: all, and a block
       }
       break;
+    case Algo::kBinomial: {  // store-and-forward down (or up) the tree; the root handles ceil(log2 n) copies
+      const int levels = ceilLog2(n);
+      const int twice = f == Func::kAllReduce ? 2 : 1;
+      steps = twice * levels;
+      interSteps = std::min(steps, twice * ceilLog2(nodes));
+      moved = steps;
+      break;
+    }
     default:
       return false;
   }

@@ -19,6 +19,7 @@ uint32_t tunerAlgos(uint32_t envAlgos) {
       {EnvAlgo::kDirect, kernels::Algo::kDirect},
       {EnvAlgo::kRecDoubling, kernels::Algo::kRecDoubling},
       {EnvAlgo::kHalvingDoubling, kernels::Algo::kHalvingDoubling},
+      {EnvAlgo::kBinomial, kernels::Algo::kBinomial},
   };
   uint32_t bits = 0;
   for (const auto& [env, algo] : kinds)
@@ -59,7 +60,8 @@ topo::Choice chooseFor(const Task& task, int nRanks, const PlanLimits& limits) {
     fail(ncclInvalidUsage,
          "NCCL_ALGO/NCCL_PROTO leave no algorithm and protocol Braid implements for %s of %llu bytes on %d ranks "
          "(Braid implements Ring with LL and Simple for every collective; for AllReduce also Direct with LL up to "
-         "%llu bytes and RecDoubling; HalvingDoubling for AllReduce, ReduceScatter and AllGather)",
+         "%llu bytes and RecDoubling; HalvingDoubling for AllReduce, ReduceScatter and AllGather; Binomial for "
+         "AllReduce, Reduce and Broadcast)",
          envFuncName(f), static_cast<unsigned long long>(bytes), nRanks,
          static_cast<unsigned long long>(tuner.shape().directMaxBytes));
   }
@@ -80,6 +82,9 @@ CollPlan planCollective(const Task& task, int nRanks, const PlanLimits& limits) 
   const uint64_t align = std::max<uint64_t>(1, 64 / elemSize);
   if (task.func == kernels::Func::kReduceScatter && plan.choice.algo == kernels::Algo::kHalvingDoubling) {
     plan.scratchBytes = tunerBytes(task, nRanks);  // the partial sums of the whole input
+  }
+  if (task.func != kernels::Func::kBroadcast && plan.choice.algo == kernels::Algo::kBinomial) {
+    plan.scratchBytes = tunerBytes(task, nRanks);  // a non-root rank's partial sums
   }
   for (int c = 0; c < plan.nChannels; ++c) {  // works beyond nChannels stay uninitialised: never read
     kernels::CollWork w{};

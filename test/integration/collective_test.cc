@@ -323,12 +323,15 @@ TEST_CASE("collectives: pairwise sweep over function, type, op, count, ranks, mo
   }
 }
 
-TEST_CASE("RecDoubling AllReduce, HalvingDoubling AllReduce, ReduceScatter and AllGather: ranks 1 to 9, counts, types, "
-          "ops, protocols, places, modes", "[integration][algorithms][sweep]") {
+TEST_CASE("RecDoubling AllReduce, HalvingDoubling AllReduce, ReduceScatter and AllGather, Binomial AllReduce, Reduce "
+          "and Broadcast: ranks 1 to 9, counts, types, ops, protocols, places, modes", "[integration][algorithms][sweep]") {
   const std::pair<Coll, plan::EnvAlgo> kinds[] = {{Coll::kAllReduce, plan::EnvAlgo::kRecDoubling},
                                                   {Coll::kAllReduce, plan::EnvAlgo::kHalvingDoubling},
                                                   {Coll::kReduceScatter, plan::EnvAlgo::kHalvingDoubling},
-                                                  {Coll::kAllGather, plan::EnvAlgo::kHalvingDoubling}};
+                                                  {Coll::kAllGather, plan::EnvAlgo::kHalvingDoubling},
+                                                  {Coll::kAllReduce, plan::EnvAlgo::kBinomial},
+                                                  {Coll::kReduce, plan::EnvAlgo::kBinomial},
+                                                  {Coll::kBroadcast, plan::EnvAlgo::kBinomial}};
   for (const auto& [coll, algo] : kinds) {
     int cases = 0;
     const bool perRankBlocks = coll != Coll::kAllReduce;  // n blocks of the count: the largest on 3 ranks only

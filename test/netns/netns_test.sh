@@ -33,7 +33,9 @@ rm "$out/setup"
 tag=$NETNS_TAG
 
 failures=0
-port=$(( 20000 + $$ % 20000 ))
+# Root ports below Linux's ephemeral range (32768 and up), where an earlier job's outgoing
+# connection (or its TIME_WAIT) cannot hold the port: 10000-29999, a few dozen jobs per run.
+port=$(( 10000 + $$ % 20000 ))
 shm_before=$(ls /dev/shm 2>/dev/null | grep -c '^braid-')
 
 # run_job NRANKS RANKS_PER_HOST TIMEOUT EXTRA_ENV -- COMMAND...: one process per rank, rank r in

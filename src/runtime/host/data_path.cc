@@ -248,7 +248,7 @@ void DataPath::runCollective(const plan::Task& given) {
       }
     }
     const kernels::Algo algo = plan.works[0].algo;
-    if (algo == kernels::Algo::kDirect || algo == kernels::Algo::kRecDoubling || algo == kernels::Algo::kHalvingDoubling) {
+    if (algo != kernels::Algo::kRing) {  // the others run over the point-to-point connections
       connectAllPeers();
       plan.works[0].peerSend = allSend_.data();
       plan.works[0].peerRecv = allRecv_.data();

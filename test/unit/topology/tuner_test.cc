@@ -97,6 +97,11 @@ TEST_CASE("A prediction is the model's formula", "[tuner]") {
           Approx(t.baseLatency[3][kSimple] + 4 * hop + 4.0 * bytes / (1000 * bw)));
     CHECK(tuner.predict(Func::kAllReduce, Algo::kHalvingDoubling, Proto::kSimple, 1, bytes) ==
           Approx(t.baseLatency[4][kSimple] + 6 * hop + (1.5 + 2) * bytes / (1000 * bw)));
+    // Binomial: ceil(log2 6) = 3 levels of store-and-forward, twice for AllReduce.
+    CHECK(tuner.predict(Func::kBroadcast, Algo::kBinomial, Proto::kSimple, 1, bytes) ==
+          Approx(t.baseLatency[5][kSimple] + 3 * hop + 3.0 * bytes / (1000 * bw)));
+    CHECK(tuner.predict(Func::kAllReduce, Algo::kBinomial, Proto::kSimple, 1, bytes) ==
+          Approx(t.baseLatency[5][kSimple] + 6 * hop + 6.0 * bytes / (1000 * bw)));
     // ReduceScatter and AllGather: the halving or the doubling alone; folding moves all, then a block.
     for (Func f : {Func::kReduceScatter, Func::kAllGather}) {
       CHECK(tuner.predict(f, Algo::kHalvingDoubling, Proto::kSimple, 1, bytes) ==
@@ -158,10 +163,12 @@ TEST_CASE("Filters, bounds and what is not a candidate", "[tuner]") {
   CHECK_FALSE(tuner.choose(Func::kAllReduce, 8, direct, 1u << kSimple, 1u << kSimple, &c));
   // Direct and RecDoubling serve AllReduce only, HalvingDoubling ReduceScatter and AllGather
   // too; Tree and LL128 have no kernel.
-  const uint32_t hd = 1u << static_cast<int>(Algo::kHalvingDoubling);
-  for (Func f : {Func::kBroadcast, Func::kReduce}) {
-    CHECK_FALSE(tuner.choose(f, 8, kAllAlgos & ~ring, kAllProtos, 0, &c));
-    REQUIRE(tuner.choose(f, 8, kAllAlgos, kAllProtos, 0, &c));
+  const uint32_t hd = 1u << static_cast<int>(Algo::kHalvingDoubling), binomial = 1u << static_cast<int>(Algo::kBinomial);
+  for (Func f : {Func::kBroadcast, Func::kReduce}) {  // and Binomial serves these two
+    CHECK_FALSE(tuner.choose(f, 8, kAllAlgos & ~ring & ~binomial, kAllProtos, 0, &c));
+    REQUIRE(tuner.choose(f, 8, binomial, kAllProtos, 0, &c));
+    CHECK((c.algo == Algo::kBinomial && c.nChannels == 1));
+    REQUIRE(tuner.choose(f, 1 << 20, ring, kAllProtos, 0, &c));
     CHECK(c.algo == Algo::kRing);
   }
   for (Func f : {Func::kAllGather, Func::kReduceScatter}) {
