@@ -32,9 +32,9 @@ struct BinomialTree {
   }
 };
 
-/// Sends `count` elements from `from` to `peer` (sendFlags | kSend), or receives them from
-/// `peer` into `into` (recvFlags | kRecv | kOutput, reduced with `mine` where the flags say),
-/// whole, slice by slice. False when aborted.
+/// All threads of the group: sends `count` elements of `mine` to `peer` (flags | kSend), or
+/// receives them from `peer` into `into` (flags | kRecv | kOutput, reduced with `mine` where
+/// the flags say), whole, slice by slice; ends with a group barrier. False when aborted.
 template <typename T, typename Red, typename Group>
 BRAID_INLINE bool transferWhole(Group& g, const CollWork& w, const uint32_t* abortFlag, int peer, bool sending,
                                 uint32_t flags, const T* mine, T* into, uint64_t count) {
@@ -48,7 +48,8 @@ BRAID_INLINE bool transferWhole(Group& g, const CollWork& w, const uint32_t* abo
   return ok;
 }
 
-/// A local step over `count` elements: `flags` applied from `from` into `to`.
+/// All threads of the group: one local step over `count` elements, `flags` applied from
+/// `from` into `to`, then a group barrier.
 template <typename T, typename Red, typename Group>
 BRAID_INLINE bool localWhole(Group& g, const CollWork& w, const uint32_t* abortFlag, uint32_t flags, const T* from, T* to,
                              uint64_t count) {
@@ -59,8 +60,8 @@ BRAID_INLINE bool localWhole(Group& g, const CollWork& w, const uint32_t* abortF
   return ok;
 }
 
-/// Binomial broadcast of `count` elements: the root sends `data` (already in place) to its
-/// children; every other rank receives into `data` and forwards it.
+/// All threads of the group: binomial broadcast of `count` elements; the root sends `data`
+/// (already in place) to its children, every other rank receives into `data` and forwards it.
 template <typename T, typename Red, typename Group>
 BRAID_INLINE bool binomialBroadcast(Group& g, const CollWork& w, const uint32_t* abortFlag, const BinomialTree& tree,
                                     T* data, uint64_t count) {
@@ -72,7 +73,8 @@ BRAID_INLINE bool binomialBroadcast(Group& g, const CollWork& w, const uint32_t*
   return true;
 }
 
-/// Binomial reduction of `count` elements of `in` (pre step applied) into `acc`: the children
+/// All threads of the group: binomial reduction of `count` elements of `in` (pre step
+/// applied) into `acc`: the children
 /// nearest first, then up to the parent; at the root the post step is applied and `acc` holds
 /// the result. A leaf sends its input without touching `acc`.
 template <typename T, typename Red, typename Group>

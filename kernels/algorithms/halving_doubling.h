@@ -24,6 +24,9 @@
 
 namespace braid::kernels {
 
+/// One rank's view of the schedule. Every member that moves data is called by all threads of
+/// the group with the same arguments and ends with a group barrier (the step counters are
+/// written back before the next exchange reads them).
 template <typename T, typename Red, typename Group>
 class HalvingDoubling {
  public:

@@ -266,9 +266,9 @@ void DataPath::runCollective(const plan::Task& given) {
   }
   if (plan.scratchBytes > scratchBytes_) {  // kept for later calls; grows only
     scratch_.reset(static_cast<char*>(std::aligned_alloc(64, (plan.scratchBytes + 63) / 64 * 64)));
+    scratchBytes_ = scratch_ ? plan.scratchBytes : 0;
     if (!scratch_) fail(ncclSystemError, "rank %d: cannot allocate %llu bytes of scratch memory for %s", rank_,
                         static_cast<unsigned long long>(plan.scratchBytes), task.name);
-    scratchBytes_ = plan.scratchBytes;
   }
   plan.works[0].scratch = scratch_.get();
   if (connector_.usesNetwork()) proxy::kick();  // the proxy passes without waiting while this runs
