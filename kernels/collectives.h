@@ -19,9 +19,11 @@
 
 namespace braid::kernels {
 
-/// All threads of the group. Returns false when the communicator was aborted.
+/// All threads of the group: a collective that reduces (AllReduce, ReduceScatter, Reduce)
+/// over elements T with op Red. Returns false when the communicator was aborted (or, which
+/// the planner never sends, for a collective that only copies: see runCopy).
 template <typename T, typename Red, typename Group>
-BRAID_INLINE bool runCollective(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag) {
+BRAID_INLINE bool runReduction(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag) {
   switch (w.func) {
     case Func::kAllReduce:
       if (w.algo == Algo::kDirect) return allReduceDirect<T, Red, Group>(g, w, ring, abortFlag);
@@ -35,6 +37,17 @@ BRAID_INLINE bool runCollective(Group& g, const CollWork& w, const RingHandle& r
     case Func::kReduce:
       if (w.algo == Algo::kBinomial) return reduceBinomial<T, Red, Group>(g, w, ring, abortFlag);
       return reduceRing<T, Red, Group>(g, w, ring, abortFlag);
+    default: return false;
+  }
+}
+
+/// All threads of the group: a collective that only moves data (AllGather, Broadcast), on
+/// bytes whatever the element type, so compiled once rather than for every type and op.
+template <typename Group>
+BRAID_INLINE bool runCopy(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag) {
+  using T = uint8_t;
+  using Red = FuncSum<uint8_t>;  // never combines: the copy steps carry no kRecv with kInput
+  switch (w.func) {
     case Func::kAllGather:
       if (w.algo == Algo::kHalvingDoubling) return allGatherHalvingDoubling<T, Red, Group>(g, w, ring, abortFlag);
       return allGatherRing<T, Red, Group>(g, w, ring, abortFlag);

@@ -23,16 +23,32 @@ class BlockGroup {
   int* aborted_;
 };
 
-/// One block per channel, looping over that channel's work items.
-template <typename T, typename Red>
-__global__ void collectiveKernel(const CollWork* works, int nWorks, const RingHandle* rings, const uint32_t* abortFlag) {
+/// One block per channel, looping over that channel's work items: through run(), either
+/// runReduction for element type T and op Red or runCopy.
+template <typename Run>
+__device__ void channelLoop(const CollWork* works, int nWorks, const RingHandle* rings, const uint32_t* abortFlag,
+                            Run run) {
   __shared__ int aborted;
   if (threadIdx.x == 0) aborted = 0;
   __syncthreads();
   BlockGroup g(&aborted);
   for (int i = 0; i < nWorks; ++i) {
-    if (!runCollective<T, Red, BlockGroup>(g, works[i * gridDim.x + blockIdx.x], rings[blockIdx.x], abortFlag)) return;
+    if (!run(g, works[i * gridDim.x + blockIdx.x], rings[blockIdx.x], abortFlag)) return;
   }
+}
+
+/// The reducing collectives (AllReduce, ReduceScatter, Reduce) for one type and op.
+template <typename T, typename Red>
+__global__ void collectiveKernel(const CollWork* works, int nWorks, const RingHandle* rings, const uint32_t* abortFlag) {
+  channelLoop(works, nWorks, rings, abortFlag, [](BlockGroup& g, const CollWork& w, const RingHandle& r,
+                                                  const uint32_t* a) { return runReduction<T, Red, BlockGroup>(g, w, r, a); });
+}
+
+/// The copying collectives (AllGather, Broadcast), on bytes.
+template <typename Unused = void>
+__global__ void copyKernel(const CollWork* works, int nWorks, const RingHandle* rings, const uint32_t* abortFlag) {
+  channelLoop(works, nWorks, rings, abortFlag, [](BlockGroup& g, const CollWork& w, const RingHandle& r,
+                                                  const uint32_t* a) { return runCopy<BlockGroup>(g, w, r, a); });
 }
 
 /// Thread 0 of each block progresses one block's share of send/recv operations.
