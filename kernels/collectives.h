@@ -1,5 +1,5 @@
 // The kernel body: one collective's work on one channel, dispatched to its algorithm.
-// (Ring; Direct, RecDoubling, HalvingDoubling and Binomial for AllReduce; HalvingDoubling for
+// (Ring; Tree, Direct, RecDoubling, HalvingDoubling and Binomial for AllReduce; HalvingDoubling for
 // ReduceScatter and AllGather; Binomial for Broadcast and Reduce.)
 #pragma once
 
@@ -10,6 +10,7 @@
 #include "kernels/algorithms/all_reduce_halving_doubling.h"
 #include "kernels/algorithms/all_reduce_rec_doubling.h"
 #include "kernels/algorithms/all_reduce_ring.h"
+#include "kernels/algorithms/all_reduce_tree.h"
 #include "kernels/algorithms/broadcast_binomial.h"
 #include "kernels/algorithms/broadcast_ring.h"
 #include "kernels/algorithms/reduce_binomial.h"
@@ -26,6 +27,7 @@ template <typename T, typename Red, typename Group>
 BRAID_INLINE bool runReduction(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag) {
   switch (w.func) {
     case Func::kAllReduce:
+      if (w.algo == Algo::kTree) return allReduceTree<T, Red, Group>(g, w, ring, abortFlag);
       if (w.algo == Algo::kDirect) return allReduceDirect<T, Red, Group>(g, w, ring, abortFlag);
       if (w.algo == Algo::kRecDoubling) return allReduceRecDoubling<T, Red, Group>(g, w, ring, abortFlag);
       if (w.algo == Algo::kHalvingDoubling) return allReduceHalvingDoubling<T, Red, Group>(g, w, ring, abortFlag);

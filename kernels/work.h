@@ -88,6 +88,14 @@ struct RingHandle {
   int32_t index;    ///< this rank's position on the ring
 };
 
+/// A rank's neighbours in its channel's tree (Tree): ranks, -1 for none. Their connections
+/// are peerSend/peerRecv of that channel.
+struct TreeHandle {
+  int32_t parent;  ///< -1 at the root
+  int32_t children[3];
+  int32_t nChildren;
+};
+
 /// One collective's share of the work on one channel.
 struct CollWork {
   Func func;
@@ -102,8 +110,9 @@ struct CollWork {
   uint64_t channelOffset;  ///< this channel's first element within a block
   uint64_t channelCount;   ///< elements of a block this channel moves
   RedOpArgs opArgs;
-  const ConnHandle* peerSend;  ///< the algorithms over point-to-point connections: one to every rank (indexed by rank; own entry unused)
+  const ConnHandle* peerSend;  ///< the algorithms over point-to-point connections: one to every rank (indexed by rank; own entry unused; Tree: this channel's)
   const ConnHandle* peerRecv;
+  TreeHandle tree;         ///< Tree: this channel's tree
   void* scratch;           ///< the communicator's scratch memory, CollPlan::scratchBytes of it (HalvingDoubling ReduceScatter, Binomial Reduce and AllReduce)
   OpSignature sig;         ///< written to every send connection before the first step
   uint32_t checkSig;       ///< compare the peers' signatures (BRAID_CHECK_MISMATCH)

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "topology/search.h"
+#include "topology/trees.h"
 
 namespace braid::topo {
 
@@ -14,7 +15,7 @@ using kernels::Proto;
 
 // GPUs: NCCL 2.28's published figures for Hopper (../shared/reference/nccl-facts.md). NCCL
 // gives base latencies for Tree and Ring only; Direct, RecDoubling, HalvingDoubling and
-// Binomial are given Ring's (the same kernels' launch and FIFO costs), Tree's row stays for when it exists.
+// Binomial are given Ring's (the same kernels' launch and FIFO costs).
 // Per-step latency: Ring's per-hop figures per link; over the network Ring's plus NCCL's
 // per-step network overhead on Intel (1 µs, three times that for Simple). Channel bandwidth
 // comes from the topology's ring search; the figures here (NVLink 4 link 20.6, PCIe Gen4 x16
@@ -117,6 +118,7 @@ bool Tuner::implemented(Func f, Algo a, Proto p) {
   if (p == Proto::kLL128 || static_cast<int>(f) >= kTunerFuncs) return false;
   switch (a) {
     case Algo::kRing: return true;
+    case Algo::kTree: return f == Func::kAllReduce;
     case Algo::kDirect: return f == Func::kAllReduce && p == Proto::kLL;
     case Algo::kRecDoubling: return f == Func::kAllReduce;
     case Algo::kHalvingDoubling: return f == Func::kAllReduce || f == Func::kReduceScatter || f == Func::kAllGather;
@@ -150,7 +152,7 @@ bool Tuner::terms(Func f, Algo a, Proto p, int c, uint64_t bytes, Terms* out) co
   const int nodes = std::clamp(s.nNodes, 1, n);
   if (!implemented(f, a, p) || c < 1 || (n == 1 && a == Algo::kDirect)) return false;
   const int pi = static_cast<int>(p);
-  const bool peerAlgo = a != Algo::kRing;  // over the point-to-point connections: one channel
+  const bool peerAlgo = a != Algo::kRing && a != Algo::kTree;  // over the point-to-point connections: one channel
   if (peerAlgo && c != 1) return false;
   if (a == Algo::kDirect && bytes > s.directMaxBytes) return false;
 
@@ -164,6 +166,13 @@ bool Tuner::terms(Func f, Algo a, Proto p, int c, uint64_t bytes, Terms* out) co
       interSteps = f == Func::kAllReduce ? 2 * (nodes - 1) : nodes - 1;
       moved = f == Func::kBroadcast || f == Func::kReduce ? (n > 1 ? 1.0 : 0.0) : busFactor(f, n);
       break;
+    case Algo::kTree: {  // up the tree then down it, pipelined: every byte in and out of a rank about twice
+      const int perNode = (n + nodes - 1) / nodes;
+      steps = 2 * treeDepth(nodes, perNode);
+      interSteps = 2 * treeDepth(nodes, 1);
+      moved = n > 1 ? 2.0 : 0.0;
+      break;
+    }
     case Algo::kDirect:
       steps = 1;
       interSteps = nodes > 1 ? 1 : 0;
@@ -198,9 +207,9 @@ bool Tuner::terms(Func f, Algo a, Proto p, int c, uint64_t bytes, Terms* out) co
   }
   // Threads per CPU on the busiest node: above 1, a step waits for its peer to be scheduled,
   // longer the more threads share each CPU (the table's figure is for 2).
-  const double load = s.cpusPerNode > 0 ? static_cast<double>(s.ranksPerNode) * c * std::max(1, s.cpuThreadsPerChannel) /
-                                              s.cpusPerNode
-                                        : 0;
+  const int sharing = std::max(s.ranksPerNode, s.ranksPerCpuSet);
+  const double load =
+      s.cpusPerNode > 0 ? static_cast<double>(sharing) * c * std::max(1, s.cpuThreadsPerChannel) / s.cpusPerNode : 0;
   const bool oversubscribed = t.oversubscribedHop[pi] > 0 && load > 1;
   const double intraHop =
       oversubscribed ? t.oversubscribedHop[pi] * load / 2 : t.hopLatency[static_cast<int>(s.intra)][pi];
@@ -218,7 +227,8 @@ bool Tuner::terms(Func f, Algo a, Proto p, int c, uint64_t bytes, Terms* out) co
   bw *= p == Proto::kLL && reducing ? t.llReducingEfficiency : t.protoEfficiency[pi];
   const double ceiling = t.llCeiling[nodes == 1 ? 0 : nodes == 2 ? 1 : 2];
   if (p == Proto::kLL && ceiling > 0) bw = std::min(bw, ceiling);
-  if (oversubscribed) bw *= std::min(1.0, (a == Algo::kRing ? t.ringCpuShare : 1.0) / load);
+  const bool pipelined = a == Algo::kRing || a == Algo::kTree;  // slices stream through every rank
+  if (oversubscribed) bw *= std::min(1.0, (pipelined ? t.ringCpuShare : 1.0) / load);
   out->moved = moved;
   out->bandwidth = bw;
   return bw > 0;
@@ -260,7 +270,7 @@ bool Tuner::choose(Func f, uint64_t bytes, uint32_t algos, uint32_t protos, uint
         }
       }
       // The algorithms over point-to-point connections run on one channel whatever the bounds.
-      if (static_cast<Algo>(ai) != Algo::kRing && minC > 1) {
+      if (static_cast<Algo>(ai) != Algo::kRing && static_cast<Algo>(ai) != Algo::kTree && minC > 1) {
         const double time = predict(f, static_cast<Algo>(ai), p, 1, bytes);
         if (time >= 0 && (!found || time < out->timeUs)) {
           *out = Choice{static_cast<Algo>(ai), p, 1, time};
@@ -291,7 +301,7 @@ std::string Tuner::describe() const {
         const Proto p = static_cast<Proto>(pi);
         if (!implemented(f, a, p)) continue;
         Terms t;
-        const int c = a == Algo::kRing ? std::max(s.minChannels, s.maxChannels) : 1;
+        const int c = a == Algo::kRing || a == Algo::kTree ? std::max(s.minChannels, s.maxChannels) : 1;
         const uint64_t probe = a == Algo::kDirect ? s.directMaxBytes : uint64_t(1) << 30;
         if (!terms(f, a, p, c, probe, &t)) continue;
         const double bus = t.moved > 0 ? t.bandwidth * busFactor(f, std::max(1, s.nRanks)) / t.moved : 0;

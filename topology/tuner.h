@@ -66,6 +66,7 @@ struct CostShape {
   int nNodes = 1;
   int ranksPerNode = 1;              ///< the most ranks any node has
   int cpusPerNode = 0;               ///< the fewest CPUs a node's ranks may run on (0: unknown, never oversubscribed)
+  int ranksPerCpuSet = 0;            ///< ranks sharing those CPUs when more than a node's (BRAID_RANKS_PER_NODE nodes of one host); 0: ranksPerNode
   LinkClass intra = LinkClass::kMemory;        ///< a step within a node
   LinkClass inter = LinkClass::kNetwork;       ///< a step across nodes
   double channelBwIntra = 0;         ///< GB/s per channel within a node (0: the table's for `intra`)

@@ -174,39 +174,48 @@ kernels::RingHandle Connector::ring(int channel) const {
   return r;
 }
 
-void Connector::connectPeers(const std::vector<int>& sendTo, const std::vector<int>& recvFrom) {
+void Connector::connectPeers(const std::vector<int>& sendTo, const std::vector<int>& recvFrom, int set) {
+  const FifoSizes& sizes = set == 0 ? options_.p2p : options_.ring;
+  const std::string what = set == 0 ? "p2p" : "tree" + std::to_string(set - 1);
+  const uint32_t tag = kPeerTag + static_cast<uint32_t>(set), ackTag = kPeerAckTag + static_cast<uint32_t>(set);
   std::vector<std::pair<int, Descriptor>> created;
   for (int peer : recvFrom) {
-    if (peer == rank_ || peerRecv_.count(peer) != 0) continue;
+    const int key = set * nRanks_ + peer;
+    if (peer == rank_ || peerRecv_.count(key) != 0) continue;
     Descriptor d;
-    auto end = createReceiver(peer, options_.p2p, "p2p", peer, &d);
+    auto end = createReceiver(peer, sizes, what, peer + set, &d);
     {
       std::lock_guard<std::mutex> lock(endsMutex_);
-      peerRecv_[peer] = std::move(end);
+      peerRecv_[key] = std::move(end);
     }
-    channel_.send(peer, kPeerTag, &d, sizeof(d));
+    channel_.send(peer, tag, &d, sizeof(d));
     created.emplace_back(peer, d);
   }
   for (int peer : sendTo) {
-    if (peer == rank_ || peerSend_.count(peer) != 0) continue;
+    const int key = set * nRanks_ + peer;
+    if (peer == rank_ || peerSend_.count(key) != 0) continue;
     Descriptor d;
-    channel_.recv(peer, kPeerTag, &d, sizeof(d));
-    auto end = importSender(peer, d, peer);
+    channel_.recv(peer, tag, &d, sizeof(d));
+    auto end = importSender(peer, d, peer + set);
     {
       std::lock_guard<std::mutex> lock(endsMutex_);
-      peerSend_[peer] = std::move(end);
+      peerSend_[key] = std::move(end);
     }
-    channel_.send(peer, kPeerAckTag, &rank_, sizeof(rank_));
+    channel_.send(peer, ackTag, &rank_, sizeof(rank_));
   }
   for (auto& [peer, d] : created) {  // see connectRing: held until the sender has it
     int ack = -1;
-    channel_.recv(peer, kPeerAckTag, &ack, sizeof(ack));
+    channel_.recv(peer, ackTag, &ack, sizeof(ack));
     if (d.kind == Kind::kShm) shm::unlinkName(d);
   }
 }
 
-kernels::ConnHandle Connector::peerSend(int peer) const { return handleOf(peerSend_, peer, "send"); }
-kernels::ConnHandle Connector::peerRecv(int peer) const { return handleOf(peerRecv_, peer, "receive"); }
+kernels::ConnHandle Connector::peerSend(int peer, int set) const {
+  return handleOf(peerSend_, set * nRanks_ + peer, "send");
+}
+kernels::ConnHandle Connector::peerRecv(int peer, int set) const {
+  return handleOf(peerRecv_, set * nRanks_ + peer, "receive");
+}
 
 namespace {
 kernels::ConnHandle handleOf(const std::map<int, std::unique_ptr<Connector::End>>& ends, int key, const char* what) {

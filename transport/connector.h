@@ -57,10 +57,12 @@ class Connector {
 
   /// Connects what this rank's send/recv operations need. Deadlock-free when every send has its
   /// matching receive in the peer's call: descriptors for our receives go out before we wait
-  /// for the descriptors of our sends.
-  void connectPeers(const std::vector<int>& sendTo, const std::vector<int>& recvFrom);
-  kernels::ConnHandle peerSend(int peer) const;
-  kernels::ConnHandle peerRecv(int peer) const;
+  /// for the descriptors of our sends. `set` keeps independent connections to the same peers:
+  /// 0 for send/recv and the single-channel algorithms (p2p FIFOs), 1 + c for channel c of
+  /// the tree algorithms (collective FIFOs, as the ring's).
+  void connectPeers(const std::vector<int>& sendTo, const std::vector<int>& recvFrom, int set = 0);
+  kernels::ConnHandle peerSend(int peer, int set = 0) const;
+  kernels::ConnHandle peerRecv(int peer, int set = 0) const;
 
   /// One end of a connection: its FIFO memory and this rank's step counter on it.
   struct End {
@@ -101,7 +103,7 @@ class Connector {
   ConnectorOptions options_;
   mutable std::mutex endsMutex_;  // guards the maps' shape against forEachEnd (another thread)
   std::map<int, std::unique_ptr<End>> ringSend_, ringRecv_;  // by channel
-  std::map<int, std::unique_ptr<End>> peerSend_, peerRecv_;  // by peer rank
+  std::map<int, std::unique_ptr<End>> peerSend_, peerRecv_;  // by set x nRanks + peer rank
   int nRanks_;
   bool usesNetwork_ = false;
   Kind networkKind_ = Kind::kP2p;  // kP2p until chosen

@@ -59,8 +59,8 @@ topo::Choice chooseFor(const Task& task, int nRanks, const PlanLimits& limits) {
   if (!tuner.choose(task.func, bytes, tunerAlgos(limits.mask.algos[static_cast<int>(f)]), protos, forced, &choice)) {
     fail(ncclInvalidUsage,
          "NCCL_ALGO/NCCL_PROTO leave no algorithm and protocol Braid implements for %s of %llu bytes on %d ranks "
-         "(Braid implements Ring with LL and Simple for every collective; for AllReduce also Direct with LL up to "
-         "%llu bytes and RecDoubling; HalvingDoubling for AllReduce, ReduceScatter and AllGather; Binomial for "
+         "(Braid implements Ring with LL and Simple for every collective; for AllReduce also Tree, Direct with LL up "
+         "to %llu bytes and RecDoubling; HalvingDoubling for AllReduce, ReduceScatter and AllGather; Binomial for "
          "AllReduce, Reduce and Broadcast)",
          envFuncName(f), static_cast<unsigned long long>(bytes), nRanks,
          static_cast<unsigned long long>(tuner.shape().directMaxBytes));

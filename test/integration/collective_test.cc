@@ -37,14 +37,18 @@ struct Case {
   int coll, dtype, op, count, ranks, processes, inPlace, proto, channels;
   int algo = -1;        ///< a plan::EnvAlgo NCCL_ALGO is limited to, or -1: the planner's choice
   int rankCount = 0;    ///< overrides kRanks[ranks] when set
+  int channelCount = 0; ///< overrides channels (1 or 3) when set
+  int ranksPerNode = 0; ///< BRAID_RANKS_PER_NODE, when set
   int nRanks() const { return rankCount > 0 ? rankCount : kRanks[ranks]; }
+  int nChannels() const { return channelCount > 0 ? channelCount : channels ? 3 : 1; }
   std::string describe() const {
     return std::string(kCollNames[coll]) + (algo >= 0 ? " algo=" + std::to_string(algo) : "") + " dtype=" +
            std::to_string(dtype) + " op=" + kOpNames[op] + " count=" + std::to_string(kCounts[count]) +
            " ranks=" + std::to_string(nRanks()) +
            (processes % 2 ? " processes" : " threads") +
            (processes >= 4 ? " over IB" : processes >= 2 ? " over sockets" : "") + (inPlace ? " in-place" : " out-of-place") +
-           (proto == 0 ? " LL" : " Simple") + " channels=" + std::to_string(channels ? 3 : 1);
+           (proto == 0 ? " LL" : " Simple") + " channels=" + std::to_string(nChannels()) +
+           (ranksPerNode > 0 ? " ranks-per-node=" + std::to_string(ranksPerNode) : "");
   }
 };
 constexpr int kDims = 9;
@@ -185,7 +189,8 @@ void runRank(const Case& c, const ncclUniqueId& id, int rank) {
   for (auto& p : limits.mask.protos) p = 1u << (c.proto == 0 ? 0 : 2);
   if (c.algo >= 0)
     for (auto& a : limits.mask.algos) a = 1u << c.algo;
-  limits.minChannels = limits.maxChannels = c.channels ? 3 : 1;
+  limits.minChannels = limits.maxChannels = c.nChannels();
+  if (c.ranksPerNode > 0) comm->dataPath().setRanksPerNode(c.ranksPerNode);
   transport::ConnectorOptions& connector = comm->dataPath().connectorOptions();
   connector.networkOnly = c.processes >= 2;
   if (c.processes >= 4) {
@@ -364,6 +369,41 @@ TEST_CASE("RecDoubling AllReduce, HalvingDoubling AllReduce, ReduceScatter and A
   }
 }
 
+TEST_CASE("Tree AllReduce: ranks 1 to 9, nodes of 1, 2, 3 ranks or one chain, 1 to 3 channels, counts, types, ops, "
+          "protocols, places, modes", "[integration][algorithms][sweep]") {
+  const int tree = static_cast<int>(plan::EnvAlgo::kTree);
+  int cases = 0;
+  for (int ranks = 1; ranks <= 9; ++ranks) {
+    for (int count = 0; count < 5; ++count) {
+      if (count == 4 && ranks != 3 && ranks != 8) continue;  // 1M+3 on 3 and 8 ranks
+      for (int proto = 0; proto < 2; ++proto) {
+        const int k = ranks * 10 + count * 2 + proto;
+        Case c{static_cast<int>(Coll::kAllReduce), k % ncclNumTypes, k % 6, count, 0, k % 2, (k / 2) % 2, proto, 0};
+        c.algo = tree;
+        c.rankCount = ranks;
+        c.ranksPerNode = (k / 3) % 4;  // 0: one node, a chain
+        c.channelCount = 1 + (k / 2) % 3;
+        INFO(c.describe());
+        REQUIRE(runCase(c) == "");
+        ++cases;
+      }
+    }
+  }
+  for (int t = 0; t < ncclNumTypes; ++t) {  // every type and op on 7 ranks in nodes of 2 (3 children at a head)
+    for (int op = 0; op < 6; ++op) {
+      Case c{static_cast<int>(Coll::kAllReduce), t, op, 3 /*1000*/, 0, op % 2, (t + op) % 2, (t + op) % 2, 0};
+      c.algo = tree;
+      c.rankCount = 7;
+      c.ranksPerNode = 2;
+      c.channelCount = 2;
+      INFO(c.describe());
+      REQUIRE(runCase(c) == "");
+      ++cases;
+    }
+  }
+  CHECK(cases == 148);
+}
+
 TEST_CASE("every type and op on 3 ranks, LL and Simple", "[integration][collectives][sweep]") {
   for (int t = 0; t < ncclNumTypes; ++t) {
     for (int op = 0; op < 6; ++op) {
@@ -378,7 +418,7 @@ TEST_CASE("every type and op on 3 ranks, LL and Simple", "[integration][collecti
 
 TEST_CASE("random floats reduce to bit-identical results on every rank, run after run", "[integration][collectives]") {
   // Ring on 3 ranks; RecDoubling and HalvingDoubling on 3 and 6 ranks (ranks folded in and
-  // out), both protocols.
+  // out); Tree on 5 ranks in nodes of 2 over both trees; both protocols.
   struct Config {
     int n;
     int algo;  // -1: the planner's choice (Ring at this size)
@@ -387,9 +427,10 @@ TEST_CASE("random floats reduce to bit-identical results on every rank, run afte
   };
   const int rd = static_cast<int>(plan::EnvAlgo::kRecDoubling);
   const int hd = static_cast<int>(plan::EnvAlgo::kHalvingDoubling);
+  const int tree = static_cast<int>(plan::EnvAlgo::kTree);
   for (const Config& config : {Config{3, -1, 2, 300001}, Config{3, rd, 2, 300001}, Config{6, rd, 2, 300001},
                                Config{6, rd, 0, 3001}, Config{3, hd, 2, 300001}, Config{6, hd, 2, 300001},
-                               Config{7, hd, 0, 3001}}) {
+                               Config{7, hd, 0, 3001}, Config{5, tree, 2, 300001}, Config{5, tree, 0, 3001}}) {
     const int n = config.n;
     const size_t count = config.count;
     INFO(n << " ranks, algo " << config.algo << ", proto " << config.proto);
@@ -408,6 +449,10 @@ TEST_CASE("random floats reduce to bit-identical results on every rank, run afte
         for (auto& p : limits.mask.protos) p = 1u << config.proto;
         if (config.algo >= 0)
           for (auto& a : limits.mask.algos) a = 1u << config.algo;
+        if (config.algo == tree) {  // two nodes of 2 and one of 1, both trees
+          comm->dataPath().setRanksPerNode(2);
+          limits.minChannels = limits.maxChannels = 2;
+        }
         results[run * n + rank].resize(count);
         EXPECT_OK(ncclAllReduce(in.data(), results[run * n + rank].data(), count, ncclFloat, ncclSum, comm, nullptr));
         EXPECT_OK(ncclCommDestroy(comm));

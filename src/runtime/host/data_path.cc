@@ -14,6 +14,7 @@
 #include "kernels/algorithms/send_recv.h"
 #include "runtime/host/kernel_table.h"
 #include "runtime/host/signature.h"
+#include "topology/trees.h"
 
 namespace braid::runtime::host {
 
@@ -106,6 +107,12 @@ DataPathSettings DataPathSettings::fromParams(const CommConfig& config) {
     s.limits.shape.threads = static_cast<int>(nThreads);
   }
   s.checkMismatch = p.integer("BRAID_CHECK_MISMATCH") != 0;
+  const int64_t perNode = p.integer("BRAID_RANKS_PER_NODE");
+  if (perNode < 0 || perNode > 65536) {
+    BRAID_WARN("BRAID_RANKS_PER_NODE=%lld must be 0 (nodes are hosts) or a rank count; using 0", static_cast<long long>(perNode));
+  } else {
+    s.ranksPerNode = static_cast<int>(perNode);
+  }
   s.watchdog = WatchdogSettings::fromParams();
   return s;
 }
@@ -119,7 +126,13 @@ DataPath::DataPath(bootstrap::Bootstrap& channel, int rank, const std::vector<Pe
       abort_(abortWord),
       connector_(channel, rank, placesOf(peers, rank), optionsFor(settings, commTag, commHash, abortWord)),
       executor_(settings.threadsPerChannel) {
-  describeShape(peers);
+  topo::CostShape& shape = settings_.limits.shape;
+  shape.cpusPerNode = 0;
+  for (const PeerInfo& p : peers) {
+    hostOf_.push_back(p.hostHash);
+    if (p.cpus > 0 && (shape.cpusPerNode == 0 || p.cpus < shape.cpusPerNode)) shape.cpusPerNode = p.cpus;
+  }
+  setRanksPerNode(settings_.ranksPerNode);
   std::vector<PeerProcess> watched;  // other processes on this host: their exit is visible
   for (const PeerInfo& p : peers)
     if (p.hostHash == peers[rank].hostHash && p.pid != peers[rank].pid) watched.push_back({p.rank, p.pid});
@@ -129,20 +142,33 @@ DataPath::DataPath(bootstrap::Bootstrap& channel, int rank, const std::vector<Pe
 
 DataPath::~DataPath() = default;
 
-void DataPath::describeShape(const std::vector<PeerInfo>& peers) {
-  topo::CostShape& shape = settings_.limits.shape;
-  std::map<uint64_t, int> perHost;
-  shape.cpusPerNode = 0;
-  for (const PeerInfo& p : peers) {
-    ++perHost[p.hostHash];
-    if (p.cpus > 0 && (shape.cpusPerNode == 0 || p.cpus < shape.cpusPerNode)) shape.cpusPerNode = p.cpus;
+void DataPath::setRanksPerNode(int k) {
+  settings_.ranksPerNode = std::max(0, k);
+  nodeOf_.clear();
+  std::map<uint64_t, int> hostIndex;
+  for (int r = 0; r < nRanks_; ++r) {
+    nodeOf_.push_back(k > 0 ? r / k : hostIndex.emplace(hostOf_[r], static_cast<int>(hostIndex.size())).first->second);
   }
-  shape.nNodes = static_cast<int>(perHost.size());
+  trees_.clear();  // (before any Tree collective: its connections stay where they were made)
+  describeShape();
+}
+
+void DataPath::describeShape() {
+  topo::CostShape& shape = settings_.limits.shape;
+  std::map<int, int> perNode;
+  for (int node : nodeOf_) ++perNode[node];
+  shape.nNodes = static_cast<int>(perNode.size());
   shape.ranksPerNode = 0;
-  for (const auto& [host, n] : perHost) shape.ranksPerNode = std::max(shape.ranksPerNode, n);
+  for (const auto& [node, n] : perNode) shape.ranksPerNode = std::max(shape.ranksPerNode, n);
+  std::map<uint64_t, int> perHost;  // the CPUs are the host's, however many nodes it counts as
+  for (uint64_t h : hostOf_) ++perHost[h];
+  shape.ranksPerCpuSet = 0;
+  for (const auto& [host, n] : perHost) shape.ranksPerCpuSet = std::max(shape.ranksPerCpuSet, n);
   const transport::ConnectorOptions& o = settings_.connector;
   shape.intra = o.shmDisabled && o.p2pDisabled ? topo::LinkClass::kNetwork : topo::LinkClass::kMemory;
-  shape.inter = topo::LinkClass::kNetwork;
+  const bool oneHost = perHost.size() == 1;
+  // BRAID_RANKS_PER_NODE groups on one host still talk through the same transports.
+  shape.inter = settings_.ranksPerNode > 0 && oneHost ? shape.intra : topo::LinkClass::kNetwork;
   shape.directMaxBytes = uint64_t(kP2pLLStepLines) * 8;  // Direct's message is one LL step of a peer connection
   if (rank_ == 0 && log::enabled(log::Level::Info, log::kTuning)) {
     const std::string text = plan::tunerFor(nRanks_, settings_.limits).describe();
@@ -207,6 +233,35 @@ void DataPath::connectAllPeers() {
   }
 }
 
+void DataPath::prepareTrees(int n, kernels::CollWork* works) {
+  for (int c = static_cast<int>(trees_.size()); c < n; ++c) {
+    const topo::TreeLinks t = topo::rankTree(nodeOf_, rank_, c % 2);
+    TreeChannel channel;
+    channel.links.parent = t.parent;
+    channel.links.nChildren = t.nChildren;
+    std::vector<int> neighbours;
+    if (t.parent >= 0) neighbours.push_back(t.parent);
+    for (int i = 0; i < topo::kTreeMaxChildren; ++i) {
+      channel.links.children[i] = t.children[i];
+      if (i < t.nChildren) neighbours.push_back(t.children[i]);
+    }
+    // Every edge is used both ways (up, then down): both ends connect both directions.
+    connector_.connectPeers(neighbours, neighbours, 1 + c);
+    channel.send.assign(nRanks_, kernels::ConnHandle{});
+    channel.recv.assign(nRanks_, kernels::ConnHandle{});
+    for (int r : neighbours) {
+      channel.send[r] = connector_.peerSend(r, 1 + c);
+      channel.recv[r] = connector_.peerRecv(r, 1 + c);
+    }
+    trees_.push_back(std::move(channel));
+  }
+  for (int c = 0; c < n; ++c) {
+    works[c].tree = trees_[c].links;
+    works[c].peerSend = trees_[c].send.data();
+    works[c].peerRecv = trees_[c].recv.data();
+  }
+}
+
 double DataPath::predict(const std::vector<plan::Task>& tasks) const {
   double total = 0, peers = 0;
   const topo::Tuner tuner = plan::tunerFor(nRanks_, settings_.limits);
@@ -236,6 +291,7 @@ void DataPath::runCollective(const plan::Task& given) {
   Watchdog::Operation running(*watchdog_, sig, task.name, plan.nChannels);
   const kernels::RingHandle* ring = nullptr;
   kernels::RingHandle unconnected{};
+  std::array<kernels::RingHandle, kMaxChannels> unconnectedRings{};
   try {
     // Announce the collective on ring channel 0 (connected first, by every collective alike):
     // a neighbour stuck anywhere, even in connection setup, compares it with its own.
@@ -248,7 +304,11 @@ void DataPath::runCollective(const plan::Task& given) {
       }
     }
     const kernels::Algo algo = plan.works[0].algo;
-    if (algo != kernels::Algo::kRing) {  // the others run over the point-to-point connections
+    if (algo == kernels::Algo::kTree) {  // over each channel's tree connections
+      prepareTrees(plan.nChannels, plan.works.data());
+      for (int c = 0; c < plan.nChannels; ++c) unconnectedRings[c] = kernels::RingHandle{{}, {}, nRanks_, rank_};
+      ring = unconnectedRings.data();
+    } else if (algo != kernels::Algo::kRing) {  // the others run over the point-to-point connections
       connectAllPeers();
       plan.works[0].peerSend = allSend_.data();
       plan.works[0].peerRecv = allRecv_.data();

@@ -29,6 +29,7 @@ struct DataPathSettings {
   int threadsPerChannel = 1;
   plan::PlanLimits limits;
   bool checkMismatch = true;  ///< BRAID_CHECK_MISMATCH
+  int ranksPerNode = 0;       ///< BRAID_RANKS_PER_NODE: 0 nodes are hosts, k: each k consecutive ranks
   WatchdogSettings watchdog;
 
   /// From the parameter registry and the communicator's config (minCTAs/maxCTAs bound channels).
@@ -56,6 +57,9 @@ class DataPath {
   plan::PlanLimits& limits() { return settings_.limits; }
   /// The connector's options; tests change them before the first collective (networkOnly).
   transport::ConnectorOptions& connectorOptions() { return connector_.options(); }
+  /// BRAID_RANKS_PER_NODE for this communicator (0: nodes are hosts); tests set it before the
+  /// first collective. Every rank must set the same.
+  void setRanksPerNode(int k);
 
  private:
   void runCollective(const plan::Task& task);
@@ -63,12 +67,15 @@ class DataPath {
   [[noreturn]] void failAborted(const char* what);
   /// Fills the tuner's shape from what every rank knows (nodes, ranks and CPUs per node, links)
   /// and logs the tuner's table at INFO/TUNING on rank 0.
-  void describeShape(const std::vector<PeerInfo>& peers);
+  void describeShape();
   void runPeers(const std::vector<const plan::Task*>& ops);
   /// The ring handles of channels [0, n), connecting them on first use.
   const kernels::RingHandle* rings(int n);
   /// Connections to every other rank (Direct), connecting them on first use.
   void connectAllPeers();
+  /// Tree: connects channels [0, n) to their tree neighbours (channel c: tree c mod 2) on
+  /// first use and fills those works' tree links and connections.
+  void prepareTrees(int n, kernels::CollWork* works);
 
   int rank_;
   int nRanks_;
@@ -87,6 +94,13 @@ class DataPath {
   Executor executor_;
   std::vector<kernels::RingHandle> rings_;  // cached handles of the connected ring channels
   std::vector<kernels::ConnHandle> allSend_, allRecv_;  // Direct: by rank, once connected
+  std::vector<uint64_t> hostOf_;  // each rank's host
+  std::vector<int> nodeOf_;       // each rank's node (hosts, or BRAID_RANKS_PER_NODE groups)
+  struct TreeChannel {
+    kernels::TreeHandle links;
+    std::vector<kernels::ConnHandle> send, recv;  // by rank
+  };
+  std::vector<TreeChannel> trees_;  // by channel, once connected
 };
 
 }  // namespace braid::runtime::host

@@ -161,8 +161,8 @@ TEST_CASE("Filters, bounds and what is not a candidate", "[tuner]") {
   CHECK(tuner.predict(Func::kAllReduce, Algo::kDirect, Proto::kLL, 1, tuner.shape().directMaxBytes + 1) < 0);
   CHECK_FALSE(tuner.choose(Func::kAllReduce, 1 << 20, direct, kAllProtos, 0, &c));
   CHECK_FALSE(tuner.choose(Func::kAllReduce, 8, direct, 1u << kSimple, 1u << kSimple, &c));
-  // Direct and RecDoubling serve AllReduce only, HalvingDoubling ReduceScatter and AllGather
-  // too; Tree and LL128 have no kernel.
+  // Tree, Direct and RecDoubling serve AllReduce only, HalvingDoubling ReduceScatter and
+  // AllGather too; LL128 has no kernel.
   const uint32_t hd = 1u << static_cast<int>(Algo::kHalvingDoubling), binomial = 1u << static_cast<int>(Algo::kBinomial);
   for (Func f : {Func::kBroadcast, Func::kReduce}) {  // and Binomial serves these two
     CHECK_FALSE(tuner.choose(f, 8, kAllAlgos & ~ring & ~binomial, kAllProtos, 0, &c));
@@ -176,7 +176,11 @@ TEST_CASE("Filters, bounds and what is not a candidate", "[tuner]") {
     REQUIRE(tuner.choose(f, 8, hd, kAllProtos, 0, &c));
     CHECK((c.algo == Algo::kHalvingDoubling && c.nChannels == 1));
   }
-  CHECK_FALSE(tuner.choose(Func::kAllReduce, 8, 1u << static_cast<int>(Algo::kTree), kAllProtos, 0, &c));
+  const uint32_t tree = 1u << static_cast<int>(Algo::kTree);
+  REQUIRE(tuner.choose(Func::kAllReduce, 8, tree, kAllProtos, 0, &c));
+  CHECK(c.algo == Algo::kTree);
+  for (Func f : {Func::kBroadcast, Func::kReduce, Func::kAllGather, Func::kReduceScatter})
+    CHECK_FALSE(tuner.choose(f, 8, tree, kAllProtos, 0, &c));
   const uint32_t ll128 = 1u << static_cast<int>(Proto::kLL128);
   CHECK_FALSE(tuner.choose(Func::kAllReduce, 8, kAllAlgos, ll128, ll128, &c));
   // Channel bounds hold for Ring; the point-to-point algorithms run on one channel.
@@ -187,11 +191,32 @@ TEST_CASE("Filters, bounds and what is not a candidate", "[tuner]") {
   CHECK(c.nChannels == 3);
   REQUIRE(three.choose(Func::kAllReduce, 1 << 20, 1u << static_cast<int>(Algo::kHalvingDoubling), kAllProtos, 0, &c));
   CHECK(c.nChannels == 1);
+  REQUIRE(three.choose(Func::kAllReduce, 1 << 20, tree, kAllProtos, 0, &c));  // Tree: a tree per channel
+  CHECK(c.nChannels == 3);
   // One rank: no Direct (nothing to send), Ring costs its base latency alone.
   Tuner one(kHostCostTable, hostShape(1, 2));
   CHECK(one.predict(Func::kAllReduce, Algo::kDirect, Proto::kLL, 1, 8) < 0);
   CHECK(one.predict(Func::kAllReduce, Algo::kRing, Proto::kSimple, 1, 1 << 20) ==
         Approx(kHostCostTable.baseLatency[kRing][kSimple]));
+}
+
+TEST_CASE("Nodes of BRAID_RANKS_PER_NODE on one host share its CPUs", "[tuner]") {
+  // 8 ranks as 4 nodes of 2 on a 2-CPU host: as loaded as 8 ranks on one node, not as 2.
+  CostShape s = hostShape(8, 2);
+  s.nNodes = 4;
+  s.ranksPerNode = 2;
+  s.inter = LinkClass::kMemory;
+  CostShape alone = s;
+  alone.ranksPerCpuSet = 0;  // (what 4 real hosts of 2 CPUs would be)
+  s.ranksPerCpuSet = 8;
+  const Tuner shared(kHostCostTable, s), separate(kHostCostTable, alone);
+  for (Algo a : {Algo::kRing, Algo::kTree}) {
+    INFO(algoName(a));
+    CHECK(shared.predict(Func::kAllReduce, a, Proto::kSimple, 1, 8) >
+          separate.predict(Func::kAllReduce, a, Proto::kSimple, 1, 8));
+    CHECK(shared.predict(Func::kAllReduce, a, Proto::kSimple, 1, 1 << 20) >
+          separate.predict(Func::kAllReduce, a, Proto::kSimple, 1, 1 << 20));
+  }
 }
 
 TEST_CASE("The GPU model on the 8xH100 file meets the published figures", "[tuner][gpu]") {
@@ -219,6 +244,14 @@ TEST_CASE("The GPU model on the 8xH100 file meets the published figures", "[tune
   REQUIRE(many.choose(Func::kAllReduce, gib, 1u << kRing, kAllProtos, 0, &c));
   CHECK(busBw(Func::kAllReduce, 128, gib, c.timeUs) <= bw);
   CHECK(many.shape().nRanks == 128);
+  // Across 16 nodes the tree's 2 x (7 + 5) hops beat the ring's 2 x 127 on small messages;
+  // within one node (a chain, as NCCL's) it never wins.
+  CHECK(many.predict(Func::kAllReduce, Algo::kTree, Proto::kLL, 1, 8) <
+        many.predict(Func::kAllReduce, Algo::kRing, Proto::kLL, 1, 8));
+  REQUIRE(many.choose(Func::kAllReduce, 8, kAllAlgos, kAllProtos, 0, &c));
+  CHECK(c.algo != Algo::kRing);
+  REQUIRE(tuner.choose(Func::kAllReduce, 8, (1u << kRing) | (1u << static_cast<int>(Algo::kTree)), kAllProtos, 0, &c));
+  CHECK(c.algo == Algo::kRing);
 }
 
 TEST_CASE("The planner's choice honours NCCL_ALGO and names the collective it cannot serve", "[tuner]") {
