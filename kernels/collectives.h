@@ -1,5 +1,5 @@
 // The kernel body: one collective's work on one channel, dispatched to its algorithm.
-// (Ring; Tree, Direct, RecDoubling, HalvingDoubling and Binomial for AllReduce; HalvingDoubling for
+// (Ring; Tree, Direct, RecDoubling, HalvingDoubling, Binomial and Hier2D for AllReduce; HalvingDoubling for
 // ReduceScatter and AllGather; Binomial for Broadcast and Reduce.)
 #pragma once
 
@@ -8,6 +8,7 @@
 #include "kernels/algorithms/all_gather_ring.h"
 #include "kernels/algorithms/all_reduce_direct.h"
 #include "kernels/algorithms/all_reduce_halving_doubling.h"
+#include "kernels/algorithms/all_reduce_hier2d.h"
 #include "kernels/algorithms/all_reduce_rec_doubling.h"
 #include "kernels/algorithms/all_reduce_ring.h"
 #include "kernels/algorithms/all_reduce_tree.h"
@@ -32,6 +33,7 @@ BRAID_INLINE bool runReduction(Group& g, const CollWork& w, const RingHandle& ri
       if (w.algo == Algo::kRecDoubling) return allReduceRecDoubling<T, Red, Group>(g, w, ring, abortFlag);
       if (w.algo == Algo::kHalvingDoubling) return allReduceHalvingDoubling<T, Red, Group>(g, w, ring, abortFlag);
       if (w.algo == Algo::kBinomial) return allReduceBinomial<T, Red, Group>(g, w, ring, abortFlag);
+      if (w.algo == Algo::kHier2D) return allReduceHier2D<T, Red, Group>(g, w, ring, abortFlag);
       return allReduceRing<T, Red, Group>(g, w, ring, abortFlag);
     case Func::kReduceScatter:
       if (w.algo == Algo::kHalvingDoubling) return reduceScatterHalvingDoubling<T, Red, Group>(g, w, ring, abortFlag);

@@ -14,7 +14,7 @@ enum class Func : uint8_t { kBroadcast = 0, kReduce, kAllGather, kReduceScatter,
 /// Same order as NCCL's protocol indices.
 enum class Proto : uint8_t { kLL = 0, kLL128 = 1, kSimple = 2, kCount };
 /// Tree and Ring as NCCL's algorithm indices, then Braid's own.
-enum class Algo : uint8_t { kTree = 0, kRing = 1, kDirect = 2, kRecDoubling = 3, kHalvingDoubling = 4, kBinomial = 5, kCount };
+enum class Algo : uint8_t { kTree = 0, kRing = 1, kDirect = 2, kRecDoubling = 3, kHalvingDoubling = 4, kBinomial = 5, kHier2D = 6, kCount };
 /// Device-side reduction kinds (Avg becomes PreMulSum or SumPostDiv in the planner).
 enum class RedKind : uint8_t { kSum = 0, kProd, kMax, kMin, kPreMulSum, kSumPostDiv, kCount };
 
@@ -96,6 +96,13 @@ struct TreeHandle {
   int32_t nChildren;
 };
 
+/// A rank's place in the Hier2D grid (topology/grid.h): ranks, positions and sizes of the
+/// ring within its row and within its column. Their connections are peerSend/peerRecv.
+struct GridHandle {
+  int32_t rowNext, rowPrev, rowSize, rowIndex;
+  int32_t colNext, colPrev, colSize, colIndex;
+};
+
 /// One collective's share of the work on one channel.
 struct CollWork {
   Func func;
@@ -113,6 +120,7 @@ struct CollWork {
   const ConnHandle* peerSend;  ///< the algorithms over point-to-point connections: one to every rank (indexed by rank; own entry unused; Tree: this channel's)
   const ConnHandle* peerRecv;
   TreeHandle tree;         ///< Tree: this channel's tree
+  GridHandle grid;         ///< Hier2D: this rank's rows and columns
   void* scratch;           ///< the communicator's scratch memory, CollPlan::scratchBytes of it (HalvingDoubling ReduceScatter, Binomial Reduce and AllReduce)
   OpSignature sig;         ///< written to every send connection before the first step
   uint32_t checkSig;       ///< compare the peers' signatures (BRAID_CHECK_MISMATCH)

@@ -6,7 +6,7 @@
 # its measured time (median of REPEATS runs, default 3, of all_reduce_perf's out-of-place
 # average), bus bandwidth and the time the model predicted (read from the library's INFO/COLL
 # line for that call). Last, per rank count and size, whether the tuner's choice was the
-# fastest measured. BRAID_RANKS_PER_NODE (passed on) makes Tree and the model see nodes.
+# fastest measured. BRAID_RANKS_PER_NODE (passed on) makes Tree, Hier2D and the model see nodes.
 # Usage: perf/tuner_bench.sh [BUILD_DIR] [RANKS...]   (a few minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,7 +29,7 @@ export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
 sizes=(8 65536 1048576 67108864)
 iters=(1000 200 20 2)
 case $coll in
-  all_reduce) variants=(Ring:LL Ring:Simple Tree:LL Tree:Simple Direct:LL RecDoubling:LL RecDoubling:Simple HalvingDoubling:LL
+  all_reduce) variants=(Ring:LL Ring:Simple Tree:LL Tree:Simple Hier2D:LL Hier2D:Simple Direct:LL RecDoubling:LL RecDoubling:Simple HalvingDoubling:LL
                         HalvingDoubling:Simple Binomial:LL Binomial:Simple tuner) ;;
   all_gather | reduce_scatter) variants=(Ring:LL Ring:Simple HalvingDoubling:LL HalvingDoubling:Simple tuner)
                                sizes[0]=1024 ;;  # a float per rank on 8 ranks at least

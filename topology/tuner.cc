@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "topology/grid.h"
 #include "topology/search.h"
 #include "topology/trees.h"
 
@@ -14,8 +15,8 @@ using kernels::Func;
 using kernels::Proto;
 
 // GPUs: NCCL 2.28's published figures for Hopper (../shared/reference/nccl-facts.md). NCCL
-// gives base latencies for Tree and Ring only; Direct, RecDoubling, HalvingDoubling and
-// Binomial are given Ring's (the same kernels' launch and FIFO costs).
+// gives base latencies for Tree and Ring only; Direct, RecDoubling, HalvingDoubling,
+// Binomial and Hier2D are given Ring's (the same kernels' launch and FIFO costs).
 // Per-step latency: Ring's per-hop figures per link; over the network Ring's plus NCCL's
 // per-step network overhead on Intel (1 µs, three times that for Simple). Channel bandwidth
 // comes from the topology's ring search; the figures here (NVLink 4 link 20.6, PCIe Gen4 x16
@@ -30,7 +31,8 @@ using kernels::Proto;
 // (Simple) bytes.
 const CostTable kGpuCostTable = {
     "GPU (NCCL's published Hopper figures)",
-    /*baseLatency*/ {{6.8, 14, 8.4}, {6.6, 14, 8.4}, {6.6, 14, 8.4}, {6.6, 14, 8.4}, {6.6, 14, 8.4}, {6.6, 14, 8.4}},
+    /*baseLatency*/ {{6.8, 14, 8.4}, {6.6, 14, 8.4}, {6.6, 14, 8.4}, {6.6, 14, 8.4}, {6.6, 14, 8.4}, {6.6, 14, 8.4},
+                    {6.6, 14, 8.4}},
     /*hopLatency*/ {{0.6, 1.9, 3.4}, {1.0, 2.5, 5.7}, {1.0, 2.5, 5.7}, {3.7, 5.0, 17.0}},
     /*oversubscribedHop*/ {0, 0, 0},
     /*channelBandwidth*/ {20.6, 24, 24, 12},
@@ -63,7 +65,7 @@ const CostTable kGpuCostTable = {
 const CostTable kHostCostTable = {
     "host (measured on 2 CPUs by perf/calibrate_host.sh)",
     /*baseLatency*/ {{0.3, 0.25, 0.25}, {0.3, 0.25, 0.25}, {0.3, 0.25, 0.25}, {0.3, 0.25, 0.25}, {0.3, 0.25, 0.25},
-                    {0.3, 0.25, 0.25}},
+                    {0.3, 0.25, 0.25}, {0.3, 0.25, 0.25}},
     /*hopLatency*/ {{0.13, 0.16, 0.16}, {0.13, 0.16, 0.16}, {0.13, 0.16, 0.16}, {33, 39, 39}},
     /*oversubscribedHop*/ {2.6, 3.8, 3.8},
     /*channelBandwidth*/ {2.9, 2.9, 2.9, 1.3},
@@ -83,7 +85,7 @@ const char* linkClassName(LinkClass link) {
 }
 
 const char* algoName(Algo a) {
-  static const char* const names[] = {"Tree", "Ring", "Direct", "RecDoubling", "HalvingDoubling", "Binomial"};
+  static const char* const names[] = {"Tree", "Ring", "Direct", "RecDoubling", "HalvingDoubling", "Binomial", "Hier2D"};
   const int i = static_cast<int>(a);
   return i >= 0 && i < kTunerAlgos ? names[i] : "?";
 }
@@ -123,6 +125,7 @@ bool Tuner::implemented(Func f, Algo a, Proto p) {
     case Algo::kRecDoubling: return f == Func::kAllReduce;
     case Algo::kHalvingDoubling: return f == Func::kAllReduce || f == Func::kReduceScatter || f == Func::kAllGather;
     case Algo::kBinomial: return f == Func::kAllReduce || f == Func::kReduce || f == Func::kBroadcast;
+    case Algo::kHier2D: return f == Func::kAllReduce;
     default: return false;
   }
 }
@@ -173,6 +176,14 @@ bool Tuner::terms(Func f, Algo a, Proto p, int c, uint64_t bytes, Terms* out) co
       moved = n > 1 ? 2.0 : 0.0;
       break;
     }
+    case Algo::kHier2D: {  // rings along rows, then columns, then rows: the ring's bytes in fewer steps
+      int rows = 1, cols = 1;
+      gridShape(n, nodes, std::max(1, s.ranksPerNode), &rows, &cols);
+      steps = 2 * (cols - 1) + 2 * (rows - 1);
+      interSteps = nodes > 1 && rows == nodes ? 2 * (rows - 1) : std::min(steps, 2 * (nodes - 1));
+      moved = busFactor(f, n);
+      break;
+    }
     case Algo::kDirect:
       steps = 1;
       interSteps = nodes > 1 ? 1 : 0;
@@ -213,7 +224,9 @@ bool Tuner::terms(Func f, Algo a, Proto p, int c, uint64_t bytes, Terms* out) co
   const bool oversubscribed = t.oversubscribedHop[pi] > 0 && load > 1;
   const double intraHop =
       oversubscribed ? t.oversubscribedHop[pi] * load / 2 : t.hopLatency[static_cast<int>(s.intra)][pi];
-  const double interHop = t.hopLatency[static_cast<int>(s.inter)][pi];
+  // Nodes that share the link class of a node's ranks (BRAID_RANKS_PER_NODE on one host) share
+  // its CPUs too: their steps wait alike.
+  const double interHop = s.inter == s.intra ? intraHop : t.hopLatency[static_cast<int>(s.inter)][pi];
   out->latency = t.baseLatency[static_cast<int>(a)][pi] + (steps - interSteps) * intraHop + interSteps * interHop;
 
   const double intraBw = s.channelBwIntra > 0 ? s.channelBwIntra : t.channelBandwidth[static_cast<int>(s.intra)];
@@ -227,7 +240,7 @@ bool Tuner::terms(Func f, Algo a, Proto p, int c, uint64_t bytes, Terms* out) co
   bw *= p == Proto::kLL && reducing ? t.llReducingEfficiency : t.protoEfficiency[pi];
   const double ceiling = t.llCeiling[nodes == 1 ? 0 : nodes == 2 ? 1 : 2];
   if (p == Proto::kLL && ceiling > 0) bw = std::min(bw, ceiling);
-  const bool pipelined = a == Algo::kRing || a == Algo::kTree;  // slices stream through every rank
+  const bool pipelined = a == Algo::kRing || a == Algo::kTree;  // slices stream through every rank (Hier2D's phases wait for each other)
   if (oversubscribed) bw *= std::min(1.0, (pipelined ? t.ringCpuShare : 1.0) / load);
   out->moved = moved;
   out->bandwidth = bw;

@@ -210,6 +210,8 @@ void Connector::connectPeers(const std::vector<int>& sendTo, const std::vector<i
   }
 }
 
+int Connector::setupWaitingOn() const { return channel_.waitingOn(); }
+
 kernels::ConnHandle Connector::peerSend(int peer, int set) const {
   return handleOf(peerSend_, set * nRanks_ + peer, "send");
 }

@@ -76,6 +76,9 @@ class Connector {
   /// Every connected end (ring and send/recv), for the watchdog.
   void forEachEnd(const std::function<void(const End&)>& visit) const;
 
+  /// The rank connection setup is waiting on now (-1: none), for the watchdog.
+  int setupWaitingOn() const;
+
   /// Whether any connection goes through the network (so the proxy thread carries it).
   bool usesNetwork() const { return usesNetwork_; }
 

@@ -14,7 +14,7 @@
 // free slot on its right.
 #pragma once
 
-#include "kernels/primitives.h"
+#include "kernels/algorithms/ring_steps.h"
 
 namespace braid::kernels {
 
@@ -34,28 +34,9 @@ BRAID_INLINE bool allReduceRing(Group& g, const CollWork& w, const RingHandle& r
   const uint64_t chunk = prims.sliceElements();
   for (uint64_t base = 0; base < total && ok; base += n * chunk) {
     const uint64_t rest = total - base;
-    const uint64_t per = chunk < (rest + n - 1) / n ? chunk : (rest + n - 1) / n;
-    auto at = [&](int c, uint64_t* offset) {
-      const uint64_t begin = base + c * per;
-      *offset = begin;
-      if (begin >= total) return uint64_t(0);
-      return total - begin < per ? total - begin : per;
-    };
-    uint64_t off;
-    uint64_t cnt = at((me + n - 1) % n, &off);
-    ok = prims.step(kInput | kSend, advance(in, off), nullptr, cnt);
-    for (int k = 2; k < n && ok; ++k) {
-      cnt = at((me + n - k) % n, &off);
-      ok = prims.step(kRecv | kInput | kSend, advance(in, off), nullptr, cnt);
-    }
-    cnt = at(me, &off);
-    ok = ok && prims.step(kRecv | kInput | kPost | kOutput | kSend, advance(in, off), advance(out, off), cnt);
-    for (int k = 1; k < n - 1 && ok; ++k) {
-      cnt = at((me + n - k) % n, &off);
-      ok = prims.step(kRecv | kOutput | kSend, nullptr, advance(out, off), cnt);
-    }
-    cnt = at((me + 1) % n, &off);
-    ok = ok && prims.step(kRecv | kOutput, nullptr, advance(out, off), cnt);
+    const RingChunks at{base, chunk < (rest + n - 1) / n ? chunk : (rest + n - 1) / n, total};
+    ok = ringReduceSteps(prims, n, me, kInput, in, out, kPost | kOutput | kSend, at) &&
+         ringGatherSteps(prims, n, me, out, at);
   }
   prims.finish();
   return ok;

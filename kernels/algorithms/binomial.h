@@ -12,7 +12,7 @@
 // bounding the bandwidth.
 #pragma once
 
-#include "kernels/primitives.h"
+#include "kernels/algorithms/peer_transfer.h"
 
 namespace braid::kernels {
 
@@ -38,26 +38,8 @@ struct BinomialTree {
 template <typename T, typename Red, typename Group>
 BRAID_INLINE bool transferWhole(Group& g, const CollWork& w, const uint32_t* abortFlag, int peer, bool sending,
                                 uint32_t flags, const T* mine, T* into, uint64_t count) {
-  Primitives<T, Red, Group> x(g, sending ? &w.peerSend[peer] : nullptr, sending ? nullptr : &w.peerRecv[peer], w.proto,
-                              Red(w.opArgs), abortFlag, &w);
-  const uint32_t all = flags | (sending ? uint32_t(kSend) : uint32_t(kRecv | kOutput));
-  const bool ok =
-      forEachSlice(count, x.sliceElements(), [&](uint64_t at, uint64_t n) { return x.step(all, advance(mine, at), advance(into, at), n); });
-  x.finish();
-  g.sync();  // the step counters are written back before a later transfer reads them
-  return ok;
-}
-
-/// All threads of the group: one local step over `count` elements, `flags` applied from
-/// `from` into `to`, then a group barrier.
-template <typename T, typename Red, typename Group>
-BRAID_INLINE bool localWhole(Group& g, const CollWork& w, const uint32_t* abortFlag, uint32_t flags, const T* from, T* to,
-                             uint64_t count) {
-  if (count == 0 || (from == to && !(flags & (kInput | kPost)))) return true;
-  Primitives<T, Red, Group> x(g, nullptr, nullptr, w.proto, Red(w.opArgs), abortFlag);
-  const bool ok = x.step(flags | kOutput, from, to, count);
-  g.sync();
-  return ok;
+  return sending ? peerSwap<T, Red, Group>(g, w, abortFlag, peer, flags, mine, count, 0, nullptr, nullptr, 0)
+                 : peerSwap<T, Red, Group>(g, w, abortFlag, peer, 0, nullptr, 0, flags, mine, into, count);
 }
 
 /// All threads of the group: binomial broadcast of `count` elements; the root sends `data`
@@ -82,7 +64,7 @@ BRAID_INLINE bool binomialReduce(Group& g, const CollWork& w, const uint32_t* ab
                                  const T* in, T* acc, uint64_t count) {
   const bool root = tree.parent < 0;
   if (tree.nChildren == 0) {
-    return root ? localWhole<T, Red, Group>(g, w, abortFlag, kInput | kPost, in, acc, count)
+    return root ? localStep<T, Red, Group>(g, w, abortFlag, kInput | kPost, in, acc, count)
                 : transferWhole<T, Red, Group>(g, w, abortFlag, tree.parent, true, kInput, in, nullptr, count);
   }
   for (int c = tree.nChildren - 1; c >= 0; --c) {

@@ -15,7 +15,7 @@ BRAID_INLINE bool broadcastBinomial(Group& g, const CollWork& w, const RingHandl
   const T* in = static_cast<const T*>(w.sendbuff);
   T* out = static_cast<T*>(w.recvbuff);
   const uint64_t count = w.channelCount;
-  if (tree.parent < 0 && !localWhole<T, Red, Group>(g, w, abortFlag, kPartial, in, out, count)) return false;
+  if (tree.parent < 0 && !localStep<T, Red, Group>(g, w, abortFlag, kPartial, in, out, count)) return false;
   return binomialBroadcast<T, Red, Group>(g, w, abortFlag, tree, out, count);
 }
 

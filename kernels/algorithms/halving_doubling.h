@@ -20,7 +20,7 @@
 // channel.
 #pragma once
 
-#include "kernels/primitives.h"
+#include "kernels/algorithms/peer_transfer.h"
 
 namespace braid::kernels {
 
@@ -30,10 +30,8 @@ namespace braid::kernels {
 template <typename T, typename Red, typename Group>
 class HalvingDoubling {
  public:
-  using Prims = Primitives<T, Red, Group>;
-
   BRAID_INLINE HalvingDoubling(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag)
-      : g_(g), w_(w), red_(w.opArgs), abortFlag_(abortFlag), n_(ring.nRanks), me_(ring.index) {
+      : g_(g), w_(w), abortFlag_(abortFlag), n_(ring.nRanks), me_(ring.index) {
     p_ = 1;
     while (p_ * 2 <= n_) p_ *= 2;
     folded_ = n_ - p_;
@@ -52,37 +50,16 @@ class HalvingDoubling {
   /// The first of the ranks virtual rank v stands for (v = p: nRanks).
   BRAID_INLINE int firstRank(int v) const { return v < folded_ ? 2 * v : v + folded_; }
 
-  /// Sends `sendCount` elements from `sendFrom` with `sendFlags` and receives `recvCount` into
-  /// `recvInto` with `recvFlags` (reduced with `recvMine` where the flags say so), slice by
-  /// slice, the two interleaved. False when aborted.
+  /// peerSwap (peer_transfer.h) with this collective's connections.
   BRAID_INLINE bool swap(int peer, uint32_t sendFlags, const T* sendFrom, uint64_t sendCount, uint32_t recvFlags,
                          const T* recvMine, T* recvInto, uint64_t recvCount) {
-    Prims x(g_, sendCount > 0 ? &w_.peerSend[peer] : nullptr, recvCount > 0 ? &w_.peerRecv[peer] : nullptr, w_.proto,
-            red_, abortFlag_, &w_);
-    const uint64_t slice = x.sliceElements();
-    bool ok = true;
-    for (uint64_t at = 0; ok && (at < sendCount || at < recvCount); at += slice) {
-      if (at < sendCount) {
-        const uint64_t cnt = sendCount - at < slice ? sendCount - at : slice;
-        ok = x.step(sendFlags | kSend, advance(sendFrom, at), nullptr, cnt);
-      }
-      if (ok && at < recvCount) {
-        const uint64_t cnt = recvCount - at < slice ? recvCount - at : slice;
-        ok = x.step(recvFlags | kRecv | kOutput, advance(recvMine, at), advance(recvInto, at), cnt);
-      }
-    }
-    x.finish();
-    g_.sync();  // the step counters are written back before a later exchange reads them
-    return ok;
+    return peerSwap<T, Red, Group>(g_, w_, abortFlag_, peer, sendFlags, sendFrom, sendCount, recvFlags, recvMine,
+                                   recvInto, recvCount);
   }
 
-  /// A local step (no connection): `flags` applied to `count` elements of `from` into `to`.
+  /// localStep (peer_transfer.h).
   BRAID_INLINE bool local(uint32_t flags, const T* from, T* to, uint64_t count) {
-    if (count == 0 || (from == to && !(flags & (kInput | kPost)))) return true;
-    Prims x(g_, nullptr, nullptr, w_.proto, red_, abortFlag_);
-    const bool ok = x.step(flags | kOutput, from, to, count);
-    g_.sync();
-    return ok;
+    return localStep<T, Red, Group>(g_, w_, abortFlag_, flags, from, to, count);
   }
 
   /// Recursive halving over `work` (the whole data; `in` is read instead while `partial` is
@@ -133,7 +110,6 @@ class HalvingDoubling {
  private:
   Group& g_;
   const CollWork& w_;
-  const Red red_;
   const uint32_t* abortFlag_;
   int n_, me_, p_, folded_, virt_;
 };

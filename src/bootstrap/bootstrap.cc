@@ -11,6 +11,18 @@ namespace braid::bootstrap {
 namespace {
 /// How much longer than the root's own deadline a rank waits for the root's answer.
 constexpr auto kRootGrace = std::chrono::seconds(10);
+
+/// Records the peer a wait is on for its duration (Bootstrap::waitingOn).
+class WaitingOn {
+ public:
+  WaitingOn(std::atomic<int>& slot, int peer) : slot_(slot) { slot_.store(peer, std::memory_order_relaxed); }
+  ~WaitingOn() { slot_.store(-1, std::memory_order_relaxed); }
+  WaitingOn(const WaitingOn&) = delete;
+  WaitingOn& operator=(const WaitingOn&) = delete;
+
+ private:
+  std::atomic<int>& slot_;
+};
 }  // namespace
 
 Bootstrap::Bootstrap(int rank, uint64_t secret, Listener listener, const NetSettings& settings,
@@ -140,6 +152,7 @@ void Bootstrap::barrier() {
 void Bootstrap::send(int peer, uint32_t tag, const void* data, size_t size) {
   if (peer < 0 || peer >= nRanks()) fail(ncclInternalError, "bootstrap send to rank %d of %d", peer, nRanks());
   if (size > kMaxPayloadBytes) fail(ncclInternalError, "bootstrap message of %zu bytes is too large", size);
+  const WaitingOn waiting(waitingOn_, peer);
   try {
     net::Socket s = net::Socket::connect(peers_[peer], deadline(), abortFlag_);
     sendMessage(s, secret_, MessageType::kPeer, rank_, tag, data, static_cast<uint32_t>(size), deadline(),
@@ -151,6 +164,7 @@ void Bootstrap::send(int peer, uint32_t tag, const void* data, size_t size) {
 }
 
 void Bootstrap::recv(int peer, uint32_t tag, void* data, size_t size) {
+  const WaitingOn waiting(waitingOn_, peer);
   Message m = await(MessageType::kPeer, peer, tag, "a message");
   if (m.payload.size() != size) {
     fail(ncclInternalError, "bootstrap: rank %d sent %zu bytes under tag %u but rank %d expected %zu", peer,

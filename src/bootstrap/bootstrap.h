@@ -44,6 +44,9 @@ class Bootstrap {
   void send(int peer, uint32_t tag, const void* data, size_t size);
   /// Receives the message `peer` sent under `tag`; its size must be exactly size.
   void recv(int peer, uint32_t tag, void* data, size_t size);
+  /// The rank a send or recv is waiting on now, or -1: for the watchdog, which must tell a
+  /// wait on a peer that died from a peer that exited after doing its part.
+  int waitingOn() const { return waitingOn_.load(std::memory_order_relaxed); }
 
  private:
   Bootstrap(int rank, uint64_t secret, Listener listener, const NetSettings& settings,
@@ -64,6 +67,7 @@ class Bootstrap {
   std::mutex ringMutex_;
   net::Socket next_;
   net::Socket prev_;
+  std::atomic<int> waitingOn_{-1};
 };
 
 }  // namespace braid::bootstrap

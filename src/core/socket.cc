@@ -144,7 +144,7 @@ SocketAddress SocketAddress::unpack(const Packed& p) {
 
 void checkWait(const std::atomic<bool>* abortFlag, Clock::time_point deadline, const char* what) {
   if (abortFlag != nullptr && abortFlag->load(std::memory_order_acquire)) {
-    fail(ncclInvalidUsage, "%s: aborted (ncclCommAbort was called)", what);
+    fail(ncclInvalidUsage, "%s: aborted (ncclCommAbort was called, or the communicator failed)", what);
   }
   if (Clock::now() >= deadline) fail(ncclSystemError, "%s: timed out", what);
 }

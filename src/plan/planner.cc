@@ -20,6 +20,7 @@ uint32_t tunerAlgos(uint32_t envAlgos) {
       {EnvAlgo::kRecDoubling, kernels::Algo::kRecDoubling},
       {EnvAlgo::kHalvingDoubling, kernels::Algo::kHalvingDoubling},
       {EnvAlgo::kBinomial, kernels::Algo::kBinomial},
+      {EnvAlgo::kHier2D, kernels::Algo::kHier2D},
   };
   uint32_t bits = 0;
   for (const auto& [env, algo] : kinds)
@@ -60,7 +61,7 @@ topo::Choice chooseFor(const Task& task, int nRanks, const PlanLimits& limits) {
     fail(ncclInvalidUsage,
          "NCCL_ALGO/NCCL_PROTO leave no algorithm and protocol Braid implements for %s of %llu bytes on %d ranks "
          "(Braid implements Ring with LL and Simple for every collective; for AllReduce also Tree, Direct with LL up "
-         "to %llu bytes and RecDoubling; HalvingDoubling for AllReduce, ReduceScatter and AllGather; Binomial for "
+         "to %llu bytes, RecDoubling and Hier2D; HalvingDoubling for AllReduce, ReduceScatter and AllGather; Binomial for "
          "AllReduce, Reduce and Broadcast)",
          envFuncName(f), static_cast<unsigned long long>(bytes), nRanks,
          static_cast<unsigned long long>(tuner.shape().directMaxBytes));

@@ -369,39 +369,42 @@ TEST_CASE("RecDoubling AllReduce, HalvingDoubling AllReduce, ReduceScatter and A
   }
 }
 
-TEST_CASE("Tree AllReduce: ranks 1 to 9, nodes of 1, 2, 3 ranks or one chain, 1 to 3 channels, counts, types, ops, "
-          "protocols, places, modes", "[integration][algorithms][sweep]") {
-  const int tree = static_cast<int>(plan::EnvAlgo::kTree);
-  int cases = 0;
-  for (int ranks = 1; ranks <= 9; ++ranks) {
-    for (int count = 0; count < 5; ++count) {
-      if (count == 4 && ranks != 3 && ranks != 8) continue;  // 1M+3 on 3 and 8 ranks
-      for (int proto = 0; proto < 2; ++proto) {
-        const int k = ranks * 10 + count * 2 + proto;
-        Case c{static_cast<int>(Coll::kAllReduce), k % ncclNumTypes, k % 6, count, 0, k % 2, (k / 2) % 2, proto, 0};
-        c.algo = tree;
-        c.rankCount = ranks;
-        c.ranksPerNode = (k / 3) % 4;  // 0: one node, a chain
-        c.channelCount = 1 + (k / 2) % 3;
+TEST_CASE("Tree and Hier2D AllReduce: ranks 1 to 9, nodes of 1, 2, 3 ranks or one node, 1 to 3 channels, counts, "
+          "types, ops, protocols, places, modes", "[integration][algorithms][sweep]") {
+  for (const int algo : {static_cast<int>(plan::EnvAlgo::kTree), static_cast<int>(plan::EnvAlgo::kHier2D)}) {
+    int cases = 0;
+    for (int ranks = 1; ranks <= 9; ++ranks) {
+      for (int count = 0; count < 5; ++count) {
+        if (count == 4 && ranks != 3 && ranks != 8) continue;  // 1M+3 on 3 and 8 ranks
+        for (int proto = 0; proto < 2; ++proto) {
+          const int k = ranks * 10 + count * 2 + proto;
+          Case c{static_cast<int>(Coll::kAllReduce), k % ncclNumTypes, k % 6, count, 0, k % 2, (k / 2) % 2, proto, 0};
+          c.algo = algo;
+          c.rankCount = ranks;
+          c.ranksPerNode = (k / 3) % 4;  // 0: one node (Tree: a chain; Hier2D: a factorised grid)
+          c.channelCount = 1 + (k / 2) % 3;
+          INFO(c.describe());
+          REQUIRE(runCase(c) == "");
+          ++cases;
+        }
+      }
+    }
+    // Every type and op on 7 ranks in nodes of 2 (Tree: 3 children at a head; Hier2D: unequal
+    // nodes, one row of 7) and on 6 in nodes of 3 (Hier2D: 2 rows of 3).
+    for (int t = 0; t < ncclNumTypes; ++t) {
+      for (int op = 0; op < 6; ++op) {
+        Case c{static_cast<int>(Coll::kAllReduce), t, op, 3 /*1000*/, 0, op % 2, (t + op) % 2, (t + op) % 2, 0};
+        c.algo = algo;
+        c.rankCount = (t + op) % 2 ? 7 : 6;
+        c.ranksPerNode = (t + op) % 2 ? 2 : 3;
+        c.channelCount = 2;
         INFO(c.describe());
         REQUIRE(runCase(c) == "");
         ++cases;
       }
     }
+    CHECK(cases == 148);
   }
-  for (int t = 0; t < ncclNumTypes; ++t) {  // every type and op on 7 ranks in nodes of 2 (3 children at a head)
-    for (int op = 0; op < 6; ++op) {
-      Case c{static_cast<int>(Coll::kAllReduce), t, op, 3 /*1000*/, 0, op % 2, (t + op) % 2, (t + op) % 2, 0};
-      c.algo = tree;
-      c.rankCount = 7;
-      c.ranksPerNode = 2;
-      c.channelCount = 2;
-      INFO(c.describe());
-      REQUIRE(runCase(c) == "");
-      ++cases;
-    }
-  }
-  CHECK(cases == 148);
 }
 
 TEST_CASE("every type and op on 3 ranks, LL and Simple", "[integration][collectives][sweep]") {
@@ -418,7 +421,7 @@ TEST_CASE("every type and op on 3 ranks, LL and Simple", "[integration][collecti
 
 TEST_CASE("random floats reduce to bit-identical results on every rank, run after run", "[integration][collectives]") {
   // Ring on 3 ranks; RecDoubling and HalvingDoubling on 3 and 6 ranks (ranks folded in and
-  // out); Tree on 5 ranks in nodes of 2 over both trees; both protocols.
+  // out); Tree on 5 ranks in nodes of 2 over both trees; Hier2D on 2 nodes of 3; both protocols.
   struct Config {
     int n;
     int algo;  // -1: the planner's choice (Ring at this size)
@@ -428,9 +431,11 @@ TEST_CASE("random floats reduce to bit-identical results on every rank, run afte
   const int rd = static_cast<int>(plan::EnvAlgo::kRecDoubling);
   const int hd = static_cast<int>(plan::EnvAlgo::kHalvingDoubling);
   const int tree = static_cast<int>(plan::EnvAlgo::kTree);
+  const int hier2d = static_cast<int>(plan::EnvAlgo::kHier2D);
   for (const Config& config : {Config{3, -1, 2, 300001}, Config{3, rd, 2, 300001}, Config{6, rd, 2, 300001},
                                Config{6, rd, 0, 3001}, Config{3, hd, 2, 300001}, Config{6, hd, 2, 300001},
-                               Config{7, hd, 0, 3001}, Config{5, tree, 2, 300001}, Config{5, tree, 0, 3001}}) {
+                               Config{7, hd, 0, 3001}, Config{5, tree, 2, 300001}, Config{5, tree, 0, 3001},
+                               Config{6, hier2d, 2, 300001}, Config{6, hier2d, 0, 3001}}) {
     const int n = config.n;
     const size_t count = config.count;
     INFO(n << " ranks, algo " << config.algo << ", proto " << config.proto);
@@ -453,6 +458,7 @@ TEST_CASE("random floats reduce to bit-identical results on every rank, run afte
           comm->dataPath().setRanksPerNode(2);
           limits.minChannels = limits.maxChannels = 2;
         }
+        if (config.algo == hier2d) comm->dataPath().setRanksPerNode(3);  // 2 rows of 3
         results[run * n + rank].resize(count);
         EXPECT_OK(ncclAllReduce(in.data(), results[run * n + rank].data(), count, ncclFloat, ncclSum, comm, nullptr));
         EXPECT_OK(ncclCommDestroy(comm));

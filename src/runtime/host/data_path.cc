@@ -14,6 +14,7 @@
 #include "kernels/algorithms/send_recv.h"
 #include "runtime/host/kernel_table.h"
 #include "runtime/host/signature.h"
+#include "topology/grid.h"
 #include "topology/trees.h"
 
 namespace braid::runtime::host {
@@ -149,7 +150,8 @@ void DataPath::setRanksPerNode(int k) {
   for (int r = 0; r < nRanks_; ++r) {
     nodeOf_.push_back(k > 0 ? r / k : hostIndex.emplace(hostOf_[r], static_cast<int>(hostIndex.size())).first->second);
   }
-  trees_.clear();  // (before any Tree collective: its connections stay where they were made)
+  trees_.clear();  // (before any Tree or Hier2D collective: their connections stay where they were made)
+  gridConnected_ = false;
   describeShape();
 }
 
@@ -179,6 +181,13 @@ void DataPath::describeShape() {
       start = end + 1;
     }
   }
+}
+
+void DataPath::rethrowWithReason() {
+  ncclResult_t code;
+  std::string text;
+  if (watchdog_->failure(&code, &text)) throw Error(code, text);
+  throw;
 }
 
 void DataPath::failAborted(const char* what) {
@@ -262,6 +271,25 @@ void DataPath::prepareTrees(int n, kernels::CollWork* works) {
   }
 }
 
+void DataPath::prepareGrid(kernels::CollWork* work) {
+  if (!gridConnected_) {
+    const topo::GridLinks g = topo::rankGrid(nodeOf_, rank_);
+    grid_ = kernels::GridHandle{g.rowNext, g.rowPrev, g.rowSize, g.rowIndex, g.colNext, g.colPrev, g.colSize, g.colIndex};
+    const int set = 1 + kMaxChannels;  // after the trees' sets
+    connector_.connectPeers({g.rowNext, g.colNext}, {g.rowPrev, g.colPrev}, set);
+    gridSend_.assign(nRanks_, kernels::ConnHandle{});
+    gridRecv_.assign(nRanks_, kernels::ConnHandle{});
+    for (int r : {g.rowNext, g.colNext})
+      if (r != rank_) gridSend_[r] = connector_.peerSend(r, set);
+    for (int r : {g.rowPrev, g.colPrev})
+      if (r != rank_) gridRecv_[r] = connector_.peerRecv(r, set);
+    gridConnected_ = true;
+  }
+  work->grid = grid_;
+  work->peerSend = gridSend_.data();
+  work->peerRecv = gridRecv_.data();
+}
+
 double DataPath::predict(const std::vector<plan::Task>& tasks) const {
   double total = 0, peers = 0;
   const topo::Tuner tuner = plan::tunerFor(nRanks_, settings_.limits);
@@ -308,6 +336,11 @@ void DataPath::runCollective(const plan::Task& given) {
       prepareTrees(plan.nChannels, plan.works.data());
       for (int c = 0; c < plan.nChannels; ++c) unconnectedRings[c] = kernels::RingHandle{{}, {}, nRanks_, rank_};
       ring = unconnectedRings.data();
+    } else if (algo == kernels::Algo::kHier2D) {  // over its row and column rings
+      prepareGrid(&plan.works[0]);
+      unconnected.nRanks = nRanks_;
+      unconnected.index = rank_;
+      ring = &unconnected;
     } else if (algo != kernels::Algo::kRing) {  // the others run over the point-to-point connections
       connectAllPeers();
       plan.works[0].peerSend = allSend_.data();
@@ -318,11 +351,8 @@ void DataPath::runCollective(const plan::Task& given) {
     } else {
       ring = rings(plan.nChannels);
     }
-  } catch (const Error&) {  // a connection wait the watchdog ended: its reason, not the wait's
-    ncclResult_t code;
-    std::string text;
-    if (watchdog_->failure(&code, &text)) throw Error(code, text);
-    throw;
+  } catch (const Error&) {
+    rethrowWithReason();
   }
   if (plan.scratchBytes > scratchBytes_) {  // kept for later calls; grows only
     scratch_.reset(static_cast<char*>(std::aligned_alloc(64, (plan.scratchBytes + 63) / 64 * 64)));
@@ -373,7 +403,11 @@ void DataPath::runPeers(const std::vector<const plan::Task*>& ops) {
   sendTo.erase(std::unique(sendTo.begin(), sendTo.end()), sendTo.end());
   std::sort(recvFrom.begin(), recvFrom.end());
   recvFrom.erase(std::unique(recvFrom.begin(), recvFrom.end()), recvFrom.end());
-  connector_.connectPeers(sendTo, recvFrom);
+  try {
+    connector_.connectPeers(sendTo, recvFrom);
+  } catch (const Error&) {
+    rethrowWithReason();
+  }
 
   // One queue per connection: operations on one connection run in the order they were posted.
   std::map<std::pair<int, bool>, std::deque<kernels::PeerOp>> queues;

@@ -65,6 +65,9 @@ class DataPath {
   void runCollective(const plan::Task& task);
   /// After an operation ended early: throws the watchdog's (or a kernel's) reason.
   [[noreturn]] void failAborted(const char* what);
+  /// In a handler of a connection wait's error: throws the watchdog's reason when it ended the
+  /// wait (a peer failed), else the error itself.
+  [[noreturn]] void rethrowWithReason();
   /// Fills the tuner's shape from what every rank knows (nodes, ranks and CPUs per node, links)
   /// and logs the tuner's table at INFO/TUNING on rank 0.
   void describeShape();
@@ -76,6 +79,9 @@ class DataPath {
   /// Tree: connects channels [0, n) to their tree neighbours (channel c: tree c mod 2) on
   /// first use and fills those works' tree links and connections.
   void prepareTrees(int n, kernels::CollWork* works);
+  /// Hier2D: connects this rank's row and column neighbours on first use and fills the work's
+  /// grid and connections (one channel).
+  void prepareGrid(kernels::CollWork* work);
 
   int rank_;
   int nRanks_;
@@ -101,6 +107,9 @@ class DataPath {
     std::vector<kernels::ConnHandle> send, recv;  // by rank
   };
   std::vector<TreeChannel> trees_;  // by channel, once connected
+  bool gridConnected_ = false;
+  kernels::GridHandle grid_{};
+  std::vector<kernels::ConnHandle> gridSend_, gridRecv_;  // by rank
 };
 
 }  // namespace braid::runtime::host

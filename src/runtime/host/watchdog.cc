@@ -19,7 +19,7 @@ constexpr auto kTick = std::chrono::milliseconds(50);
 constexpr auto kLivenessEvery = std::chrono::milliseconds(500);
 // A peer found gone fails the operation in flight once nothing has moved for this long (or at
 // once, when a channel waits on that very peer).
-constexpr auto kGoneGrace = std::chrono::seconds(1);
+constexpr auto kGoneGrace = std::chrono::seconds(10);
 
 std::atomic<unsigned> gDumpRequests{0};
 
@@ -275,6 +275,7 @@ void Watchdog::trackProgress() {
 }
 
 bool Watchdog::stuckOn(int peer) const {
+  if (connector_.setupWaitingOn() == peer) return true;  // connecting to it, or waiting for its descriptor
   for (int c = 0; c < nStatuses_; ++c) {
     const kernels::ChannelStatus& s = statuses_[c];
     if (kernels::loadAcquire(const_cast<uint32_t*>(&s.waitKind)) != kernels::kWaitNone &&

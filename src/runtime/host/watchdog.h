@@ -92,9 +92,12 @@ class Watchdog {
   void checkNeighbour();
   /// Follows the channels' progress counters (lastProgress_, lastProgressAt_).
   void trackProgress();
-  /// Whether the operation in flight depends on `peer`, which is gone: a channel waits on it,
-  /// or nothing has moved for kGoneGrace (a peer that finished its part and exited, with its
-  /// data delivered, is no failure of ours).
+  /// Whether the operation in flight depends on `peer`, which is gone: a channel or the
+  /// connection setup waits on it, or nothing has moved for kGoneGrace (a wait nothing
+  /// records). A peer that finished its part and exited, with its data delivered, is no
+  /// failure of ours: in a group of sends and receives, or a copy down a tree, a rank may
+  /// leave while the others still work, and they may stall a while (connection setup
+  /// between processes on a loaded machine took more than a second once).
   bool stuckOn(int peer) const;
   /// The operation in flight, read consistently from the atomics below.
   struct OpView {

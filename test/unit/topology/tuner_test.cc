@@ -108,6 +108,29 @@ TEST_CASE("A prediction is the model's formula", "[tuner]") {
             Approx(t.baseLatency[4][kSimple] + 4 * hop + (0.75 + 1 + 1.0 / 6) * bytes / (1000 * bw)));
     }
   }
+  SECTION("Tree: 2 x depth steps, the bytes twice; Hier2D: rows and columns, the ring's bytes") {
+    Tuner tuner(t, hostShape(6, 64));
+    const double bw = std::min(t.channelBandwidth[2], t.aggregateBandwidth[2]) * t.protoEfficiency[kSimple];
+    const double hop = t.hopLatency[2][kSimple];
+    // One node: a chain of 6 (depth 5); a grid of 2 x 3 (2 x 2 + 2 x 1 steps).
+    CHECK(tuner.predict(Func::kAllReduce, Algo::kTree, Proto::kSimple, 1, bytes) ==
+          Approx(t.baseLatency[0][kSimple] + 10 * hop + 2.0 * bytes / (1000 * bw)));
+    CHECK(tuner.predict(Func::kAllReduce, Algo::kTree, Proto::kSimple, 2, bytes) ==  // (memory's aggregate caps it)
+          Approx(t.baseLatency[0][kSimple] + 10 * hop + 2.0 * bytes / (1000 * bw)));
+    CHECK(tuner.predict(Func::kAllReduce, Algo::kHier2D, Proto::kSimple, 1, bytes) ==
+          Approx(t.baseLatency[6][kSimple] + 6 * hop + 2.0 * 5 / 6 * bytes / (1000 * bw)));
+    // 3 nodes of 2 (BRAID_RANKS_PER_NODE on one host: the steps between nodes cost the same):
+    // Tree 1 in the chain + 2 between heads; Hier2D 3 rows of 2: 2 x 1 + 2 x 2 steps.
+    CostShape s = hostShape(6, 64);
+    s.nNodes = 3;
+    s.ranksPerNode = 2;
+    s.inter = LinkClass::kMemory;
+    Tuner nodes(t, s);
+    CHECK(nodes.predict(Func::kAllReduce, Algo::kTree, Proto::kSimple, 1, bytes) ==
+          Approx(t.baseLatency[0][kSimple] + 6 * hop + 2.0 * bytes / (1000 * bw)));
+    CHECK(nodes.predict(Func::kAllReduce, Algo::kHier2D, Proto::kSimple, 1, bytes) ==
+          Approx(t.baseLatency[6][kSimple] + 6 * hop + 2.0 * 5 / 6 * bytes / (1000 * bw)));
+  }
   SECTION("across nodes the inter-node steps cost the network's latency") {
     CostShape s = hostShape(8, 64);
     s.nNodes = 2;
@@ -179,8 +202,13 @@ TEST_CASE("Filters, bounds and what is not a candidate", "[tuner]") {
   const uint32_t tree = 1u << static_cast<int>(Algo::kTree);
   REQUIRE(tuner.choose(Func::kAllReduce, 8, tree, kAllProtos, 0, &c));
   CHECK(c.algo == Algo::kTree);
-  for (Func f : {Func::kBroadcast, Func::kReduce, Func::kAllGather, Func::kReduceScatter})
+  const uint32_t hier2d = 1u << static_cast<int>(Algo::kHier2D);
+  REQUIRE(tuner.choose(Func::kAllReduce, 8, hier2d, kAllProtos, 0, &c));
+  CHECK((c.algo == Algo::kHier2D && c.nChannels == 1));
+  for (Func f : {Func::kBroadcast, Func::kReduce, Func::kAllGather, Func::kReduceScatter}) {
     CHECK_FALSE(tuner.choose(f, 8, tree, kAllProtos, 0, &c));
+    CHECK_FALSE(tuner.choose(f, 8, hier2d, kAllProtos, 0, &c));
+  }
   const uint32_t ll128 = 1u << static_cast<int>(Proto::kLL128);
   CHECK_FALSE(tuner.choose(Func::kAllReduce, 8, kAllAlgos, ll128, ll128, &c));
   // Channel bounds hold for Ring; the point-to-point algorithms run on one channel.
@@ -248,6 +276,11 @@ TEST_CASE("The GPU model on the 8xH100 file meets the published figures", "[tune
   // within one node (a chain, as NCCL's) it never wins.
   CHECK(many.predict(Func::kAllReduce, Algo::kTree, Proto::kLL, 1, 8) <
         many.predict(Func::kAllReduce, Algo::kRing, Proto::kLL, 1, 8));
+  // Hier2D's grid is 16 rows (nodes) of 8: 2 x 7 + 2 x 15 steps, the ring's bytes.
+  CHECK(many.predict(Func::kAllReduce, Algo::kHier2D, Proto::kLL, 1, 8) <
+        many.predict(Func::kAllReduce, Algo::kRing, Proto::kLL, 1, 8));
+  CHECK(many.predict(Func::kAllReduce, Algo::kHier2D, Proto::kLL, 1, 8) >
+        many.predict(Func::kAllReduce, Algo::kTree, Proto::kLL, 1, 8));
   REQUIRE(many.choose(Func::kAllReduce, 8, kAllAlgos, kAllProtos, 0, &c));
   CHECK(c.algo != Algo::kRing);
   REQUIRE(tuner.choose(Func::kAllReduce, 8, (1u << kRing) | (1u << static_cast<int>(Algo::kTree)), kAllProtos, 0, &c));
