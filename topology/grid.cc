@@ -1,6 +1,6 @@
 #include "topology/grid.h"
 
-#include <map>
+#include "topology/trees.h"
 
 namespace braid::topo {
 
@@ -19,13 +19,7 @@ void gridShape(int n, int nNodes, int ranksPerNode, int* rows, int* cols) {
 
 GridLinks rankGrid(const std::vector<int>& nodeOf, int rank) {
   const int n = static_cast<int>(nodeOf.size());
-  std::map<int, int> indexOf;
-  std::vector<std::vector<int>> members;
-  for (int r = 0; r < n; ++r) {
-    auto [it, added] = indexOf.emplace(nodeOf[r], static_cast<int>(members.size()));
-    if (added) members.emplace_back();
-    members[it->second].push_back(r);
-  }
+  const std::vector<std::vector<int>> members = nodeMembers(nodeOf);
   bool equal = true;
   for (const auto& m : members) equal = equal && m.size() == members[0].size();
   int rows, cols;

@@ -48,8 +48,7 @@ TreeLinks nodeTree(int nNodes, int v, int which) {
   return t;
 }
 
-TreeLinks rankTree(const std::vector<int>& nodeOf, int rank, int which) {
-  // Nodes in the order of their lowest rank; each node's ranks in rank order.
+std::vector<std::vector<int>> nodeMembers(const std::vector<int>& nodeOf) {
   std::map<int, int> indexOf;
   std::vector<std::vector<int>> members;
   for (int r = 0; r < static_cast<int>(nodeOf.size()); ++r) {
@@ -57,7 +56,13 @@ TreeLinks rankTree(const std::vector<int>& nodeOf, int rank, int which) {
     if (added) members.emplace_back();
     members[it->second].push_back(r);
   }
-  const int node = indexOf.at(nodeOf[rank]);
+  return members;
+}
+
+TreeLinks rankTree(const std::vector<int>& nodeOf, int rank, int which) {
+  const std::vector<std::vector<int>> members = nodeMembers(nodeOf);
+  int node = 0;
+  while (std::find(members[node].begin(), members[node].end(), rank) == members[node].end()) ++node;
   const std::vector<int>& chain = members[node];
   const int at = static_cast<int>(std::find(chain.begin(), chain.end(), rank) - chain.begin());
   TreeLinks t;

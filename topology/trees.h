@@ -33,6 +33,10 @@ TreeLinks nodeTree(int nNodes, int v, int which);
 /// labels, numbered here by their lowest rank.
 TreeLinks rankTree(const std::vector<int>& nodeOf, int rank, int which);
 
+/// The ranks of each node (nodeOf[r] is rank r's node, any labels): nodes in the order of
+/// their lowest rank, each node's ranks in rank order. Tree and Hier2D's grid both start here.
+std::vector<std::vector<int>> nodeMembers(const std::vector<int>& nodeOf);
+
 /// Levels of the tree (the most hops from the root to any rank), for the tuner: the chain of
 /// the largest node plus the binary tree's depth over nNodes.
 int treeDepth(int nNodes, int ranksPerNode);
