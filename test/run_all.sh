@@ -31,8 +31,11 @@ count() {
 status=0
 begin build
 # Every host kernel (the sweeps need them all); the nvcc units, compile-only until the CUDA
-# backend and the slowest part of the build, on the sum and float subset.
-[ -f "$build/build.ninja" ] || meson setup "$build" --buildtype=debugoptimized -Dcuda-only-funcs='sum:*,*:f32'
+# backend and the slowest part of the build, on every op of float and the sum of the types
+# with their own arithmetic (half, bfloat16, fp8, double): the integers' code is the same
+# template as float's.
+[ -f "$build/build.ninja" ] || meson setup "$build" --buildtype=debugoptimized \
+  -Dcuda-only-funcs='*:f32,sum:f16,sum:bf16,sum:f8e5m2,sum:f64'
 meson compile -C "$build" -j "$jobs"
 end build
 
@@ -42,8 +45,11 @@ count "$build"
 end tests
 
 begin sanitizers
+# Only the kernels the non-sweep tests call (the sweeps run in the normal build): float with
+# sum, max and min, int32 and double sums.
+san_funcs='sum:f32,max:f32,min:f32,sum:i32,sum:f64'
 [ -f "$build_san/build.ninja" ] || meson setup "$build_san" --buildtype=debugoptimized -Doptimization=1 \
-  -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled -Donly_funcs='sum:*,*:f32'
+  -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled -Donly_funcs="$san_funcs"
 meson compile -C "$build_san" -j "$jobs"
 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \
   meson test -C "$build_san" --suite unit --suite integration --print-errorlogs --no-rebuild || status=1
