@@ -1,6 +1,7 @@
 // The kernel body: one collective's work on one channel, dispatched to its algorithm.
 // (Ring; Tree, Direct, RecDoubling, HalvingDoubling, Binomial and Hier2D for AllReduce; HalvingDoubling for
-// ReduceScatter and AllGather; Binomial for Broadcast and Reduce.)
+// ReduceScatter and AllGather; Binomial for Broadcast and Reduce; Pairwise and Bruck for AlltoAll,
+// whose Direct the host runs as sends and receives.)
 #pragma once
 
 #include "kernels/algorithms/all_gather_halving_doubling.h"
@@ -12,6 +13,8 @@
 #include "kernels/algorithms/all_reduce_rec_doubling.h"
 #include "kernels/algorithms/all_reduce_ring.h"
 #include "kernels/algorithms/all_reduce_tree.h"
+#include "kernels/algorithms/all_to_all_bruck.h"
+#include "kernels/algorithms/all_to_all_pairwise.h"
 #include "kernels/algorithms/broadcast_binomial.h"
 #include "kernels/algorithms/broadcast_ring.h"
 #include "kernels/algorithms/reduce_binomial.h"
@@ -45,7 +48,7 @@ BRAID_INLINE bool runReduction(Group& g, const CollWork& w, const RingHandle& ri
   }
 }
 
-/// All threads of the group: a collective that only moves data (AllGather, Broadcast), on
+/// All threads of the group: a collective that only moves data (AllGather, Broadcast, AlltoAll), on
 /// bytes whatever the element type, so compiled once rather than for every type and op.
 template <typename Group>
 BRAID_INLINE bool runCopy(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag) {
@@ -58,6 +61,10 @@ BRAID_INLINE bool runCopy(Group& g, const CollWork& w, const RingHandle& ring, c
     case Func::kBroadcast:
       if (w.algo == Algo::kBinomial) return broadcastBinomial<T, Red, Group>(g, w, ring, abortFlag);
       return broadcastRing<T, Red, Group>(g, w, ring, abortFlag);
+    case Func::kAlltoAll:
+      if (w.algo == Algo::kBruck) return allToAllBruck<T, Red, Group>(g, w, ring, abortFlag);
+      if (w.algo == Algo::kPairwise) return allToAllPairwise<T, Red, Group>(g, w, ring, abortFlag);
+      return false;  // Direct: sends and receives (DataPath::runCollective)
     default: return false;
   }
 }

@@ -10,11 +10,14 @@ namespace braid::kernels {
 /// FIFO slots per connection and protocol (NCCL_STEPS).
 constexpr int kSteps = 8;
 
-enum class Func : uint8_t { kBroadcast = 0, kReduce, kAllGather, kReduceScatter, kAllReduce, kSendRecv, kCount };
+enum class Func : uint8_t { kBroadcast = 0, kReduce, kAllGather, kReduceScatter, kAllReduce, kAlltoAll, kSendRecv, kCount };
 /// Same order as NCCL's protocol indices.
 enum class Proto : uint8_t { kLL = 0, kLL128 = 1, kSimple = 2, kCount };
 /// Tree and Ring as NCCL's algorithm indices, then Braid's own.
-enum class Algo : uint8_t { kTree = 0, kRing = 1, kDirect = 2, kRecDoubling = 3, kHalvingDoubling = 4, kBinomial = 5, kHier2D = 6, kCount };
+enum class Algo : uint8_t {
+  kTree = 0, kRing = 1, kDirect = 2, kRecDoubling = 3, kHalvingDoubling = 4, kBinomial = 5, kHier2D = 6,
+  kPairwise = 7, kBruck = 8, kCount
+};
 /// Device-side reduction kinds (Avg becomes PreMulSum or SumPostDiv in the planner).
 enum class RedKind : uint8_t { kSum = 0, kProd, kMax, kMin, kPreMulSum, kSumPostDiv, kCount };
 
@@ -113,7 +116,7 @@ struct CollWork {
   uint32_t elemSize;
   const void* sendbuff;
   void* recvbuff;
-  uint64_t blockCount;     ///< elements per rank block (AllGather, ReduceScatter) or in all (others)
+  uint64_t blockCount;     ///< elements per rank block (AllGather, ReduceScatter, AlltoAll) or in all (others)
   uint64_t channelOffset;  ///< this channel's first element within a block
   uint64_t channelCount;   ///< elements of a block this channel moves
   RedOpArgs opArgs;
@@ -121,7 +124,7 @@ struct CollWork {
   const ConnHandle* peerRecv;
   TreeHandle tree;         ///< Tree: this channel's tree
   GridHandle grid;         ///< Hier2D: this rank's rows and columns
-  void* scratch;           ///< the communicator's scratch memory, CollPlan::scratchBytes of it (HalvingDoubling ReduceScatter, Binomial Reduce and AllReduce)
+  void* scratch;           ///< the communicator's scratch memory, CollPlan::scratchBytes of it (HalvingDoubling ReduceScatter, Binomial Reduce and AllReduce, Bruck)
   OpSignature sig;         ///< written to every send connection before the first step
   uint32_t checkSig;       ///< compare the peers' signatures (BRAID_CHECK_MISMATCH)
   ChannelStatus* status;   ///< this channel's status (may be null)

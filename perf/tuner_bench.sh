@@ -1,6 +1,6 @@
 #!/bin/bash
 # The tuner against measurement: for 2, 4 and 8 ranks (processes) and 8 B, 64 KiB, 1 MiB and
-# 64 MiB float-sum AllReduce (COLL=all_gather, reduce_scatter, broadcast or reduce for those), every algorithm
+# 64 MiB float-sum AllReduce (COLL=all_gather, reduce_scatter, broadcast, reduce or alltoall for those), every algorithm
 # and protocol that serves it forced in turn (NCCL_ALGO,
 # NCCL_PROTO; the tuner still picks the channels) and then the tuner's own choice, each with
 # its measured time (median of REPEATS runs, default 3, of all_reduce_perf's out-of-place
@@ -22,7 +22,8 @@ case $coll in
   reduce_scatter) name=ncclReduceScatter factor=1 ;;
   broadcast) name=ncclBroadcast factor=0 ;;
   reduce) name=ncclReduce factor=0 ;;
-  *) echo "COLL=$coll: expected all_reduce, all_gather, reduce_scatter, broadcast or reduce"; exit 2 ;;
+  alltoall) name=ncclAlltoAll factor=1 ;;
+  *) echo "COLL=$coll: expected all_reduce, all_gather, reduce_scatter, broadcast, reduce or alltoall"; exit 2 ;;
 esac
 [ -x "$perf" ] || { echo "build first: $perf is missing"; exit 2; }
 export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
@@ -33,13 +34,17 @@ case $coll in
                         HalvingDoubling:Simple Binomial:LL Binomial:Simple tuner) ;;
   all_gather | reduce_scatter) variants=(Ring:LL Ring:Simple HalvingDoubling:LL HalvingDoubling:Simple tuner)
                                sizes[0]=1024 ;;  # a float per rank on 8 ranks at least
+  alltoall) variants=(Direct:Simple Pairwise:LL Pairwise:Simple Bruck:LL Bruck:Simple tuner)
+            sizes[0]=1024 ;;
   *) variants=(Ring:LL Ring:Simple Binomial:LL Binomial:Simple tuner) ;;
 esac
 
 median() { sort -g | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
 
-# Environment forcing VARIANT ("tuner": nothing).
-force() { [ "$1" = tuner ] || echo NCCL_ALGO="${1%:*}" NCCL_PROTO="${1#*:}"; }
+# Environment forcing VARIANT ("tuner": nothing); AlltoAll is filtered by its own entries only.
+prefix=""
+[ "$coll" = alltoall ] && prefix="AlltoAll:"
+force() { [ "$1" = tuner ] || echo NCCL_ALGO="$prefix${1%:*}" NCCL_PROTO="$prefix${1#*:}"; }
 # predicted VARIANT RANKS SIZE -> "predicted_us choice" from one logged call (logging would
 # slow the timed runs, so they run without it); empty when the library refuses the variant
 predicted() {

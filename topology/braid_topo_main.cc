@@ -99,11 +99,7 @@ std::string sizeText(uint64_t bytes) {
 
 /// nccl-tests' bus bandwidth (GB/s) of `bytes` in `us`.
 double busBandwidth(braid::kernels::Func f, int n, uint64_t bytes, double us) {
-  using braid::kernels::Func;
-  double factor = 1;
-  if (f == Func::kAllReduce) factor = 2.0 * (n - 1) / n;
-  if (f == Func::kAllGather || f == Func::kReduceScatter) factor = static_cast<double>(n - 1) / n;
-  return us > 0 ? static_cast<double>(bytes) * factor / (1000.0 * us) : 0;
+  return us > 0 ? static_cast<double>(bytes) * braid::topo::busFactor(f, n) / (1000.0 * us) : 0;
 }
 
 /// The --tuning tables: per collective, the choice at each size and every algorithm's best.

@@ -16,7 +16,7 @@ using kernels::Proto;
 
 // GPUs: NCCL 2.28's published figures for Hopper (../shared/reference/nccl-facts.md). NCCL
 // gives base latencies for Tree and Ring only; Direct, RecDoubling, HalvingDoubling,
-// Binomial and Hier2D are given Ring's (the same kernels' launch and FIFO costs).
+// Binomial, Hier2D, Pairwise and Bruck are given Ring's (the same kernels' launch and FIFO costs).
 // Per-step latency: Ring's per-hop figures per link; over the network Ring's plus NCCL's
 // per-step network overhead on Intel (1 µs, three times that for Simple). Channel bandwidth
 // comes from the topology's ring search; the figures here (NVLink 4 link 20.6, PCIe Gen4 x16
@@ -32,7 +32,7 @@ using kernels::Proto;
 const CostTable kGpuCostTable = {
     "GPU (NCCL's published Hopper figures)",
     /*baseLatency*/ {{6.8, 14, 8.4}, {6.6, 14, 8.4}, {6.6, 14, 8.4}, {6.6, 14, 8.4}, {6.6, 14, 8.4}, {6.6, 14, 8.4},
-                    {6.6, 14, 8.4}},
+                    {6.6, 14, 8.4}, {6.6, 14, 8.4}, {6.6, 14, 8.4}},
     /*hopLatency*/ {{0.6, 1.9, 3.4}, {1.0, 2.5, 5.7}, {1.0, 2.5, 5.7}, {3.7, 5.0, 17.0}},
     /*oversubscribedHop*/ {0, 0, 0},
     /*channelBandwidth*/ {20.6, 24, 24, 12},
@@ -65,7 +65,7 @@ const CostTable kGpuCostTable = {
 const CostTable kHostCostTable = {
     "host (measured on 2 CPUs by perf/calibrate_host.sh)",
     /*baseLatency*/ {{0.3, 0.25, 0.25}, {0.3, 0.25, 0.25}, {0.3, 0.25, 0.25}, {0.3, 0.25, 0.25}, {0.3, 0.25, 0.25},
-                    {0.3, 0.25, 0.25}, {0.3, 0.25, 0.25}},
+                    {0.3, 0.25, 0.25}, {0.3, 0.25, 0.25}, {0.3, 0.25, 0.25}, {0.3, 0.25, 0.25}},
     /*hopLatency*/ {{0.13, 0.16, 0.16}, {0.13, 0.16, 0.16}, {0.13, 0.16, 0.16}, {33, 39, 39}},
     /*oversubscribedHop*/ {2.6, 3.8, 3.8},
     /*channelBandwidth*/ {2.9, 2.9, 2.9, 1.3},
@@ -85,7 +85,8 @@ const char* linkClassName(LinkClass link) {
 }
 
 const char* algoName(Algo a) {
-  static const char* const names[] = {"Tree", "Ring", "Direct", "RecDoubling", "HalvingDoubling", "Binomial", "Hier2D"};
+  static const char* const names[] = {"Tree",     "Ring",   "Direct",   "RecDoubling", "HalvingDoubling",
+                                      "Binomial", "Hier2D", "Pairwise", "Bruck"};
   const int i = static_cast<int>(a);
   return i >= 0 && i < kTunerAlgos ? names[i] : "?";
 }
@@ -97,7 +98,7 @@ const char* protoName(Proto p) {
 }
 
 const char* funcName(Func f) {
-  static const char* const names[] = {"Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce", "SendRecv"};
+  static const char* const names[] = {"Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce", "AlltoAll", "SendRecv"};
   const int i = static_cast<int>(f);
   return i >= 0 && i <= kTunerFuncs ? names[i] : "?";
 }
@@ -118,6 +119,9 @@ CostShape gpuShape(const Graph& ring, int gpusPerNode, int nodes) {
 
 bool Tuner::implemented(Func f, Algo a, Proto p) {
   if (p == Proto::kLL128 || static_cast<int>(f) >= kTunerFuncs) return false;
+  if (f == Func::kAlltoAll) {  // Direct runs as sends and receives, each with its own protocol: modelled as Simple
+    return (a == Algo::kDirect && p == Proto::kSimple) || a == Algo::kPairwise || a == Algo::kBruck;
+  }
   switch (a) {
     case Algo::kRing: return true;
     case Algo::kTree: return f == Func::kAllReduce;
@@ -139,26 +143,43 @@ int floorLog2(int n) {
 }
 int ceilLog2(int n) { return n <= 1 ? 0 : floorLog2(n - 1) + 1; }
 
-/// nccl-tests' bus-bandwidth factor: bus bytes per byte of the collective.
-double busFactor(Func f, int n) {
-  if (f == Func::kAllReduce) return 2.0 * (n - 1) / n;
-  if (f == Func::kAllGather || f == Func::kReduceScatter) return static_cast<double>(n - 1) / n;
-  return 1.0;
+/// The share of the data one rank sends in all of Bruck's rounds: in the round of distance d,
+/// the blocks i < n with bit d set.
+double bruckShare(int n) {
+  int blocks = 0;
+  for (int d = 1; d < n; d *= 2)
+    for (int i = 0; i < n; ++i) blocks += (i & d) != 0;
+  return static_cast<double>(blocks) / n;
 }
 
 }  // namespace
+
+double busFactor(Func f, int n) {
+  if (f == Func::kAllReduce) return 2.0 * (n - 1) / n;
+  if (f == Func::kAllGather || f == Func::kReduceScatter || f == Func::kAlltoAll) return static_cast<double>(n - 1) / n;
+  return 1.0;
+}
 
 bool Tuner::terms(Func f, Algo a, Proto p, int c, uint64_t bytes, Terms* out) const {
   const CostShape& s = shape_;
   const CostTable& t = *table_;
   const int n = std::max(1, s.nRanks);
   const int nodes = std::clamp(s.nNodes, 1, n);
-  if (!implemented(f, a, p) || c < 1 || (n == 1 && a == Algo::kDirect)) return false;
-  const int pi = static_cast<int>(p);
+  const bool allToAll = f == Func::kAlltoAll;
+  if (!implemented(f, a, p) || c < 1 || (n == 1 && a == Algo::kDirect && !allToAll)) return false;
+  // AlltoAll's Direct is sends and receives of a block each, which pick their own protocol.
+  const Proto moving = a == Algo::kDirect && allToAll ? peerProtocol(bytes / n) : p;
+  const int pi = static_cast<int>(moving);
   const bool peerAlgo = a != Algo::kRing && a != Algo::kTree;  // over the point-to-point connections: one channel
   if (peerAlgo && c != 1) return false;
-  if (a == Algo::kDirect && bytes > s.directMaxBytes) return false;
+  if (a == Algo::kDirect && !allToAll && bytes > s.directMaxBytes) return false;
 
+  // Threads per CPU on the busiest node: above 1, a step waits for its peer to be scheduled,
+  // longer the more threads share each CPU (the table's figure is for 2).
+  const int sharing = std::max(s.ranksPerNode, s.ranksPerCpuSet);
+  const double load =
+      s.cpusPerNode > 0 ? static_cast<double>(sharing) * c * std::max(1, s.cpuThreadsPerChannel) / s.cpusPerNode : 0;
+  const bool oversubscribed = t.oversubscribedHop[pi] > 0 && load > 1;
   int steps = 0, interSteps = 0;
   double moved = 0;
   const int pow2 = 1 << floorLog2(n);
@@ -184,10 +205,25 @@ bool Tuner::terms(Func f, Algo a, Proto p, int c, uint64_t bytes, Terms* out) co
       moved = busFactor(f, n);
       break;
     }
-    case Algo::kDirect:
-      steps = 1;
+    case Algo::kDirect:  // AllReduce: every rank's whole vector to every other; AlltoAll: a block to each
+      // On oversubscribed CPUs AlltoAll's one thread per rank serves its n-1 peers as each is
+      // scheduled, and its round robin waits once more: n steps (perf/tuner_bench.sh COLL=alltoall:
+      // on 4 and 8 ranks of 2 CPUs, Direct took 1.1-1.8x Pairwise's time from 64 KiB to 1 MiB).
+      steps = allToAll && oversubscribed ? n : 1;
       interSteps = nodes > 1 ? 1 : 0;
-      moved = n - 1;
+      moved = allToAll ? busFactor(f, n) : n - 1;
+      break;
+    case Algo::kPairwise: {  // one peer per step; the steps to other nodes cross the network
+      const int perNode = (n + nodes - 1) / nodes;
+      steps = n - 1;
+      interSteps = nodes > 1 ? n - perNode : 0;
+      moved = busFactor(f, n);
+      break;
+    }
+    case Algo::kBruck:  // log2 steps of about half the data, each packed before and unpacked after (as costly again)
+      steps = ceilLog2(n);
+      interSteps = std::min(steps, ceilLog2(nodes));
+      moved = 2 * bruckShare(n);
       break;
     case Algo::kRecDoubling:
       steps = floorLog2(n) + fold;
@@ -216,12 +252,6 @@ bool Tuner::terms(Func f, Algo a, Proto p, int c, uint64_t bytes, Terms* out) co
     default:
       return false;
   }
-  // Threads per CPU on the busiest node: above 1, a step waits for its peer to be scheduled,
-  // longer the more threads share each CPU (the table's figure is for 2).
-  const int sharing = std::max(s.ranksPerNode, s.ranksPerCpuSet);
-  const double load =
-      s.cpusPerNode > 0 ? static_cast<double>(sharing) * c * std::max(1, s.cpuThreadsPerChannel) / s.cpusPerNode : 0;
-  const bool oversubscribed = t.oversubscribedHop[pi] > 0 && load > 1;
   const double intraHop =
       oversubscribed ? t.oversubscribedHop[pi] * load / 2 : t.hopLatency[static_cast<int>(s.intra)][pi];
   // Nodes that share the link class of a node's ranks (BRAID_RANKS_PER_NODE on one host) share
@@ -237,9 +267,9 @@ bool Tuner::terms(Func f, Algo a, Proto p, int c, uint64_t bytes, Terms* out) co
   for (double cap : {t.aggregateBandwidth[static_cast<int>(s.intra)], aggregate, s.bottleneckBw})
     if (cap > 0) bw = std::min(bw, cap);
   const bool reducing = f == Func::kAllReduce || f == Func::kReduce;
-  bw *= p == Proto::kLL && reducing ? t.llReducingEfficiency : t.protoEfficiency[pi];
+  bw *= moving == Proto::kLL && reducing ? t.llReducingEfficiency : t.protoEfficiency[pi];
   const double ceiling = t.llCeiling[nodes == 1 ? 0 : nodes == 2 ? 1 : 2];
-  if (p == Proto::kLL && ceiling > 0) bw = std::min(bw, ceiling);
+  if (moving == Proto::kLL && ceiling > 0) bw = std::min(bw, ceiling);
   const bool pipelined = a == Algo::kRing || a == Algo::kTree;  // slices stream through every rank (Hier2D's phases wait for each other)
   if (oversubscribed) bw *= std::min(1.0, (pipelined ? t.ringCpuShare : 1.0) / load);
   out->moved = moved;
@@ -315,7 +345,7 @@ std::string Tuner::describe() const {
         if (!implemented(f, a, p)) continue;
         Terms t;
         const int c = a == Algo::kRing || a == Algo::kTree ? std::max(s.minChannels, s.maxChannels) : 1;
-        const uint64_t probe = a == Algo::kDirect ? s.directMaxBytes : uint64_t(1) << 30;
+        const uint64_t probe = a == Algo::kDirect && f != Func::kAlltoAll ? s.directMaxBytes : uint64_t(1) << 30;
         if (!terms(f, a, p, c, probe, &t)) continue;
         const double bus = t.moved > 0 ? t.bandwidth * busFactor(f, std::max(1, s.nRanks)) / t.moved : 0;
         snprintf(line, sizeof(line), " | %s/%s %.1f/%.2f", algoName(a), protoName(p), t.latency, bus);

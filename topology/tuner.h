@@ -22,7 +22,7 @@
 // ranks agree on (rank and node counts, link classes, the channel bounds).
 //
 // Sizes are counted as nccl-tests counts them: AllReduce, Broadcast and Reduce the buffer,
-// AllGather the gathered output, ReduceScatter the whole input.
+// AllGather the gathered output, ReduceScatter and AlltoAll the whole input.
 #pragma once
 
 #include <cstdint>
@@ -39,7 +39,7 @@ const char* linkClassName(LinkClass link);
 constexpr int kTunerAlgos = static_cast<int>(kernels::Algo::kCount);
 constexpr int kTunerProtos = static_cast<int>(kernels::Proto::kCount);
 constexpr int kTunerLinks = static_cast<int>(LinkClass::kCount);
-constexpr int kTunerFuncs = static_cast<int>(kernels::Func::kSendRecv);  ///< the five collectives
+constexpr int kTunerFuncs = static_cast<int>(kernels::Func::kSendRecv);  ///< the six collectives
 
 /// One backend's constants: µs and GB/s (1 GB/s = 1000 bytes per µs).
 struct CostTable {
@@ -95,6 +95,9 @@ const char* algoName(kernels::Algo a);
 const char* protoName(kernels::Proto p);
 const char* funcName(kernels::Func f);
 
+/// nccl-tests' bus-bandwidth factor: bus bytes per byte of the collective.
+double busFactor(kernels::Func f, int nRanks);
+
 class Tuner {
  public:
   Tuner() = default;
@@ -111,6 +114,11 @@ class Tuner {
   /// The predicted µs of one candidate for `bytes`; negative when it is not a candidate
   /// (not implemented, too large for Direct, a channel count it cannot use).
   double predict(kernels::Func f, kernels::Algo a, kernels::Proto p, int nChannels, uint64_t bytes) const;
+
+  /// The protocol a send or receive of `bytes` moves with (LL up to 16 KiB, else Simple).
+  static kernels::Proto peerProtocol(uint64_t bytes) {
+    return bytes <= 16384 ? kernels::Proto::kLL : kernels::Proto::kSimple;
+  }
 
   /// A send or receive of `bytes` with protocol `p` on its own: one step over the slowest link.
   double predictPeer(uint64_t bytes, kernels::Proto p) const;

@@ -38,8 +38,8 @@ struct BinomialTree {
 template <typename T, typename Red, typename Group>
 BRAID_INLINE bool transferWhole(Group& g, const CollWork& w, const uint32_t* abortFlag, int peer, bool sending,
                                 uint32_t flags, const T* mine, T* into, uint64_t count) {
-  return sending ? peerSwap<T, Red, Group>(g, w, abortFlag, peer, flags, mine, count, 0, nullptr, nullptr, 0)
-                 : peerSwap<T, Red, Group>(g, w, abortFlag, peer, 0, nullptr, 0, flags, mine, into, count);
+  return sending ? peerSwap<T, Red, Group>(g, w, abortFlag, peer, flags, mine, count, peer, 0, nullptr, nullptr, 0)
+                 : peerSwap<T, Red, Group>(g, w, abortFlag, peer, 0, nullptr, 0, peer, flags, mine, into, count);
 }
 
 /// All threads of the group: binomial broadcast of `count` elements; the root sends `data`

@@ -53,8 +53,8 @@ class HalvingDoubling {
   /// peerSwap (peer_transfer.h) with this collective's connections.
   BRAID_INLINE bool swap(int peer, uint32_t sendFlags, const T* sendFrom, uint64_t sendCount, uint32_t recvFlags,
                          const T* recvMine, T* recvInto, uint64_t recvCount) {
-    return peerSwap<T, Red, Group>(g_, w_, abortFlag_, peer, sendFlags, sendFrom, sendCount, recvFlags, recvMine,
-                                   recvInto, recvCount);
+    return peerSwap<T, Red, Group>(g_, w_, abortFlag_, peer, sendFlags, sendFrom, sendCount, peer, recvFlags,
+                                   recvMine, recvInto, recvCount);
   }
 
   /// localStep (peer_transfer.h).

@@ -7,19 +7,19 @@
 
 namespace braid::kernels {
 
-/// All threads of the group: over the connections with `peer` (w.peerSend, w.peerRecv), sends
-/// `sendCount` elements from `sendFrom` (sendFlags | kSend) and receives `recvCount` into
-/// `recvInto` (recvFlags | kRecv | kOutput, reduced with `recvMine` where the flags say so),
+/// All threads of the group: sends `sendCount` elements from `sendFrom` (sendFlags | kSend) to
+/// `sendPeer` (over w.peerSend) and receives `recvCount` into `recvInto` (recvFlags | kRecv |
+/// kOutput, reduced with `recvMine` where the flags say so) from `recvPeer` (w.peerRecv),
 /// slice by slice, the two directions interleaved so that neither side waits for the other's
 /// whole message. Either count may be 0 (that direction is not used). False when aborted.
 /// Out of line: called once per transfer, it is compiled once per type and op rather than at
 /// each of the schedules' call sites (which had doubled the kernel units' build time).
 template <typename T, typename Red, typename Group>
-BRAID_OUTLINE bool peerSwap(Group& g, const CollWork& w, const uint32_t* abortFlag, int peer, uint32_t sendFlags,
-                           const T* sendFrom, uint64_t sendCount, uint32_t recvFlags, const T* recvMine, T* recvInto,
-                           uint64_t recvCount) {
-  Primitives<T, Red, Group> x(g, sendCount > 0 ? &w.peerSend[peer] : nullptr,
-                              recvCount > 0 ? &w.peerRecv[peer] : nullptr, w.proto, Red(w.opArgs), abortFlag, &w);
+BRAID_OUTLINE bool peerSwap(Group& g, const CollWork& w, const uint32_t* abortFlag, int sendPeer, uint32_t sendFlags,
+                           const T* sendFrom, uint64_t sendCount, int recvPeer, uint32_t recvFlags, const T* recvMine,
+                           T* recvInto, uint64_t recvCount) {
+  Primitives<T, Red, Group> x(g, sendCount > 0 ? &w.peerSend[sendPeer] : nullptr,
+                              recvCount > 0 ? &w.peerRecv[recvPeer] : nullptr, w.proto, Red(w.opArgs), abortFlag, &w);
   const uint64_t slice = x.sliceElements();
   bool ok = true;
   for (uint64_t at = 0; ok && (at < sendCount || at < recvCount); at += slice) {

@@ -251,7 +251,18 @@ ncclResult_t pncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, in
 }
 
 namespace {
-/// AlltoAll, Gather and Scatter are groups of sends and receives.
+/// AlltoAll: a collective, whose algorithms (Direct: sends and receives; Pairwise; Bruck) the
+/// tuner chooses.
+ncclResult_t allToAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm) {
+  Communicator& c = readyComm(comm);
+  plan::Task t = makeTask("ncclAlltoAll", kernels::Func::kAlltoAll, sendbuff, recvbuff, count, datatype);
+  const size_t n = static_cast<size_t>(c.identity().nRanks);
+  checkBuffer(sendbuff, count * n, "sendbuff");
+  checkBuffer(recvbuff, count * n, "recvbuff");
+  return submit(c, t);
+}
+
+/// Gather and Scatter are groups of sends and receives.
 ncclResult_t exchange(const char* name, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                       int root, ncclComm_t comm) {
   Communicator& c = readyComm(comm);
@@ -260,12 +271,9 @@ ncclResult_t exchange(const char* name, const void* sendbuff, void* recvbuff, si
   const int me = c.identity().rank;
   const size_t bytes = count * plan::typeSize(datatype);
   const bool gather = std::strcmp(name, "ncclGather") == 0;
-  const bool scatter = std::strcmp(name, "ncclScatter") == 0;
-  if (gather || scatter) checkRank(root, n, "root");
-  const bool useSend = scatter ? me == root : true;
-  const bool useRecv = gather ? me == root : true;
-  if (useSend) checkBuffer(sendbuff, scatter ? count * n : count, "sendbuff");
-  if (useRecv) checkBuffer(recvbuff, gather ? count * n : count, "recvbuff");
+  checkRank(root, n, "root");
+  if (gather || me == root) checkBuffer(sendbuff, gather ? count : count * n, "sendbuff");  // Scatter: the root sends
+  if (!gather || me == root) checkBuffer(recvbuff, gather ? count * n : count, "recvbuff");  // Gather: the root receives
   std::vector<plan::Task> tasks;
   for (int p = 0; p < n; ++p) {
     plan::Task s = base, r = base;
@@ -273,7 +281,7 @@ ncclResult_t exchange(const char* name, const void* sendbuff, void* recvbuff, si
     s.peer = p;
     r.isSend = false;
     r.peer = p;
-    if (gather) {
+    if (gather) {  // else scatter
       if (p == root) {
         s.sendbuff = sendbuff;
         tasks.push_back(s);
@@ -282,7 +290,7 @@ ncclResult_t exchange(const char* name, const void* sendbuff, void* recvbuff, si
         r.recvbuff = static_cast<char*>(recvbuff) + p * bytes;
         tasks.push_back(r);
       }
-    } else if (scatter) {
+    } else {
       if (me == root) {
         s.sendbuff = static_cast<const char*>(sendbuff) + p * bytes;
         tasks.push_back(s);
@@ -291,11 +299,6 @@ ncclResult_t exchange(const char* name, const void* sendbuff, void* recvbuff, si
         r.recvbuff = recvbuff;
         tasks.push_back(r);
       }
-    } else {
-      s.sendbuff = static_cast<const char*>(sendbuff) + p * bytes;
-      r.recvbuff = static_cast<char*>(recvbuff) + p * bytes;
-      tasks.push_back(s);
-      tasks.push_back(r);
     }
   }
   const bool outer = !group::active();
@@ -309,8 +312,7 @@ BRAID_API(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, size
           ncclComm_t comm, cudaStream_t stream);
 ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm,
                            cudaStream_t) {
-  return api::guarded("ncclAlltoAll", comm,
-                      [&] { return exchange("ncclAlltoAll", sendbuff, recvbuff, count, datatype, 0, comm); });
+  return api::guarded("ncclAlltoAll", comm, [&] { return allToAll(sendbuff, recvbuff, count, datatype, comm); });
 }
 
 BRAID_API(ncclResult_t, ncclGather, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,

@@ -10,9 +10,11 @@ namespace braid::plan {
 
 namespace {
 
-constexpr const char* kFuncNames[] = {"Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce"};
-constexpr const char* kAlgoNames[] = {"Tree",   "Ring",        "CollNetDirect",   "CollNetChain", "NVLS",  "NVLSTree",
-                                     "PAT",    "Direct",      "RecDoubling",     "HalvingDoubling", "Binomial", "Hier2D"};
+constexpr const char* kFuncNames[] = {"Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce", "AlltoAll"};
+static_assert(sizeof(kFuncNames) / sizeof(kFuncNames[0]) == static_cast<size_t>(EnvFunc::kCount));
+constexpr const char* kAlgoNames[] = {"Tree",        "Ring",     "CollNetDirect",   "CollNetChain", "NVLS",
+                                      "NVLSTree",    "PAT",      "Direct",          "RecDoubling",  "HalvingDoubling",
+                                      "Binomial",    "Hier2D",   "Pairwise",        "Bruck"};
 static_assert(sizeof(kAlgoNames) / sizeof(kAlgoNames[0]) == static_cast<size_t>(EnvAlgo::kCount));
 constexpr const char* kProtoNames[] = {"LL", "LL128", "Simple"};
 
@@ -64,7 +66,7 @@ void parseVariable(const char* variable, const char* const (&names)[N], const st
     if (colon == std::string::npos) {
       if (!first) fail(ncclInvalidUsage, "%s: only the first entry may omit 'function:' (in '%s')", variable, entry.c_str());
       const uint32_t mask = parseElems(variable, names, entry);
-      for (int f = 0; f < static_cast<int>(EnvFunc::kCount); ++f) perFunc[f] = mask;
+      for (int f = 0; f < kNcclEnvFuncs; ++f) perFunc[f] = mask;
     } else {
       const int f = lookup(kFuncNames, entry.substr(0, colon));
       if (f < 0) fail(ncclInvalidUsage, "%s: unknown function '%s'", variable, entry.substr(0, colon).c_str());
@@ -98,6 +100,7 @@ EnvFunc envFuncOf(kernels::Func f) {
     case kernels::Func::kReduce: return EnvFunc::kReduce;
     case kernels::Func::kAllGather: return EnvFunc::kAllGather;
     case kernels::Func::kReduceScatter: return EnvFunc::kReduceScatter;
+    case kernels::Func::kAlltoAll: return EnvFunc::kAlltoAll;
     default: return EnvFunc::kAllReduce;
   }
 }

@@ -21,6 +21,8 @@ uint32_t tunerAlgos(uint32_t envAlgos) {
       {EnvAlgo::kHalvingDoubling, kernels::Algo::kHalvingDoubling},
       {EnvAlgo::kBinomial, kernels::Algo::kBinomial},
       {EnvAlgo::kHier2D, kernels::Algo::kHier2D},
+      {EnvAlgo::kPairwise, kernels::Algo::kPairwise},
+      {EnvAlgo::kBruck, kernels::Algo::kBruck},
   };
   uint32_t bits = 0;
   for (const auto& [env, algo] : kinds)
@@ -30,10 +32,11 @@ uint32_t tunerAlgos(uint32_t envAlgos) {
 
 namespace {
 
-/// The collective's size as the tuner counts it (the whole gathered or scattered buffer).
+/// The collective's size as the tuner counts it (the whole gathered, scattered or exchanged buffer).
 uint64_t tunerBytes(const Task& task, int nRanks) {
   const uint64_t bytes = task.count * typeSize(task.dtype);
-  const bool wholeBuffer = task.func == kernels::Func::kAllGather || task.func == kernels::Func::kReduceScatter;
+  const bool wholeBuffer = task.func == kernels::Func::kAllGather || task.func == kernels::Func::kReduceScatter ||
+                           task.func == kernels::Func::kAlltoAll;
   return wholeBuffer ? bytes * static_cast<uint64_t>(nRanks) : bytes;
 }
 
@@ -60,9 +63,10 @@ topo::Choice chooseFor(const Task& task, int nRanks, const PlanLimits& limits) {
   if (!tuner.choose(task.func, bytes, tunerAlgos(limits.mask.algos[static_cast<int>(f)]), protos, forced, &choice)) {
     fail(ncclInvalidUsage,
          "NCCL_ALGO/NCCL_PROTO leave no algorithm and protocol Braid implements for %s of %llu bytes on %d ranks "
-         "(Braid implements Ring with LL and Simple for every collective; for AllReduce also Tree, Direct with LL up "
+         "(Braid implements Ring with LL and Simple for every collective but AlltoAll; for AllReduce also Tree, Direct with LL up "
          "to %llu bytes, RecDoubling and Hier2D; HalvingDoubling for AllReduce, ReduceScatter and AllGather; Binomial for "
-         "AllReduce, Reduce and Broadcast)",
+         "AllReduce, Reduce and Broadcast; for AlltoAll Direct, Pairwise and Bruck, filtered only by an "
+         "'AlltoAll:' entry)",
          envFuncName(f), static_cast<unsigned long long>(bytes), nRanks,
          static_cast<unsigned long long>(tuner.shape().directMaxBytes));
   }
@@ -77,7 +81,8 @@ CollPlan planCollective(const Task& task, int nRanks, const PlanLimits& limits) 
   plan.choice = chooseFor(task, nRanks, limits);
   plan.proto = plan.choice.proto;
   plan.nChannels = plan.choice.nChannels;
-  plan.copy = task.func == kernels::Func::kBroadcast || task.func == kernels::Func::kAllGather;
+  plan.copy = task.func == kernels::Func::kBroadcast || task.func == kernels::Func::kAllGather ||
+              task.func == kernels::Func::kAlltoAll;
   const uint32_t elemSize = plan.copy ? 1 : static_cast<uint32_t>(typeSize(task.dtype));
   const uint64_t count = plan.copy ? task.count * typeSize(task.dtype) : task.count;
   const uint64_t align = std::max<uint64_t>(1, 64 / elemSize);
@@ -86,6 +91,9 @@ CollPlan planCollective(const Task& task, int nRanks, const PlanLimits& limits) 
   }
   if (task.func != kernels::Func::kBroadcast && plan.choice.algo == kernels::Algo::kBinomial) {
     plan.scratchBytes = tunerBytes(task, nRanks);  // a non-root rank's partial sums
+  }
+  if (plan.choice.algo == kernels::Algo::kBruck) {  // a round's blocks packed, and those that arrive
+    plan.scratchBytes = 2 * static_cast<uint64_t>((nRanks + 1) / 2) * count;
   }
   for (int c = 0; c < plan.nChannels; ++c) {  // works beyond nChannels stay uninitialised: never read
     kernels::CollWork w{};
@@ -106,6 +114,6 @@ CollPlan planCollective(const Task& task, int nRanks, const PlanLimits& limits) 
   return plan;
 }
 
-kernels::Proto peerProtocol(uint64_t bytes) { return bytes <= 16384 ? kernels::Proto::kLL : kernels::Proto::kSimple; }
+kernels::Proto peerProtocol(uint64_t bytes) { return topo::Tuner::peerProtocol(bytes); }
 
 }  // namespace braid::plan

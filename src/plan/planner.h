@@ -23,7 +23,7 @@ struct PlanLimits {
 struct CollPlan {
   kernels::Proto proto;
   int nChannels;
-  bool copy;  ///< moves bytes (Broadcast, AllGather): the byte-copy instantiation runs it
+  bool copy;  ///< moves bytes (Broadcast, AllGather, AlltoAll): the byte-copy instantiation runs it
   topo::Choice choice;  ///< what the tuner chose and its predicted time
   uint64_t scratchBytes = 0;  ///< scratch memory the kernels need (CollWork::scratch)
   std::array<kernels::CollWork, 64> works;  ///< one per channel (the first nChannels are used)

@@ -310,6 +310,19 @@ void DataPath::runCollective(const plan::Task& given) {
   plan::Task task = given;
   if (task.scalarAtRun != nullptr) std::memcpy(&task.opArgs.scalarBits, task.scalarAtRun, plan::typeSize(task.dtype));
   plan::CollPlan plan = plan::planCollective(task, nRanks_, settings_.limits);
+  std::vector<char> staged;
+  if (task.func == kernels::Func::kAlltoAll) {
+    // In place, a block would be overwritten before it is sent: the input is copied first.
+    const size_t total = task.count * plan::typeSize(task.dtype) * static_cast<size_t>(nRanks_);
+    const char* in = static_cast<const char*>(task.sendbuff);
+    const char* out = static_cast<const char*>(task.recvbuff);
+    if (in < out + total && out < in + total) {
+      staged.assign(in, in + total);
+      task.sendbuff = staged.data();
+      for (int c = 0; c < plan.nChannels; ++c) plan.works[c].sendbuff = staged.data();
+    }
+    if (plan.choice.algo == kernels::Algo::kDirect) return runAllToAllDirect(task);
+  }
   const HostCollectiveFn fn = plan.copy ? kCopyFunction : kReductionTable[static_cast<int>(task.red)][task.dtype];
   if (fn == nullptr) {
     fail(ncclInvalidUsage, "this operator and type are not instantiated in this build (-Donly_funcs=%s)", kOnlyFuncs);
@@ -372,6 +385,27 @@ void DataPath::runCollective(const plan::Task& given) {
     if (!fn(g, plan.works[c], ring[c], abort_)) aborted.store(true, std::memory_order_relaxed);
   });
   if (aborted.load()) failAborted("the operation");
+}
+
+void DataPath::runAllToAllDirect(const plan::Task& task) {
+  const size_t bytes = task.count * plan::typeSize(task.dtype);
+  std::vector<plan::Task> ops;
+  for (int p = 0; p < nRanks_; ++p) {
+    plan::Task t = task;
+    t.func = kernels::Func::kSendRecv;
+    t.peer = p;
+    t.isSend = true;
+    t.sendbuff = static_cast<const char*>(task.sendbuff) + p * bytes;
+    t.recvbuff = nullptr;
+    ops.push_back(t);
+    t.isSend = false;
+    t.sendbuff = nullptr;
+    t.recvbuff = static_cast<char*>(task.recvbuff) + p * bytes;
+    ops.push_back(t);
+  }
+  std::vector<const plan::Task*> pointers;
+  for (const plan::Task& t : ops) pointers.push_back(&t);
+  runPeers(pointers);
 }
 
 void DataPath::runPeers(const std::vector<const plan::Task*>& ops) {

@@ -72,6 +72,8 @@ class DataPath {
   /// and logs the tuner's table at INFO/TUNING on rank 0.
   void describeShape();
   void runPeers(const std::vector<const plan::Task*>& ops);
+  /// AlltoAll's Direct: a send to and a receive from every rank, all at once (runPeers).
+  void runAllToAllDirect(const plan::Task& task);
   /// The ring handles of channels [0, n), connecting them on first use.
   const kernels::RingHandle* rings(int n);
   /// Connections to every other rank (Direct), connecting them on first use.

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "topology/tuner.h"
+
 namespace braid::runtime::host {
 
 namespace {
@@ -16,8 +18,7 @@ bool reduces(kernels::Func f) {
 }
 
 const char* funcName(unsigned f) {
-  static const char* const names[] = {"Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce", "SendRecv"};
-  return f < 6 ? names[f] : "unknown";
+  return f < static_cast<unsigned>(kernels::Func::kCount) ? topo::funcName(static_cast<kernels::Func>(f)) : "unknown";
 }
 
 const char* typeName(unsigned t) {

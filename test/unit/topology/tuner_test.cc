@@ -52,10 +52,7 @@ Tuner h100(int nodes) {
   return Tuner(kGpuCostTable, gpuShape(t->ring, t->system.count(NodeType::Gpu), nodes));
 }
 
-double busBw(Func f, int n, uint64_t bytes, double us) {
-  double factor = f == Func::kAllReduce ? 2.0 * (n - 1) / n : (f == Func::kAllGather || f == Func::kReduceScatter) ? (n - 1.0) / n : 1.0;
-  return bytes * factor / (1000.0 * us);
-}
+double busBw(Func f, int n, uint64_t bytes, double us) { return bytes * busFactor(f, n) / (1000.0 * us); }
 
 }  // namespace
 
@@ -107,6 +104,36 @@ TEST_CASE("A prediction is the model's formula", "[tuner]") {
       CHECK(tuner.predict(f, Algo::kHalvingDoubling, Proto::kSimple, 1, bytes) ==
             Approx(t.baseLatency[4][kSimple] + 4 * hop + (0.75 + 1 + 1.0 / 6) * bytes / (1000 * bw)));
     }
+  }
+  SECTION("AlltoAll on 6 ranks: Direct one step, Pairwise 5, Bruck 3 of packed blocks") {
+    Tuner tuner(t, hostShape(6, 64));
+    const double bw = std::min(t.channelBandwidth[2], t.aggregateBandwidth[2]) * t.protoEfficiency[kSimple];
+    const double hop = t.hopLatency[2][kSimple];
+    CHECK(busFactor(Func::kAlltoAll, 6) == Approx(5.0 / 6));
+    CHECK(tuner.predict(Func::kAlltoAll, Algo::kDirect, Proto::kSimple, 1, bytes) ==
+          Approx(t.baseLatency[2][kSimple] + hop + 5.0 / 6 * bytes / (1000 * bw)));
+    CHECK(tuner.predict(Func::kAlltoAll, Algo::kPairwise, Proto::kSimple, 1, bytes) ==
+          Approx(t.baseLatency[7][kSimple] + 5 * hop + 5.0 / 6 * bytes / (1000 * bw)));
+    // Bruck's rounds send the blocks {1, 3, 5}, {2, 3} and {4, 5} of 6: 7/6 of the data, each
+    // byte also packed and unpacked (counted once more).
+    CHECK(tuner.predict(Func::kAlltoAll, Algo::kBruck, Proto::kSimple, 1, bytes) ==
+          Approx(t.baseLatency[8][kSimple] + 3 * hop + 2 * 7.0 / 6 * bytes / (1000 * bw)));
+    // Direct's sends of up to 16 KiB move as LL.
+    CHECK(tuner.predict(Func::kAlltoAll, Algo::kDirect, Proto::kSimple, 1, 6 * 8) ==
+          Approx(t.baseLatency[2][kLL] + t.hopLatency[2][kLL] + 5.0 / 6 * 48 / (1000 * t.channelBandwidth[2] * t.protoEfficiency[kLL])));
+    // With CPUs to spare Direct's one step wins; oversubscribed its thread waits for each peer
+    // in turn (n steps), so Bruck wins small messages and Pairwise large ones.
+    Choice c;
+    REQUIRE(tuner.choose(Func::kAlltoAll, 6 * 8, kAllAlgos, kAllProtos, 0, &c));
+    CHECK(c.algo == Algo::kDirect);
+    Tuner loaded(t, hostShape(6, 2));
+    const double slowHop = t.oversubscribedHop[kSimple] * 3 / 2;  // 3 threads per CPU
+    CHECK(loaded.predict(Func::kAlltoAll, Algo::kDirect, Proto::kSimple, 1, bytes) ==
+          Approx(t.baseLatency[2][kSimple] + 6 * slowHop + 5.0 / 6 * bytes / (1000 * bw / 3)));
+    REQUIRE(loaded.choose(Func::kAlltoAll, 6 * 8, kAllAlgos, kAllProtos, 0, &c));
+    CHECK(c.algo == Algo::kBruck);
+    REQUIRE(loaded.choose(Func::kAlltoAll, 64 << 20, kAllAlgos, kAllProtos, 0, &c));
+    CHECK(c.algo == Algo::kPairwise);
   }
   SECTION("Tree: 2 x depth steps, the bytes twice; Hier2D: rows and columns, the ring's bytes") {
     Tuner tuner(t, hostShape(6, 64));
@@ -209,6 +236,15 @@ TEST_CASE("Filters, bounds and what is not a candidate", "[tuner]") {
     CHECK_FALSE(tuner.choose(f, 8, tree, kAllProtos, 0, &c));
     CHECK_FALSE(tuner.choose(f, 8, hier2d, kAllProtos, 0, &c));
   }
+  // AlltoAll: Direct (modelled as Simple, its sends choose their own protocol), Pairwise and
+  // Bruck only; the pairwise and Bruck algorithms serve nothing else.
+  const uint32_t pairwise = 1u << static_cast<int>(Algo::kPairwise), bruck = 1u << static_cast<int>(Algo::kBruck);
+  CHECK_FALSE(tuner.choose(Func::kAlltoAll, 8, kAllAlgos & ~direct & ~pairwise & ~bruck, kAllProtos, 0, &c));
+  CHECK_FALSE(tuner.choose(Func::kAlltoAll, 8, direct, 1u << kLL, 1u << kLL, &c));
+  REQUIRE(tuner.choose(Func::kAlltoAll, 1 << 30, direct, kAllProtos, 0, &c));  // no size limit for AlltoAll
+  CHECK((c.algo == Algo::kDirect && c.proto == Proto::kSimple && c.nChannels == 1));
+  for (Func f : {Func::kBroadcast, Func::kReduce, Func::kAllGather, Func::kReduceScatter, Func::kAllReduce})
+    CHECK_FALSE(tuner.choose(f, 8, pairwise | bruck, kAllProtos, 0, &c));
   const uint32_t ll128 = 1u << static_cast<int>(Proto::kLL128);
   CHECK_FALSE(tuner.choose(Func::kAllReduce, 8, kAllAlgos, ll128, ll128, &c));
   // Channel bounds hold for Ring; the point-to-point algorithms run on one channel.
@@ -221,9 +257,11 @@ TEST_CASE("Filters, bounds and what is not a candidate", "[tuner]") {
   CHECK(c.nChannels == 1);
   REQUIRE(three.choose(Func::kAllReduce, 1 << 20, tree, kAllProtos, 0, &c));  // Tree: a tree per channel
   CHECK(c.nChannels == 3);
-  // One rank: no Direct (nothing to send), Ring costs its base latency alone.
+  // One rank: no Direct AllReduce (nothing to send), but AlltoAll's Direct (a copy to itself);
+  // Ring costs its base latency alone.
   Tuner one(kHostCostTable, hostShape(1, 2));
   CHECK(one.predict(Func::kAllReduce, Algo::kDirect, Proto::kLL, 1, 8) < 0);
+  CHECK(one.predict(Func::kAlltoAll, Algo::kDirect, Proto::kSimple, 1, 8) > 0);
   CHECK(one.predict(Func::kAllReduce, Algo::kRing, Proto::kSimple, 1, 1 << 20) ==
         Approx(kHostCostTable.baseLatency[kRing][kSimple]));
 }
@@ -315,6 +353,46 @@ TEST_CASE("The planner's choice honours NCCL_ALGO and names the collective it ca
   }
   limits.mask = plan::parseAlgoProto("^NVLS", "");  // what PyTorch sets
   CHECK_NOTHROW(plan::planCollective(task, 4, limits));
+}
+
+TEST_CASE("NCCL_ALGO and NCCL_PROTO filter AlltoAll only through an 'AlltoAll:' entry", "[tuner]") {
+  plan::PlanLimits limits;
+  limits.shape = hostShape(5, 2);
+  plan::Task task;
+  task.func = kernels::Func::kAlltoAll;
+  task.count = 3;
+  task.dtype = ncclFloat;
+  task.name = "ncclAlltoAll";
+  // NCCL does not tune AlltoAll: its own filters leave it alone.
+  limits.mask = plan::parseAlgoProto("Ring", "LL");
+  plan::CollPlan p = plan::planCollective(task, 5, limits);
+  CHECK(p.copy);
+  CHECK(p.nChannels == 1);
+  const topo::Tuner tuner = plan::tunerFor(5, limits);  // the tuner counts the whole input: 5 blocks of 12 bytes
+  CHECK(p.choice.timeUs == Approx(tuner.predict(Func::kAlltoAll, p.choice.algo, p.choice.proto, 1, 60)));
+  limits.mask = plan::parseAlgoProto("Ring;alltoall:bruck", "");
+  p = plan::planCollective(task, 5, limits);
+  CHECK(p.choice.algo == Algo::kBruck);
+  CHECK(p.scratchBytes == 2 * 3 * 12);  // ceil(5/2) blocks packed, as many arriving
+  limits.mask = plan::parseAlgoProto("AlltoAll:Pairwise", "");
+  CHECK(plan::planCollective(task, 5, limits).choice.algo == Algo::kPairwise);
+  limits.mask = plan::parseAlgoProto("AlltoAll:^Pairwise,Bruck", "");
+  CHECK(plan::planCollective(task, 5, limits).choice.algo == Algo::kDirect);
+  limits.mask = plan::parseAlgoProto("AllReduce:Tree;AlltoAll:Ring", "");
+  try {
+    plan::planCollective(task, 5, limits);
+    FAIL("a filter leaving nothing must throw");
+  } catch (const braid::Error& e) {
+    CHECK(e.code() == ncclInvalidUsage);
+    CHECK_THAT(e.what(), Catch::Contains("for AlltoAll of 60 bytes on 5 ranks"));
+  }
+  try {
+    plan::parseAlgoProto("AlltoAll:Bruk", "");
+    FAIL("an unknown name must throw");
+  } catch (const braid::Error& e) {
+    CHECK(e.code() == ncclInvalidUsage);
+    CHECK_THAT(e.what(), Catch::Contains("unknown name 'Bruk'"));
+  }
 }
 
 TEST_CASE("braid-topo --tuning prints the choice per size and every algorithm's bandwidth", "[tuner][tools]") {
