@@ -28,6 +28,16 @@ struct LLLine {
 };
 static_assert(sizeof(LLLine) == 16);
 
+/// One LL128 line: 128 bytes, 15 words of data and, last, one 8-byte flag (the step + 1).
+/// The writer stores the data words, then the flag with release; a reader that sees the flag
+/// with acquire may read the data. 120 bytes of payload per 128, against LL's 8 per 16.
+struct LL128Line {
+  uint64_t words[16];
+};
+static_assert(sizeof(LL128Line) == 128);
+constexpr int kLL128DataWords = 15;
+constexpr int kLL128FlagWord = 15;
+
 /// What both ends of a connection must agree a collective is: the communicator's sequence
 /// number of the call (from 1; 0 means "not checked", as for send/recv) and two words that
 /// encode the function, type, op, root and count (see src/runtime/host/signature.h).
@@ -62,8 +72,10 @@ enum WaitKind : uint32_t { kWaitNone = 0, kWaitData = 1, kWaitCredits = 2, kWait
 
 /// What a sender records of each step before publishing tail, for a transport that forwards
 /// the step (the network proxy): the payload's bytes, and kStepLL when they are LL lines
-/// (16 bytes per line, flags included) rather than Simple data.
+/// (16 bytes per line, flags included) or kStepLL128 when LL128 lines (128 bytes per line,
+/// flags included) rather than Simple data.
 constexpr uint64_t kStepLL = uint64_t(1) << 32;
+constexpr uint64_t kStepLL128 = uint64_t(1) << 33;
 BRAID_INLINE uint64_t stepInfo(uint64_t bytes, bool ll) { return bytes | (ll ? kStepLL : 0); }
 
 /// One end of a connection as a kernel sees it. The FIFO memory lives wherever the transport
@@ -71,6 +83,7 @@ BRAID_INLINE uint64_t stepInfo(uint64_t bytes, bool ll) { return bytes | (ll ? k
 struct ConnHandle {
   char* simple;          ///< kSteps slots of simpleStepBytes
   LLLine* ll;            ///< kSteps slots of llStepLines lines
+  LL128Line* ll128;      ///< kSteps slots of ll128StepLines lines
   uint64_t* tail;        ///< last step the sender filled (Simple); written by the sender
   uint64_t* head;        ///< last step the receiver freed; written by the receiver
   uint64_t* step;        ///< this side's next step number (rank-local, persists across operations)
@@ -79,6 +92,7 @@ struct ConnHandle {
   OpSignature* announce; ///< the collective the sender is in (host code only; see watchdog.h)
   uint32_t simpleStepBytes;
   uint32_t llStepLines;
+  uint32_t ll128StepLines;
   int32_t peer;          ///< the rank at the other end
   uint32_t transport;    ///< transport::Kind of the connection (for reports)
 };
@@ -157,7 +171,9 @@ BRAID_INLINE void publishStep(const ConnHandle& conn, uint64_t step, uint64_t in
 
 /// Elements that fit in one FIFO step of `proto` on this connection.
 BRAID_INLINE uint64_t stepElements(Proto proto, const ConnHandle& conn, uint32_t elemSize) {
-  const uint64_t bytes = proto == Proto::kLL ? static_cast<uint64_t>(conn.llStepLines) * 8 : conn.simpleStepBytes;
+  const uint64_t bytes = proto == Proto::kLL      ? static_cast<uint64_t>(conn.llStepLines) * 8
+                         : proto == Proto::kLL128 ? static_cast<uint64_t>(conn.ll128StepLines) * kLL128DataWords * 8
+                                                  : conn.simpleStepBytes;
   return bytes / elemSize;
 }
 

@@ -17,7 +17,8 @@ static_assert(kCounterBytes % 64 == 0);
 
 uint64_t FifoSizes::bytes() const {
   return kCounterBytes + uint64_t(kernels::kSteps) * simpleStepBytes +
-         uint64_t(kernels::kSteps) * llStepLines * sizeof(kernels::LLLine);
+         uint64_t(kernels::kSteps) * llStepLines * sizeof(kernels::LLLine) +
+         uint64_t(kernels::kSteps) * ll128StepLines * sizeof(kernels::LL128Line);
 }
 
 kernels::ConnHandle FifoMemory::handle(uint64_t* step) const {
@@ -27,12 +28,14 @@ kernels::ConnHandle FifoMemory::handle(uint64_t* step) const {
   h.head = reinterpret_cast<uint64_t*>(b + 64);
   h.simple = b + kCounterBytes;
   h.ll = reinterpret_cast<kernels::LLLine*>(h.simple + uint64_t(kernels::kSteps) * sizes_.simpleStepBytes);
+  h.ll128 = reinterpret_cast<kernels::LL128Line*>(h.ll + uint64_t(kernels::kSteps) * sizes_.llStepLines);
   h.step = step;
   h.sigs = reinterpret_cast<kernels::SigSlot*>(b + kSigOffset);
   h.announce = reinterpret_cast<kernels::OpSignature*>(b + kAnnounceOffset);
   h.sizes = reinterpret_cast<uint64_t*>(b + kSizesOffset);
   h.simpleStepBytes = sizes_.simpleStepBytes;
   h.llStepLines = sizes_.llStepLines;
+  h.ll128StepLines = sizes_.ll128StepLines;
   return h;
 }
 

@@ -5,7 +5,7 @@
 // kernels/primitives.h), the sender's announcement of the collective it is in (read by the
 // receiver's watchdog), two fault boxes (one written by each end when its rank fails), the
 // size of each step (written by the sender before tail), then kSteps Simple slots, then kSteps
-// LL slots.
+// LL slots, then kSteps LL128 slots.
 // Where the memory lives is the transport's choice: the receiver's heap when both ranks are
 // threads of one process (transport/p2p), a POSIX shared-memory segment when they are
 // processes on one host (transport/shm). The receiver describes it in a Descriptor that
@@ -28,6 +28,7 @@ namespace braid::transport {
 struct FifoSizes {
   uint32_t simpleStepBytes;
   uint32_t llStepLines;
+  uint32_t ll128StepLines;
   uint64_t bytes() const;  ///< total bytes of the FIFO memory, counters included
 };
 

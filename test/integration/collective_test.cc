@@ -34,7 +34,7 @@ const size_t kCounts[] = {0, 1, 7, 1000, (1 << 20) + 3};
 const int kRanks[] = {1, 2, 3, 4, 8};
 
 struct Case {
-  int coll, dtype, op, count, ranks, processes, inPlace, proto, channels;
+  int coll, dtype, op, count, ranks, processes, inPlace, proto, channels;  ///< proto: 0 LL, 1 Simple, 2 LL128
   int algo = -1;        ///< a plan::EnvAlgo NCCL_ALGO is limited to, or -1: the planner's choice
   int rankCount = 0;    ///< overrides kRanks[ranks] when set
   int channelCount = 0; ///< overrides channels (1 or 3) when set
@@ -47,7 +47,7 @@ struct Case {
            " ranks=" + std::to_string(nRanks()) +
            (processes % 2 ? " processes" : " threads") +
            (processes >= 4 ? " over IB" : processes >= 2 ? " over sockets" : "") + (inPlace ? " in-place" : " out-of-place") +
-           (proto == 0 ? " LL" : " Simple") + " channels=" + std::to_string(nChannels()) +
+           (proto == 0 ? " LL" : proto == 2 ? " LL128" : " Simple") + " channels=" + std::to_string(nChannels()) +
            (ranksPerNode > 0 ? " ranks-per-node=" + std::to_string(ranksPerNode) : "");
   }
 };
@@ -186,7 +186,7 @@ void runRank(const Case& c, const ncclUniqueId& id, int rank) {
   ncclComm_t comm = nullptr;
   EXPECT_OK(ncclCommInitRank(&comm, n, id, rank));
   plan::PlanLimits& limits = comm->dataPath().limits();
-  for (auto& p : limits.mask.protos) p = 1u << (c.proto == 0 ? 0 : 2);
+  for (auto& p : limits.mask.protos) p = 1u << (c.proto == 0 ? 0 : c.proto == 2 ? 1 : 2);
   if (c.algo >= 0)
     for (auto& a : limits.mask.algos) a = 1u << c.algo;
   limits.minChannels = limits.maxChannels = c.nChannels();
@@ -443,6 +443,43 @@ TEST_CASE("AlltoAll Direct, Pairwise and Bruck: ranks 1 to 9, counts, types, pro
       INFO(c.describe());
       REQUIRE(runCase(c) == "");
     }
+  }
+}
+
+TEST_CASE("LL128 (forced): every algorithm of every collective, ranks 1 to 7, counts, types, ops, places, modes",
+          "[integration][collectives][sweep]") {
+  using plan::EnvAlgo;
+  const std::pair<Coll, EnvAlgo> kinds[] = {
+      {Coll::kAllReduce, EnvAlgo::kRing},          {Coll::kAllReduce, EnvAlgo::kTree},
+      {Coll::kAllReduce, EnvAlgo::kRecDoubling},   {Coll::kAllReduce, EnvAlgo::kHalvingDoubling},
+      {Coll::kAllReduce, EnvAlgo::kBinomial},      {Coll::kAllReduce, EnvAlgo::kHier2D},
+      {Coll::kReduceScatter, EnvAlgo::kRing},      {Coll::kReduceScatter, EnvAlgo::kHalvingDoubling},
+      {Coll::kAllGather, EnvAlgo::kRing},          {Coll::kAllGather, EnvAlgo::kHalvingDoubling},
+      {Coll::kBroadcast, EnvAlgo::kRing},          {Coll::kBroadcast, EnvAlgo::kBinomial},
+      {Coll::kReduce, EnvAlgo::kRing},             {Coll::kReduce, EnvAlgo::kBinomial},
+      {Coll::kAlltoAll, EnvAlgo::kPairwise},       {Coll::kAlltoAll, EnvAlgo::kBruck}};
+  int cases = 0;
+  for (const auto& [coll, algo] : kinds) {
+    for (const int ranks : {1, 3, 4, 7}) {
+      for (int count = 0; count < 5; ++count) {
+        if (count != 3 && ranks != 3) continue;  // every count on 3 ranks, 1000 elements on the others
+        const int k = cases++;
+        Case c{static_cast<int>(coll), k % ncclNumTypes, k % 6, count, 0, k % 2, (k / 2) % 2, 2, 0};
+        c.algo = static_cast<int>(algo);
+        c.rankCount = ranks;
+        c.channelCount = algo == EnvAlgo::kRing || algo == EnvAlgo::kTree ? 1 + k % 2 : 1;
+        c.ranksPerNode = algo == EnvAlgo::kTree || algo == EnvAlgo::kHier2D ? (k / 3) % 3 : 0;
+        INFO(c.describe());
+        REQUIRE(runCase(c) == "");
+      }
+    }
+  }
+  CHECK(cases == 16 * 8);
+  for (int mode = 2; mode < 6; ++mode) {  // over the socket and verbs transports (staged, landed flag last)
+    Case c{static_cast<int>(mode % 2 ? Coll::kAllReduce : Coll::kAllGather), ncclFloat, 0, 3 /*1000*/, 0, mode, 0, 2, 0};
+    c.rankCount = 3;
+    INFO(c.describe());
+    REQUIRE(runCase(c) == "");
   }
 }
 

@@ -4,6 +4,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -22,8 +23,14 @@ FrameHeader frame(uint32_t type) {
   return h;
 }
 
-uint64_t capacity(const FifoSizes& sizes, bool ll) {
-  return ll ? uint64_t(sizes.llStepLines) * sizeof(kernels::LLLine) : sizes.simpleStepBytes;
+uint64_t capacity(const FifoSizes& sizes, uint32_t frameFlags) {
+  if (frameFlags & kFrameLL) return uint64_t(sizes.llStepLines) * sizeof(kernels::LLLine);
+  if (frameFlags & kFrameLL128) return uint64_t(sizes.ll128StepLines) * sizeof(kernels::LL128Line);
+  return sizes.simpleStepBytes;
+}
+
+uint64_t stagingCapacity(const FifoSizes& sizes) {
+  return std::max(capacity(sizes, kFrameLL), capacity(sizes, kFrameLL128));
 }
 
 ssize_t readSome(int fd, void* into, size_t size) {
@@ -337,9 +344,9 @@ bool EndPump::readControl() {
 bool EndPump::stepHeader(uint64_t step, FrameHeader* h, const char** payload) {
   const uint64_t slot = step % kernels::kSteps;
   const uint64_t info = kernels::loadRelaxed(conn_.sizes + slot);
-  const bool ll = (info & kernels::kStepLL) != 0;
+  const uint32_t kind = (info & kernels::kStepLL) ? kFrameLL : (info & kernels::kStepLL128) ? kFrameLL128 : 0u;
   const uint64_t bytes = info & 0xffffffffu;
-  if (bytes > capacity(sizes_, ll)) {
+  if (bytes > capacity(sizes_, kind)) {
     lost("was to carry a step of " + std::to_string(bytes) + " bytes, more than a slot holds (internal error)", true,
          ncclInternalError);
     return false;
@@ -347,7 +354,7 @@ bool EndPump::stepHeader(uint64_t step, FrameHeader* h, const char** payload) {
   *h = frame(kData);
   h->step = step;
   h->bytes = static_cast<uint32_t>(bytes);
-  h->flags = ll ? uint32_t{kFrameLL} : 0u;
+  h->flags = kind;
   const kernels::SigSlot& sig = conn_.sigs[slot];
   if (kernels::loadAcquire(const_cast<uint64_t*>(&sig.stamp)) == step + 1) {
     h->flags |= kFrameSig;
@@ -356,20 +363,22 @@ bool EndPump::stepHeader(uint64_t step, FrameHeader* h, const char** payload) {
     h->sig.sig.words[0] = kernels::loadRelaxed(const_cast<uint64_t*>(&sig.sig.words[0]));
     h->sig.sig.words[1] = kernels::loadRelaxed(const_cast<uint64_t*>(&sig.sig.words[1]));
   }
-  *payload = ll ? reinterpret_cast<const char*>(conn_.ll + slot * conn_.llStepLines)
-                : conn_.simple + slot * conn_.simpleStepBytes;
+  *payload = kind == kFrameLL      ? reinterpret_cast<const char*>(conn_.ll + slot * conn_.llStepLines)
+             : kind == kFrameLL128 ? reinterpret_cast<const char*>(conn_.ll128 + slot * conn_.ll128StepLines)
+                                   : conn_.simple + slot * conn_.simpleStepBytes;
   return true;
 }
 
 bool EndPump::checkStep(const FrameHeader& h, uint64_t due, const std::string& how, bool consistent) {
-  const bool ll = (h.flags & kFrameLL) != 0;
+  const uint32_t kind = h.flags & kFrameFlagged;
+  const uint64_t line = kind == kFrameLL ? sizeof(kernels::LLLine) : kind == kFrameLL128 ? sizeof(kernels::LL128Line) : 1;
   const bool badSig = (h.flags & kFrameSig) != 0 && h.sig.stamp != h.step + 1;
-  if (consistent && h.magic == kFrameMagic && h.type == kData && h.step == due && h.bytes <= capacity(sizes_, ll) &&
-      (!ll || h.bytes % sizeof(kernels::LLLine) == 0) && !badSig) {
+  if (consistent && h.magic == kFrameMagic && h.type == kData && h.step == due && kind != kFrameFlagged &&
+      h.bytes <= capacity(sizes_, kind) && h.bytes % line == 0 && !badSig) {
     return true;
   }
   lost("sent step " + std::to_string(h.step) + " of " + std::to_string(h.bytes) + " bytes " + how + " where step " +
-           std::to_string(due) + " of at most " + std::to_string(capacity(sizes_, ll)) + " bytes was due",
+           std::to_string(due) + " of at most " + std::to_string(capacity(sizes_, kind)) + " bytes was due",
        true);
   return false;
 }
@@ -383,9 +392,10 @@ void EndPump::landStep(const FrameHeader& h, const char* staging) {
     kernels::storeRelaxed(&sig.sig.words[1], h.sig.sig.words[1]);
     kernels::storeRelease(&sig.stamp, h.sig.stamp);
   }
-  if (h.flags & kFrameLL) {
+  if (h.flags & kFrameFlagged) {  // in order, each word with release: an LL128 line's flag (its last word) after its data
     const auto* from = reinterpret_cast<const uint64_t*>(staging);
-    auto* to = reinterpret_cast<uint64_t*>(conn_.ll + slot * conn_.llStepLines);
+    auto* to = (h.flags & kFrameLL) ? reinterpret_cast<uint64_t*>(conn_.ll + slot * conn_.llStepLines)
+                                    : reinterpret_cast<uint64_t*>(conn_.ll128 + slot * conn_.ll128StepLines);
     for (uint64_t i = 0; i < h.bytes / 8; ++i) kernels::storeRelease(to + i, from[i]);
   }
 }

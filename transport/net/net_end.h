@@ -53,7 +53,9 @@ struct Hello {
 static_assert(sizeof(Hello) == 104 && std::is_trivially_copyable_v<Hello>);
 
 enum FrameType : uint32_t { kData = 1, kAnnounce = 2, kFault = 3, kBye = 4, kReady = 5 };
-enum FrameFlags : uint32_t { kFrameLL = 1, kFrameSig = 2 };
+enum FrameFlags : uint32_t { kFrameLL = 1, kFrameSig = 2, kFrameLL128 = 4 };
+/// The protocols whose lines carry their own flags: staged on arrival, landed word by word.
+constexpr uint32_t kFrameFlagged = kFrameLL | kFrameLL128;
 
 struct FrameHeader {
   uint32_t magic;
@@ -69,8 +71,11 @@ static_assert(sizeof(FrameHeader) == 64 && std::is_trivially_copyable_v<FrameHea
 /// A header of `type`, the rest zero.
 FrameHeader frame(uint32_t type);
 
-/// Payload bytes one slot holds.
-uint64_t capacity(const FifoSizes& sizes, bool ll);
+/// Payload bytes one slot holds: of LL lines (frameFlags has kFrameLL), LL128 lines
+/// (kFrameLL128) or Simple data.
+uint64_t capacity(const FifoSizes& sizes, uint32_t frameFlags);
+/// The most one staged step (LL or LL128) holds.
+uint64_t stagingCapacity(const FifoSizes& sizes);
 
 /// Reads up to size bytes from a non-blocking socket: >0 read, 0 nothing yet, -1 closed or broken.
 ssize_t readSome(int fd, void* into, size_t size);

@@ -23,6 +23,7 @@ namespace {
 constexpr int kHostDefaultMaxChannels = 2;
 constexpr uint32_t kP2pSimpleStepBytes = 128 * 1024;
 constexpr uint32_t kP2pLLStepLines = 2048;  // 16 KiB of payload per step
+constexpr uint32_t kP2pLL128StepLines = 256;  // 30 KiB of payload per step (LL128 only when NCCL_PROTO forces it)
 
 std::vector<transport::PeerPlace> placesOf(const std::vector<PeerInfo>& peers, int rank) {
   std::vector<transport::PeerPlace> places;
@@ -76,8 +77,15 @@ DataPathSettings DataPathSettings::fromParams(const CommConfig& config) {
   }
   s.connector.ring.simpleStepBytes = static_cast<uint32_t>(buff / kernels::kSteps) & ~63u;
   s.connector.ring.llStepLines = static_cast<uint32_t>(llBuff / kernels::kSteps / sizeof(kernels::LLLine));
+  int64_t ll128Buff = p.integer("NCCL_LL128_BUFFSIZE");
+  if (ll128Buff < 8 * 1024 || ll128Buff > (int64_t(1) << 28)) {
+    BRAID_WARN("NCCL_LL128_BUFFSIZE=%lld is outside 8 KiB..256 MiB; using 4915200", static_cast<long long>(ll128Buff));
+    ll128Buff = 4915200;
+  }
+  s.connector.ring.ll128StepLines = static_cast<uint32_t>(ll128Buff / kernels::kSteps / sizeof(kernels::LL128Line));
   s.connector.p2p.simpleStepBytes = kP2pSimpleStepBytes;
   s.connector.p2p.llStepLines = kP2pLLStepLines;
+  s.connector.p2p.ll128StepLines = kP2pLL128StepLines;
   s.connector.shmDisabled = p.integer("NCCL_SHM_DISABLE") == 1;
   s.connector.p2pDisabled = p.integer("NCCL_P2P_DISABLE") == 1;
   s.connector.net = p.string("NCCL_NET");

@@ -245,8 +245,17 @@ TEST_CASE("Filters, bounds and what is not a candidate", "[tuner]") {
   CHECK((c.algo == Algo::kDirect && c.proto == Proto::kSimple && c.nChannels == 1));
   for (Func f : {Func::kBroadcast, Func::kReduce, Func::kAllGather, Func::kReduceScatter, Func::kAllReduce})
     CHECK_FALSE(tuner.choose(f, 8, pairwise | bruck, kAllProtos, 0, &c));
+  // LL128 runs on the host only where NCCL_PROTO forces it (never for Direct).
   const uint32_t ll128 = 1u << static_cast<int>(Proto::kLL128);
-  CHECK_FALSE(tuner.choose(Func::kAllReduce, 8, kAllAlgos, ll128, ll128, &c));
+  for (uint64_t bytes = 8; bytes <= (uint64_t(1) << 30); bytes *= 8) {
+    REQUIRE(tuner.choose(Func::kAllReduce, bytes, kAllAlgos, kAllProtos, 0, &c));
+    CHECK(c.proto != Proto::kLL128);
+  }
+  REQUIRE(tuner.choose(Func::kAllReduce, 8, kAllAlgos, ll128, ll128, &c));
+  CHECK(c.proto == Proto::kLL128);
+  CHECK_FALSE(tuner.choose(Func::kAllReduce, 8, direct, ll128, ll128, &c));
+  REQUIRE(tuner.choose(Func::kAlltoAll, 8, kAllAlgos, ll128, ll128, &c));
+  CHECK((c.proto == Proto::kLL128 && c.algo != Algo::kDirect));
   // Channel bounds hold for Ring; the point-to-point algorithms run on one channel.
   CostShape s = hostShape(4, 64);
   s.minChannels = s.maxChannels = 3;

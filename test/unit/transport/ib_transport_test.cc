@@ -59,7 +59,7 @@ transport::ib::Settings settingsFor(int rank, const std::string& hca = "", std::
 }
 
 struct Pair : test::StepPair {
-  explicit Pair(const std::string& hca = "", transport::FifoSizes sizes = {64 * 1024, 512}) {
+  explicit Pair(const std::string& hca = "", transport::FifoSizes sizes = {64 * 1024, 512, 64}) {
     transport::Descriptor d;
     recv = transport::ib::createReceiver(sizes, settingsFor(1, hca), 0, &d);
     send = transport::ib::connectSender(d, settingsFor(0, hca), 1);
@@ -79,7 +79,7 @@ TEST_CASE("verbs transport: Simple steps of every size arrive whole and in order
   }
   {
     // Steps larger than the double's chunks and than its rings' room for one write.
-    Pair p("", {1024 * 1024, 512});
+    Pair p("", {1024 * 1024, 512, 64});
     CHECK(roundTrip(p, {1024 * 1024, 300 * 1024 + 5}, 40) == "");
   }
   CHECK(proxy::attachedCount() == 0);
@@ -89,6 +89,12 @@ TEST_CASE("verbs transport: LL lines land with their flags; the step's signature
   SKIP_WITHOUT_DOUBLE();
   Pair p;
   test::checkLLWithSignatures(p);
+}
+
+TEST_CASE("verbs transport: LL128 lines land data first, flag last", "[unit][transport][ib]") {
+  SKIP_WITHOUT_DOUBLE();
+  Pair p;
+  test::checkLL128(p);
 }
 
 TEST_CASE("verbs transport: the announcement and fault notices cross; a goodbye is no fault", "[unit][transport][ib]") {
@@ -149,14 +155,14 @@ TEST_CASE("verbs transport: ports, GID indexes and the registration cache", "[un
   CHECK_THAT(why, Catch::Contains("libbraid-no-such-verbs.so cannot be loaded"));
 
   transport::Descriptor d;
-  CHECK_THROWS_WITH(transport::ib::createReceiver({4096, 64}, settingsFor(1, "^mlx5"), 0, &d),
+  CHECK_THROWS_WITH(transport::ib::createReceiver({4096, 64, 8}, settingsFor(1, "^mlx5"), 0, &d),
                     Catch::Contains("rank 1 has no active port") && Catch::Contains("NCCL_IB_HCA=^mlx5"));
   transport::ib::Settings badGid = settingsFor(1);
   badGid.gidIndex = 9;
-  CHECK_THROWS_WITH(transport::ib::createReceiver({4096, 64}, badGid, 0, &d),
+  CHECK_THROWS_WITH(transport::ib::createReceiver({4096, 64, 8}, badGid, 0, &d),
                     Catch::Contains("GID index 9 of mlx5_0 port 1"));
   // A RoCE receiver cannot be reached from InfiniBand ports only.
-  auto roce = transport::ib::createReceiver({4096, 64}, settingsFor(1, "=mlx5_1"), 0, &d);
+  auto roce = transport::ib::createReceiver({4096, 64, 8}, settingsFor(1, "=mlx5_1"), 0, &d);
   CHECK(d.ib.roce == 1);
   CHECK_THROWS_WITH(transport::ib::connectSender(d, settingsFor(0, "=mlx5_0"), 1),
                     Catch::Contains("no active RoCE port"));

@@ -38,7 +38,7 @@ transport::socket::Settings settingsFor(int rank, int nSockets, std::chrono::sec
 }
 
 struct Pair : test::StepPair {
-  explicit Pair(int nSockets, transport::FifoSizes sizes = {64 * 1024, 512}) {
+  explicit Pair(int nSockets, transport::FifoSizes sizes = {64 * 1024, 512, 64}) {
     transport::Descriptor d;
     recv = transport::socket::createReceiver(sizes, settingsFor(1, nSockets), 0, &d);
     send = transport::socket::connectSender(d, settingsFor(0, nSockets), 1);
@@ -63,6 +63,11 @@ TEST_CASE("socket transport: LL lines land with their flags; the step's signatur
   test::checkLLWithSignatures(p);
 }
 
+TEST_CASE("socket transport: LL128 lines land data first, flag last", "[unit][transport][socket]") {
+  Pair p(2);
+  test::checkLL128(p);
+}
+
 TEST_CASE("socket transport: the announcement and fault notices cross; a goodbye is no fault", "[unit][transport][socket]") {
   {
     Pair p(1);
@@ -79,7 +84,7 @@ TEST_CASE("socket transport: the announcement and fault notices cross; a goodbye
 TEST_CASE("socket transport: garbage, a truncated hello and a wrong nonce on the data port; the real sender still connects",
           "[unit][transport][socket]") {
   transport::Descriptor d;
-  auto recv = transport::socket::createReceiver({4096, 64}, settingsFor(1, 1), 0, &d);
+  auto recv = transport::socket::createReceiver({4096, 64, 8}, settingsFor(1, 1), 0, &d);
   const auto address = net::SocketAddress::unpack(d.listen);
   const auto deadline = net::Clock::now() + 5s;
   // Half a hello, then silence, kept open while the real sender connects.
@@ -106,7 +111,7 @@ TEST_CASE("socket transport: garbage, a truncated hello and a wrong nonce on the
 
 TEST_CASE("socket transport: a sender that never connects is reported after the timeout", "[unit][transport][socket]") {
   transport::Descriptor d;
-  auto recv = transport::socket::createReceiver({4096, 64}, settingsFor(1, 2, 1s), 0, &d);
+  auto recv = transport::socket::createReceiver({4096, 64, 8}, settingsFor(1, 2, 1s), 0, &d);
   transport::FaultBox* box = recv->faultBox(true);
   CHECK(eventually([&] { return kernels::loadAcquire(&box->raised) == transport::kFaultRaised; }));
   CHECK_THAT(std::string(box->text), Catch::Contains("never connected") && Catch::Contains("0 arrived"));
@@ -115,7 +120,7 @@ TEST_CASE("socket transport: a sender that never connects is reported after the 
 
 TEST_CASE("socket transport: bad settings and descriptors are refused by name", "[unit][transport][socket]") {
   transport::Descriptor d;
-  CHECK_THROWS_WITH(transport::socket::createReceiver({4096, 64}, settingsFor(1, 65), 0, &d),
+  CHECK_THROWS_WITH(transport::socket::createReceiver({4096, 64, 8}, settingsFor(1, 65), 0, &d),
                     Catch::Contains("65 sockets per connection"));
   std::memset(&d, 0, sizeof d);
   d.nSockets = 0;
@@ -127,7 +132,7 @@ TEST_CASE("socket transport: bad settings and descriptors are refused by name", 
 TEST_CASE("socket transport: throughput and round trip by themselves", "[.bench]") {
   static const uint32_t kNoAbort = 0;
   {
-    Pair p(1, {512 * 1024, 512});
+    Pair p(1, {512 * 1024, 512, 64});
     const int steps = 400;
     std::thread receiver([&] {
       for (int i = 0; i < steps; ++i) {

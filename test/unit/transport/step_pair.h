@@ -114,6 +114,29 @@ inline void checkLLWithSignatures(StepPair& p) {
   CHECK(status.peerSig.words[1] == 2);
 }
 
+/// 30 LL128 steps of various lengths: each line's data words land before its flag (the last
+/// word), which the receiver waits for with acquire.
+inline void checkLL128(StepPair& p) {
+  REQUIRE(p.s.ll128StepLines > 0);
+  for (uint64_t step = 0; step < 30; ++step) {
+    const uint64_t lines = step % 5 == 0 ? p.s.ll128StepLines : (step * 3 + 1) % p.s.ll128StepLines + 1;
+    REQUIRE(eventually([&] { return kernels::loadAcquire(p.s.head) + kernels::kSteps > step; }));
+    kernels::LL128Line* out = p.s.ll128 + (step % kernels::kSteps) * p.s.ll128StepLines;
+    for (uint64_t l = 0; l < lines; ++l) {
+      for (int w = 0; w < kernels::kLL128DataWords; ++w) out[l].words[w] = step * 1000003 + l * 16 + w;
+      kernels::storeRelease(out[l].words + kernels::kLL128FlagWord, step + 1);
+    }
+    kernels::publishStep(p.s, step, (lines * sizeof(kernels::LL128Line)) | kernels::kStepLL128);
+    p.sendStep = step + 1;
+    kernels::LL128Line* in = p.r.ll128 + (step % kernels::kSteps) * p.r.ll128StepLines;
+    for (uint64_t l = 0; l < lines; ++l) {
+      REQUIRE(eventually([&] { return kernels::loadAcquire(in[l].words + kernels::kLL128FlagWord) == step + 1; }));
+      for (int w = 0; w < kernels::kLL128DataWords; ++w) REQUIRE(in[l].words[w] == step * 1000003 + l * 16 + w);
+    }
+    kernels::storeRelease(p.r.head, step + 1);
+  }
+}
+
 /// The sender's announcement reaches the receiver; each end's fault notice reaches the other.
 inline void checkNotices(StepPair& p) {
   kernels::storeRelaxed(&p.s.announce->words[0], uint64_t{11});

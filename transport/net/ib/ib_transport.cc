@@ -38,7 +38,7 @@ constexpr uint64_t kStagingOffset = kRecordOffset + kernels::kSteps * sizeof(Fra
 static_assert(sizeof(IbEndpoint) <= sizeof(Hello::extra));
 
 uint64_t extraBytes(const FifoSizes& sizes, bool isSend) {
-  return kStagingOffset + (isSend ? 0 : kernels::kSteps * capacity(sizes, true));
+  return kStagingOffset + (isSend ? 0 : kernels::kSteps * stagingCapacity(sizes));
 }
 
 bool remoteStatus(ibv_wc_status s) {
@@ -337,9 +337,9 @@ class SendEnd final : public IbEnd {
     FrameHeader* record = reinterpret_cast<FrameHeader*>(extra() + kRecordOffset) + slot;
     const char* payload = nullptr;
     if (!stepHeader(step, record, &payload)) return;
-    const bool ll = (record->flags & kFrameLL) != 0;
+    const bool staged = (record->flags & kFrameFlagged) != 0;
     const uint32_t bytes = record->bytes;
-    const uint64_t remotePayload = ll ? remote_.addr + extraOffset_ + kStagingOffset + slot * capacity(sizes_, true)
+    const uint64_t remotePayload = staged ? remote_.addr + extraOffset_ + kStagingOffset + slot * stagingCapacity(sizes_)
                                       : remote_.addr + static_cast<uint64_t>(payload - base());
     const uint64_t remoteRecord = remote_.addr + extraOffset_ + kRecordOffset + slot * sizeof(FrameHeader);
     const uint32_t imm = static_cast<uint32_t>(step);
@@ -435,7 +435,7 @@ class RecvEnd final : public IbEnd {
       lost("wrote step " + std::to_string(step) + " into a slot this end's kernel still reads", true);
       return;
     }
-    landStep(h, extra() + kStagingOffset + slot * capacity(sizes_, true));
+    landStep(h, extra() + kStagingOffset + slot * stagingCapacity(sizes_));
     next_ = step + 1;
     kernels::storeRelease(conn_.tail, next_);
   }

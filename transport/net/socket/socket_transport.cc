@@ -108,7 +108,7 @@ class RecvPump final : public EndPump {
     if (state == Acceptor::State::kComplete) {
       adoptSockets(acceptor_.takeSockets());
       peerName_ = sockets_[0].peerAddress().toString();
-      staging_.assign(sockets_.size(), std::vector<char>(capacity(sizes_, true)));
+      staging_.assign(sockets_.size(), std::vector<char>(stagingCapacity(sizes_)));
       for (size_t k = 0; k < sockets_.size(); ++k) next_.push_back(k);
       BRAID_INFO(log::kNet, "rank %d: %zu socket(s) from rank %d (%s) connected", rank_, sockets_.size(), peer_,
                  peerName_.c_str());
@@ -124,7 +124,7 @@ class RecvPump final : public EndPump {
     if (!checkStep(h, next_[k], "on socket " + std::to_string(k))) return false;
     if (kernels::loadAcquire(conn_.head) + kernels::kSteps <= h.step) return false;  // the kernel still reads it
     const uint64_t slot = h.step % kernels::kSteps;
-    r.payload = (h.flags & kFrameLL) ? staging_[k].data() : conn_.simple + slot * conn_.simpleStepBytes;
+    r.payload = (h.flags & kFrameFlagged) ? staging_[k].data() : conn_.simple + slot * conn_.simpleStepBytes;
     return true;
   }
 
