@@ -144,6 +144,12 @@ class Primitives {
     return v;
   }
 
+  /// Whether a step with these flags computes anything (else it copies what it reads).
+  static BRAID_INLINE bool arithmetic(uint32_t flags) {
+    return ((flags & kInput) && ((flags & kRecv) || Red::kHasPre)) || ((flags & kPartial) && (flags & kRecv)) ||
+           (Red::kHasPost && (flags & kPost));
+  }
+
   /// The line protocols (LL, LL128): line l of perLine elements out of n, its received values
   /// in vals, combined with the input (flags) into vals and the output. Returns the line's
   /// element count (perLine but for the last line).
@@ -151,6 +157,11 @@ class Primitives {
                                     T* output) const {
     const uint64_t first = l * perLine;
     const uint64_t here = n - first < perLine ? n - first : perLine;
+    if (!arithmetic(flags)) {  // a copy: whole bytes (the copying collectives run on bytes, 8 or 120 a line)
+      if (!(flags & kRecv) && (flags & (kInput | kPartial))) memcpy(vals, input + first, here * sizeof(T));
+      if (flags & kOutput) memcpy(output + first, vals, here * sizeof(T));
+      return here;
+    }
     for (uint64_t j = 0; j < here; ++j) {
       vals[j] = combine(flags, vals[j], input, first + j);
       if (flags & kOutput) output[first + j] = vals[j];
@@ -206,9 +217,7 @@ class Primitives {
     T* out = (flags & kSend) ? reinterpret_cast<T*>(send_->simple + (sendStep_ % kSteps) * send_->simpleStepBytes) : nullptr;
     uint64_t lo, count;
     partition(n, g_.size(), g_.rank(), 16, &lo, &count);
-    const bool arithmetic = ((flags & kInput) && ((flags & kRecv) || Red::kHasPre)) ||
-                            ((flags & kPartial) && (flags & kRecv)) || (Red::kHasPost && (flags & kPost));
-    if (!arithmetic) {
+    if (!arithmetic(flags)) {
       // A pure copy: from the received slot or from the input, to the output and/or send slot.
       const T* from = (flags & kRecv) ? in + lo : input + lo;
       if ((flags & kOutput) && output + lo != from) memcpy(output + lo, from, count * sizeof(T));
