@@ -271,7 +271,12 @@ bool Tuner::terms(Func f, Algo a, Proto p, int c, uint64_t bytes, Terms* out) co
   bw *= moving == Proto::kLL && reducing ? t.llReducingEfficiency : t.protoEfficiency[pi];
   const double ceiling = t.llCeiling[nodes == 1 ? 0 : nodes == 2 ? 1 : 2];
   if (moving == Proto::kLL && ceiling > 0) bw = std::min(bw, ceiling);
-  const bool pipelined = a == Algo::kRing || a == Algo::kTree;  // slices stream through every rank (Hier2D's phases wait for each other)
+  // Oversubscribed, only the ring keeps its pipeline moving while ranks wait to be scheduled
+  // (each rank waits on one neighbour); a tree rank waits on up to three children and its
+  // parent, and Hier2D's phases wait for each other: they move bytes at 1/load like the
+  // exchanges (BRAID_RANKS_PER_NODE=2, 8 processes on 2 CPUs: Tree took 1.4x the ring's time
+  // at 64 KiB and 2.5x at 1 MiB).
+  const bool pipelined = a == Algo::kRing;
   if (oversubscribed) bw *= std::min(1.0, (pipelined ? t.ringCpuShare : 1.0) / load);
   out->moved = moved;
   out->bandwidth = bw;
