@@ -60,28 +60,26 @@ transport::ib::Settings ibSettingsFromParams(params::Store& p) {
   ib.retryCount = ibKnob(p, "NCCL_IB_RETRY_CNT", 0, 7, 7);
   return ib;
 }
+
+/// One protocol's FIFO bytes per connection (NCCL_BUFFSIZE and its kin), or `fallback`, with
+/// a warning, when the value lies outside [lo, hi] (`range` says so in words).
+int64_t fifoBytes(params::Store& p, const char* name, int64_t lo, int64_t hi, int64_t fallback, const char* range) {
+  const int64_t v = p.integer(name);
+  if (v >= lo && v <= hi) return v;
+  BRAID_WARN("%s=%lld is outside %s; using %lld", name, static_cast<long long>(v), range,
+             static_cast<long long>(fallback));
+  return fallback;
+}
 }  // namespace
 
 DataPathSettings DataPathSettings::fromParams(const CommConfig& config) {
   params::Store& p = params::process();
   DataPathSettings s;
-  int64_t buff = p.integer("NCCL_BUFFSIZE");
-  if (buff < 64 * 1024 || buff > (int64_t(1) << 30)) {
-    BRAID_WARN("NCCL_BUFFSIZE=%lld is outside 64 KiB..1 GiB; using 4194304", static_cast<long long>(buff));
-    buff = 4 << 20;
-  }
-  int64_t llBuff = p.integer("NCCL_LL_BUFFSIZE");
-  if (llBuff < 8 * 1024 || llBuff > (int64_t(1) << 28)) {
-    BRAID_WARN("NCCL_LL_BUFFSIZE=%lld is outside 8 KiB..256 MiB; using 524288", static_cast<long long>(llBuff));
-    llBuff = 512 << 10;
-  }
+  const int64_t buff = fifoBytes(p, "NCCL_BUFFSIZE", 64 * 1024, int64_t(1) << 30, 4 << 20, "64 KiB..1 GiB");
+  const int64_t llBuff = fifoBytes(p, "NCCL_LL_BUFFSIZE", 8 * 1024, int64_t(1) << 28, 512 << 10, "8 KiB..256 MiB");
+  const int64_t ll128Buff = fifoBytes(p, "NCCL_LL128_BUFFSIZE", 8 * 1024, int64_t(1) << 28, 4915200, "8 KiB..256 MiB");
   s.connector.ring.simpleStepBytes = static_cast<uint32_t>(buff / kernels::kSteps) & ~63u;
   s.connector.ring.llStepLines = static_cast<uint32_t>(llBuff / kernels::kSteps / sizeof(kernels::LLLine));
-  int64_t ll128Buff = p.integer("NCCL_LL128_BUFFSIZE");
-  if (ll128Buff < 8 * 1024 || ll128Buff > (int64_t(1) << 28)) {
-    BRAID_WARN("NCCL_LL128_BUFFSIZE=%lld is outside 8 KiB..256 MiB; using 4915200", static_cast<long long>(ll128Buff));
-    ll128Buff = 4915200;
-  }
   s.connector.ring.ll128StepLines = static_cast<uint32_t>(ll128Buff / kernels::kSteps / sizeof(kernels::LL128Line));
   s.connector.p2p.simpleStepBytes = kP2pSimpleStepBytes;
   s.connector.p2p.llStepLines = kP2pLLStepLines;
