@@ -26,7 +26,10 @@ using kernels::Proto;
 // 8-GPU 1 MiB AllReduce where NCCL measures 40, published-busbw.md, and puts the LL-to-Simple
 // switch at 5 MiB where NCCL leaves LL at 1-2 MiB; a quarter gives 52 GB/s and 2.7 MiB).
 // The LL ceilings are Hopper's for 1, 2 and 4+ nodes. NCCL has no figures for the algorithms
-// over point-to-point connections: a byte they move costs what a ring's does.
+// over point-to-point connections: a byte they move costs what a ring's does, on as many
+// channels. (So on an NVSwitch machine, where every pair of GPUs has the rings' bandwidth,
+// HalvingDoubling is predicted the ring's bandwidth in fewer steps and chosen for large
+// AllReduce: a prediction no GPU has measured yet.)
 // Channels shrink as NCCL's do: each thread should have at least 8 (LL, LL128) or 64
 // (Simple) bytes.
 const CostTable kGpuCostTable = {
@@ -167,13 +170,13 @@ bool Tuner::terms(Func f, Algo a, Proto p, int c, uint64_t bytes, Terms* out) co
   const int n = std::max(1, s.nRanks);
   const int nodes = std::clamp(s.nNodes, 1, n);
   const bool allToAll = f == Func::kAlltoAll;
-  if (!implemented(f, a, p) || c < 1 || (n == 1 && a == Algo::kDirect && !allToAll)) return false;
+  if (!implemented(f, a, p) || c < 1) return false;
   // AlltoAll's Direct is sends and receives of a block each, which pick their own protocol.
   const Proto moving = a == Algo::kDirect && allToAll ? peerProtocol(bytes / n) : p;
   const int pi = static_cast<int>(moving);
-  const bool peerAlgo = a != Algo::kRing && a != Algo::kTree;  // over the point-to-point connections: one channel
-  if (peerAlgo && c != 1) return false;
-  if (a == Algo::kDirect && !allToAll && bytes > s.directMaxBytes) return false;
+  if (a == Algo::kDirect && allToAll && c != 1) return false;  // sends and receives: one thread, one channel
+  // AllReduce's Direct: each channel's slice one LL step (slices are whole multiples of 64 bytes).
+  if (a == Algo::kDirect && !allToAll && bytes > s.directMaxBytes * static_cast<uint64_t>(c)) return false;
 
   // Threads per CPU on the busiest node: above 1, a step waits for its peer to be scheduled,
   // longer the more threads share each CPU (the table's figure is for 2).
@@ -318,11 +321,11 @@ bool Tuner::choose(Func f, uint64_t bytes, uint32_t algos, uint32_t protos, uint
           found = true;
         }
       }
-      // The algorithms over point-to-point connections run on one channel whatever the bounds.
-      if (static_cast<Algo>(ai) != Algo::kRing && static_cast<Algo>(ai) != Algo::kTree && minC > 1) {
-        const double time = predict(f, static_cast<Algo>(ai), p, 1, bytes);
+      // AlltoAll's Direct is sends and receives, on one channel whatever the bounds.
+      if (f == Func::kAlltoAll && static_cast<Algo>(ai) == Algo::kDirect && minC > 1) {
+        const double time = predict(f, Algo::kDirect, p, 1, bytes);
         if (time >= 0 && (!found || time < out->timeUs)) {
-          *out = Choice{static_cast<Algo>(ai), p, 1, time};
+          *out = Choice{Algo::kDirect, p, 1, time};
           found = true;
         }
       }
@@ -350,8 +353,8 @@ std::string Tuner::describe() const {
         const Proto p = static_cast<Proto>(pi);
         if (!implemented(f, a, p)) continue;
         Terms t;
-        const int c = a == Algo::kRing || a == Algo::kTree ? std::max(s.minChannels, s.maxChannels) : 1;
-        const uint64_t probe = a == Algo::kDirect && f != Func::kAlltoAll ? s.directMaxBytes : uint64_t(1) << 30;
+        const int c = a == Algo::kDirect && f == Func::kAlltoAll ? 1 : std::max(s.minChannels, s.maxChannels);
+        const uint64_t probe = a == Algo::kDirect && f != Func::kAlltoAll ? s.directMaxBytes * c : uint64_t(1) << 30;
         if (!terms(f, a, p, c, probe, &t)) continue;
         const double bus = t.moved > 0 ? t.bandwidth * busFactor(f, std::max(1, s.nRanks)) / t.moved : 0;
         snprintf(line, sizeof(line), " | %s/%s %.1f/%.2f", algoName(a), protoName(p), t.latency, bus);

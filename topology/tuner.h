@@ -75,7 +75,7 @@ struct CostShape {
   int minChannels = 1, maxChannels = 1;
   int threads = 512;                 ///< per channel (NCCL_NTHREADS)
   int cpuThreadsPerChannel = 1;      ///< host backend: CPU threads running one channel of one rank
-  uint64_t directMaxBytes = 16384;   ///< the largest AllReduce Direct carries (one LL step of a peer connection)
+  uint64_t directMaxBytes = 16384;   ///< the most AllReduce's Direct carries per channel (one LL step of a peer connection)
 };
 
 /// One candidate and its prediction.
@@ -107,8 +107,8 @@ class Tuner {
   const CostShape& shape() const { return shape_; }
   CostShape& shape() { return shape_; }
 
-  /// Whether Braid's kernels run `a` with `p` for `f` (one channel only for the algorithms
-  /// over point-to-point connections).
+  /// Whether Braid's kernels run `a` with `p` for `f` (on any number of channels, but for
+  /// AlltoAll's Direct: one).
   static bool implemented(kernels::Func f, kernels::Algo a, kernels::Proto p);
 
   /// The predicted µs of one candidate for `bytes`; negative when it is not a candidate

@@ -175,8 +175,9 @@ kernels::RingHandle Connector::ring(int channel) const {
 }
 
 void Connector::connectPeers(const std::vector<int>& sendTo, const std::vector<int>& recvFrom, int set) {
-  const FifoSizes& sizes = set == 0 ? options_.p2p : options_.ring;
-  const std::string what = set == 0 ? "p2p" : "tree" + std::to_string(set - 1);
+  const FifoSizes& sizes = set < treeSet(0) ? options_.p2p : options_.ring;
+  const char* kind = set < treeSet(0) ? "p2p" : set < gridSet(0) ? "tree" : "grid";
+  const std::string what = kind + std::to_string(set % kSetChannels);
   const uint32_t tag = kPeerTag + static_cast<uint32_t>(set), ackTag = kPeerAckTag + static_cast<uint32_t>(set);
   std::vector<std::pair<int, Descriptor>> created;
   for (int peer : recvFrom) {

@@ -24,6 +24,14 @@ class Bootstrap;
 
 namespace braid::transport {
 
+/// The connection sets, each with FIFOs of its own to the same peers: channel c of the
+/// algorithms over every peer (set 0, channel 0, is also send/recv's; p2p FIFOs), and channel
+/// c of the tree and of the grid algorithms (collective FIFOs, as the ring's).
+constexpr int kSetChannels = 64;  // channels per kind (kMaxChannels)
+constexpr int peerSet(int channel) { return channel; }
+constexpr int treeSet(int channel) { return kSetChannels + channel; }
+constexpr int gridSet(int channel) { return 2 * kSetChannels + channel; }
+
 /// Where a peer runs relative to this rank.
 struct PeerPlace {
   bool sameHost;
@@ -57,9 +65,8 @@ class Connector {
 
   /// Connects what this rank's send/recv operations need. Deadlock-free when every send has its
   /// matching receive in the peer's call: descriptors for our receives go out before we wait
-  /// for the descriptors of our sends. `set` keeps independent connections to the same peers:
-  /// 0 for send/recv and the single-channel algorithms (p2p FIFOs), 1 + c for channel c of
-  /// the tree algorithms (collective FIFOs, as the ring's).
+  /// for the descriptors of our sends. `set` keeps independent connections to the same peers
+  /// (peerSet, treeSet, gridSet below).
   void connectPeers(const std::vector<int>& sendTo, const std::vector<int>& recvFrom, int set = 0);
   kernels::ConnHandle peerSend(int peer, int set = 0) const;
   kernels::ConnHandle peerRecv(int peer, int set = 0) const;

@@ -13,24 +13,25 @@
 
 namespace braid::kernels {
 
-/// All threads of the group (one channel). Returns false when the communicator was aborted.
+/// All threads of the group, on this channel's piece of every block. Returns false when the
+/// communicator was aborted.
 template <typename T, typename Red, typename Group>
 BRAID_INLINE bool allGatherHalvingDoubling(Group& g, const CollWork& w, const RingHandle& ring,
                                            const uint32_t* abortFlag) {
-  HalvingDoubling<T, Red, Group> hd(g, w, ring, abortFlag);
-  const T* in = static_cast<const T*>(w.sendbuff);
-  T* out = static_cast<T*>(w.recvbuff);
-  const uint64_t block = w.blockCount;
+  HalvingDoubling<T, Red, Group> hd(g, w, ring, abortFlag, blockPieces(w));
+  const T* in = advance(static_cast<const T*>(w.sendbuff), w.channelOffset);
+  T* out = advance(static_cast<T*>(w.recvbuff), w.channelOffset);
+  const uint64_t piece = w.channelCount;
   const int n = hd.nRanks(), me = hd.me();
-  const uint64_t total = block * static_cast<uint64_t>(n);
-  if (n == 1) return hd.local(kPartial, in, out, block);
-  if (hd.sitsOut()) {  // this rank's block to me+1, the whole output back from it
-    return hd.swap(me + 1, kPartial, in, block, 0, nullptr, nullptr, 0) &&
+  const uint64_t total = piece * static_cast<uint64_t>(n);
+  if (n == 1) return hd.local(kPartial, in, out, piece);
+  if (hd.sitsOut()) {  // this rank's piece to me+1, the whole output back from it
+    return hd.swap(me + 1, kPartial, in, piece, 0, nullptr, nullptr, 0) &&
            hd.swap(me + 1, 0, nullptr, 0, 0, nullptr, out, total);
   }
-  auto boundary = [&](int v) { return block * static_cast<uint64_t>(hd.firstRank(v)); };
-  if (!hd.local(kPartial, in, out + me * block, block)) return false;
-  if (hd.absorbs() && !hd.swap(me - 1, 0, nullptr, 0, 0, nullptr, out + (me - 1) * block, block)) return false;
+  auto boundary = [&](int v) { return piece * static_cast<uint64_t>(hd.firstRank(v)); };
+  if (!hd.local(kPartial, in, hd.at(out, me * piece), piece)) return false;
+  if (hd.absorbs() && !hd.swap(me - 1, 0, nullptr, 0, 0, nullptr, hd.at(out, (me - 1) * piece), piece)) return false;
   if (!hd.allGather(out, boundary)) return false;
   if (hd.absorbs()) return hd.swap(me - 1, kPartial, out, total, 0, nullptr, nullptr, 0);  // the output back
   return true;

@@ -8,13 +8,15 @@
 
 namespace braid::kernels {
 
-/// All threads of the group (one channel). Returns false when the communicator was aborted.
+/// All threads of the group, on this channel's slice of the data. Returns false when the
+/// communicator was aborted.
 template <typename T, typename Red, typename Group>
 BRAID_INLINE bool allReduceBinomial(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag) {
   const BinomialTree tree(ring.nRanks, ring.index, 0);
-  T* out = static_cast<T*>(w.recvbuff);
-  T* acc = tree.parent < 0 ? out : static_cast<T*>(w.scratch);
-  return binomialReduce<T, Red, Group>(g, w, abortFlag, tree, static_cast<const T*>(w.sendbuff), acc, w.channelCount) &&
+  const T* in = advance(static_cast<const T*>(w.sendbuff), w.channelOffset);
+  T* out = advance(static_cast<T*>(w.recvbuff), w.channelOffset);
+  T* acc = tree.parent < 0 ? out : advance(static_cast<T*>(w.scratch), w.channelOffset);
+  return binomialReduce<T, Red, Group>(g, w, abortFlag, tree, in, acc, w.channelCount) &&
          binomialBroadcast<T, Red, Group>(g, w, abortFlag, tree, out, w.channelCount);
 }
 

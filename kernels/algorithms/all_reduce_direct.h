@@ -12,16 +12,17 @@
 
 namespace braid::kernels {
 
-/// Thread 0 only (the data is at most one LL step). Returns false when aborted.
+/// Thread 0 only (the data is at most one LL step), on this channel's slice of it. Returns
+/// false when aborted.
 template <typename T, typename Red, typename Group>
 BRAID_INLINE bool allReduceDirect(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag) {
   if (g.rank() != 0) return true;
   const Red red(w.opArgs);
   const int n = ring.nRanks;
   const int me = ring.index;
-  const T* in = static_cast<const T*>(w.sendbuff);
-  T* out = static_cast<T*>(w.recvbuff);
-  const uint64_t count = w.blockCount;
+  const T* in = advance(static_cast<const T*>(w.sendbuff), w.channelOffset);
+  T* out = advance(static_cast<T*>(w.recvbuff), w.channelOffset);
+  const uint64_t count = w.channelCount;
   constexpr uint64_t kPerLine = 8 / sizeof(T);
   const uint64_t lines = (count + kPerLine - 1) / kPerLine;
 

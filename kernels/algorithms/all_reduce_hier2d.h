@@ -15,7 +15,8 @@
 
 namespace braid::kernels {
 
-/// All threads of the group (one channel). Returns false when the communicator was aborted.
+/// All threads of the group, on this channel's slice of the data. Returns false when the
+/// communicator was aborted.
 template <typename T, typename Red, typename Group>
 BRAID_INLINE bool allReduceHier2D(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag) {
   (void)ring;

@@ -17,7 +17,8 @@
 // post step once, in the last round. Each exchange moves the vector in FIFO-slot slices: a
 // rank sends slice j, then receives its partner's slice j, so neither waits for the other's
 // whole vector and the FIFO's 8 slots keep both directions busy. Connections: each rank's
-// point-to-point connection to each partner (w.peerSend, w.peerRecv), one channel.
+// point-to-point connection to each partner on the work's channel (w.peerSend, w.peerRecv);
+// on several channels each reduces its slice of the vector.
 #pragma once
 
 #include "kernels/primitives.h"

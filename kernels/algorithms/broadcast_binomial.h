@@ -8,12 +8,13 @@
 
 namespace braid::kernels {
 
-/// All threads of the group (one channel). Returns false when the communicator was aborted.
+/// All threads of the group, on this channel's slice of the data. Returns false when the
+/// communicator was aborted.
 template <typename T, typename Red, typename Group>
 BRAID_INLINE bool broadcastBinomial(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag) {
   const BinomialTree tree(ring.nRanks, ring.index, w.rootIndex);
-  const T* in = static_cast<const T*>(w.sendbuff);
-  T* out = static_cast<T*>(w.recvbuff);
+  const T* in = advance(static_cast<const T*>(w.sendbuff), w.channelOffset);
+  T* out = advance(static_cast<T*>(w.recvbuff), w.channelOffset);
   const uint64_t count = w.channelCount;
   if (tree.parent < 0 && !localStep<T, Red, Group>(g, w, abortFlag, kPartial, in, out, count)) return false;
   return binomialBroadcast<T, Red, Group>(g, w, abortFlag, tree, out, count);

@@ -16,8 +16,10 @@
 // compute the same bits), the op's post step in the last round. Recursive doubling retraces
 // the rounds backwards (d = 1, 2, ..., p/2): partners swap what they hold. Within a round the
 // two directions move in FIFO-slot slices, interleaved, so neither partner waits for the
-// other's whole half. Connections: the point-to-point ones (w.peerSend, w.peerRecv), one
-// channel.
+// other's whole half. Connections: the point-to-point ones of the work's channel (w.peerSend,
+// w.peerRecv). On several channels each runs the schedule on its share: AllReduce on its
+// slice of the vector, ReduceScatter and AllGather on its piece of every rank block (the
+// Layout of peer_transfer.h).
 #pragma once
 
 #include "kernels/algorithms/peer_transfer.h"
@@ -30,8 +32,12 @@ namespace braid::kernels {
 template <typename T, typename Red, typename Group>
 class HalvingDoubling {
  public:
-  BRAID_INLINE HalvingDoubling(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag)
-      : g_(g), w_(w), abortFlag_(abortFlag), n_(ring.nRanks), me_(ring.index) {
+  /// `layout`: how the elements the schedule counts lie in memory (this channel's pieces of
+  /// the rank blocks for ReduceScatter and AllGather; offsets and counts are in elements of
+  /// the pieces, each transfer starting where a piece does).
+  BRAID_INLINE HalvingDoubling(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag,
+                               Layout layout = contiguous())
+      : g_(g), w_(w), abortFlag_(abortFlag), layout_(layout), n_(ring.nRanks), me_(ring.index) {
     p_ = 1;
     while (p_ * 2 <= n_) p_ *= 2;
     folded_ = n_ - p_;
@@ -50,11 +56,17 @@ class HalvingDoubling {
   /// The first of the ranks virtual rank v stands for (v = p: nRanks).
   BRAID_INLINE int firstRank(int v) const { return v < folded_ ? 2 * v : v + folded_; }
 
-  /// peerSwap (peer_transfer.h) with this collective's connections.
+  /// peerSwap (peer_transfer.h) with this collective's connections and layout.
   BRAID_INLINE bool swap(int peer, uint32_t sendFlags, const T* sendFrom, uint64_t sendCount, uint32_t recvFlags,
                          const T* recvMine, T* recvInto, uint64_t recvCount) {
-    return peerSwap<T, Red, Group>(g_, w_, abortFlag_, peer, sendFlags, sendFrom, sendCount, peer, recvFlags,
+    return peerSwap<T, Red, Group>(g_, w_, abortFlag_, layout_, peer, sendFlags, sendFrom, sendCount, peer, recvFlags,
                                    recvMine, recvInto, recvCount);
+  }
+
+  /// The address of element `at` (in the layout) of `base`.
+  template <typename P>
+  BRAID_INLINE P* at(P* base, uint64_t element) const {
+    return advance(base, layout_.place(element));
   }
 
   /// localStep (peer_transfer.h).
@@ -78,8 +90,8 @@ class HalvingDoubling {
       const uint32_t mine = partial ? kPartial : kInput;
       const uint32_t recvFlags = mine | (virt_ < other ? kMineFirst : 0u) | (dist == 1 ? kPost : 0u);
       const T* source = partial ? work : in;
-      if (!swap(rankOf(other), mine, advance(source, sendLo), sendHi - sendLo, recvFlags, advance(source, keepLo),
-                advance(work, keepLo), keepHi - keepLo)) {
+      if (!swap(rankOf(other), mine, at(source, sendLo), sendHi - sendLo, recvFlags, at(source, keepLo),
+                at(work, keepLo), keepHi - keepLo)) {
         return false;
       }
       partial = true;
@@ -99,8 +111,8 @@ class HalvingDoubling {
       const int mineLo = lower ? groupLo : groupLo + dist, theirLo = lower ? groupLo + dist : groupLo;
       const uint64_t sendLo = boundary(mineLo), sendHi = boundary(mineLo + dist);
       const uint64_t recvLo = boundary(theirLo), recvHi = boundary(theirLo + dist);
-      if (!swap(rankOf(virt_ ^ dist), kPartial, advance(work, sendLo), sendHi - sendLo, 0, nullptr,
-                advance(work, recvLo), recvHi - recvLo)) {
+      if (!swap(rankOf(virt_ ^ dist), kPartial, at(work, sendLo), sendHi - sendLo, 0, nullptr, at(work, recvLo),
+                recvHi - recvLo)) {
         return false;
       }
     }
@@ -111,6 +123,7 @@ class HalvingDoubling {
   Group& g_;
   const CollWork& w_;
   const uint32_t* abortFlag_;
+  Layout layout_;
   int n_, me_, p_, folded_, virt_;
 };
 

@@ -16,31 +16,34 @@
 
 namespace braid::kernels {
 
-/// All threads of the group (one channel). Returns false when the communicator was aborted.
+/// All threads of the group, on this channel's piece of every block. Returns false when the
+/// communicator was aborted.
 template <typename T, typename Red, typename Group>
 BRAID_INLINE bool reduceScatterHalvingDoubling(Group& g, const CollWork& w, const RingHandle& ring,
                                                const uint32_t* abortFlag) {
-  HalvingDoubling<T, Red, Group> hd(g, w, ring, abortFlag);
-  const T* in = static_cast<const T*>(w.sendbuff);
-  T* out = static_cast<T*>(w.recvbuff);
-  T* work = static_cast<T*>(w.scratch);
-  const uint64_t block = w.blockCount;
+  HalvingDoubling<T, Red, Group> hd(g, w, ring, abortFlag, blockPieces(w));
+  const T* in = advance(static_cast<const T*>(w.sendbuff), w.channelOffset);
+  T* out = advance(static_cast<T*>(w.recvbuff), w.channelOffset);
+  T* work = advance(static_cast<T*>(w.scratch), w.channelOffset);  // laid out as the input
+  const uint64_t piece = w.channelCount;
   const int n = hd.nRanks(), me = hd.me();
-  const uint64_t total = block * static_cast<uint64_t>(n);
-  if (n == 1) return hd.local(kInput | kPost, in, out, block);
-  if (hd.sitsOut()) {  // the whole input to me+1, this rank's block back from it
+  const uint64_t total = piece * static_cast<uint64_t>(n);
+  if (n == 1) return hd.local(kInput | kPost, in, out, piece);
+  if (hd.sitsOut()) {  // the whole input to me+1, this rank's piece back from it
     return hd.swap(me + 1, kInput, in, total, 0, nullptr, nullptr, 0) &&
-           hd.swap(me + 1, 0, nullptr, 0, 0, nullptr, out, block);
+           hd.swap(me + 1, 0, nullptr, 0, 0, nullptr, out, piece);
   }
-  auto boundary = [&](int v) { return block * static_cast<uint64_t>(hd.firstRank(v)); };
+  auto boundary = [&](int v) { return piece * static_cast<uint64_t>(hd.firstRank(v)); };
   bool partial = false;
   if (hd.absorbs()) {
     if (!hd.swap(me - 1, 0, nullptr, 0, kInput, in, work, total)) return false;
     partial = true;
   }
   if (!hd.reduceScatter(in, work, partial, boundary)) return false;
-  if (hd.absorbs() && !hd.swap(me - 1, kPartial, work + (me - 1) * block, block, 0, nullptr, nullptr, 0)) return false;
-  return hd.local(kPartial, work + me * block, out, block);
+  if (hd.absorbs() && !hd.swap(me - 1, kPartial, hd.at(work, (me - 1) * piece), piece, 0, nullptr, nullptr, 0)) {
+    return false;
+  }
+  return hd.local(kPartial, hd.at(work, me * piece), out, piece);
 }
 
 }  // namespace braid::kernels

@@ -64,7 +64,7 @@ topo::Choice chooseFor(const Task& task, int nRanks, const PlanLimits& limits) {
     fail(ncclInvalidUsage,
          "NCCL_ALGO/NCCL_PROTO leave no algorithm and protocol Braid implements for %s of %llu bytes on %d ranks "
          "(Braid implements Ring with LL and Simple for every collective but AlltoAll; for AllReduce also Tree, Direct with LL up "
-         "to %llu bytes, RecDoubling and Hier2D; HalvingDoubling for AllReduce, ReduceScatter and AllGather; Binomial for "
+         "to %llu bytes a channel, RecDoubling and Hier2D; HalvingDoubling for AllReduce, ReduceScatter and AllGather; Binomial for "
          "AllReduce, Reduce and Broadcast; for AlltoAll Direct, Pairwise and Bruck, filtered only by an "
          "'AlltoAll:' entry)",
          envFuncName(f), static_cast<unsigned long long>(bytes), nRanks,

@@ -334,8 +334,10 @@ TEST_CASE("collectives: pairwise sweep over function, type, op, count, ranks, mo
 }
 
 TEST_CASE("RecDoubling AllReduce, HalvingDoubling AllReduce, ReduceScatter and AllGather, Binomial AllReduce, Reduce "
-          "and Broadcast: ranks 1 to 9, counts, types, ops, protocols, places, modes", "[integration][algorithms][sweep]") {
-  const std::pair<Coll, plan::EnvAlgo> kinds[] = {{Coll::kAllReduce, plan::EnvAlgo::kRecDoubling},
+          "and Broadcast, Direct AllReduce: ranks 1 to 9, 1 to 3 channels, counts, types, ops, protocols, places, modes",
+          "[integration][algorithms][sweep]") {
+  const std::pair<Coll, plan::EnvAlgo> kinds[] = {{Coll::kAllReduce, plan::EnvAlgo::kDirect},
+                                                  {Coll::kAllReduce, plan::EnvAlgo::kRecDoubling},
                                                   {Coll::kAllReduce, plan::EnvAlgo::kHalvingDoubling},
                                                   {Coll::kReduceScatter, plan::EnvAlgo::kHalvingDoubling},
                                                   {Coll::kAllGather, plan::EnvAlgo::kHalvingDoubling},
@@ -345,15 +347,17 @@ TEST_CASE("RecDoubling AllReduce, HalvingDoubling AllReduce, ReduceScatter and A
   for (const auto& [coll, algo] : kinds) {
     int cases = 0;
     const bool perRankBlocks = coll != Coll::kAllReduce;  // n blocks of the count: the largest on 3 ranks only
+    const bool direct = algo == plan::EnvAlgo::kDirect;   // LL only, up to 16 KiB a channel
     for (int ranks = 1; ranks <= 9; ++ranks) {
       for (int count = 0; count < 5; ++count) {
-        if (count == 4 && ranks != 3 && (perRankBlocks || ranks != 8)) continue;  // 1M+3: one folded, one power of two
-        for (int proto = 0; proto < 2; ++proto) {
-          // Types and ops rotate with the other dimensions; processes for every other case.
+        if (count == 4 && (direct || (ranks != 3 && (perRankBlocks || ranks != 8)))) continue;  // 1M+3: one folded, one power of two
+        for (int proto = 0; proto < (direct ? 1 : 2); ++proto) {
+          // Types, ops and channels rotate with the other dimensions; processes for every other case.
           const int k = ranks * 10 + count * 2 + proto;
           Case c{static_cast<int>(coll), k % ncclNumTypes, k % 6, count, 0, k % 2, (k / 2) % 2, proto, 0};
           c.algo = static_cast<int>(algo);
           c.rankCount = ranks;
+          c.channelCount = 1 + (k / 2) % 3;
           INFO(c.describe());
           REQUIRE(runCase(c) == "");
           ++cases;
@@ -362,15 +366,16 @@ TEST_CASE("RecDoubling AllReduce, HalvingDoubling AllReduce, ReduceScatter and A
     }
     for (int t = 0; t < ncclNumTypes; ++t) {  // every type and op on 5 ranks (one folded in and out)
       for (int op = 0; op < 6; ++op) {
-        Case c{static_cast<int>(coll), t, op, 3 /*1000*/, 0, 0, op % 2, (t + op) % 2, 0};
+        Case c{static_cast<int>(coll), t, op, 3 /*1000*/, 0, 0, op % 2, direct ? 0 : (t + op) % 2, 0};
         c.algo = static_cast<int>(algo);
         c.rankCount = 5;
+        c.channelCount = 1 + (t + op) % 2;
         INFO(c.describe());
         REQUIRE(runCase(c) == "");
         ++cases;
       }
     }
-    CHECK(cases == (perRankBlocks ? 146 : 148));
+    CHECK(cases == (direct ? 108 : perRankBlocks ? 146 : 148));
   }
 }
 
@@ -412,7 +417,7 @@ TEST_CASE("Tree and Hier2D AllReduce: ranks 1 to 9, nodes of 1, 2, 3 ranks or on
   }
 }
 
-TEST_CASE("AlltoAll Direct, Pairwise and Bruck: ranks 1 to 9, counts, types, protocols, places, modes",
+TEST_CASE("AlltoAll Direct, Pairwise and Bruck: ranks 1 to 9, 1 to 3 channels, counts, types, protocols, places, modes",
           "[integration][algorithms][sweep]") {
   for (const auto algo : {plan::EnvAlgo::kDirect, plan::EnvAlgo::kPairwise, plan::EnvAlgo::kBruck}) {
     int cases = 0;
@@ -426,6 +431,7 @@ TEST_CASE("AlltoAll Direct, Pairwise and Bruck: ranks 1 to 9, counts, types, pro
           Case c{static_cast<int>(Coll::kAlltoAll), k % ncclNumTypes, 0, count, 0, k % 2, (k / 2) % 2, proto, 0};
           c.algo = static_cast<int>(algo);
           c.rankCount = ranks;
+          c.channelCount = 1 + (k / 2) % 3;  // (Direct runs on one whatever the bounds)
           INFO(c.describe());
           REQUIRE(runCase(c) == "");
           ++cases;
@@ -437,9 +443,10 @@ TEST_CASE("AlltoAll Direct, Pairwise and Bruck: ranks 1 to 9, counts, types, pro
   // Over the socket and verbs transports (every connection through the network), 5 and 6 ranks.
   for (const auto algo : {plan::EnvAlgo::kPairwise, plan::EnvAlgo::kBruck}) {
     for (int mode = 2; mode < 6; ++mode) {
-      Case c{static_cast<int>(Coll::kAlltoAll), ncclFloat, 0, 2 /*7*/, 0, mode, mode % 2, mode % 2, 0};
+      Case c{static_cast<int>(Coll::kAlltoAll), ncclFloat, 0, 3 /*1000*/, 0, mode, mode % 2, mode % 2, 0};
       c.algo = static_cast<int>(algo);
       c.rankCount = 5 + mode % 2;
+      c.channelCount = 1 + mode % 2;
       INFO(c.describe());
       REQUIRE(runCase(c) == "");
     }
@@ -467,7 +474,7 @@ TEST_CASE("LL128 (forced): every algorithm of every collective, ranks 1 to 7, co
         Case c{static_cast<int>(coll), k % ncclNumTypes, k % 6, count, 0, k % 2, (k / 2) % 2, 2, 0};
         c.algo = static_cast<int>(algo);
         c.rankCount = ranks;
-        c.channelCount = algo == EnvAlgo::kRing || algo == EnvAlgo::kTree ? 1 + k % 2 : 1;
+        c.channelCount = 1 + k % 2;
         c.ranksPerNode = algo == EnvAlgo::kTree || algo == EnvAlgo::kHier2D ? (k / 3) % 3 : 0;
         INFO(c.describe());
         REQUIRE(runCase(c) == "");

@@ -21,6 +21,7 @@ namespace braid::runtime::host {
 
 namespace {
 constexpr int kHostDefaultMaxChannels = 2;
+static_assert(transport::kSetChannels == kMaxChannels, "a connection set for every channel");
 constexpr uint32_t kP2pSimpleStepBytes = 128 * 1024;
 constexpr uint32_t kP2pLLStepLines = 2048;  // 16 KiB of payload per step
 constexpr uint32_t kP2pLL128StepLines = 256;  // 30 KiB of payload per step (LL128 only when NCCL_PROTO forces it)
@@ -157,7 +158,7 @@ void DataPath::setRanksPerNode(int k) {
     nodeOf_.push_back(k > 0 ? r / k : hostIndex.emplace(hostOf_[r], static_cast<int>(hostIndex.size())).first->second);
   }
   trees_.clear();  // (before any Tree or Hier2D collective: their connections stay where they were made)
-  gridConnected_ = false;
+  gridSets_.clear();
   describeShape();
 }
 
@@ -233,18 +234,27 @@ const kernels::RingHandle* DataPath::rings(int n) {
   return rings_.data();
 }
 
-void DataPath::connectAllPeers() {
-  if (!allSend_.empty()) return;
+DataPath::PeerSet DataPath::connectSet(const std::vector<int>& sendTo, const std::vector<int>& recvFrom, int set) {
+  connector_.connectPeers(sendTo, recvFrom, set);
+  PeerSet conns;
+  conns.send.assign(nRanks_, kernels::ConnHandle{});
+  conns.recv.assign(nRanks_, kernels::ConnHandle{});
+  for (int r : sendTo)
+    if (r != rank_) conns.send[r] = connector_.peerSend(r, set);
+  for (int r : recvFrom)
+    if (r != rank_) conns.recv[r] = connector_.peerRecv(r, set);
+  return conns;
+}
+
+void DataPath::preparePeers(int n, kernels::CollWork* works) {
   std::vector<int> others;
   for (int r = 0; r < nRanks_; ++r) {
     if (r != rank_) others.push_back(r);
   }
-  connector_.connectPeers(others, others);
-  allSend_.assign(nRanks_, kernels::ConnHandle{});
-  allRecv_.assign(nRanks_, kernels::ConnHandle{});
-  for (int r : others) {
-    allSend_[r] = connector_.peerSend(r);
-    allRecv_[r] = connector_.peerRecv(r);
+  for (int c = static_cast<int>(allPeers_.size()); c < n; ++c) allPeers_.push_back(connectSet(others, others, transport::peerSet(c)));
+  for (int c = 0; c < n; ++c) {
+    works[c].peerSend = allPeers_[c].send.data();
+    works[c].peerRecv = allPeers_[c].recv.data();
   }
 }
 
@@ -261,39 +271,29 @@ void DataPath::prepareTrees(int n, kernels::CollWork* works) {
       if (i < t.nChildren) neighbours.push_back(t.children[i]);
     }
     // Every edge is used both ways (up, then down): both ends connect both directions.
-    connector_.connectPeers(neighbours, neighbours, 1 + c);
-    channel.send.assign(nRanks_, kernels::ConnHandle{});
-    channel.recv.assign(nRanks_, kernels::ConnHandle{});
-    for (int r : neighbours) {
-      channel.send[r] = connector_.peerSend(r, 1 + c);
-      channel.recv[r] = connector_.peerRecv(r, 1 + c);
-    }
+    channel.conns = connectSet(neighbours, neighbours, transport::treeSet(c));
     trees_.push_back(std::move(channel));
   }
   for (int c = 0; c < n; ++c) {
     works[c].tree = trees_[c].links;
-    works[c].peerSend = trees_[c].send.data();
-    works[c].peerRecv = trees_[c].recv.data();
+    works[c].peerSend = trees_[c].conns.send.data();
+    works[c].peerRecv = trees_[c].conns.recv.data();
   }
 }
 
-void DataPath::prepareGrid(kernels::CollWork* work) {
-  if (!gridConnected_) {
+void DataPath::prepareGrid(int n, kernels::CollWork* works) {
+  if (gridSets_.empty()) {
     const topo::GridLinks g = topo::rankGrid(nodeOf_, rank_);
     grid_ = kernels::GridHandle{g.rowNext, g.rowPrev, g.rowSize, g.rowIndex, g.colNext, g.colPrev, g.colSize, g.colIndex};
-    const int set = 1 + kMaxChannels;  // after the trees' sets
-    connector_.connectPeers({g.rowNext, g.colNext}, {g.rowPrev, g.colPrev}, set);
-    gridSend_.assign(nRanks_, kernels::ConnHandle{});
-    gridRecv_.assign(nRanks_, kernels::ConnHandle{});
-    for (int r : {g.rowNext, g.colNext})
-      if (r != rank_) gridSend_[r] = connector_.peerSend(r, set);
-    for (int r : {g.rowPrev, g.colPrev})
-      if (r != rank_) gridRecv_[r] = connector_.peerRecv(r, set);
-    gridConnected_ = true;
   }
-  work->grid = grid_;
-  work->peerSend = gridSend_.data();
-  work->peerRecv = gridRecv_.data();
+  const kernels::GridHandle& g = grid_;
+  for (int c = static_cast<int>(gridSets_.size()); c < n; ++c)
+    gridSets_.push_back(connectSet({g.rowNext, g.colNext}, {g.rowPrev, g.colPrev}, transport::gridSet(c)));
+  for (int c = 0; c < n; ++c) {
+    works[c].grid = grid_;
+    works[c].peerSend = gridSets_[c].send.data();
+    works[c].peerRecv = gridSets_[c].recv.data();
+  }
 }
 
 double DataPath::predict(const std::vector<plan::Task>& tasks) const {
@@ -337,7 +337,6 @@ void DataPath::runCollective(const plan::Task& given) {
   // From here a dead peer or a peer's failure ends the wait.
   Watchdog::Operation running(*watchdog_, sig, task.name, plan.nChannels);
   const kernels::RingHandle* ring = nullptr;
-  kernels::RingHandle unconnected{};
   std::array<kernels::RingHandle, kMaxChannels> unconnectedRings{};
   try {
     // Announce the collective on ring channel 0 (connected first, by every collective alike):
@@ -351,24 +350,18 @@ void DataPath::runCollective(const plan::Task& given) {
       }
     }
     const kernels::Algo algo = plan.works[0].algo;
-    if (algo == kernels::Algo::kTree) {  // over each channel's tree connections
-      prepareTrees(plan.nChannels, plan.works.data());
+    if (algo == kernels::Algo::kRing) {
+      ring = rings(plan.nChannels);
+    } else {  // the ring handles only say where this rank is
+      if (algo == kernels::Algo::kTree) {  // over each channel's tree connections
+        prepareTrees(plan.nChannels, plan.works.data());
+      } else if (algo == kernels::Algo::kHier2D) {  // over each channel's row and column rings
+        prepareGrid(plan.nChannels, plan.works.data());
+      } else {  // the others over each channel's connections to every rank
+        preparePeers(plan.nChannels, plan.works.data());
+      }
       for (int c = 0; c < plan.nChannels; ++c) unconnectedRings[c] = kernels::RingHandle{{}, {}, nRanks_, rank_};
       ring = unconnectedRings.data();
-    } else if (algo == kernels::Algo::kHier2D) {  // over its row and column rings
-      prepareGrid(&plan.works[0]);
-      unconnected.nRanks = nRanks_;
-      unconnected.index = rank_;
-      ring = &unconnected;
-    } else if (algo != kernels::Algo::kRing) {  // the others run over the point-to-point connections
-      connectAllPeers();
-      plan.works[0].peerSend = allSend_.data();
-      plan.works[0].peerRecv = allRecv_.data();
-      unconnected.nRanks = nRanks_;
-      unconnected.index = rank_;
-      ring = &unconnected;
-    } else {
-      ring = rings(plan.nChannels);
     }
   } catch (const Error&) {
     rethrowWithReason();
@@ -379,9 +372,9 @@ void DataPath::runCollective(const plan::Task& given) {
     if (!scratch_) fail(ncclSystemError, "rank %d: cannot allocate %llu bytes of scratch memory for %s", rank_,
                         static_cast<unsigned long long>(plan.scratchBytes), task.name);
   }
-  plan.works[0].scratch = scratch_.get();
   if (connector_.usesNetwork()) proxy::kick();  // the proxy passes without waiting while this runs
   for (int c = 0; c < plan.nChannels; ++c) {
+    plan.works[c].scratch = scratch_.get();  // each channel's part of it at its own offsets
     plan.works[c].sig = sig;
     plan.works[c].checkSig = settings_.checkMismatch ? 1 : 0;
     plan.works[c].status = &statuses_[c];

@@ -76,14 +76,22 @@ class DataPath {
   void runAllToAllDirect(const plan::Task& task);
   /// The ring handles of channels [0, n), connecting them on first use.
   const kernels::RingHandle* rings(int n);
-  /// Connections to every other rank (Direct), connecting them on first use.
-  void connectAllPeers();
+  /// Connections by rank (this rank's own entries unused) of one channel of one algorithm.
+  struct PeerSet {
+    std::vector<kernels::ConnHandle> send, recv;
+  };
+  /// Connects connection set `set` (transport::peerSet and its kin) to those ranks and
+  /// returns its handles.
+  PeerSet connectSet(const std::vector<int>& sendTo, const std::vector<int>& recvFrom, int set);
+  /// The algorithms over point-to-point connections: connects channels [0, n) to every other
+  /// rank on first use and fills those works' connections.
+  void preparePeers(int n, kernels::CollWork* works);
   /// Tree: connects channels [0, n) to their tree neighbours (channel c: tree c mod 2) on
   /// first use and fills those works' tree links and connections.
   void prepareTrees(int n, kernels::CollWork* works);
-  /// Hier2D: connects this rank's row and column neighbours on first use and fills the work's
-  /// grid and connections (one channel).
-  void prepareGrid(kernels::CollWork* work);
+  /// Hier2D: connects channels [0, n) to this rank's row and column neighbours on first use
+  /// and fills those works' grid and connections.
+  void prepareGrid(int n, kernels::CollWork* works);
 
   int rank_;
   int nRanks_;
@@ -101,17 +109,16 @@ class DataPath {
   uint64_t scratchBytes_ = 0;
   Executor executor_;
   std::vector<kernels::RingHandle> rings_;  // cached handles of the connected ring channels
-  std::vector<kernels::ConnHandle> allSend_, allRecv_;  // Direct: by rank, once connected
+  std::vector<PeerSet> allPeers_;  // by channel, once connected
   std::vector<uint64_t> hostOf_;  // each rank's host
   std::vector<int> nodeOf_;       // each rank's node (hosts, or BRAID_RANKS_PER_NODE groups)
   struct TreeChannel {
     kernels::TreeHandle links;
-    std::vector<kernels::ConnHandle> send, recv;  // by rank
+    PeerSet conns;
   };
   std::vector<TreeChannel> trees_;  // by channel, once connected
-  bool gridConnected_ = false;
-  kernels::GridHandle grid_{};
-  std::vector<kernels::ConnHandle> gridSend_, gridRecv_;  // by rank
+  kernels::GridHandle grid_{};      // valid once gridSets_ is not empty
+  std::vector<PeerSet> gridSets_;   // by channel, once connected
 };
 
 }  // namespace braid::runtime::host

@@ -256,20 +256,29 @@ TEST_CASE("Filters, bounds and what is not a candidate", "[tuner]") {
   CHECK_FALSE(tuner.choose(Func::kAllReduce, 8, direct, ll128, ll128, &c));
   REQUIRE(tuner.choose(Func::kAlltoAll, 8, kAllAlgos, ll128, ll128, &c));
   CHECK((c.proto == Proto::kLL128 && c.algo != Algo::kDirect));
-  // Channel bounds hold for Ring; the point-to-point algorithms run on one channel.
+  // Channel bounds hold for every algorithm but AlltoAll's Direct (sends and receives, one
+  // channel); AllReduce's Direct carries one LL step on each channel.
   CostShape s = hostShape(4, 64);
   s.minChannels = s.maxChannels = 3;
   Tuner three(kHostCostTable, s);
   REQUIRE(three.choose(Func::kAllGather, 1 << 20, ring, kAllProtos, 0, &c));
   CHECK(c.nChannels == 3);
-  REQUIRE(three.choose(Func::kAllReduce, 1 << 20, 1u << static_cast<int>(Algo::kHalvingDoubling), kAllProtos, 0, &c));
-  CHECK(c.nChannels == 1);
-  REQUIRE(three.choose(Func::kAllReduce, 1 << 20, tree, kAllProtos, 0, &c));  // Tree: a tree per channel
-  CHECK(c.nChannels == 3);
-  // One rank: no Direct AllReduce (nothing to send), but AlltoAll's Direct (a copy to itself);
-  // Ring costs its base latency alone.
+  for (Algo a : {Algo::kTree, Algo::kHalvingDoubling, Algo::kRecDoubling, Algo::kBinomial, Algo::kHier2D}) {
+    REQUIRE(three.choose(Func::kAllReduce, 1 << 20, 1u << static_cast<int>(a), kAllProtos, 0, &c));
+    CHECK((c.algo == a && c.nChannels == 3));
+  }
+  for (Algo a : {Algo::kPairwise, Algo::kBruck}) {
+    REQUIRE(three.choose(Func::kAlltoAll, 1 << 20, 1u << static_cast<int>(a), kAllProtos, 0, &c));
+    CHECK((c.algo == a && c.nChannels == 3));
+  }
+  REQUIRE(three.choose(Func::kAlltoAll, 1 << 20, direct, kAllProtos, 0, &c));
+  CHECK((c.algo == Algo::kDirect && c.nChannels == 1));
+  CHECK(three.predict(Func::kAllReduce, Algo::kDirect, Proto::kLL, 3, 3 * s.directMaxBytes) > 0);
+  CHECK(three.predict(Func::kAllReduce, Algo::kDirect, Proto::kLL, 3, 3 * s.directMaxBytes + 1) < 0);
+  // One rank: Direct is a local copy for AllReduce and AlltoAll alike; Ring costs its base
+  // latency alone.
   Tuner one(kHostCostTable, hostShape(1, 2));
-  CHECK(one.predict(Func::kAllReduce, Algo::kDirect, Proto::kLL, 1, 8) < 0);
+  CHECK(one.predict(Func::kAllReduce, Algo::kDirect, Proto::kLL, 1, 8) > 0);
   CHECK(one.predict(Func::kAlltoAll, Algo::kDirect, Proto::kSimple, 1, 8) > 0);
   CHECK(one.predict(Func::kAllReduce, Algo::kRing, Proto::kSimple, 1, 1 << 20) ==
         Approx(kHostCostTable.baseLatency[kRing][kSimple]));
