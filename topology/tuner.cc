@@ -156,6 +156,14 @@ double bruckShare(int n) {
   return static_cast<double>(blocks) / n;
 }
 
+/// The transfers of round k (k = 0 .. ceil(log2 n) - 1) of a binomial Broadcast on n ranks:
+/// the ranks that hold the data and have a child at distance m = 2^(ceil(log2 n)-1-k), the
+/// multiples of 2m below n - m.
+int binomialTransfers(int n, int k) {
+  const int m = (1 << ceilLog2(n)) >> (k + 1);
+  return m >= 1 && n > m ? (n - m + 2 * m - 1) / (2 * m) : 0;
+}
+
 }  // namespace
 
 double busFactor(Func f, int n) {
@@ -256,12 +264,33 @@ bool Tuner::terms(Func f, Algo a, Proto p, int c, uint64_t bytes, Terms* out) co
     default:
       return false;
   }
-  const double intraHop =
-      oversubscribed ? t.oversubscribedHop[pi] * load / 2 : t.hopLatency[static_cast<int>(s.intra)][pi];
+  // A step waits for a descheduled peer longer the more threads share each CPU.
+  auto hopAt = [&](double threadsPerCpu) {
+    return t.oversubscribedHop[pi] > 0 && threadsPerCpu > 1 ? t.oversubscribedHop[pi] * threadsPerCpu / 2
+                                                            : t.hopLatency[static_cast<int>(s.intra)][pi];
+  };
+  const double intraHop = oversubscribed ? hopAt(load) : t.hopLatency[static_cast<int>(s.intra)][pi];
   // Nodes that share the link class of a node's ranks (BRAID_RANKS_PER_NODE on one host) share
   // its CPUs too: their steps wait alike.
   const double interHop = s.inter == s.intra ? intraHop : t.hopLatency[static_cast<int>(s.inter)][pi];
   out->latency = t.baseLatency[static_cast<int>(a)][pi] + (steps - interSteps) * intraHop + interSteps * interHop;
+  // Oversubscribed, a binomial round keeps only its transfers' threads busy (the others sleep
+  // in their wait): round k's t_k transfers wait at 2 t_k / n of the load and move bytes at
+  // max(1, t_k / n of it), each transfer's pair of threads moving about one CPU's worth
+  // (perf/tuner_bench.sh, Broadcast and Reduce, 4 and 8 processes on 2 CPUs: at 8 B 7.8-9.7 us
+  // on 8 ranks where every step at the whole load predicted 16-23; at 64 MiB 40-60 ms on 4
+  // ranks and 109-137 ms on 8 where the whole load predicted 93 and 278).
+  const bool binomialRounds = a == Algo::kBinomial && oversubscribed && (nodes == 1 || s.inter == s.intra);
+  if (binomialRounds) {
+    const int twice = f == Func::kAllReduce ? 2 : 1;
+    out->latency = t.baseLatency[static_cast<int>(a)][pi];
+    moved = 0;
+    for (int k = 0; k < ceilLog2(n); ++k) {
+      const double share = static_cast<double>(binomialTransfers(n, k)) / n;
+      out->latency += twice * hopAt(2 * share * load);
+      moved += twice * std::max(1.0, share * load);
+    }
+  }
 
   const double intraBw = s.channelBwIntra > 0 ? s.channelBwIntra : t.channelBandwidth[static_cast<int>(s.intra)];
   const double interBw = s.channelBwInter > 0 ? s.channelBwInter : t.channelBandwidth[static_cast<int>(s.inter)];
@@ -278,9 +307,11 @@ bool Tuner::terms(Func f, Algo a, Proto p, int c, uint64_t bytes, Terms* out) co
   // (each rank waits on one neighbour); a tree rank waits on up to three children and its
   // parent, and Hier2D's phases wait for each other: they move bytes at 1/load like the
   // exchanges (BRAID_RANKS_PER_NODE=2, 8 processes on 2 CPUs: Tree took 1.4x the ring's time
-  // at 64 KiB and 2.5x at 1 MiB).
-  const bool pipelined = a == Algo::kRing;
-  if (oversubscribed) bw *= std::min(1.0, (pipelined ? t.ringCpuShare : 1.0) / load);
+  // at 64 KiB and 2.5x at 1 MiB). The ring's Broadcast and Reduce, one wavefront down a chain,
+  // move at 1/load too (4 and 8 processes, 64 MiB, Simple: 44-56 and 106-110 ms, 1.9-2.4x the
+  // ring's share predicted). Binomial's rounds count their own load (above).
+  const bool pipelined = a == Algo::kRing && f != Func::kBroadcast && f != Func::kReduce;
+  if (oversubscribed && !binomialRounds) bw *= std::min(1.0, (pipelined ? t.ringCpuShare : 1.0) / load);
   out->moved = moved;
   out->bandwidth = bw;
   return bw > 0;

@@ -33,10 +33,10 @@ BRAID_INLINE bool allReduceTree(Group& g, const CollWork& w, const RingHandle& r
     return total == 0 || local.step(kInput | kPost | kOutput, in, out, total);
   }
   auto child = [&](int i, const ConnHandle* conns) { return i < nd ? &conns[t.children[i]] : nullptr; };
-  auto minSlice = [](Primitives<T, Red, Group>* const* p, int n) {
+  auto minSlice = [total](Primitives<T, Red, Group>* const* p, int n) {
     uint64_t s = ~uint64_t(0);
     for (int i = 0; i < n; ++i) s = s < p[i]->sliceElements() ? s : p[i]->sliceElements();
-    return s;
+    return pipelineSlice<T>(s, total);
   };
 
   // Up: stage i receives child i (none for a leaf's one stage); the last stage sends to the parent.

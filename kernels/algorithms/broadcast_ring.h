@@ -26,7 +26,7 @@ BRAID_INLINE bool broadcastRing(Group& g, const CollWork& w, const RingHandle& r
   } else {
     flags = kRecv | kOutput | (fromRoot != n - 1 ? uint32_t(kSend) : 0u);
   }
-  const uint64_t slice = n > 1 ? prims.sliceElements() : (total > 0 ? total : 1);
+  const uint64_t slice = n > 1 ? pipelineSlice<T>(prims.sliceElements(), total) : (total > 0 ? total : 1);
   const bool ok = forEachSlice(total, slice, [&](uint64_t base, uint64_t cnt) {
     return prims.step(flags, advance(in, base), advance(out, base), cnt);
   });

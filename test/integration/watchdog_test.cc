@@ -96,10 +96,12 @@ TEST_CASE("mismatches of count, root, op and sequence are all caught", "[integra
   }, false);
   CHECK_THAT(out, Catch::Contains("rank 0 called AllReduce(count=1024, float, sum) as op #1 but rank 1 called "
                                   "AllReduce(count=1000, float, sum) as op #1"));
-  // A root only sends, so a Broadcast with disagreeing roots may "complete" on both ranks;
-  // the next collective over the ring then meets the peer's Broadcast signature and says so.
-  // (The tuner would run a 2-rank AllReduce as RecDoubling, over the point-to-point
-  // connections, which the Broadcast's leftover steps do not reach: Ring is forced.)
+  // A root only sends: with disagreeing roots both ranks send, and neither receives. The
+  // 400 KB go in 16 slices (a chain pipeline's), more than the FIFO's 8 slots, so both wait
+  // for credits and the watchdog compares their signatures. (Had the slices fit the FIFO,
+  // the Broadcast would "complete" on both and the next collective over the ring would meet
+  // the peer's Broadcast signature instead. Ring is forced: the tuner would run the 2-rank
+  // AllReduce as RecDoubling.)
   out = runAndReport(2, [&](int rank, ncclComm_t comm) {
     for (auto& a : comm->dataPath().limits().mask.algos) a = 1u << static_cast<int>(braid::plan::EnvAlgo::kRing);
     std::vector<int> buf(100000, 1);
@@ -107,7 +109,7 @@ TEST_CASE("mismatches of count, root, op and sequence are all caught", "[integra
     if (r != ncclSuccess) return r;
     return ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclInt32, ncclSum, comm, nullptr);
   }, false);
-  CHECK_THAT(out, Catch::Contains("rank 0 called AllReduce(count=100000, int32, sum) as op #2 but rank 1 called "
+  CHECK_THAT(out, Catch::Contains("rank 0 called Broadcast(count=100000, int32, root=0) as op #1 but rank 1 called "
                                   "Broadcast(count=100000, int32, root=1) as op #1"));
   out = runAndReport(2, [&](int rank, ncclComm_t comm) {
     std::vector<float> buf(100000, 1);

@@ -78,6 +78,29 @@ TEST_CASE("A prediction is the model's formula", "[tuner]") {
     CHECK(tuner.predict(Func::kAllReduce, Algo::kRecDoubling, Proto::kSimple, 1, bytes) ==
           Approx(t.baseLatency[3][kSimple] + 3 * 2 * t.oversubscribedHop[kSimple] + 3.0 * bytes / (1000 * bw)));
   }
+  SECTION("8 ranks on 2 CPUs: a binomial round waits and moves at its own transfers' load") {
+    // Rounds of 1, 2 and 4 transfers: 2, 4 and 8 busy threads on 2 CPUs (loads 1, 2, 4: the
+    // first round waits as on idle CPUs), bytes at max(1, 1/2), max(1, 1), max(1, 2).
+    Tuner tuner(t, hostShape(8, 2));
+    const double bw = std::min(t.channelBandwidth[2], t.aggregateBandwidth[2]) * t.protoEfficiency[kSimple];
+    const double hops = t.hopLatency[2][kSimple] + t.oversubscribedHop[kSimple] * (2.0 / 2 + 4.0 / 2);
+    const double once = hops + 4.0 * bytes / (1000 * bw);
+    const int binomial = static_cast<int>(Algo::kBinomial);
+    for (Func f : {Func::kBroadcast, Func::kReduce})
+      CHECK(tuner.predict(f, Algo::kBinomial, Proto::kSimple, 1, bytes) == Approx(t.baseLatency[binomial][kSimple] + once));
+    CHECK(tuner.predict(Func::kAllReduce, Algo::kBinomial, Proto::kSimple, 1, bytes) ==
+          Approx(t.baseLatency[binomial][kSimple] + 2 * once));
+    // 5 ranks: rounds of 1, 1 and 2 transfers (the root to 4, to 2, then 0 to 1 and 2 to 3).
+    Tuner five(t, hostShape(5, 2));
+    const double load = 5.0 / 2;
+    const double fiveHops = 2 * t.hopLatency[2][kSimple] + t.oversubscribedHop[kSimple] * (2 * 2.0 / 5 * load) / 2;
+    CHECK(five.predict(Func::kBroadcast, Algo::kBinomial, Proto::kSimple, 1, bytes) ==
+          Approx(t.baseLatency[binomial][kSimple] + fiveHops + 3.0 * bytes / (1000 * bw)));
+    // The ring's Broadcast, one wavefront down the chain, moves at 1/load (not the ring's share).
+    const double ringBw = bw / 4;
+    CHECK(tuner.predict(Func::kBroadcast, Algo::kRing, Proto::kSimple, 1, bytes) ==
+          Approx(t.baseLatency[kRing][kSimple] + 7 * t.oversubscribedHop[kSimple] * 4 / 2 + bytes / (1000 * ringBw)));
+  }
   SECTION("2 ranks on 2 CPUs: one channel fits, a second oversubscribes") {
     Tuner tuner(t, hostShape(2, 2));
     const double one = tuner.predict(Func::kAllGather, Algo::kRing, Proto::kSimple, 1, 8);
