@@ -40,6 +40,12 @@ uint64_t tunerBytes(const Task& task, int nRanks) {
   return wholeBuffer ? bytes * static_cast<uint64_t>(nRanks) : bytes;
 }
 
+void logChoice(const Task& task, uint64_t bytes, int nRanks, const topo::Choice& choice) {
+  BRAID_INFO(log::kColl, "%s: %llu bytes on %d ranks -> %s/%s, %d channel(s), predicted %.2f us", task.name,
+             static_cast<unsigned long long>(bytes), nRanks, topo::algoName(choice.algo), topo::protoName(choice.proto),
+             choice.nChannels, choice.timeUs);
+}
+
 }  // namespace
 
 topo::Tuner tunerFor(int nRanks, const PlanLimits& limits) {
@@ -70,15 +76,14 @@ topo::Choice chooseFor(const Task& task, int nRanks, const PlanLimits& limits) {
          envFuncName(f), static_cast<unsigned long long>(bytes), nRanks,
          static_cast<unsigned long long>(tuner.shape().directMaxBytes));
   }
-  BRAID_INFO(log::kColl, "%s: %llu bytes on %d ranks -> %s/%s, %d channel(s), predicted %.2f us", task.name,
-             static_cast<unsigned long long>(bytes), nRanks, topo::algoName(choice.algo), topo::protoName(choice.proto),
-             choice.nChannels, choice.timeUs);
+  logChoice(task, bytes, nRanks, choice);
   return choice;
 }
 
-CollPlan planCollective(const Task& task, int nRanks, const PlanLimits& limits) {
+CollPlan planCollective(const Task& task, int nRanks, const PlanLimits& limits, const topo::Choice* known) {
   CollPlan plan;
-  plan.choice = chooseFor(task, nRanks, limits);
+  if (known != nullptr) logChoice(task, tunerBytes(task, nRanks), nRanks, *known);
+  plan.choice = known != nullptr ? *known : chooseFor(task, nRanks, limits);
   plan.proto = plan.choice.proto;
   plan.nChannels = plan.choice.nChannels;
   plan.copy = task.func == kernels::Func::kBroadcast || task.func == kernels::Func::kAllGather ||

@@ -40,7 +40,9 @@ topo::Tuner tunerFor(int nRanks, const PlanLimits& limits);
 topo::Choice chooseFor(const Task& task, int nRanks, const PlanLimits& limits);
 
 /// Plans one collective of a communicator of nRanks (chooseFor, then the channels' work).
-CollPlan planCollective(const Task& task, int nRanks, const PlanLimits& limits);
+/// `known`: the choice chooseFor made for the same collective, size and limits before (the
+/// caller's cache), logged as chooseFor logs it.
+CollPlan planCollective(const Task& task, int nRanks, const PlanLimits& limits, const topo::Choice* known = nullptr);
 
 /// The protocol of a send/recv of `bytes` (both sides compute the same).
 kernels::Proto peerProtocol(uint64_t bytes);

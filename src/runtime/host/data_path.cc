@@ -158,6 +158,7 @@ void DataPath::setRanksPerNode(int k) {
     nodeOf_.push_back(k > 0 ? r / k : hostIndex.emplace(hostOf_[r], static_cast<int>(hostIndex.size())).first->second);
   }
   trees_.clear();  // (before any Tree or Hier2D collective: their connections stay where they were made)
+  choices_.clear();
   gridSets_.clear();
   describeShape();
 }
@@ -315,7 +316,14 @@ void DataPath::runCollective(const plan::Task& given) {
   if (given.count == 0) return;  // every rank has the same count: nothing moves anywhere
   plan::Task task = given;
   if (task.scalarAtRun != nullptr) std::memcpy(&task.opArgs.scalarBits, task.scalarAtRun, plan::typeSize(task.dtype));
-  plan::CollPlan plan = plan::planCollective(task, nRanks_, settings_.limits);
+  const uint64_t key = (static_cast<uint64_t>(task.func) << 56) | (task.count * plan::typeSize(task.dtype));
+  auto known = choices_.find(key);
+  plan::CollPlan plan =
+      plan::planCollective(task, nRanks_, settings_.limits, known != choices_.end() ? &known->second : nullptr);
+  if (known == choices_.end()) {
+    if (choices_.size() >= 4096) choices_.clear();  // many sizes: start again rather than grow
+    choices_.emplace(key, plan.choice);
+  }
   std::vector<char> staged;
   if (task.func == kernels::Func::kAlltoAll) {
     // In place, a block would be overwritten before it is sent: the input is copied first.

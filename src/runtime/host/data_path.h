@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "comm/config.h"
@@ -54,7 +55,10 @@ class DataPath {
   void run(const plan::Task& task);
 
   /// The planner's bounds (channels, protocols); tests narrow them to force a choice.
-  plan::PlanLimits& limits() { return settings_.limits; }
+  plan::PlanLimits& limits() {
+    choices_.clear();
+    return settings_.limits;
+  }
   /// The connector's options; tests change them before the first collective (networkOnly).
   transport::ConnectorOptions& connectorOptions() { return connector_.options(); }
   /// BRAID_RANKS_PER_NODE for this communicator (0: nodes are hosts); tests set it before the
@@ -110,6 +114,10 @@ class DataPath {
   Executor executor_;
   std::vector<kernels::RingHandle> rings_;  // cached handles of the connected ring channels
   std::vector<PeerSet> allPeers_;  // by channel, once connected
+  // The tuner's choices by collective and bytes (a pure function of them and the limits, which
+  // clear it): a call looks its size up instead of predicting every candidate, which had cost
+  // an 8-byte AllReduce on 2 ranks about as much as the operation.
+  std::unordered_map<uint64_t, topo::Choice> choices_;
   std::vector<uint64_t> hostOf_;  // each rank's host
   std::vector<int> nodeOf_;       // each rank's node (hosts, or BRAID_RANKS_PER_NODE groups)
   struct TreeChannel {
