@@ -248,11 +248,14 @@ DataPath::PeerSet DataPath::connectSet(const std::vector<int>& sendTo, const std
 }
 
 void DataPath::preparePeers(int n, kernels::CollWork* works) {
-  std::vector<int> others;
-  for (int r = 0; r < nRanks_; ++r) {
-    if (r != rank_) others.push_back(r);
+  if (static_cast<int>(allPeers_.size()) < n) {  // (the list only when a channel is new: this runs per call)
+    std::vector<int> others;
+    for (int r = 0; r < nRanks_; ++r) {
+      if (r != rank_) others.push_back(r);
+    }
+    for (int c = static_cast<int>(allPeers_.size()); c < n; ++c)
+      allPeers_.push_back(connectSet(others, others, transport::peerSet(c)));
   }
-  for (int c = static_cast<int>(allPeers_.size()); c < n; ++c) allPeers_.push_back(connectSet(others, others, transport::peerSet(c)));
   for (int c = 0; c < n; ++c) {
     works[c].peerSend = allPeers_[c].send.data();
     works[c].peerRecv = allPeers_[c].recv.data();
