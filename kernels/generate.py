@@ -3,14 +3,16 @@
 
   generate.py --backend host|cuda --only-funcs FILTER --out-dir DIR FILE...
 
-Each output FILE is one translation unit: 'host_table.cc' holds the dispatch tables,
-'host_copy.cc'/'cuda_copy.cu' the copying collectives (on bytes, once), and the other names
+Each output FILE is one translation unit: 'host_table.cc'/'cuda_table.cu' hold the dispatch tables,
+'host_copy.cc'/'cuda_copy.cu' the copying collectives (on bytes, once; on CUDA also the
+point-to-point kernel), and the other names
 pick one element type by its short name ('host_f32.cc', 'cuda_bf16.cu'): one unit per type,
 so that the build spreads them evenly over its jobs. FILTER is
 -Donly_funcs: a comma list of OP:TYPE patterns ('*' matches anything, e.g. 'sum:f32,*:i32');
 empty means everything. Filtered-out entries dispatch to nothing and fail with a clear error.
 """
 import argparse
+import hashlib
 import fnmatch
 import os
 
@@ -82,19 +84,67 @@ def host_table(filters):
     return "\n".join(out)
 
 
+def sources_digest():
+    """A digest of every kernel header and the launch declarations: written into the CUDA units so
+    that they change, and are compiled again, when a header does (Meson tracks no header
+    dependencies of nvcc's units)."""
+    root = os.path.dirname(os.path.abspath(__file__))
+    files = []
+    for folder, _, names in os.walk(root):
+        files += [os.path.join(folder, n) for n in names if n.endswith((".h", ".cuh"))]
+    files.append(os.path.join(root, "..", "src", "runtime", "cuda", "kernel_table.h"))
+    digest = hashlib.sha1()
+    for f in sorted(files):
+        with open(f, "rb") as handle:
+            digest.update(handle.read())
+    return digest.hexdigest()
+
+
 def cuda_type(type_name, filters):
-    out = [HEADER, '#include "kernels/cuda_entry.cuh"', "", "namespace braid::kernels {", ""]
-    types = [(ty, cty) for _, ty, cty in TYPES if ty == type_name]
+    """A CUDA unit: the kernels of one element type (or the copying and point-to-point ones), and
+    the host function that launches them (src/runtime/cuda/kernel_table.h)."""
+    out = [HEADER, "// kernel sources: %s" % sources_digest(), '#include "kernels/cuda_entry.cuh"',
+           '#include "runtime/cuda/kernel_table.h"', "", "namespace braid::runtime::cuda {",
+           "using namespace braid::kernels;", ""]
     if type_name == "copy":
-        out.append("template __global__ void copyKernel<void>(const CollWork*, int, const RingHandle*, const uint32_t*);")
-        out.append("template __global__ void peerKernel<void>(PeerOp*, int, const uint32_t*);")
-    for ty, cty in types:
-        cty = cty.replace("kernels::", "")
-        for _, op, functor in OPS:
-            if wanted(filters, op, ty):
-                out.append("template __global__ void collectiveKernel<%s, %s<%s>>(const CollWork*, int, "
-                           "const RingHandle*, const uint32_t*);" % (cty, functor, cty))
-    out += ["", "}  // namespace braid::kernels", ""]
+        out += ["cudaError_t launchCopy(const CollLaunch& l) {",
+                "  copyKernel<void><<<l.grid, l.block, l.sharedBytes, l.stream>>>(l.works, l.nWorks, l.rings, l.abortFlag);",
+                "  return cudaGetLastError();", "}", "",
+                "cudaError_t launchPeers(const PeerLaunch& l) {",
+                "  peerKernel<void><<<1, l.block, l.sharedBytes, l.stream>>>(l.ops, l.starts, l.nQueues, l.abortFlag);",
+                "  return cudaGetLastError();", "}", "",
+                "}  // namespace braid::runtime::cuda", ""]
+        return "\n".join(out)
+    cty = [c for _, ty, c in TYPES if ty == type_name][0].replace("kernels::", "")
+    out.append("cudaError_t %s(int red, const CollLaunch& l) {" % launcher(type_name))
+    out.append("  (void)l;  // (a filter may leave no case)")
+    out.append("  switch (red) {")
+    for oi, op, functor in OPS:
+        if wanted(filters, op, type_name):
+            out.append("    case %d:" % oi)
+            out.append("      collectiveKernel<%s, %s<%s>><<<l.grid, l.block, l.sharedBytes, l.stream>>>(l.works, l.nWorks, "
+                       "l.rings, l.abortFlag);" % (cty, functor, cty))
+            out.append("      return cudaGetLastError();")
+    out += ["    default: return cudaErrorNotSupported;", "  }", "}", "",
+            "}  // namespace braid::runtime::cuda", ""]
+    return "\n".join(out)
+
+
+def launcher(type_name):
+    return "launch_%s" % type_name
+
+
+def cuda_table(filters):
+    out = [HEADER, '#include "runtime/cuda/kernel_table.h"', "", "namespace braid::runtime::cuda {", ""]
+    for _, ty, _ in TYPES:
+        out.append("cudaError_t %s(int red, const CollLaunch& l);" % launcher(ty))
+    out += ["", "cudaError_t launchReduction(int red, int dtype, const CollLaunch& l) {", "  switch (dtype) {"]
+    for idx, ty, _ in TYPES:
+        if any(wanted(filters, op, ty) for _, op, _ in OPS):
+            out.append("    case %d: return %s(red, l);" % (idx, launcher(ty)))
+    out += ["    default: return cudaErrorNotSupported;", "  }", "}", "",
+            'const char* const kCudaOnlyFuncs = "%s";' % ",".join(filters), "",
+            "}  // namespace braid::runtime::cuda", ""]
     return "\n".join(out)
 
 
@@ -114,7 +164,7 @@ def main():
         if args.backend == "host":
             text = host_table(filters) if unit == "table" else host_copy() if unit == "copy" else host_type(unit, filters)
         else:
-            text = cuda_type(unit, filters)
+            text = cuda_table(filters) if unit == "table" else cuda_type(unit, filters)
         path = os.path.join(args.out_dir, name)
         old = open(path).read() if os.path.exists(path) else None
         if old != text:  # keep timestamps when nothing changed

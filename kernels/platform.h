@@ -15,7 +15,7 @@
 #if defined(__CUDACC__)
 #define BRAID_HOST_DEVICE __host__ __device__
 #define BRAID_INLINE __host__ __device__ __forceinline__
-#define BRAID_OUTLINE __host__ __device__ __noinline__
+#define BRAID_OUTLINE inline __host__ __device__ __noinline__
 #else
 #define BRAID_HOST_DEVICE
 #define BRAID_INLINE inline __attribute__((always_inline))
@@ -35,6 +35,15 @@
 #endif
 
 namespace braid::kernels {
+
+/// How the threads of a group split a range of work: by stride on the GPU (neighbouring threads
+/// touch neighbouring words, so a warp's accesses coalesce), in contiguous runs on the host
+/// (each thread its own cache lines).
+#if defined(__CUDA_ARCH__)
+constexpr bool kStridedShares = true;
+#else
+constexpr bool kStridedShares = false;
+#endif
 
 /// Atomic accesses to memory another rank (thread, process or GPU) reads or writes.
 /// Every flag and counter shared between ranks goes through these.

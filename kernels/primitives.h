@@ -204,7 +204,11 @@ class Primitives {
     if (g_.rank() == 0) {
       if (flags & kRecv) storeRelease(recv_->head, recvStep_ + 1);
       if (flags & kSend) publishStep(*send_, sendStep_, info);
-      if (status_ != nullptr) storeRelaxed(&status_->progress, loadRelaxed(&status_->progress) + 1);
+      if (status_ != nullptr) {  // read once: the status may be host memory across a bus (CUDA)
+        if (!progressKnown_) progress_ = loadRelaxed(&status_->progress);
+        progressKnown_ = true;
+        storeRelaxed(&status_->progress, ++progress_);
+      }
     }
     if (flags & kRecv) ++recvStep_;
     if (flags & kSend) ++sendStep_;
@@ -215,6 +219,11 @@ class Primitives {
     if (g_.aborted()) return;
     const T* in = (flags & kRecv) ? reinterpret_cast<const T*>(recv_->simple + (recvStep_ % kSteps) * recv_->simpleStepBytes) : nullptr;
     T* out = (flags & kSend) ? reinterpret_cast<T*>(send_->simple + (sendStep_ % kSteps) * send_->simpleStepBytes) : nullptr;
+    if (kStridedShares) {  // the GPU: coalesced, 16 bytes at a time where aligned
+      stepSimpleStrided(flags, in, out, input, output, n);
+      publish(flags, stepInfo(n * sizeof(T), false));
+      return;
+    }
     uint64_t lo, count;
     partition(n, g_.size(), g_.rank(), 16, &lo, &count);
     if (!arithmetic(flags)) {
@@ -232,6 +241,49 @@ class Primitives {
     publish(flags, stepInfo(n * sizeof(T), false));
   }
 
+  /// stepSimple's data movement on the GPU: thread t takes elements t, t + size, ... (a pure
+  /// copy: 16-byte words where every pointer allows, so a warp moves 512 contiguous bytes).
+  BRAID_INLINE void stepSimpleStrided(uint32_t flags, const T* in, T* out, const T* input, T* output, uint64_t n) {
+    const uint64_t rank = g_.rank(), size = g_.size();
+    if (!arithmetic(flags)) {
+      const T* from = (flags & kRecv) ? in : input;
+      T* toOut = (flags & kOutput) && output != from ? output : nullptr;
+      T* toSend = (flags & kSend) ? out : nullptr;
+      copyStrided(reinterpret_cast<const char*>(from), reinterpret_cast<char*>(toOut), reinterpret_cast<char*>(toSend),
+                  n * sizeof(T), rank, size);
+      return;
+    }
+    for (uint64_t i = rank; i < n; i += size) {
+      const T v = combine(flags, (flags & kRecv) ? in[i] : T{}, input, i);
+      if (flags & kOutput) output[i] = v;
+      if (flags & kSend) out[i] = v;
+    }
+  }
+
+  /// Thread `rank` of `size`: its strided share of copying `bytes` from `from` to a and b (either
+  /// may be null).
+  static BRAID_INLINE void copyStrided(const char* from, char* a, char* b, uint64_t bytes, uint64_t rank, uint64_t size) {
+    struct alignas(16) Word {
+      uint64_t w[2];
+    };
+    const uintptr_t misaligned = (reinterpret_cast<uintptr_t>(from) | reinterpret_cast<uintptr_t>(a) |
+                                  reinterpret_cast<uintptr_t>(b)) & 15;
+    uint64_t done = 0;
+    if (misaligned == 0) {
+      const Word* f = reinterpret_cast<const Word*>(from);
+      for (uint64_t i = rank; i < bytes / 16; i += size) {
+        const Word v = f[i];
+        if (a != nullptr) reinterpret_cast<Word*>(a)[i] = v;
+        if (b != nullptr) reinterpret_cast<Word*>(b)[i] = v;
+      }
+      done = bytes / 16 * 16;
+    }
+    for (uint64_t i = done + rank; i < bytes; i += size) {
+      if (a != nullptr) a[i] = from[i];
+      if (b != nullptr) b[i] = from[i];
+    }
+  }
+
   /// Out of line (as stepLL128): a step is called at dozens of places in each algorithm, and
   /// inlining the line-by-line protocols into every one of them had cost most of the kernel
   /// units' build time (a unit's instantiation: 13.2 s with LL inline, 6.8 s without); a
@@ -246,9 +298,8 @@ class Primitives {
     LLLine* out = (flags & kSend) ? send_->ll + (sendStep_ % kSteps) * send_->llStepLines : nullptr;
     const uint32_t recvFlag = static_cast<uint32_t>(recvStep_ + 1);
     const uint32_t sendFlag = static_cast<uint32_t>(sendStep_ + 1);
-    uint64_t lo, count;
-    partition(lines, g_.size(), g_.rank(), 1, &lo, &count);
-    for (uint64_t l = lo; l < lo + count; ++l) {
+    const Share share = shareOf(lines, g_.size(), g_.rank(), 1);
+    for (uint64_t l = share.begin; l < share.end; l += share.stride) {
       T vals[kPerLine] = {};
       if (flags & kRecv) {
         uint64_t* halves = reinterpret_cast<uint64_t*>(in + l);
@@ -290,9 +341,8 @@ class Primitives {
     LL128Line* out = (flags & kSend) ? send_->ll128 + (sendStep_ % kSteps) * send_->ll128StepLines : nullptr;
     const uint64_t recvFlag = recvStep_ + 1;
     const uint64_t sendFlag = sendStep_ + 1;
-    uint64_t lo, count;
-    partition(lines, g_.size(), g_.rank(), 1, &lo, &count);
-    for (uint64_t l = lo; l < lo + count; ++l) {
+    const Share share = shareOf(lines, g_.size(), g_.rank(), 1);
+    for (uint64_t l = share.begin; l < share.end; l += share.stride) {
       T vals[kPerLine] = {};
       if (flags & kRecv) {
         uint64_t* flag = in[l].words + kLL128FlagWord;
@@ -326,6 +376,8 @@ class Primitives {
   uint64_t sendStep_;
   uint64_t recvStep_;
   uint64_t headSeen_ = 0;       ///< thread 0: the receiver's head as last read
+  uint64_t progress_ = 0;       ///< thread 0: the status's progress as last written
+  bool progressKnown_ = false;
 };
 
 /// The slice of a chain pipeline (ring Broadcast and Reduce, the tree): at most `slice` (a

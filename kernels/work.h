@@ -155,6 +155,19 @@ BRAID_INLINE void partition(uint64_t total, int parts, int part, uint64_t align,
   *count = end > *offset ? end - *offset : 0;
 }
 
+/// One thread's share of [0, n) out of `parts` threads: indices begin, begin + stride, ...
+/// below end. Contiguous runs (multiples of `align` but the last) on the host, a stride on the
+/// GPU (kStridedShares).
+struct Share {
+  uint64_t begin, end, stride;
+};
+BRAID_INLINE Share shareOf(uint64_t n, int parts, int part, uint64_t align) {
+  if (kStridedShares) return {static_cast<uint64_t>(part), n, static_cast<uint64_t>(parts)};
+  uint64_t offset, count;
+  partition(n, parts, part, align, &offset, &count);
+  return {offset, offset + count, 1};
+}
+
 /// p + n, or null when p is null (buffers a rank does not use may be NULL).
 template <typename T>
 BRAID_INLINE T* advance(T* p, uint64_t n) {

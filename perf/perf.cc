@@ -1,4 +1,5 @@
 #include "perf/perf.h"
+#include "perf/perf_device.h"
 
 #include <getopt.h>
 #include <nccl.h>
@@ -29,6 +30,7 @@ struct Options {
   size_t increment = 0;
   int iters = 20, warmup = 1, check = 1, root = 0, blocking = 1, ranks = 2;
   bool threads = false;
+  bool gpu = false;       ///< ranks run on CUDA device 0 with device buffers (perf_device.h)
   int launchedRank = -1;  ///< >= 0: started by a launcher as this one rank of `ranks`
   std::vector<ncclDataType_t> types = {ncclFloat};
   std::vector<ncclRedOp_t> ops = {ncclSum};
@@ -180,37 +182,57 @@ bool parse(int argc, char** argv, Options* o) {
     }                                                                                                          \
   } while (0)
 
-/// One rank of the benchmark.
+/// One rank of the benchmark. With o.gpu its buffers are device memory (mirrored on the host
+/// to fill and check them) and its calls go to a stream of its own.
 class Rank {
  public:
   Rank(Coll coll, const Options& o, const ncclUniqueId& id, int rankIndex) : rank(rankIndex), coll_(coll), o_(o) {
+    if (o.gpu) {
+      device::select(0);
+      stream_ = device::newStream();
+    }
     PERF_CHECK(ncclCommInitRank(&comm_, o.ranks, id, rank));
   }
-  ~Rank() { ncclCommDestroy(comm_); }
+  ~Rank() {
+    ncclCommDestroy(comm_);
+    if (o_.gpu) {
+      for (void* p : {static_cast<void*>(deviceSend_), static_cast<void*>(deviceRecv_), deviceScratch_}) device::release(p);
+      device::deleteStream(stream_);
+    }
+  }
 
   /// Runs one operation; returns the wall time in microseconds of the timed loop's average.
   void runOp(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op, int root) {
     const int n = o_.ranks;
+    cudaStream_t s = static_cast<cudaStream_t>(stream_);
     switch (coll_) {
-      case Coll::kAllReduce: PERF_CHECK(ncclAllReduce(send, recv, count, t, op, comm_, nullptr)); break;
-      case Coll::kAllGather: PERF_CHECK(ncclAllGather(send, recv, count, t, comm_, nullptr)); break;
-      case Coll::kReduceScatter: PERF_CHECK(ncclReduceScatter(send, recv, count, t, op, comm_, nullptr)); break;
-      case Coll::kBroadcast: PERF_CHECK(ncclBroadcast(send, recv, count, t, root, comm_, nullptr)); break;
-      case Coll::kReduce: PERF_CHECK(ncclReduce(send, recv, count, t, op, root, comm_, nullptr)); break;
-      case Coll::kAlltoAll: PERF_CHECK(ncclAlltoAll(send, recv, count, t, comm_, nullptr)); break;
+      case Coll::kAllReduce: PERF_CHECK(ncclAllReduce(send, recv, count, t, op, comm_, s)); break;
+      case Coll::kAllGather: PERF_CHECK(ncclAllGather(send, recv, count, t, comm_, s)); break;
+      case Coll::kReduceScatter: PERF_CHECK(ncclReduceScatter(send, recv, count, t, op, comm_, s)); break;
+      case Coll::kBroadcast: PERF_CHECK(ncclBroadcast(send, recv, count, t, root, comm_, s)); break;
+      case Coll::kReduce: PERF_CHECK(ncclReduce(send, recv, count, t, op, root, comm_, s)); break;
+      case Coll::kAlltoAll: PERF_CHECK(ncclAlltoAll(send, recv, count, t, comm_, s)); break;
       case Coll::kSendRecv:
         PERF_CHECK(ncclGroupStart());
-        PERF_CHECK(ncclSend(send, count, t, (rank + 1) % n, comm_, nullptr));
-        PERF_CHECK(ncclRecv(recv, count, t, (rank + n - 1) % n, comm_, nullptr));
+        PERF_CHECK(ncclSend(send, count, t, (rank + 1) % n, comm_, s));
+        PERF_CHECK(ncclRecv(recv, count, t, (rank + n - 1) % n, comm_, s));
         PERF_CHECK(ncclGroupEnd());
         break;
     }
   }
 
   double averageOverRanks(double v) {
-    double* d = static_cast<double*>(scratch(sizeof(double) * 2));
-    d[0] = v;
-    PERF_CHECK(ncclAllReduce(d, d + 1, 1, ncclFloat64, ncclSum, comm_, nullptr));
+    double d[2] = {v, 0};
+    double* buffer = static_cast<double*>(scratch(sizeof(d)));
+    if (o_.gpu) device::toDevice(buffer, d, sizeof(d));
+    else std::memcpy(buffer, d, sizeof(d));
+    PERF_CHECK(ncclAllReduce(buffer, buffer + 1, 1, ncclFloat64, ncclSum, comm_, static_cast<cudaStream_t>(stream_)));
+    if (o_.gpu) {
+      device::synchronize(stream_);
+      device::toHost(d, buffer, sizeof(d));
+    } else {
+      std::memcpy(d, buffer, sizeof(d));
+    }
     return d[1] / o_.ranks;
   }
 
@@ -225,24 +247,35 @@ class Rank {
     std::vector<char>& recv = recvBuf_;
     if (send.size() < sendBytes + 64) send.resize(sendBytes + 64);
     if (recv.size() < std::max(recvBytes, sendBytes) + 64) recv.resize(std::max(recvBytes, sendBytes) + 64);
-    const void* s = send.data();
-    void* r = recv.data();
+    if (o_.gpu && deviceBytes_ < recv.size()) {  // device buffers as large as the host mirrors
+      device::release(deviceSend_);
+      device::release(deviceRecv_);
+      deviceBytes_ = std::max(send.size(), recv.size());
+      deviceSend_ = static_cast<char*>(device::allocate(deviceBytes_));
+      deviceRecv_ = static_cast<char*>(device::allocate(deviceBytes_));
+    }
+    char* sendBase = o_.gpu ? deviceSend_ : send.data();
+    char* recvBase = o_.gpu ? deviceRecv_ : recv.data();
+    const void* s = sendBase;
+    void* r = recvBase;
     if (inPlace) {
       if (coll_ == Coll::kAllGather) {
-        s = recv.data() + rank * count * es;
+        s = recvBase + rank * count * es;
       } else if (coll_ == Coll::kReduceScatter) {
-        s = recv.data();
-        r = recv.data() + rank * count * es;
+        s = recvBase;
+        r = recvBase + rank * count * es;
       } else if (coll_ != Coll::kAlltoAll && coll_ != Coll::kSendRecv) {
-        s = recv.data();
+        s = recvBase;
       }
     }
     long wrong = 0;
     if (o_.check) wrong = checkedRun(s, r, count, t, op, root, inPlace);
     for (int i = 0; i < o_.warmup; ++i) runOp(s, r, count, t, op, root);
+    if (o_.gpu) device::synchronize(stream_);
     barrier();
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < o_.iters; ++i) runOp(s, r, count, t, op, root);
+    if (o_.gpu) device::synchronize(stream_);
     const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / o_.iters;
     return {averageOverRanks(us), wrong};
   }
@@ -250,14 +283,23 @@ class Rank {
   int rank;
 
  private:
+  /// At least 64 bytes the collectives can use (device memory with o.gpu).
   void* scratch(size_t bytes) {
+    if (o_.gpu) {
+      if (deviceScratch_ == nullptr) deviceScratch_ = device::allocate(64);
+      return deviceScratch_;
+    }
     if (scratch_.size() < bytes) scratch_.resize(bytes);
     return scratch_.data();
   }
-  void barrier() {
-    int* d = static_cast<int*>(scratch(sizeof(int) * 2));
-    d[0] = 1;
-    PERF_CHECK(ncclAllReduce(d, d + 1, 1, ncclInt32, ncclSum, comm_, nullptr));
+  void barrier() { averageOverRanks(1); }
+
+  /// The host mirror of a pointer into the buffers the collectives use.
+  char* mirrorOf(const void* p) {
+    const char* c = static_cast<const char*>(p);
+    if (!o_.gpu) return const_cast<char*>(c);
+    if (c >= deviceSend_ && c < deviceSend_ + deviceBytes_) return sendBuf_.data() + (c - deviceSend_);
+    return recvBuf_.data() + (c - deviceRecv_);
   }
 
   /// Fills inputs with small integers (exact in every type), runs once, counts wrong outputs.
@@ -265,15 +307,21 @@ class Rank {
     const int n = o_.ranks;
     const size_t es = typeSize(t);
     const bool sendBlocks = coll_ == Coll::kReduceScatter || coll_ == Coll::kAlltoAll;
-    char* in = const_cast<char*>(static_cast<const char*>(s));
+    const bool recvBlocks = coll_ == Coll::kAllGather || coll_ == Coll::kAlltoAll;
+    char* in = mirrorOf(s);
     const size_t inElems = count * (sendBlocks ? n : 1);
     // Byte patterns are exact for copies; reductions use 0/1 bytes per element (exact sums in
     // every type when interpreted bytewise is not the point: they use whole-element values).
     for (size_t i = 0; i < inElems; ++i) setValue(in + i * es, t, reduces(coll_) ? static_cast<double>((rank + i) % 2) : static_cast<double>((rank * 7 + i) % 5));
     (void)inPlace;
+    if (o_.gpu) device::toDevice(const_cast<void*>(s), in, inElems * es);
     runOp(s, r, count, t, op, root);
+    const char* out = mirrorOf(r);
+    if (o_.gpu) {
+      device::synchronize(stream_);
+      device::toHost(const_cast<char*>(out), r, count * es * (recvBlocks ? n : 1));
+    }
     long wrong = 0;
-    const char* out = static_cast<const char*>(r);
     // Avg on floating types multiplies each input by a rounded 1/n: allow the type's rounding.
     const bool floating = t >= ncclFloat16 && t != ncclInt8;
     const double tolerance = op != ncclAvg || !floating ? 0
@@ -332,6 +380,11 @@ class Rank {
   const Options& o_;
   ncclComm_t comm_ = nullptr;
   std::vector<char> sendBuf_, recvBuf_, scratch_;
+  void* stream_ = nullptr;  // o.gpu: this rank's stream
+  char* deviceSend_ = nullptr;
+  char* deviceRecv_ = nullptr;
+  size_t deviceBytes_ = 0;
+  void* deviceScratch_ = nullptr;
 };
 
 // Small integers in every type. Half/bfloat16/fp8 hold the small integers used here exactly;
@@ -405,8 +458,13 @@ double Rank::getValue(const char* p, ncclDataType_t t) {
 }
 
 void printHeader(Coll coll, const Options& o) {
-  std::printf("# %s_perf (Braid host backend): %d ranks as %s\n", collName(coll), o.ranks,
-              o.launchedRank >= 0 ? "launched processes" : o.threads ? "threads" : "processes");
+  if (o.gpu) {
+    std::printf("# %s_perf (Braid, CUDA device 0: %s): %d ranks as %s\n", collName(coll), device::name(), o.ranks,
+                o.launchedRank >= 0 ? "launched processes" : o.threads ? "threads" : "processes");
+  } else {
+    std::printf("# %s_perf (Braid host backend): %d ranks as %s\n", collName(coll), o.ranks,
+                o.launchedRank >= 0 ? "launched processes" : o.threads ? "threads" : "processes");
+  }
   std::printf("# minBytes %zu maxBytes %zu step: %g(%s) warmup iters: %d iters: %d validation: %d\n", o.minBytes,
               o.maxBytes, o.increment ? static_cast<double>(o.increment) : o.factor, o.increment ? "bytes" : "factor",
               o.warmup, o.iters, o.check);
@@ -555,6 +613,8 @@ int run(Coll coll, int argc, char** argv) {
     std::fprintf(stderr, "-r %d: the root must be below --ranks %d\n", o.root, o.ranks);
     return 2;
   }
+  const char* why = "";
+  o.gpu = device::usable(&why);
   ncclUniqueId id;
   if (!uniqueId(o, &id)) return 1;
   double busSum = 0;

@@ -102,7 +102,7 @@ std::unique_ptr<Connector::End> Connector::createReceiver(int peer, const FifoSi
   auto end = std::make_unique<End>();
   const Kind kind = route(peer);
   if (kind == Kind::kP2p) {
-    end->memory = p2p::create(sizes, d);
+    end->memory = p2p::create(sizes, options_.allocator, d);
   } else if (kind == Kind::kShm) {
     end->memory = shm::create(sizes, options_.commTag + "-" + std::to_string(rank_) + "-" + std::to_string(peer) + "-" + what, d);
   } else if (kind == Kind::kIb) {
@@ -114,6 +114,7 @@ std::unique_ptr<Connector::End> Connector::createReceiver(int peer, const FifoSi
   }
   end->peer = peer;
   end->kind = d->kind;
+  registerEnd(*end);
   BRAID_INFO(log::kInit | (kind == Kind::kP2p ? log::kP2p : kind == Kind::kShm ? log::kShm : log::kNet),
              "channel %s: rank %d <- rank %d via %s", what.c_str(), rank_, peer, kindName(kind));
   return end;
@@ -137,7 +138,14 @@ std::unique_ptr<Connector::End> Connector::importSender(int peer, const Descript
   end->peer = peer;
   end->kind = d.kind;
   end->isSend = true;
+  registerEnd(*end);
   return end;
+}
+
+void Connector::registerEnd(End& end) {
+  if (options_.allocator == nullptr || end.kind == Kind::kP2p) return;  // p2p memory came from the allocator
+  options_.allocator->registerHost(end.memory->base(), end.memory->sizes().bytes());
+  end.registeredWith = options_.allocator;
 }
 
 void Connector::connectRing(int nChannels) {
@@ -224,7 +232,7 @@ namespace {
 kernels::ConnHandle handleOf(const std::map<int, std::unique_ptr<Connector::End>>& ends, int key, const char* what) {
   auto it = ends.find(key);
   if (it == ends.end()) fail(ncclInternalError, "no %s connection %d", what, key);
-  kernels::ConnHandle h = it->second->memory->handle(&it->second->step);
+  kernels::ConnHandle h = it->second->memory->handle(it->second->isSend);
   h.peer = it->second->peer;
   h.transport = static_cast<uint32_t>(it->second->kind);
   return h;

@@ -51,6 +51,9 @@ struct ConnectorOptions {
   uint64_t commHash = 0;     ///< presented on every network connection
   const uint32_t* abortFlag = nullptr;  ///< the communicator's abort flag
   std::string commTag;       ///< unique per communicator: names shared-memory segments
+  /// The backend's FIFO memory (null: the host's): the in-process transport allocates from it,
+  /// and the others' host memory is registered with it, so that the kernels reach every FIFO.
+  FifoAllocator* allocator = nullptr;
 };
 
 class Connector {
@@ -71,13 +74,19 @@ class Connector {
   kernels::ConnHandle peerSend(int peer, int set = 0) const;
   kernels::ConnHandle peerRecv(int peer, int set = 0) const;
 
-  /// One end of a connection: its FIFO memory and this rank's step counter on it.
+  /// One end of a connection: its FIFO memory (which holds this rank's step counter on it).
   struct End {
+    End() = default;
+    End(const End&) = delete;
+    End& operator=(const End&) = delete;
+    ~End() {
+      if (registeredWith != nullptr) registeredWith->unregisterHost(memory->base());
+    }
     std::unique_ptr<FifoMemory> memory;
-    uint64_t step = 0;
     int peer = -1;
     Kind kind = Kind::kP2p;
     bool isSend = false;
+    FifoAllocator* registeredWith = nullptr;  ///< the allocator memory was registered with (host memory)
   };
 
   /// Every connected end (ring and send/recv), for the watchdog.
@@ -106,6 +115,9 @@ class Connector {
   /// The network transports' settings for this communicator.
   socket::Settings socketSettings() const;
   ib::Settings ibSettings(int hint) const;
+  /// Makes a new end's host memory (shared memory, a network end's copy) reachable by the
+  /// backend's kernels.
+  void registerEnd(End& end);
 
   bootstrap::Bootstrap& channel_;
   int rank_;

@@ -6,12 +6,13 @@ namespace braid::transport {
 
 namespace {
 // tail and head (one 64-byte line each), the signature slots, the announcement line, the two
-// fault boxes, the step sizes.
+// fault boxes, the step sizes, the two ends' step counters (a line of their own).
 constexpr uint64_t kSigOffset = 128;
 constexpr uint64_t kAnnounceOffset = kSigOffset + kernels::kSteps * sizeof(kernels::SigSlot);
 constexpr uint64_t kFaultOffset = kAnnounceOffset + 64;
 constexpr uint64_t kSizesOffset = kFaultOffset + 2 * sizeof(FaultBox);
-constexpr uint64_t kCounterBytes = kSizesOffset + kernels::kSteps * sizeof(uint64_t);
+constexpr uint64_t kStepsOffset = kSizesOffset + kernels::kSteps * sizeof(uint64_t);
+constexpr uint64_t kCounterBytes = kStepsOffset + 64;
 static_assert(kCounterBytes % 64 == 0);
 }
 
@@ -21,15 +22,21 @@ uint64_t FifoSizes::bytes() const {
          uint64_t(kernels::kSteps) * ll128StepLines * sizeof(kernels::LL128Line);
 }
 
-kernels::ConnHandle FifoMemory::handle(uint64_t* step) const {
+uint64_t fifoControlBytes() { return kCounterBytes; }
+
+uint64_t* FifoMemory::stepWord(bool isSender) const {
+  return reinterpret_cast<uint64_t*>(base() + kStepsOffset) + (isSender ? 0 : 1);
+}
+
+kernels::ConnHandle FifoMemory::handle(bool isSender) const {
   kernels::ConnHandle h{};
   char* b = base();
   h.tail = reinterpret_cast<uint64_t*>(b);
   h.head = reinterpret_cast<uint64_t*>(b + 64);
-  h.simple = b + kCounterBytes;
+  h.simple = data();
   h.ll = reinterpret_cast<kernels::LLLine*>(h.simple + uint64_t(kernels::kSteps) * sizes_.simpleStepBytes);
   h.ll128 = reinterpret_cast<kernels::LL128Line*>(h.ll + uint64_t(kernels::kSteps) * sizes_.llStepLines);
-  h.step = step;
+  h.step = stepWord(isSender);
   h.sigs = reinterpret_cast<kernels::SigSlot*>(b + kSigOffset);
   h.announce = reinterpret_cast<kernels::OpSignature*>(b + kAnnounceOffset);
   h.sizes = reinterpret_cast<uint64_t*>(b + kSizesOffset);

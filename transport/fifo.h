@@ -4,8 +4,10 @@
 // sender; head, written by the receiver), kSteps signature slots (written by the sender, see
 // kernels/primitives.h), the sender's announcement of the collective it is in (read by the
 // receiver's watchdog), two fault boxes (one written by each end when its rank fails), the
-// size of each step (written by the sender before tail), then kSteps Simple slots, then kSteps
-// LL slots, then kSteps LL128 slots.
+// size of each step (written by the sender before tail), each end's step counter, then kSteps
+// Simple slots, then kSteps LL slots, then kSteps LL128 slots. The slots may live apart from the
+// rest (data()): in device memory when a GPU runs the kernels, while the counters stay in
+// host memory the GPU maps, which the host's watchdog also reads.
 // Where the memory lives is the transport's choice: the receiver's heap when both ranks are
 // threads of one process (transport/p2p), a POSIX shared-memory segment when they are
 // processes on one host (transport/shm). The receiver describes it in a Descriptor that
@@ -89,14 +91,41 @@ void writeAnnouncement(kernels::OpSignature* line, const kernels::OpSignature& s
 /// False when the line is empty or being rewritten (look again later).
 bool readAnnouncement(const kernels::OpSignature* line, kernels::OpSignature* out);
 
+/// Where a backend wants FIFO memory (implemented in src/runtime: the CUDA backend's; the
+/// host backend passes none and the transports use the host's heap or shared memory).
+class FifoAllocator {
+ public:
+  virtual ~FifoAllocator() = default;
+  /// Zeroed, page-aligned memory for the counters, signatures and fault boxes: read and
+  /// written by the host and by the kernels at the same address.
+  virtual void* allocateControl(size_t bytes) = 0;
+  virtual void freeControl(void* p) = 0;
+  /// Zeroed memory for the slots, where the kernels move data fastest (device memory).
+  virtual void* allocateData(size_t bytes) = 0;
+  virtual void freeData(void* p) = 0;
+  /// Makes host memory (a shared segment, a network end's copy) reachable by the kernels at
+  /// the same address, until unregisterHost.
+  virtual void registerHost(void* p, size_t bytes) = 0;
+  virtual void unregisterHost(void* p) = 0;
+};
+
+/// Bytes of a FIFO's control part (counters, signatures, fault boxes, step counters): the
+/// offset of the slots when they follow it.
+uint64_t fifoControlBytes();
+
 /// One end's view of the FIFO memory: owner (receiver) or importer (sender).
 class FifoMemory {
  public:
   virtual ~FifoMemory() = default;
+  /// The control part (and, unless data() says otherwise, the slots after it).
   virtual char* base() const = 0;
+  /// The slots: right after the control part, unless the transport put them elsewhere.
+  virtual char* data() const { return base() + fifoControlBytes(); }
   const FifoSizes& sizes() const { return sizes_; }
-  /// The kernel-facing handle for this end, stepping with `step` (this rank's counter).
-  kernels::ConnHandle handle(uint64_t* step) const;
+  /// The kernel-facing handle for this end (the sender's or the receiver's step counter).
+  kernels::ConnHandle handle(bool isSender) const;
+  /// This end's step counter, in the control part so that kernels can keep it.
+  uint64_t* stepWord(bool isSender) const;
   /// The fault box written by the sender (bySender) or by the receiver.
   FaultBox* faultBox(bool bySender) const;
 

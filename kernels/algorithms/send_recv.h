@@ -19,6 +19,7 @@ struct PeerOp {
   uint64_t step;     ///< this side's step counter while the operation runs
   Proto proto;
   bool isSend;
+  bool isStarted;    ///< the CUDA peer kernel: step was read from the connection (set false by the host)
 };
 
 /// Bytes one step of op carries.

@@ -120,7 +120,7 @@ ncclResult_t submit(Communicator& c, const plan::Task& task) {
 }
 
 plan::Task makeTask(const char* name, kernels::Func func, const void* sendbuff, void* recvbuff, size_t count,
-                    ncclDataType_t datatype) {
+                    ncclDataType_t datatype, cudaStream_t stream) {
   checkType(datatype);
   if (count > (SIZE_MAX >> 4) / plan::typeSize(datatype)) fail(ncclInvalidArgument, "count %zu is too large", count);
   plan::Task t;
@@ -130,14 +130,15 @@ plan::Task makeTask(const char* name, kernels::Func func, const void* sendbuff, 
   t.recvbuff = recvbuff;
   t.count = count;
   t.dtype = datatype;
+  t.stream = stream;
   return t;
 }
 
 /// Validates and submits a reduction collective (AllReduce, ReduceScatter, Reduce).
 ncclResult_t reduction(const char* name, kernels::Func func, const void* sendbuff, void* recvbuff, size_t count,
-                       ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm) {
+                       ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
   Communicator& c = readyComm(comm);
-  plan::Task t = makeTask(name, func, sendbuff, recvbuff, count, datatype);
+  plan::Task t = makeTask(name, func, sendbuff, recvbuff, count, datatype, stream);
   const int n = c.identity().nRanks;
   const int me = c.identity().rank;
   if (func == kernels::Func::kReduce) {
@@ -154,9 +155,9 @@ ncclResult_t reduction(const char* name, kernels::Func func, const void* sendbuf
 }
 
 ncclResult_t peer(const char* name, bool isSend, const void* sendbuff, void* recvbuff, size_t count,
-                  ncclDataType_t datatype, int peerRank, ncclComm_t comm) {
+                  ncclDataType_t datatype, int peerRank, ncclComm_t comm, cudaStream_t stream) {
   Communicator& c = readyComm(comm);
-  plan::Task t = makeTask(name, kernels::Func::kSendRecv, sendbuff, recvbuff, count, datatype);
+  plan::Task t = makeTask(name, kernels::Func::kSendRecv, sendbuff, recvbuff, count, datatype, stream);
   checkRank(peerRank, c.identity().nRanks, "peer");
   checkBuffer(isSend ? sendbuff : recvbuff, count, isSend ? "sendbuff" : "recvbuff");
   t.peer = peerRank;
@@ -169,38 +170,38 @@ ncclResult_t peer(const char* name, bool isSend, const void* sendbuff, void* rec
 BRAID_API(ncclResult_t, ncclAllReduce, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
-                            ncclComm_t comm, cudaStream_t) {
+                            ncclComm_t comm, cudaStream_t stream) {
   return api::guarded("ncclAllReduce", comm, [&] {
-    return reduction("ncclAllReduce", kernels::Func::kAllReduce, sendbuff, recvbuff, count, datatype, op, 0, comm);
+    return reduction("ncclAllReduce", kernels::Func::kAllReduce, sendbuff, recvbuff, count, datatype, op, 0, comm, stream);
   });
 }
 
 BRAID_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvbuff, size_t recvcount,
           ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t pncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
-                                ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
+                                ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   return api::guarded("ncclReduceScatter", comm, [&] {
     return reduction("ncclReduceScatter", kernels::Func::kReduceScatter, sendbuff, recvbuff, recvcount, datatype, op,
-                     0, comm);
+                     0, comm, stream);
   });
 }
 
 BRAID_API(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
           ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
-                         int root, ncclComm_t comm, cudaStream_t) {
+                         int root, ncclComm_t comm, cudaStream_t stream) {
   return api::guarded("ncclReduce", comm, [&] {
-    return reduction("ncclReduce", kernels::Func::kReduce, sendbuff, recvbuff, count, datatype, op, root, comm);
+    return reduction("ncclReduce", kernels::Func::kReduce, sendbuff, recvbuff, count, datatype, op, root, comm, stream);
   });
 }
 
 BRAID_API(ncclResult_t, ncclAllGather, const void* sendbuff, void* recvbuff, size_t sendcount,
           ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
-                            ncclComm_t comm, cudaStream_t) {
+                            ncclComm_t comm, cudaStream_t stream) {
   return api::guarded("ncclAllGather", comm, [&] {
     Communicator& c = readyComm(comm);
-    plan::Task t = makeTask("ncclAllGather", kernels::Func::kAllGather, sendbuff, recvbuff, sendcount, datatype);
+    plan::Task t = makeTask("ncclAllGather", kernels::Func::kAllGather, sendbuff, recvbuff, sendcount, datatype, stream);
     checkBuffer(sendbuff, sendcount, "sendbuff");
     checkBuffer(recvbuff, sendcount, "recvbuff");
     return submit(c, t);
@@ -209,9 +210,9 @@ ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcou
 
 namespace {
 ncclResult_t broadcast(const char* name, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                       int root, ncclComm_t comm) {
+                       int root, ncclComm_t comm, cudaStream_t stream) {
   Communicator& c = readyComm(comm);
-  plan::Task t = makeTask(name, kernels::Func::kBroadcast, sendbuff, recvbuff, count, datatype);
+  plan::Task t = makeTask(name, kernels::Func::kBroadcast, sendbuff, recvbuff, count, datatype, stream);
   checkRank(root, c.identity().nRanks, "root");
   if (c.identity().rank == root) checkBuffer(sendbuff, count, "sendbuff");
   checkBuffer(recvbuff, count, "recvbuff");
@@ -223,39 +224,40 @@ ncclResult_t broadcast(const char* name, const void* sendbuff, void* recvbuff, s
 BRAID_API(ncclResult_t, ncclBroadcast, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
           int root, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t pncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
-                            ncclComm_t comm, cudaStream_t) {
+                            ncclComm_t comm, cudaStream_t stream) {
   return api::guarded("ncclBroadcast", comm,
-                      [&] { return broadcast("ncclBroadcast", sendbuff, recvbuff, count, datatype, root, comm); });
+                      [&] { return broadcast("ncclBroadcast", sendbuff, recvbuff, count, datatype, root, comm, stream); });
 }
 
 BRAID_API(ncclResult_t, ncclBcast, void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
           cudaStream_t stream);
-ncclResult_t pncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t) {
-  return api::guarded("ncclBcast", comm, [&] { return broadcast("ncclBcast", buff, buff, count, datatype, root, comm); });
+ncclResult_t pncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
+  return api::guarded("ncclBcast", comm, [&] { return broadcast("ncclBcast", buff, buff, count, datatype, root, comm, stream); });
 }
 
 BRAID_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
           ncclComm_t comm, cudaStream_t stream);
 ncclResult_t pncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peerRank, ncclComm_t comm,
-                       cudaStream_t) {
+                       cudaStream_t stream) {
   return api::guarded("ncclSend", comm,
-                      [&] { return peer("ncclSend", true, sendbuff, nullptr, count, datatype, peerRank, comm); });
+                      [&] { return peer("ncclSend", true, sendbuff, nullptr, count, datatype, peerRank, comm, stream); });
 }
 
 BRAID_API(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
           cudaStream_t stream);
 ncclResult_t pncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peerRank, ncclComm_t comm,
-                       cudaStream_t) {
+                       cudaStream_t stream) {
   return api::guarded("ncclRecv", comm,
-                      [&] { return peer("ncclRecv", false, nullptr, recvbuff, count, datatype, peerRank, comm); });
+                      [&] { return peer("ncclRecv", false, nullptr, recvbuff, count, datatype, peerRank, comm, stream); });
 }
 
 namespace {
 /// AlltoAll: a collective, whose algorithms (Direct: sends and receives; Pairwise; Bruck) the
 /// tuner chooses.
-ncclResult_t allToAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm) {
+ncclResult_t allToAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm,
+                      cudaStream_t stream) {
   Communicator& c = readyComm(comm);
-  plan::Task t = makeTask("ncclAlltoAll", kernels::Func::kAlltoAll, sendbuff, recvbuff, count, datatype);
+  plan::Task t = makeTask("ncclAlltoAll", kernels::Func::kAlltoAll, sendbuff, recvbuff, count, datatype, stream);
   const size_t n = static_cast<size_t>(c.identity().nRanks);
   checkBuffer(sendbuff, count * n, "sendbuff");
   checkBuffer(recvbuff, count * n, "recvbuff");
@@ -264,9 +266,9 @@ ncclResult_t allToAll(const void* sendbuff, void* recvbuff, size_t count, ncclDa
 
 /// Gather and Scatter are groups of sends and receives.
 ncclResult_t exchange(const char* name, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                      int root, ncclComm_t comm) {
+                      int root, ncclComm_t comm, cudaStream_t stream) {
   Communicator& c = readyComm(comm);
-  plan::Task base = makeTask(name, kernels::Func::kSendRecv, sendbuff, recvbuff, count, datatype);
+  plan::Task base = makeTask(name, kernels::Func::kSendRecv, sendbuff, recvbuff, count, datatype, stream);
   const int n = c.identity().nRanks;
   const int me = c.identity().rank;
   const size_t bytes = count * plan::typeSize(datatype);
@@ -311,24 +313,24 @@ ncclResult_t exchange(const char* name, const void* sendbuff, void* recvbuff, si
 BRAID_API(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
           ncclComm_t comm, cudaStream_t stream);
 ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm,
-                           cudaStream_t) {
-  return api::guarded("ncclAlltoAll", comm, [&] { return allToAll(sendbuff, recvbuff, count, datatype, comm); });
+                           cudaStream_t stream) {
+  return api::guarded("ncclAlltoAll", comm, [&] { return allToAll(sendbuff, recvbuff, count, datatype, comm, stream); });
 }
 
 BRAID_API(ncclResult_t, ncclGather, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
           int root, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t pncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
-                         ncclComm_t comm, cudaStream_t) {
+                         ncclComm_t comm, cudaStream_t stream) {
   return api::guarded("ncclGather", comm,
-                      [&] { return exchange("ncclGather", sendbuff, recvbuff, count, datatype, root, comm); });
+                      [&] { return exchange("ncclGather", sendbuff, recvbuff, count, datatype, root, comm, stream); });
 }
 
 BRAID_API(ncclResult_t, ncclScatter, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
           int root, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t pncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
-                          ncclComm_t comm, cudaStream_t) {
+                          ncclComm_t comm, cudaStream_t stream) {
   return api::guarded("ncclScatter", comm,
-                      [&] { return exchange("ncclScatter", sendbuff, recvbuff, count, datatype, root, comm); });
+                      [&] { return exchange("ncclScatter", sendbuff, recvbuff, count, datatype, root, comm, stream); });
 }
 
 BRAID_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,

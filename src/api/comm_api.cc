@@ -5,6 +5,7 @@
 #include "api/api.h"
 #include "bootstrap/bootstrap.h"
 #include "comm/communicator.h"
+#include "runtime/host/data_path.h"
 #include "comm/init.h"
 #include "comm/split.h"
 #include "core/log.h"
@@ -43,7 +44,7 @@ ncclResult_t initRank(ncclComm_t* out, int nranks, const ncclUniqueId& id, int r
   const comm::InitSettings settings = comm::InitSettings::fromParams();
   const CommConfig cfg = readConfig(config, nullptr, settings.defaultBlocking);
   bootstrap::UniqueId::decode(id);  // a bad id fails here, before anything starts
-  std::unique_ptr<ncclComm> c = comm::newCommunicator(rank, nranks, cfg, -1);
+  std::unique_ptr<ncclComm> c = comm::newCommunicator(rank, nranks, cfg, comm::deviceOfNewRank(settings, -1));
   ncclComm* raw = c.get();
   const ncclResult_t r = dispatch(*raw, [raw, id, settings] { comm::initRank(*raw, id, settings); });
   *out = c.release();
@@ -100,7 +101,9 @@ ncclResult_t pncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
     const ncclUniqueId id = comm::makeUniqueId(settings);
     CommConfig cfg = readConfig(nullptr, nullptr, true);
     std::vector<std::unique_ptr<ncclComm>> created;
-    for (int i = 0; i < ndev; ++i) created.push_back(comm::newCommunicator(i, ndev, cfg, -1));
+    for (int i = 0; i < ndev; ++i) {
+      created.push_back(comm::newCommunicator(i, ndev, cfg, comm::deviceOfNewRank(settings, devlist ? devlist[i] : i)));
+    }
     // All ranks live in this thread's process: run their inits side by side.
     for (auto& c : created) {
       ncclComm* raw = c.get();
@@ -126,8 +129,10 @@ ncclResult_t pncclCommFinalize(ncclComm_t comm) {
     if (c.finalized()) fail(ncclInvalidUsage, "the communicator is already finalized");
     c.waitForJob();
     c.markFinalized();
-    // No operation can be in flight yet (the data path arrives later): quiescent at once.
-    return c.run([] {}, /*background=*/false);
+    // Host operations are complete when their call returns; a GPU's run until the stream gets
+    // to them: finalize waits for them (in the background for a nonblocking communicator).
+    Communicator* raw = &c;
+    return c.run([raw] { if (raw->hasBootstrap()) raw->dataPath().synchronize(); }, /*background=*/false);
   });
 }
 

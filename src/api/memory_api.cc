@@ -1,10 +1,12 @@
 // Memory allocation, buffer registration and symmetric windows.
 #include <cstdlib>
 #include <mutex>
-#include <set>
+#include <map>
 
 #include "api/api.h"
 #include "comm/communicator.h"
+#include "comm/init.h"
+#include "runtime/device.h"
 
 using namespace braid;
 
@@ -13,10 +15,11 @@ namespace {
 constexpr const char* kCudaWork = "the CUDA backend work";
 constexpr size_t kPage = 4096;
 
-/// What ncclMemAlloc handed out (host backend), so ncclMemFree can refuse anything else.
+/// What ncclMemAlloc handed out (true: device memory), so ncclMemFree can refuse anything else
+/// and free each kind its own way.
 struct HostAllocations {
   std::mutex mutex;
-  std::set<void*> live;
+  std::map<void*, bool> live;
 };
 HostAllocations& allocations() {
   static HostAllocations* a = new HostAllocations();  // never destroyed: frees may come during exit
@@ -30,14 +33,20 @@ ncclResult_t pncclMemAlloc(void** ptr, size_t size) {
   return api::guarded("ncclMemAlloc", nullptr, [&] {
     api::requireNonNull(ptr, "ptr");
     if (size == 0) fail(ncclInvalidArgument, "size is 0");
-    // Host backend: page-aligned host memory, rounded up to whole pages.
     void* p = nullptr;
-    const size_t rounded = (size + kPage - 1) / kPage * kPage;
-    if (rounded < size || posix_memalign(&p, kPage, rounded) != 0) {
-      fail(ncclSystemError, "cannot allocate %zu bytes of host memory", size);
+    // The CUDA backend where the library would choose it for a new rank on this thread: device
+    // memory of the current device. Else page-aligned host memory, in whole pages.
+    const bool onDevice = comm::deviceOfNewRank(comm::InitSettings::fromParams(), -1) >= 0;
+    if (onDevice) {
+      p = runtime::allocateDeviceMemory(size);
+    } else {
+      const size_t rounded = (size + kPage - 1) / kPage * kPage;
+      if (rounded < size || posix_memalign(&p, kPage, rounded) != 0) {
+        fail(ncclSystemError, "cannot allocate %zu bytes of host memory", size);
+      }
     }
     std::lock_guard<std::mutex> lock(allocations().mutex);
-    allocations().live.insert(p);
+    allocations().live[p] = onDevice;
     *ptr = p;
     return ncclSuccess;
   });
@@ -47,11 +56,19 @@ BRAID_API(ncclResult_t, ncclMemFree, void* ptr);
 ncclResult_t pncclMemFree(void* ptr) {
   return api::guarded("ncclMemFree", nullptr, [&] {
     if (ptr == nullptr) return ncclSuccess;  // freeing NULL is a no-op
+    bool onDevice = false;
     {
       std::lock_guard<std::mutex> lock(allocations().mutex);
-      if (allocations().live.erase(ptr) == 0) fail(ncclInvalidArgument, "ptr %p was not allocated by ncclMemAlloc", ptr);
+      auto it = allocations().live.find(ptr);
+      if (it == allocations().live.end()) fail(ncclInvalidArgument, "ptr %p was not allocated by ncclMemAlloc", ptr);
+      onDevice = it->second;
+      allocations().live.erase(it);
     }
-    std::free(ptr);
+    if (onDevice) {
+      runtime::freeDeviceMemory(ptr);
+    } else {
+      std::free(ptr);
+    }
     return ncclSuccess;
   });
 }

@@ -15,7 +15,8 @@ Communicator::~Communicator() {
   waitForCalls();
   waitForJob();
   job_.reset();
-  dataPath_.reset();
+  dataPath_.reset();  // (an abort meanwhile still reaches the kernels through the mirror)
+  abortMirror_.store(nullptr, std::memory_order_release);
   magic_ = 0;
 }
 
@@ -33,6 +34,12 @@ void Communicator::waitForCalls() const {
 void Communicator::requestAbort() {
   abort_.store(true, std::memory_order_release);
   kernels::storeRelease(&abortWord_, 1u);
+  if (uint32_t* mirror = abortMirror_.load(std::memory_order_acquire)) kernels::storeRelease(mirror, 1u);
+}
+
+void Communicator::mirrorAbortTo(uint32_t* word) {
+  kernels::storeRelease(word, kernels::loadAcquire(&abortWord_));
+  abortMirror_.store(word, std::memory_order_release);
 }
 
 ncclResult_t Communicator::run(std::function<void()> job, bool background) {

@@ -94,6 +94,9 @@ class Communicator {
   const uint32_t* abortWord() const { return &abortWord_; }
   /// Raises both flags: waits in bootstrap, transports and kernels end within one poll slice.
   void requestAbort();
+  /// Also raises `word` on abort (the copy a GPU's kernels poll); it must live as long as the
+  /// data path (the device that owns it belongs to it).
+  void mirrorAbortTo(uint32_t* word);
 
   /// Marks an operation running on this communicator (see CallGuard); abort and destroy wait
   /// until none is left, so another thread may abort a communicator that is in use.
@@ -124,6 +127,7 @@ class Communicator {
   std::atomic<ncclResult_t> state_{ncclSuccess};
   std::atomic<bool> abort_{false};
   uint32_t abortWord_ = 0;
+  std::atomic<uint32_t*> abortMirror_{nullptr};
   std::atomic<ncclResult_t> jobResult_{ncclSuccess};
   std::atomic<int> activeCalls_{0};
   std::atomic<bool> finalized_{false};

@@ -3,6 +3,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <set>
@@ -11,6 +12,7 @@
 #include "braid_config.h"
 #include "core/log.h"
 #include "core/params.h"
+#include "runtime/device.h"
 #include "runtime/host/data_path.h"
 #include "topology/topology.h"
 #include <cstdio>
@@ -56,6 +58,13 @@ void checkInitArguments(int nRanks, int rank) {
   }
 }
 
+int deviceOfNewRank(const InitSettings& settings, int requested) {
+  if (settings.backend == "host") return -1;
+  const int current = runtime::currentCudaDevice();
+  if (current < 0) return -1;
+  return requested >= 0 ? requested : current;
+}
+
 std::unique_ptr<ncclComm> newCommunicator(int rank, int nRanks, const CommConfig& config, int cudaDevice) {
   RankIdentity identity;
   identity.rank = rank;
@@ -66,10 +75,15 @@ std::unique_ptr<ncclComm> newCommunicator(int rank, int nRanks, const CommConfig
 
 namespace {
 
-Backend chooseBackend(const std::string& requested) {
-  if (requested.empty() || requested == "auto" || requested == "host") return Backend::kHost;
+/// BRAID_BACKEND against the device the rank was created on (-1: none usable).
+Backend chooseBackend(const std::string& requested, int cudaDevice) {
+  if (requested == "host") return Backend::kHost;
+  if (requested.empty() || requested == "auto") return cudaDevice >= 0 ? Backend::kCuda : Backend::kHost;
   if (requested == "cuda") {
-    fail(ncclInvalidUsage, "BRAID_BACKEND=cuda: the CUDA backend is not implemented yet in Braid %s", BRAID_VERSION);
+    if (cudaDevice >= 0) return Backend::kCuda;
+    const char* why = "";
+    runtime::currentCudaDevice(&why);
+    fail(ncclInvalidUsage, "BRAID_BACKEND=cuda, but no CUDA device is usable here: %s", why);
   }
   fail(ncclInvalidArgument, "BRAID_BACKEND is '%s'; expected auto, host or cuda", requested.c_str());
 }
@@ -98,12 +112,32 @@ void reportTopology(const RankIdentity& identity, const std::vector<PeerInfo>& p
   if (identity.rank == 0) topo::logTopology(*topology);
 }
 
+/// Several ranks on one GPU: said at INFO; across processes also a warning, once per process,
+/// as their kernels then take turns on the GPU unless MPS runs.
+void reportSharedDevice(const RankIdentity& identity, const std::vector<PeerInfo>& peers) {
+  const PeerInfo& mine = peers[identity.rank];
+  int inProcess = 0, otherProcesses = 0;
+  for (const PeerInfo& p : peers) {
+    if (p.hostHash != mine.hostHash || p.cudaDevice != mine.cudaDevice || p.rank == mine.rank) continue;
+    (p.pid == mine.pid ? inProcess : otherProcesses) += 1;
+  }
+  if (inProcess + otherProcesses == 0) return;
+  BRAID_INFO(log::kInit, "rank %d shares CUDA device %d with %d other rank(s) of this process and %d of other processes",
+             identity.rank, identity.cudaDevice, inProcess, otherProcesses);
+  static std::atomic<bool> warned{false};
+  if (otherProcesses > 0 && !warned.exchange(true)) {
+    BRAID_WARN("ranks of several processes share CUDA device %d: without MPS (nvidia-cuda-mps-control) their kernels "
+               "take turns on the GPU, which makes every collective slow", identity.cudaDevice);
+  }
+}
+
 }  // namespace
 
 void initRank(Communicator& comm, const ncclUniqueId& uniqueId, const InitSettings& settings) {
   const auto start = std::chrono::steady_clock::now();
   RankIdentity identity = comm.identity();
-  identity.backend = chooseBackend(settings.backend);
+  identity.backend = chooseBackend(settings.backend, identity.cudaDevice);
+  if (identity.backend == Backend::kHost) identity.cudaDevice = -1;
   const bootstrap::UniqueId id = bootstrap::UniqueId::decode(uniqueId);
 
   // With NCCL_COMM_ID nobody has started the root: rank 0 does, at the named address.
@@ -139,12 +173,21 @@ void initRank(Communicator& comm, const ncclUniqueId& uniqueId, const InitSettin
   const double boot = std::chrono::duration<double>(bootstrapDone - start).count();
   char tag[32];
   std::snprintf(tag, sizeof(tag), "%016llx", static_cast<unsigned long long>(identity.commHash));
+  const bool onDevice = identity.backend == Backend::kCuda;
+  const auto dataSettings = runtime::host::DataPathSettings::fromParams(comm.config(), onDevice);
+  std::unique_ptr<runtime::Device> device;
+  if (onDevice) {
+    device = runtime::openCudaDevice(identity.cudaDevice, dataSettings.limits.shape.threads);
+    comm.mirrorAbortTo(device->abortWord());
+    reportSharedDevice(identity, peers);
+  }
   auto dataPath = std::make_unique<runtime::host::DataPath>(
-      *channel, identity.rank, peers, runtime::host::DataPathSettings::fromParams(comm.config()), tag, comm.abortWord(),
-      identity.commHash, [&comm](ncclResult_t code) {
+      *channel, identity.rank, peers, dataSettings, tag, comm.abortWord(), identity.commHash,
+      [&comm](ncclResult_t code) {
         comm.setAsyncError(code);
         comm.requestAbort();
-      });
+      },
+      std::move(device));
   comm.completeInit(std::move(channel), identity, std::move(dataPath));
   BRAID_INFO(log::kInit, "comm %p rank %d nranks %d cudaDev %d nvmlDev %d busId %lx commId %#llx localRank %d "
                          "localRanks %d backend %s - Init COMPLETE",

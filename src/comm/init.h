@@ -27,6 +27,10 @@ struct InitSettings {
 /// with NCCL_COMM_ID, the fixed id naming that address (rank 0 starts the root in init).
 ncclUniqueId makeUniqueId(const InitSettings& settings);
 
+/// The CUDA device a new rank runs on: `requested` (ncclCommInitAll's devlist entry), or with
+/// -1 the calling thread's current device; -1 when BRAID_BACKEND=host or no device is usable.
+int deviceOfNewRank(const InitSettings& settings, int requested);
+
 /// Allocates the communicator for `rank` of `nRanks` with its validated configuration.
 std::unique_ptr<ncclComm> newCommunicator(int rank, int nRanks, const CommConfig& config, int cudaDevice);
 

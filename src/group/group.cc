@@ -1,6 +1,8 @@
 #include "group/group.h"
 
 #include <algorithm>
+#include <map>
+#include <tuple>
 #include <string>
 #include <utility>
 #include <vector>
@@ -117,11 +119,34 @@ ncclResult_t runCreations(std::vector<Deferred>& creations) {
 
 }  // namespace
 
+/// Ranks of one communicator whose work goes to one stream of one device would wait for each
+/// other forever (the stream runs one rank's kernel after the other's): refused, naming them.
+void checkSharedStreams(const std::vector<std::pair<Communicator*, std::vector<plan::Task>>>& operations) {
+  std::map<std::tuple<uint64_t, int, void*>, int> seen;  // (communicator, device, stream) -> rank
+  for (const auto& [comm, tasks] : operations) {
+    if (!comm->hasBootstrap() || !comm->dataPath().onDevice()) continue;
+    const int device = comm->dataPath().deviceOrdinal();
+    for (const plan::Task& t : tasks) {
+      auto [it, added] = seen.emplace(std::make_tuple(comm->identity().commHash, device, t.stream), comm->identity().rank);
+      if (!added && it->second != comm->identity().rank) {
+        fail(ncclInvalidUsage, "%s: ranks %d and %d of one communicator enqueue on the same stream %p of CUDA device %d "
+                               "in one group: the stream would run one rank's kernel only after the other's, and each "
+                               "waits for the other. Give each rank a stream of its own", t.name, it->second,
+             comm->identity().rank, t.stream, device);
+      }
+    }
+  }
+}
+
 ncclResult_t end() {
   std::vector<Deferred> creations;
   std::vector<std::pair<Communicator*, std::vector<plan::Task>>> operations;
   if (!leave("ncclGroupEnd", &creations, &operations)) return ncclSuccess;
   if (runCreations(creations) == ncclInProgress) return ncclInProgress;
+  checkSharedStreams(operations);
+  for (auto& [comm, tasks] : operations) {
+    if (comm->hasBootstrap()) comm->dataPath().checkOnDevice(tasks);
+  }
   std::vector<Deferred> jobs;
   for (auto& [comm, tasks] : operations) {
     Communicator* c = comm;

@@ -23,6 +23,7 @@ struct Task {
   int root = 0;
   int peer = -1;     ///< send/recv only
   bool isSend = false;
+  void* stream = nullptr;  ///< the cudaStream_t passed (the CUDA backend enqueues on it; the host ignores it)
   const char* name = "";  ///< the API function, for messages
 };
 

@@ -414,7 +414,7 @@ bool EndPump::write(int k, bool* moved) {
 
 NetFifo::NetFifo(const FifoSizes& sizes, std::unique_ptr<EndPump> pump, bool isSend, const uint32_t* abortFlag)
     : FifoMemory(sizes), pump_(std::move(pump)), abortFlag_(abortFlag) {
-  pump_->bindHandle(handle(&unusedStep_));
+  pump_->bindHandle(handle(true));
   pump_->setFaultBoxes(faultBox(isSend), faultBox(!isSend));
   proxy::attach(pump_.get());
 }

@@ -293,7 +293,6 @@ class NetFifo final : public FifoMemory {
  private:
   std::unique_ptr<EndPump> pump_;
   const uint32_t* abortFlag_;
-  uint64_t unusedStep_ = 0;
 };
 
 // ---- template definition ----

@@ -4,8 +4,8 @@
 
 #include <atomic>
 #include <cstdlib>
-#include <new>
 #include <cstring>
+#include <new>
 
 #include "core/status.h"
 
@@ -15,29 +15,57 @@ namespace {
 
 // The FIFO memory is shared by its two ends, which belong to different communicators (one
 // per rank) that may be destroyed in any order while the other's watchdog still reads the
-// fault boxes: a count in the page before the FIFO keeps it until both ends are gone.
+// fault boxes: a count in the page before the FIFO keeps it until both ends are gone. The page
+// also says where the memory came from and where the slots are.
 constexpr size_t kPrefix = 4096;
+struct Prefix {
+  std::atomic<int> count;
+  FifoAllocator* allocator;  // null: the heap
+  char* data;                // the slots: after the control part, or the allocator's data memory
+};
+static_assert(sizeof(Prefix) <= kPrefix);
 
-std::atomic<int>* countOf(char* base) { return reinterpret_cast<std::atomic<int>*>(base - kPrefix); }
+Prefix* prefixOf(char* base) { return reinterpret_cast<Prefix*>(base - kPrefix); }
 
 void release(char* base) {
-  if (countOf(base)->fetch_sub(1, std::memory_order_acq_rel) == 1) {
-    countOf(base)->~atomic();
+  Prefix* prefix = prefixOf(base);
+  if (prefix->count.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  FifoAllocator* allocator = prefix->allocator;
+  char* data = prefix->data;
+  prefix->~Prefix();
+  if (allocator == nullptr) {
     std::free(base - kPrefix);
+    return;
   }
+  allocator->freeData(data);
+  allocator->freeControl(base - kPrefix);
 }
 
 class HeapFifo final : public FifoMemory {
  public:
-  explicit HeapFifo(const FifoSizes& sizes) : FifoMemory(sizes) {
-    char* block = static_cast<char*>(std::aligned_alloc(4096, kPrefix + (sizes.bytes() + 4095) / 4096 * 4096));
+  HeapFifo(const FifoSizes& sizes, FifoAllocator* allocator) : FifoMemory(sizes) {
+    const uint64_t control = allocator == nullptr ? sizes.bytes() : fifoControlBytes();
+    const size_t blockBytes = kPrefix + (control + 4095) / 4096 * 4096;
+    char* block = static_cast<char*>(allocator == nullptr ? std::aligned_alloc(4096, blockBytes)
+                                                          : allocator->allocateControl(blockBytes));
     if (block == nullptr) fail(ncclSystemError, "cannot allocate %llu bytes of FIFO memory", (unsigned long long)sizes.bytes());
-    new (block) std::atomic<int>(1);
     memory_ = block + kPrefix;
-    std::memset(memory_, 0, sizes.bytes());
+    char* data = memory_ + fifoControlBytes();
+    if (allocator != nullptr) {
+      try {
+        data = static_cast<char*>(allocator->allocateData(sizes.bytes() - fifoControlBytes()));
+      } catch (...) {
+        allocator->freeControl(block);
+        throw;
+      }
+    } else {
+      std::memset(memory_, 0, sizes.bytes());
+    }
+    new (block) Prefix{{1}, allocator, data};
   }
   ~HeapFifo() override { release(memory_); }
   char* base() const override { return memory_; }
+  char* data() const override { return prefixOf(memory_)->data; }
 
  private:
   char* memory_;
@@ -46,10 +74,11 @@ class HeapFifo final : public FifoMemory {
 class BorrowedFifo final : public FifoMemory {
  public:
   BorrowedFifo(const FifoSizes& sizes, char* memory) : FifoMemory(sizes), memory_(memory) {
-    countOf(memory_)->fetch_add(1, std::memory_order_relaxed);
+    prefixOf(memory_)->count.fetch_add(1, std::memory_order_relaxed);
   }
   ~BorrowedFifo() override { release(memory_); }
   char* base() const override { return memory_; }
+  char* data() const override { return prefixOf(memory_)->data; }
 
  private:
   char* memory_;
@@ -57,8 +86,8 @@ class BorrowedFifo final : public FifoMemory {
 
 }  // namespace
 
-std::unique_ptr<FifoMemory> create(const FifoSizes& sizes, Descriptor* out) {
-  auto memory = std::make_unique<HeapFifo>(sizes);
+std::unique_ptr<FifoMemory> create(const FifoSizes& sizes, FifoAllocator* allocator, Descriptor* out) {
+  auto memory = std::make_unique<HeapFifo>(sizes, allocator);
   std::memset(out, 0, sizeof(*out));
   out->kind = Kind::kP2p;
   out->ownerPid = static_cast<int32_t>(getpid());

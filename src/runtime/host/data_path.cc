@@ -21,6 +21,7 @@ namespace braid::runtime::host {
 
 namespace {
 constexpr int kHostDefaultMaxChannels = 2;
+constexpr int kDeviceDefaultMaxChannels = 8;  // a block each: the tuner gives small messages fewer
 static_assert(transport::kSetChannels == kMaxChannels, "a connection set for every channel");
 constexpr uint32_t kP2pSimpleStepBytes = 128 * 1024;
 constexpr uint32_t kP2pLLStepLines = 2048;  // 16 KiB of payload per step
@@ -35,11 +36,12 @@ std::vector<transport::PeerPlace> placesOf(const std::vector<PeerInfo>& peers, i
   return places;
 }
 transport::ConnectorOptions optionsFor(const DataPathSettings& s, const std::string& commTag, uint64_t commHash,
-                                       const uint32_t* abortFlag) {
+                                       const uint32_t* abortFlag, runtime::Device* device) {
   transport::ConnectorOptions o = s.connector;
   o.commHash = commHash;
   o.commTag = commTag;
   o.abortFlag = abortFlag;
+  o.allocator = device != nullptr ? device->fifoAllocator() : nullptr;
   return o;
 }
 /// An NCCL_IB_* integer within [low, high]; out of range: a warning and `fallback`.
@@ -73,7 +75,7 @@ int64_t fifoBytes(params::Store& p, const char* name, int64_t lo, int64_t hi, in
 }
 }  // namespace
 
-DataPathSettings DataPathSettings::fromParams(const CommConfig& config) {
+DataPathSettings DataPathSettings::fromParams(const CommConfig& config, bool onDevice) {
   params::Store& p = params::process();
   DataPathSettings s;
   const int64_t buff = fifoBytes(p, "NCCL_BUFFSIZE", 64 * 1024, int64_t(1) << 30, 4 << 20, "64 KiB..1 GiB");
@@ -102,7 +104,9 @@ DataPathSettings DataPathSettings::fromParams(const CommConfig& config) {
   s.limits.shape.cpuThreadsPerChannel = s.threadsPerChannel;
   const int64_t minEnv = p.integer("NCCL_MIN_NCHANNELS");
   const int64_t maxEnv = p.integer("NCCL_MAX_NCHANNELS");
-  s.limits.maxChannels = std::min<int>(config.maxCTAs, maxEnv > 0 ? static_cast<int>(maxEnv) : kHostDefaultMaxChannels);
+  const int defaultMax = onDevice ? kDeviceDefaultMaxChannels : kHostDefaultMaxChannels;
+  s.limits.maxChannels = std::min<int>(config.maxCTAs, maxEnv > 0 ? static_cast<int>(maxEnv) : defaultMax);
+  if (onDevice) s.limits.table = &topo::kGpuCostTable;
   s.limits.minChannels = std::max<int>(config.minCTAs, minEnv > 0 ? static_cast<int>(minEnv) : 1);
   s.limits.maxChannels = std::clamp(s.limits.maxChannels, 1, kMaxChannels);
   s.limits.minChannels = std::clamp(s.limits.minChannels, 1, kMaxChannels);
@@ -127,28 +131,45 @@ DataPathSettings DataPathSettings::fromParams(const CommConfig& config) {
 
 DataPath::DataPath(bootstrap::Bootstrap& channel, int rank, const std::vector<PeerInfo>& peers,
                    const DataPathSettings& settings, const std::string& commTag, const uint32_t* abortWord,
-                   uint64_t commHash, std::function<void(ncclResult_t)> onFailure)
-    : rank_(rank),
+                   uint64_t commHash, std::function<void(ncclResult_t)> onFailure,
+                   std::unique_ptr<runtime::Device> device)
+    : device_(std::move(device)),
+      rank_(rank),
       nRanks_(static_cast<int>(peers.size())),
       settings_(settings),
       abort_(abortWord),
-      connector_(channel, rank, placesOf(peers, rank), optionsFor(settings, commTag, commHash, abortWord)),
+      kernelAbort_(device_ != nullptr ? device_->abortWord() : abortWord),
+      connector_(channel, rank, placesOf(peers, rank), optionsFor(settings, commTag, commHash, abortWord, device_.get())),
+      statuses_(device_ != nullptr ? device_->statuses() : hostStatuses_.data()),
       executor_(settings.threadsPerChannel) {
+  if (device_ != nullptr) {
+    localDeviceRanks_ = 0;
+    for (const PeerInfo& p : peers)
+      if (p.hostHash == peers[rank].hostHash && p.pid == peers[rank].pid && p.cudaDevice == peers[rank].cudaDevice)
+        ++localDeviceRanks_;
+  }
   topo::CostShape& shape = settings_.limits.shape;
-  shape.cpusPerNode = 0;
+  shape.cpusPerNode = 0;  // (GPU kernels do not share the CPUs: never oversubscribed)
   for (const PeerInfo& p : peers) {
     hostOf_.push_back(p.hostHash);
-    if (p.cpus > 0 && (shape.cpusPerNode == 0 || p.cpus < shape.cpusPerNode)) shape.cpusPerNode = p.cpus;
+    if (device_ == nullptr && p.cpus > 0 && (shape.cpusPerNode == 0 || p.cpus < shape.cpusPerNode)) shape.cpusPerNode = p.cpus;
   }
   setRanksPerNode(settings_.ranksPerNode);
   std::vector<PeerProcess> watched;  // other processes on this host: their exit is visible
   for (const PeerInfo& p : peers)
     if (p.hostHash == peers[rank].hostHash && p.pid != peers[rank].pid) watched.push_back({p.rank, p.pid});
-  watchdog_ = std::make_unique<Watchdog>(rank, nRanks_, commHash, std::move(watched), connector_, statuses_.data(),
+  watchdog_ = std::make_unique<Watchdog>(rank, nRanks_, commHash, std::move(watched), connector_, statuses_,
                                          kMaxChannels, std::move(onFailure), settings.watchdog);
 }
 
-DataPath::~DataPath() = default;
+DataPath::~DataPath() {
+  if (device_ == nullptr) return;
+  try {  // the kernels use the connections' memory until they end
+    device_->synchronize();
+  } catch (const Error& e) {
+    BRAID_WARN("rank %d: %s", rank_, e.what());
+  }
+}
 
 void DataPath::setRanksPerNode(int k) {
   settings_.ranksPerNode = std::max(0, k);
@@ -317,6 +338,7 @@ double DataPath::predict(const std::vector<plan::Task>& tasks) const {
 void DataPath::runCollective(const plan::Task& given) {
   const uint64_t seq = ++opSeq_;  // counted even when nothing moves, so every rank agrees
   if (given.count == 0) return;  // every rank has the same count: nothing moves anywhere
+  if (device_ != nullptr) checkDeviceTask(given);
   plan::Task task = given;
   if (task.scalarAtRun != nullptr) std::memcpy(&task.opArgs.scalarBits, task.scalarAtRun, plan::typeSize(task.dtype));
   const uint64_t key = (static_cast<uint64_t>(task.func) << 56) | (task.count * plan::typeSize(task.dtype));
@@ -334,6 +356,10 @@ void DataPath::runCollective(const plan::Task& given) {
     const char* in = static_cast<const char*>(task.sendbuff);
     const char* out = static_cast<const char*>(task.recvbuff);
     if (in < out + total && out < in + total) {
+      if (device_ != nullptr) {
+        fail(ncclInvalidUsage, "%s: in-place AlltoAll (sendbuff and recvbuff overlap) is not supported by the CUDA "
+                               "backend yet", task.name);
+      }
       staged.assign(in, in + total);
       task.sendbuff = staged.data();
       for (int c = 0; c < plan.nChannels; ++c) plan.works[c].sendbuff = staged.data();
@@ -341,7 +367,7 @@ void DataPath::runCollective(const plan::Task& given) {
     if (plan.choice.algo == kernels::Algo::kDirect) return runAllToAllDirect(task);
   }
   const HostCollectiveFn fn = plan.copy ? kCopyFunction : kReductionTable[static_cast<int>(task.red)][task.dtype];
-  if (fn == nullptr) {
+  if (fn == nullptr && device_ == nullptr) {
     fail(ncclInvalidUsage, "this operator and type are not instantiated in this build (-Donly_funcs=%s)", kOnlyFuncs);
   }
   const kernels::OpSignature sig = makeSignature(seq, task);
@@ -377,6 +403,7 @@ void DataPath::runCollective(const plan::Task& given) {
   } catch (const Error&) {
     rethrowWithReason();
   }
+  if (device_ != nullptr) return enqueueCollective(task, plan, ring, sig);
   if (plan.scratchBytes > scratchBytes_) {  // kept for later calls; grows only
     scratch_.reset(static_cast<char*>(std::aligned_alloc(64, (plan.scratchBytes + 63) / 64 * 64)));
     scratchBytes_ = scratch_ ? plan.scratchBytes : 0;
@@ -395,6 +422,51 @@ void DataPath::runCollective(const plan::Task& given) {
     if (!fn(g, plan.works[c], ring[c], abort_)) aborted.store(true, std::memory_order_relaxed);
   });
   if (aborted.load()) failAborted("the operation");
+}
+
+void DataPath::enqueueCollective(const plan::Task& task, plan::CollPlan& plan, const kernels::RingHandle* ring,
+                                 const kernels::OpSignature& sig) {
+  void* scratch = plan.scratchBytes > 0 ? device_->scratch(plan.scratchBytes) : nullptr;
+  for (int c = 0; c < plan.nChannels; ++c) {
+    plan.works[c].scratch = scratch;
+    plan.works[c].sig = sig;
+    plan.works[c].checkSig = settings_.checkMismatch ? 1 : 0;
+    plan.works[c].status = &statuses_[c];
+  }
+  device_->launchCollective(plan.works.data(), ring, plan.nChannels, nRanks_, plan.copy, static_cast<int>(task.red),
+                            task.dtype, task.stream, task.name);
+}
+
+void DataPath::checkDeviceTask(const plan::Task& task) {
+  if (watchdog_->checkMismatch()) {  // a kernel that found one ended early; say so at the next call
+    ncclResult_t code;
+    std::string text;
+    if (watchdog_->failure(&code, &text)) throw Error(code, text);
+  }
+  if (task.scalarAtRun != nullptr) {
+    fail(ncclInvalidUsage, "%s: a PreMulSum scalar in device memory (ncclScalarDevice) is not supported by the CUDA "
+                           "backend yet; use ncclScalarHostImmediate", task.name);
+  }
+  device_->checkStream(task.stream, localDeviceRanks_, task.name);
+  device_->checkBuffer(task.sendbuff, "sendbuff", task.name);
+  device_->checkBuffer(task.recvbuff, "recvbuff", task.name);
+}
+
+void DataPath::enqueuePeers(const std::map<std::pair<int, bool>, std::deque<kernels::PeerOp>>& queues, void* stream,
+                            const char* call) {
+  std::vector<kernels::PeerOp> flat;
+  std::vector<int> starts;
+  for (const auto& [key, q] : queues) {
+    starts.push_back(static_cast<int>(flat.size()));
+    for (const kernels::PeerOp& op : q) {
+      device_->checkBuffer(op.buffer, op.isSend ? "sendbuff" : "recvbuff", call);
+      flat.push_back(op);  // (done 0, not started: the kernel reads the connection's step)
+    }
+  }
+  starts.push_back(static_cast<int>(flat.size()));
+  if (flat.empty()) return;
+  device_->checkStream(stream, localDeviceRanks_, call);
+  device_->launchPeers(flat.data(), starts.data(), static_cast<int>(queues.size()), stream, call);
 }
 
 void DataPath::runAllToAllDirect(const plan::Task& task) {
@@ -440,7 +512,11 @@ void DataPath::runPeers(const std::vector<const plan::Task*>& ops) {
       fail(ncclInvalidUsage, "rank %d sends %zu bytes to itself but receives %zu", rank_, sendBytes, recvBytes);
     }
     if (sendBytes > 0 && selfRecvs[i]->recvbuff != selfSends[i]->sendbuff) {
-      std::memmove(selfRecvs[i]->recvbuff, selfSends[i]->sendbuff, sendBytes);
+      if (device_ != nullptr) {
+        device_->copy(selfRecvs[i]->recvbuff, selfSends[i]->sendbuff, sendBytes, ops.front()->stream);
+      } else {
+        std::memmove(selfRecvs[i]->recvbuff, selfSends[i]->sendbuff, sendBytes);
+      }
     }
   }
   std::sort(sendTo.begin(), sendTo.end());
@@ -465,6 +541,7 @@ void DataPath::runPeers(const std::vector<const plan::Task*>& ops) {
     op.isSend = t->isSend;
     queues[{t->peer, t->isSend}].push_back(op);
   }
+  if (device_ != nullptr) return enqueuePeers(queues, ops.front()->stream, ops.front()->name);
   for (auto& [key, q] : queues) q.front().step = *q.front().conn.step;
   if (connector_.usesNetwork()) proxy::kick();
   kernels::ChannelStatus& status = statuses_[0];

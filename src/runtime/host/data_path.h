@@ -1,8 +1,12 @@
-// The host backend's data path for one communicator: its connections, its executor threads,
-// and the loop that turns a group's tasks into kernel runs.
+// The data path of one communicator: its connections, its executor threads, and the loop that
+// turns a group's tasks into kernel runs. On the host backend the kernels run here, on the
+// calling thread and the executor's; with a runtime::Device (the CUDA backend) the same plans
+// are enqueued as kernels on the user's stream instead, and a call returns at once.
 #pragma once
 
 #include <array>
+#include <deque>
+#include <map>
 #include <cstdlib>
 #include <functional>
 #include <memory>
@@ -13,6 +17,7 @@
 #include "comm/config.h"
 #include "comm/peer_info.h"
 #include "plan/planner.h"
+#include "runtime/device.h"
 #include "runtime/host/executor.h"
 #include "runtime/host/watchdog.h"
 #include "transport/connector.h"
@@ -33,22 +38,42 @@ struct DataPathSettings {
   int ranksPerNode = 0;       ///< BRAID_RANKS_PER_NODE: 0 nodes are hosts, k: each k consecutive ranks
   WatchdogSettings watchdog;
 
-  /// From the parameter registry and the communicator's config (minCTAs/maxCTAs bound channels).
-  static DataPathSettings fromParams(const CommConfig& config);
+  /// From the parameter registry and the communicator's config (minCTAs/maxCTAs bound channels);
+  /// onDevice: the kernels run on a GPU (its cost table and channel default).
+  static DataPathSettings fromParams(const CommConfig& config, bool onDevice = false);
 };
 
 class DataPath {
  public:
   /// onFailure records the communicator's async error and raises its abort flag (the
   /// watchdog's way to end every wait).
+  /// device: where the kernels run (null: on the host).
   DataPath(bootstrap::Bootstrap& channel, int rank, const std::vector<PeerInfo>& peers,
            const DataPathSettings& settings, const std::string& commTag, const uint32_t* abortWord,
-           uint64_t commHash, std::function<void(ncclResult_t)> onFailure);
+           uint64_t commHash, std::function<void(ncclResult_t)> onFailure,
+           std::unique_ptr<runtime::Device> device = nullptr);
   ~DataPath();
 
   /// Runs one group's tasks of this communicator: collectives in order, then every send and
-  /// receive together. Returns when all are complete; throws on abort or failure.
+  /// receive together. Returns when all are complete (with a device: when all are enqueued);
+  /// throws on abort or failure.
   void execute(const std::vector<plan::Task>& tasks);
+  /// Waits until every operation this rank enqueued on a device has finished (nothing to wait
+  /// for on the host, where calls return complete).
+  void synchronize() {
+    if (device_ != nullptr) device_->synchronize();
+  }
+  /// With a device: throws what enqueueing `tasks` would throw for their streams and buffers
+  /// (and a mismatch an earlier kernel found), so that a group checks every rank before any
+  /// rank's kernel is launched (a launched kernel would wait for a refused rank forever).
+  void checkOnDevice(const std::vector<plan::Task>& tasks) {
+    if (device_ == nullptr) return;
+    for (const plan::Task& t : tasks) checkDeviceTask(t);
+  }
+  /// Whether the kernels run on a device (enqueued on the user's stream).
+  bool onDevice() const { return device_ != nullptr; }
+  /// The device's ordinal (-1 on the host).
+  int deviceOrdinal() const { return device_ != nullptr ? device_->ordinal() : -1; }
   /// The tuner's predicted time (µs) of running `tasks` with execute(); nothing runs.
   double predict(const std::vector<plan::Task>& tasks) const;
   /// One task alone (the common case of a call outside a group): the same, without the group.
@@ -76,6 +101,16 @@ class DataPath {
   /// and logs the tuner's table at INFO/TUNING on rank 0.
   void describeShape();
   void runPeers(const std::vector<const plan::Task*>& ops);
+  /// With a device, before anything of a collective moves: a mismatch an earlier kernel found,
+  /// what the backend does not support yet, the stream and the buffers.
+  void checkDeviceTask(const plan::Task& task);
+  /// With a device, the end of runCollective: enqueues the planned kernel.
+  void enqueueCollective(const plan::Task& task, plan::CollPlan& plan, const kernels::RingHandle* ring,
+                         const kernels::OpSignature& sig);
+  /// With a device, the end of runPeers: the group's sends and receives (queues by peer and
+  /// direction, each in posted order) as one kernel on `stream`.
+  void enqueuePeers(const std::map<std::pair<int, bool>, std::deque<kernels::PeerOp>>& queues, void* stream,
+                    const char* call);
   /// AlltoAll's Direct: a send to and a receive from every rank, all at once (runPeers).
   void runAllToAllDirect(const plan::Task& task);
   /// The ring handles of channels [0, n), connecting them on first use.
@@ -97,12 +132,16 @@ class DataPath {
   /// and fills those works' grid and connections.
   void prepareGrid(int n, kernels::CollWork* works);
 
+  std::unique_ptr<runtime::Device> device_;  // first: outlives everything that uses its memory
   int rank_;
   int nRanks_;
+  int localDeviceRanks_ = 1;  // ranks of this process on this rank's device (with device_)
   DataPathSettings settings_;
-  const uint32_t* abort_;
+  const uint32_t* abort_;        // the communicator's (host) abort word
+  const uint32_t* kernelAbort_;  // the word the kernels poll: abort_, or the device's copy
   transport::Connector connector_;
-  std::array<kernels::ChannelStatus, kMaxChannels> statuses_{};
+  std::array<kernels::ChannelStatus, kMaxChannels> hostStatuses_{};
+  kernels::ChannelStatus* statuses_;  // hostStatuses_, or the device's (kernels write them)
   uint64_t opSeq_ = 0;  // collectives called on this communicator so far
   bool neighbourWatched_ = false;
   std::unique_ptr<Watchdog> watchdog_;  // after connector_ and statuses_: stopped before them

@@ -100,8 +100,7 @@ TEST_CASE("socket transport: garbage, a truncated hello and a wrong nonce on the
     std::this_thread::sleep_for(200ms);
   }
   auto send = transport::socket::connectSender(d, settingsFor(0, 1), 1);
-  uint64_t sendStep = 0, recvStep = 0;
-  kernels::ConnHandle s = send->handle(&sendStep), r = recv->handle(&recvStep);
+  kernels::ConnHandle s = send->handle(true), r = recv->handle(false);
   std::memcpy(s.simple, "hello", 6);
   kernels::publishStep(s, 0, kernels::stepInfo(6, false));
   CHECK(eventually([&] { return kernels::loadAcquire(r.tail) == 1; }));

@@ -36,8 +36,8 @@ struct StepPair {
 
   /// After recv and send are made.
   void bind() {
-    r = recv->handle(&recvStep);
-    s = send->handle(&sendStep);
+    r = recv->handle(false);
+    s = send->handle(true);
   }
 };
 

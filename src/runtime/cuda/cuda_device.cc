@@ -1,0 +1,395 @@
+// The CUDA backend's device: pinned host memory the GPU maps (FIFO counters, statuses, the
+// abort word, launch arguments), device memory (FIFO slots, scratch), and launches on the
+// user's stream, ordered after this rank's previous work whatever stream that went to.
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <vector>
+
+#include "core/log.h"
+#include "core/status.h"
+#include "comm/config.h"
+#include "kernels/launch_sizes.h"
+#include "runtime/cuda/kernel_table.h"
+#include "runtime/device.h"
+
+namespace braid::runtime {
+
+namespace cuda {
+namespace {
+
+/// Throws ncclUnhandledCudaError naming the call and CUDA's error.
+void check(cudaError_t err, const char* call) {
+  if (err == cudaSuccess) return;
+  cudaGetLastError();  // (a launch error is also the thread's last error: clear it)
+  fail(ncclUnhandledCudaError, "%s failed: %s (%s)", call, cudaGetErrorName(err), cudaGetErrorString(err));
+}
+#define BRAID_CUDA_CHECK(call) check((call), #call)
+
+/// Makes `device` current on this thread while it lives, then restores the caller's.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) : device_(device) {
+    BRAID_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != device_) BRAID_CUDA_CHECK(cudaSetDevice(device_));
+  }
+  ~DeviceGuard() {
+    if (previous_ != device_) cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int device_;
+  int previous_ = -1;
+};
+
+/// Throws unless the GPU reaches host memory p at the same address (unified addressing).
+void requireSameAddress(void* p, const char* what) {
+  void* d = nullptr;
+  BRAID_CUDA_CHECK(cudaHostGetDevicePointer(&d, p, 0));
+  if (d != p) {
+    fail(ncclSystemError, "CUDA maps %s %p at device address %p; Braid needs the same address on both sides "
+                          "(unified addressing)", what, p, d);
+  }
+}
+
+/// Zeroed pinned host memory the GPU maps at the same address.
+void* allocateMapped(size_t bytes, const char* what) {
+  void* p = nullptr;
+  BRAID_CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable));
+  std::memset(p, 0, bytes);
+  try {
+    requireSameAddress(p, what);
+  } catch (...) {
+    cudaFreeHost(p);
+    throw;
+  }
+  return p;
+}
+
+class FifoAllocator final : public transport::FifoAllocator {
+ public:
+  explicit FifoAllocator(int device) : device_(device) {}
+  void* allocateControl(size_t bytes) override {
+    DeviceGuard guard(device_);
+    return allocateMapped(bytes, "FIFO counters");
+  }
+  void freeControl(void* p) override { cudaFreeHost(p); }
+  void* allocateData(size_t bytes) override {
+    DeviceGuard guard(device_);
+    void* p = nullptr;
+    BRAID_CUDA_CHECK(cudaMalloc(&p, bytes));
+    // Zeroed before any kernel reads it (stale LL flags would read as data), whatever
+    // stream flags the user's streams have.
+    const cudaError_t err = cudaMemset(p, 0, bytes);
+    const cudaError_t done = err == cudaSuccess ? cudaStreamSynchronize(nullptr) : err;
+    if (done != cudaSuccess) {
+      cudaFree(p);
+      check(done, "cudaMemset(FIFO slots)");
+    }
+    return p;
+  }
+  void freeData(void* p) override {
+    int previous = -1;
+    cudaGetDevice(&previous);
+    cudaSetDevice(device_);
+    cudaFree(p);
+    cudaSetDevice(previous);
+  }
+  void registerHost(void* p, size_t bytes) override {
+    DeviceGuard guard(device_);
+    BRAID_CUDA_CHECK(cudaHostRegister(p, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable));
+    try {
+      requireSameAddress(p, "shared FIFO memory");
+    } catch (...) {
+      cudaHostUnregister(p);
+      throw;
+    }
+  }
+  void unregisterHost(void* p) override { cudaHostUnregister(p); }
+
+ private:
+  int device_;
+};
+
+/// The process's FIFO allocator of a device: never destroyed, as FIFOs shared by two ranks
+/// outlive whichever communicator goes first.
+FifoAllocator* fifoAllocatorOf(int device) {
+  static std::mutex mutex;
+  static std::vector<FifoAllocator*>* all = new std::vector<FifoAllocator*>();
+  std::lock_guard<std::mutex> lock(mutex);
+  if (static_cast<int>(all->size()) <= device) all->resize(device + 1, nullptr);
+  if ((*all)[device] == nullptr) (*all)[device] = new FifoAllocator(device);
+  return (*all)[device];
+}
+
+constexpr int kPeerThreads = 128;
+constexpr size_t kMaxSharedBytes = 48 * 1024;  // dynamic shared memory without opting in
+
+class CudaDevice final : public Device {
+ public:
+  CudaDevice(int ordinal, int threadsPerBlock)
+      : ordinal_(ordinal), threads_(threadsPerBlock), allocator_(fifoAllocatorOf(ordinal)) {
+    DeviceGuard guard(ordinal_);
+    statuses_ = static_cast<kernels::ChannelStatus*>(
+        allocateMapped(sizeof(kernels::ChannelStatus) * kMaxChannels, "channel statuses"));
+    abort_ = static_cast<uint32_t*>(allocateMapped(64, "the abort word"));
+    BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&last_, cudaEventDisableTiming));
+  }
+
+  ~CudaDevice() override {
+    try {
+      synchronize();
+    } catch (const Error& e) {
+      BRAID_WARN("CUDA device %d: while releasing a communicator's work: %s", ordinal_, e.what());
+    }
+    int previous = -1;
+    cudaGetDevice(&previous);
+    cudaSetDevice(ordinal_);
+    for (Block& b : free_) release(b);
+    for (Block& b : inFlight_) release(b);
+    if (scratch_ != nullptr) cudaFree(scratch_);
+    cudaEventDestroy(last_);
+    cudaFreeHost(statuses_);
+    cudaFreeHost(abort_);
+    cudaSetDevice(previous);
+  }
+
+  int ordinal() const override { return ordinal_; }
+  transport::FifoAllocator* fifoAllocator() override { return allocator_; }
+  kernels::ChannelStatus* statuses() override { return statuses_; }
+  uint32_t* abortWord() override { return abort_; }
+
+  void* scratch(uint64_t bytes) override {
+    if (bytes <= scratchBytes_) return scratch_;
+    synchronize();  // the old scratch may still be in use
+    DeviceGuard guard(ordinal_);
+    if (scratch_ != nullptr) cudaFree(scratch_);
+    scratch_ = nullptr;
+    scratchBytes_ = 0;
+    BRAID_CUDA_CHECK(cudaMalloc(&scratch_, bytes));
+    scratchBytes_ = bytes;
+    return scratch_;
+  }
+
+  void checkBuffer(const void* p, const char* name, const char* call) override {
+    if (p == nullptr) return;
+    cudaPointerAttributes a{};
+    const cudaError_t err = cudaPointerGetAttributes(&a, p);
+    if (err != cudaSuccess) check(err, "cudaPointerGetAttributes");
+    if (a.type == cudaMemoryTypeUnregistered) {
+      fail(ncclInvalidArgument, "%s: %s %p is pageable host memory, which CUDA device %d cannot reach; pass device "
+                                "memory (cudaMalloc, ncclMemAlloc) or pinned memory, or set BRAID_BACKEND=host to run "
+                                "on the CPU", call, name, p, ordinal_);
+    }
+    if (a.type == cudaMemoryTypeDevice && a.device != ordinal_) {
+      int canAccess = 0;
+      cudaDeviceCanAccessPeer(&canAccess, ordinal_, a.device);
+      if (!canAccess) {
+        fail(ncclInvalidArgument, "%s: %s %p is memory of CUDA device %d, which this rank's device %d cannot reach",
+             call, name, p, a.device, ordinal_);
+      }
+    }
+  }
+
+  void checkStream(void* stream, int localDeviceRanks, const char* call) override {
+    const cudaStream_t s = static_cast<cudaStream_t>(stream);
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    BRAID_CUDA_CHECK(cudaStreamIsCapturing(s, &status));
+    if (status != cudaStreamCaptureStatusNone) {
+      fail(ncclInvalidUsage, "%s: the stream is being captured into a CUDA graph; Braid's CUDA backend cannot "
+                             "capture collectives yet (run them outside the capture)", call);
+    }
+    if (localDeviceRanks > 1 && (s == nullptr || s == cudaStreamLegacy)) {
+      fail(ncclInvalidUsage, "%s: %d ranks of this process share CUDA device %d and this rank enqueues on the legacy "
+                             "default stream, which runs its kernel only after every other stream's: the ranks' "
+                             "kernels would wait for each other forever. Give each rank a stream of its own "
+                             "(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking))", call, localDeviceRanks, ordinal_);
+    }
+  }
+
+  void launchCollective(const kernels::CollWork* works, const kernels::RingHandle* rings, int nChannels, int nRanks,
+                        bool copy, int red, int dtype, void* stream, const char* call) override {
+    DeviceGuard guard(ordinal_);
+    const bool peers = works[0].peerSend != nullptr;
+    const size_t peerBytes = peers ? 2 * static_cast<size_t>(nRanks) * sizeof(kernels::ConnHandle) : 0;
+    const size_t bytes = nChannels * (sizeof(kernels::CollWork) + sizeof(kernels::RingHandle) + peerBytes);
+    Block& block = takeBlock(bytes);
+    auto* w = reinterpret_cast<kernels::CollWork*>(block.memory);
+    auto* r = reinterpret_cast<kernels::RingHandle*>(w + nChannels);
+    auto* handles = reinterpret_cast<kernels::ConnHandle*>(r + nChannels);
+    std::memcpy(w, works, nChannels * sizeof(kernels::CollWork));
+    std::memcpy(r, rings, nChannels * sizeof(kernels::RingHandle));
+    for (int c = 0; peers && c < nChannels; ++c) {  // each channel's connection handles travel too
+      kernels::ConnHandle* send = handles + 2 * static_cast<size_t>(c) * nRanks;
+      std::memcpy(send, works[c].peerSend, nRanks * sizeof(kernels::ConnHandle));
+      std::memcpy(send + nRanks, works[c].peerRecv, nRanks * sizeof(kernels::ConnHandle));
+      w[c].peerSend = send;
+      w[c].peerRecv = send + nRanks;
+    }
+    const cudaStream_t s = static_cast<cudaStream_t>(stream);
+    const CollLaunch launch{dim3(nChannels), dim3(threads_), peers ? kernels::collectiveSharedBytes(nRanks) : 0, s,
+                            w, 1, r, abort_};
+    beginOn(s);
+    const cudaError_t err = copy ? launchCopy(launch) : launchReduction(red, dtype, launch);
+    if (err == cudaErrorNotSupported) {
+      free_.push_back(block);
+      inFlight_.pop_back();
+      fail(ncclInvalidUsage, "%s: this operator and type are not instantiated in this build's CUDA kernels "
+                             "(-Dcuda-only-funcs=%s)", call, kCudaOnlyFuncs);
+    }
+    check(err, "the collective kernel's launch");
+    endOn(s, &block);
+  }
+
+  void launchPeers(const kernels::PeerOp* ops, const int* starts, int nQueues, void* stream, const char* call) override {
+    const int nOps = starts[nQueues];
+    const size_t shared = kernels::peerSharedBytes(nOps);
+    if (shared > kMaxSharedBytes) {
+      fail(ncclInvalidUsage, "%s: %d sends and receives in one group; the CUDA backend runs at most %zu at once", call,
+           nOps, kMaxSharedBytes / sizeof(kernels::PeerOp));
+    }
+    DeviceGuard guard(ordinal_);
+    Block& block = takeBlock(nOps * sizeof(kernels::PeerOp) + (nQueues + 1) * sizeof(int));
+    auto* o = reinterpret_cast<kernels::PeerOp*>(block.memory);
+    auto* q = reinterpret_cast<int*>(o + nOps);
+    std::memcpy(o, ops, nOps * sizeof(kernels::PeerOp));
+    std::memcpy(q, starts, (nQueues + 1) * sizeof(int));
+    const cudaStream_t s = static_cast<cudaStream_t>(stream);
+    beginOn(s);
+    check(cuda::launchPeers(PeerLaunch{dim3(kPeerThreads), shared, s, o, q, nQueues, abort_}), "the send/receive kernel's launch");
+    endOn(s, &block);
+  }
+
+  void copy(void* dst, const void* src, size_t bytes, void* stream) override {
+    DeviceGuard guard(ordinal_);
+    const cudaStream_t s = static_cast<cudaStream_t>(stream);
+    beginOn(s);
+    BRAID_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s));
+    endOn(s, nullptr);
+  }
+
+  void synchronize() override {
+    DeviceGuard guard(ordinal_);
+    if (hasLast_) BRAID_CUDA_CHECK(cudaEventSynchronize(last_));
+    reclaim();
+  }
+
+ private:
+  /// Launch arguments in mapped host memory, reused once the launch that read them is done.
+  struct Block {
+    char* memory = nullptr;
+    size_t bytes = 0;
+    cudaEvent_t done = nullptr;
+  };
+
+  static void release(Block& b) {
+    if (b.done != nullptr) cudaEventDestroy(b.done);
+    if (b.memory != nullptr) cudaFreeHost(b.memory);
+  }
+
+  void reclaim() {
+    while (!inFlight_.empty() && cudaEventQuery(inFlight_.front().done) == cudaSuccess) {
+      free_.push_back(inFlight_.front());
+      inFlight_.pop_front();
+    }
+  }
+
+  /// A free block of at least `bytes`, moved to the back of inFlight_.
+  Block& takeBlock(size_t bytes) {
+    reclaim();
+    for (size_t i = 0; i < free_.size(); ++i) {
+      if (free_[i].bytes >= bytes) {
+        inFlight_.push_back(free_[i]);
+        free_.erase(free_.begin() + static_cast<long>(i));
+        return inFlight_.back();
+      }
+    }
+    Block b;
+    b.bytes = (bytes + 65535) / 65536 * 65536;
+    b.memory = static_cast<char*>(allocateMapped(b.bytes, "launch arguments"));
+    const cudaError_t err = cudaEventCreateWithFlags(&b.done, cudaEventDisableTiming);
+    if (err != cudaSuccess) {
+      cudaFreeHost(b.memory);
+      check(err, "cudaEventCreateWithFlags");
+    }
+    inFlight_.push_back(b);
+    return inFlight_.back();
+  }
+
+  /// Before enqueuing on s: this rank's previous work (on whatever stream) comes first, as
+  /// NCCL orders a communicator's operations.
+  void beginOn(cudaStream_t s) {
+    if (hasLast_ && s != lastStream_) BRAID_CUDA_CHECK(cudaStreamWaitEvent(s, last_, 0));
+  }
+  /// After enqueuing on s: remember it as the last work, and when `block` is free again.
+  void endOn(cudaStream_t s, Block* block) {
+    BRAID_CUDA_CHECK(cudaEventRecord(last_, s));
+    hasLast_ = true;
+    lastStream_ = s;
+    if (block != nullptr) BRAID_CUDA_CHECK(cudaEventRecord(block->done, s));
+  }
+
+  int ordinal_;
+  int threads_;
+  FifoAllocator* allocator_;
+  kernels::ChannelStatus* statuses_ = nullptr;
+  uint32_t* abort_ = nullptr;
+  void* scratch_ = nullptr;
+  uint64_t scratchBytes_ = 0;
+  cudaEvent_t last_ = nullptr;
+  bool hasLast_ = false;
+  cudaStream_t lastStream_ = nullptr;
+  std::deque<Block> inFlight_;
+  std::vector<Block> free_;
+};
+
+}  // namespace
+}  // namespace cuda
+
+std::unique_ptr<Device> openCudaDevice(int ordinal, int threadsPerBlock) {
+  int count = 0;
+  cuda::check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+  if (ordinal < 0 || ordinal >= count) {
+    fail(ncclInvalidArgument, "CUDA device %d does not exist (this process sees %d)", ordinal, count);
+  }
+  return std::make_unique<cuda::CudaDevice>(ordinal, threadsPerBlock);
+}
+
+int currentCudaDevice(const char** why) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    if (why != nullptr) *why = count == 0 ? "no CUDA device or driver" : "the CUDA runtime found no usable device";
+    return -1;
+  }
+  int device = -1;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    if (why != nullptr) *why = "cudaGetDevice failed";
+    return -1;
+  }
+  return device;
+}
+
+void* allocateDeviceMemory(size_t bytes) {
+  void* p = nullptr;
+  cuda::check(cudaMalloc(&p, bytes), "cudaMalloc");
+  return p;
+}
+
+void freeDeviceMemory(void* p) { cuda::check(cudaFree(p), "cudaFree"); }
+
+bool isDevicePointer(const void* p) {
+  cudaPointerAttributes a{};
+  if (p == nullptr || cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+}  // namespace braid::runtime

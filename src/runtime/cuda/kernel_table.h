@@ -1,0 +1,45 @@
+// The host functions that launch the CUDA kernels, written by kernels/generate.py into the
+// build folder (one per element type, the copying and point-to-point kernels, the dispatch).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kernels/algorithms/send_recv.h"
+#include "kernels/work.h"
+
+namespace braid::runtime::cuda {
+
+/// One launch of a collective: a block per channel, the channels' work and ring handles
+/// (host memory the GPU maps), and the dynamic shared memory collectiveSharedBytes says.
+struct CollLaunch {
+  dim3 grid, block;
+  size_t sharedBytes;
+  cudaStream_t stream;
+  const kernels::CollWork* works;
+  int nWorks;
+  const kernels::RingHandle* rings;
+  const uint32_t* abortFlag;
+};
+
+/// One launch of a group's sends and receives: queue q is ops[starts[q], starts[q + 1]).
+struct PeerLaunch {
+  dim3 block;
+  size_t sharedBytes;
+  cudaStream_t stream;
+  const kernels::PeerOp* ops;
+  const int* starts;
+  int nQueues;
+  const uint32_t* abortFlag;
+};
+
+/// The reduction kernel of (RedKind, ncclDataType_t); cudaErrorNotSupported where
+/// -Dcuda-only-funcs left it out, else the launch's own result.
+cudaError_t launchReduction(int red, int dtype, const CollLaunch& l);
+/// The copying collectives' kernel (any element type).
+cudaError_t launchCopy(const CollLaunch& l);
+/// The point-to-point kernel.
+cudaError_t launchPeers(const PeerLaunch& l);
+/// The filter the CUDA units were generated with ("" for all).
+extern const char* const kCudaOnlyFuncs;
+
+}  // namespace braid::runtime::cuda

@@ -1,0 +1,71 @@
+// What a communicator whose kernels run on a GPU needs beside the data path it shares with the
+// host backend (src/runtime/host/data_path.h): where FIFOs, statuses, the abort word and scratch
+// memory live, and how kernels are enqueued on the user's stream. The CUDA backend implements
+// it (src/runtime/cuda/); this header needs no CUDA headers, so everything above it builds
+// without CUDA.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "kernels/algorithms/send_recv.h"
+#include "kernels/work.h"
+#include "transport/fifo.h"
+
+namespace braid::runtime {
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  /// The device's ordinal (cudaSetDevice's).
+  virtual int ordinal() const = 0;
+  /// Where the connections' FIFOs come from (process-wide per device: FIFOs may outlive this).
+  virtual transport::FifoAllocator* fifoAllocator() = 0;
+  /// kMaxChannels channel statuses, written by the kernels and read by the watchdog.
+  virtual kernels::ChannelStatus* statuses() = 0;
+  /// The word the kernels poll for abort (the communicator raises it with its own).
+  virtual uint32_t* abortWord() = 0;
+  /// Device memory of at least `bytes` for the kernels' scratch; growing it first waits for
+  /// this rank's enqueued work.
+  virtual void* scratch(uint64_t bytes) = 0;
+  /// Throws ncclInvalidArgument naming `name` and `call` when `p` is memory the device cannot
+  /// reach (a pageable host pointer, another device's memory without peer access).
+  virtual void checkBuffer(const void* p, const char* name, const char* call) = 0;
+  /// Throws ncclInvalidUsage when work on `stream` could never run beside the other ranks' of
+  /// `call` (several ranks of this process on one device with the legacy default stream, or a
+  /// stream being captured into a CUDA graph, which this backend does not support yet).
+  virtual void checkStream(void* stream, int localDeviceRanks, const char* call) = 0;
+  /// Enqueues one collective on `stream` (a cudaStream_t): nChannels blocks run
+  /// works[0, nChannels) over rings[0, nChannels) of a communicator of nRanks; `copy`: the byte
+  /// kernel, else the reduction kernel of (red, dtype). Returns at once; the arguments are
+  /// copied (the caller's may go).
+  virtual void launchCollective(const kernels::CollWork* works, const kernels::RingHandle* rings, int nChannels,
+                                int nRanks, bool copy, int red, int dtype, void* stream, const char* call) = 0;
+  /// Enqueues a group's sends and receives: queue q is ops[starts[q], starts[q + 1]), run in
+  /// order on its connection.
+  virtual void launchPeers(const kernels::PeerOp* ops, const int* starts, int nQueues, void* stream,
+                           const char* call) = 0;
+  /// Enqueues a device-to-device copy (a send to this rank itself).
+  virtual void copy(void* dst, const void* src, size_t bytes, void* stream) = 0;
+  /// Waits until everything this rank enqueued has finished (or was aborted).
+  virtual void synchronize() = 0;
+};
+
+/// The CUDA device `ordinal` for one communicator, running threadsPerBlock threads per channel;
+/// throws ncclInvalidUsage in a build without CUDA, ncclUnhandledCudaError when CUDA refuses.
+std::unique_ptr<Device> openCudaDevice(int ordinal, int threadsPerBlock);
+
+/// The calling thread's current CUDA device, or -1 (no CUDA in this build, no driver, no
+/// device); `why` says which when it is -1.
+int currentCudaDevice(const char** why = nullptr);
+
+/// Whether `p` is memory on a CUDA device (or managed); false without CUDA.
+bool isDevicePointer(const void* p);
+
+/// ncclMemAlloc on the CUDA backend: `bytes` of device memory on the calling thread's current
+/// device (cudaMalloc); throws ncclUnhandledCudaError naming the call when CUDA refuses.
+void* allocateDeviceMemory(size_t bytes);
+void freeDeviceMemory(void* p);
+
+}  // namespace braid::runtime

@@ -1,0 +1,409 @@
+// The gpu suite: Braid's CUDA backend through the public API, on device buffers and streams.
+// Plain C++ (no Catch2: GPU machines may lack it). `gpu_test NAME` runs one test; exit 0 passed,
+// 1 failed (the reason on stderr), 77 skipped (the reason on stdout: no CUDA device).
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace {
+
+int failures = 0;
+
+#define EXPECT(cond, ...)                                        \
+  do {                                                           \
+    if (!(cond)) {                                               \
+      std::fprintf(stderr, "%s:%d: %s: ", __FILE__, __LINE__, #cond); \
+      std::fprintf(stderr, __VA_ARGS__);                         \
+      std::fprintf(stderr, "\n");                                \
+      ++failures;                                                \
+    }                                                            \
+  } while (0)
+
+#define CUDA_OK(call)                                                                            \
+  do {                                                                                           \
+    const cudaError_t e_ = (call);                                                               \
+    if (e_ != cudaSuccess) {                                                                     \
+      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                              \
+    }                                                                                            \
+  } while (0)
+
+#define NCCL_OK(call)                                                                                          \
+  do {                                                                                                         \
+    const ncclResult_t r_ = (call);                                                                            \
+    if (r_ != ncclSuccess) {                                                                                   \
+      std::fprintf(stderr, "%s:%d: %s failed: %s: %s\n", __FILE__, __LINE__, #call, ncclGetErrorString(r_),   \
+                   ncclGetLastError(nullptr));                                                                 \
+      std::exit(1);                                                                                            \
+    }                                                                                                          \
+  } while (0)
+
+/// Ranks of one process on device 0, each with a stream of its own.
+struct Ranks {
+  explicit Ranks(int n) : comms(n), streams(n) {
+    std::vector<int> devices(n, 0);
+    NCCL_OK(ncclCommInitAll(comms.data(), n, devices.data()));
+    for (auto& s : streams) CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  }
+  ~Ranks() {
+    for (auto c : comms) ncclCommDestroy(c);
+    for (auto s : streams) cudaStreamDestroy(s);
+  }
+  void sync() {
+    for (auto s : streams) CUDA_OK(cudaStreamSynchronize(s));
+  }
+  int size() const { return static_cast<int>(comms.size()); }
+  std::vector<ncclComm_t> comms;
+  std::vector<cudaStream_t> streams;
+};
+
+/// Device buffers of floats with host mirrors.
+struct Buffer {
+  explicit Buffer(size_t n) : host(n) { CUDA_OK(cudaMalloc(&device, std::max<size_t>(n, 1) * sizeof(float))); }
+  ~Buffer() { cudaFree(device); }
+  void upload() { CUDA_OK(cudaMemcpy(device, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice)); }
+  void download() { CUDA_OK(cudaMemcpy(host.data(), device, host.size() * sizeof(float), cudaMemcpyDeviceToHost)); }
+  std::vector<float> host;
+  float* device = nullptr;
+};
+
+float input(int rank, size_t i) { return static_cast<float>((rank * 7 + i) % 5); }  // exact sums in float
+
+/// Every collective and a send/recv ring on `n` ranks of device 0, `count` elements, checked exactly.
+void collectives(int n, size_t count, const char* label) {
+  Ranks r(n);
+  std::vector<Buffer*> send, recv;
+  for (int k = 0; k < n; ++k) {
+    send.push_back(new Buffer(count * n));
+    recv.push_back(new Buffer(count * n));
+    for (size_t i = 0; i < count * n; ++i) send[k]->host[i] = input(k, i);
+    send[k]->upload();
+  }
+  auto run = [&](const char* what, const std::function<void(int)>& call, const std::function<float(int, size_t)>& want,
+                 const std::function<size_t(int)>& elems) {
+    for (int k = 0; k < n; ++k) CUDA_OK(cudaMemset(recv[k]->device, 0xff, count * n * sizeof(float)));
+    NCCL_OK(ncclGroupStart());
+    for (int k = 0; k < n; ++k) call(k);
+    NCCL_OK(ncclGroupEnd());
+    r.sync();
+    for (int k = 0; k < n; ++k) {
+      recv[k]->download();
+      long wrong = 0;
+      size_t first = 0;
+      for (size_t i = 0; i < elems(k); ++i) {
+        if (recv[k]->host[i] != want(k, i) && wrong++ == 0) first = i;
+      }
+      EXPECT(wrong == 0, "%s %s: rank %d of %d, count %zu: %ld wrong, first at %zu (%g, want %g)", label, what, k, n,
+             count, wrong, first, recv[k]->host[first], want(k, first));
+    }
+  };
+  auto sumAt = [&](size_t i) {
+    float s = 0;
+    for (int k = 0; k < n; ++k) s += input(k, i);
+    return s;
+  };
+  run("AllReduce", [&](int k) { NCCL_OK(ncclAllReduce(send[k]->device, recv[k]->device, count, ncclFloat, ncclSum, r.comms[k], r.streams[k])); },
+      [&](int, size_t i) { return sumAt(i); }, [&](int) { return count; });
+  run("ReduceScatter", [&](int k) { NCCL_OK(ncclReduceScatter(send[k]->device, recv[k]->device, count, ncclFloat, ncclSum, r.comms[k], r.streams[k])); },
+      [&](int k, size_t i) { return sumAt(k * count + i); }, [&](int) { return count; });
+  run("AllGather", [&](int k) { NCCL_OK(ncclAllGather(send[k]->device, recv[k]->device, count, ncclFloat, r.comms[k], r.streams[k])); },
+      [&](int, size_t i) { return input(static_cast<int>(i / std::max<size_t>(count, 1)), i % std::max<size_t>(count, 1)); },
+      [&](int) { return count * n; });
+  const int root = n - 1;
+  run("Broadcast", [&](int k) { NCCL_OK(ncclBroadcast(send[k]->device, recv[k]->device, count, ncclFloat, root, r.comms[k], r.streams[k])); },
+      [&](int, size_t i) { return input(root, i); }, [&](int) { return count; });
+  run("Reduce", [&](int k) { NCCL_OK(ncclReduce(send[k]->device, recv[k]->device, count, ncclFloat, ncclSum, root, r.comms[k], r.streams[k])); },
+      [&](int, size_t i) { return sumAt(i); }, [&](int k) { return k == root ? count : 0; });
+  run("AlltoAll", [&](int k) { NCCL_OK(ncclAlltoAll(send[k]->device, recv[k]->device, count, ncclFloat, r.comms[k], r.streams[k])); },
+      [&](int k, size_t i) { return input(static_cast<int>(i / std::max<size_t>(count, 1)), k * count + i % std::max<size_t>(count, 1)); },
+      [&](int) { return count * n; });
+  run("Send/Recv ring", [&](int k) {
+        NCCL_OK(ncclSend(send[k]->device, count, ncclFloat, (k + 1) % n, r.comms[k], r.streams[k]));
+        NCCL_OK(ncclRecv(recv[k]->device, count, ncclFloat, (k + n - 1) % n, r.comms[k], r.streams[k]));
+      },
+      [&](int k, size_t i) { return input((k + n - 1) % n, i); }, [&](int) { return count; });
+  for (auto* b : send) delete b;
+  for (auto* b : recv) delete b;
+}
+
+int deviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) return 0;
+  return count;
+}
+
+// ---- the tests -----------------------------------------------------------------------------
+
+void testOneRank() {
+  for (size_t count : {size_t(0), size_t(1), size_t(1000), size_t(1) << 20}) collectives(1, count, "1 rank");
+}
+
+void testThreads() {
+  for (int n : {2, 3, 4})
+    for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(1000), (size_t(1) << 20) + 3}) collectives(n, count, "threads");
+}
+
+/// Each algorithm and protocol forced through NCCL_ALGO/NCCL_PROTO on 4 ranks (nodes of 2).
+void testAlgorithms() {
+  setenv("BRAID_RANKS_PER_NODE", "2", 1);
+  const char* algos[] = {"Ring", "Tree", "RecDoubling", "HalvingDoubling", "Binomial", "Direct", "Hier2D"};
+  const char* protos[] = {"LL", "LL128", "Simple"};
+  for (const char* a : algos) {
+    for (const char* p : protos) {
+      setenv("NCCL_ALGO", a, 1);
+      setenv("NCCL_PROTO", p, 1);
+      const std::string label = std::string(a) + "/" + p;
+      // Direct carries one LL step: small counts only; the others a large count too.
+      for (size_t count : {size_t(1), size_t(1000), size_t(300000)}) {
+        // A filter that leaves a collective no candidate fails the call: run each collective
+        // alone and accept that refusal only.
+        Ranks r(4);
+        std::vector<Buffer*> send, recv;
+        for (int k = 0; k < 4; ++k) {
+          send.push_back(new Buffer(count * 4));
+          recv.push_back(new Buffer(count * 4));
+          for (size_t i = 0; i < count * 4; ++i) send[k]->host[i] = input(k, i);
+          send[k]->upload();
+        }
+        ncclGroupStart();
+        ncclResult_t res = ncclSuccess;
+        for (int k = 0; k < 4 && res == ncclSuccess; ++k)
+          res = ncclAllReduce(send[k]->device, recv[k]->device, count, ncclFloat, ncclSum, r.comms[k], r.streams[k]);
+        const ncclResult_t end = ncclGroupEnd();
+        if (res == ncclSuccess && end == ncclSuccess) {
+          r.sync();
+          for (int k = 0; k < 4; ++k) {
+            recv[k]->download();
+            long wrong = 0;
+            for (size_t i = 0; i < count; ++i) {
+              float s = 0;
+              for (int j = 0; j < 4; ++j) s += input(j, i);
+              wrong += recv[k]->host[i] != s;
+            }
+            EXPECT(wrong == 0, "AllReduce %s count %zu rank %d: %ld wrong", label.c_str(), count, k, wrong);
+          }
+        } else {
+          const std::string why = ncclGetLastError(nullptr);
+          EXPECT(res == ncclInvalidUsage || end == ncclInvalidUsage, "AllReduce %s count %zu: %s", label.c_str(), count,
+                 why.c_str());
+        }
+        for (auto* b : send) delete b;
+        for (auto* b : recv) delete b;
+      }
+    }
+  }
+  unsetenv("NCCL_ALGO");
+  unsetenv("NCCL_PROTO");
+  unsetenv("BRAID_RANKS_PER_NODE");
+}
+
+/// Two collectives of one communicator on two streams: the second reads the first's output and
+/// must run after it (Braid orders a communicator's work across streams).
+void testStreams() {
+  Ranks r(2);
+  const size_t count = 1 << 20;
+  std::vector<cudaStream_t> second(2);
+  for (auto& s : second) CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  std::vector<Buffer*> a, b;
+  for (int k = 0; k < 2; ++k) {
+    a.push_back(new Buffer(count));
+    b.push_back(new Buffer(count));
+    for (size_t i = 0; i < count; ++i) a[k]->host[i] = input(k, i);
+    a[k]->upload();
+  }
+  ncclGroupStart();
+  for (int k = 0; k < 2; ++k) NCCL_OK(ncclAllReduce(a[k]->device, a[k]->device, count, ncclFloat, ncclSum, r.comms[k], r.streams[k]));
+  ncclGroupEnd();
+  ncclGroupStart();
+  for (int k = 0; k < 2; ++k) NCCL_OK(ncclAllReduce(a[k]->device, b[k]->device, count, ncclFloat, ncclSum, r.comms[k], second[k]));
+  ncclGroupEnd();
+  for (auto s : second) CUDA_OK(cudaStreamSynchronize(s));
+  for (int k = 0; k < 2; ++k) {
+    b[k]->download();
+    long wrong = 0;
+    for (size_t i = 0; i < count; ++i) wrong += b[k]->host[i] != 2 * (input(0, i) + input(1, i));
+    EXPECT(wrong == 0, "two streams, rank %d: %ld wrong", k, wrong);
+  }
+  for (auto* x : a) delete x;
+  for (auto* x : b) delete x;
+  for (auto s : second) cudaStreamDestroy(s);
+}
+
+/// What the backend refuses, with a readable error instead of a hang or a crash.
+void testErrors() {
+  // Refused before any rank's kernel is launched, so that the ranks can be destroyed normally.
+  // stream(r, k): the stream rank k enqueues on.
+  auto twoRanks = [](const std::function<cudaStream_t(Ranks&, int)>& stream, const char* expected, const char* what) {
+    Ranks r(2);
+    Buffer x(16), y(16);
+    ncclGroupStart();
+    ncclResult_t res = ncclSuccess;
+    for (int k = 0; k < 2; ++k) {
+      float* b = k == 0 ? x.device : y.device;
+      const ncclResult_t one = ncclAllReduce(b, b, 16, ncclFloat, ncclSum, r.comms[k], stream(r, k));
+      if (one != ncclSuccess) res = one;
+    }
+    const ncclResult_t end = ncclGroupEnd();
+    EXPECT(res == ncclInvalidUsage || end == ncclInvalidUsage, "%s: %s", what, ncclGetLastError(nullptr));
+    EXPECT(std::strstr(ncclGetLastError(nullptr), expected) != nullptr, "%s: the message: %s", what,
+           ncclGetLastError(nullptr));
+  };
+  cudaStream_t shared;
+  CUDA_OK(cudaStreamCreateWithFlags(&shared, cudaStreamNonBlocking));
+  twoRanks([&](Ranks&, int) { return shared; }, "same stream", "two ranks of one device on one stream");
+  twoRanks([](Ranks& r, int k) { return k == 0 ? nullptr : r.streams[k]; }, "legacy default stream",
+           "a rank on the legacy stream");
+  cudaStreamDestroy(shared);
+  {
+    Ranks r(1);
+    std::vector<float> pageable(16, 1.0f);
+    const ncclResult_t res = ncclAllReduce(pageable.data(), pageable.data(), 16, ncclFloat, ncclSum, r.comms[0], r.streams[0]);
+    EXPECT(res == ncclInvalidArgument, "a pageable host buffer: %s", ncclGetErrorString(res));
+    EXPECT(std::strstr(ncclGetLastError(nullptr), "pageable host memory") != nullptr, "the message: %s",
+           ncclGetLastError(nullptr));
+  }
+  {
+    ncclComm_t comm = nullptr;
+    const int missing = deviceCount();
+    const ncclResult_t res = ncclCommInitAll(&comm, 1, &missing);
+    EXPECT(res != ncclSuccess, "ncclCommInitAll on device %d (absent) succeeded", missing);
+    EXPECT(std::strstr(ncclGetLastError(nullptr), "does not exist") != nullptr, "the message: %s", ncclGetLastError(nullptr));
+  }
+  {  // graph capture is refused, not miscaptured
+    Ranks r(1);
+    Buffer x(16);
+    cudaStream_t s = r.streams[0];
+    cudaGraph_t graph = nullptr;
+    CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    const ncclResult_t res = ncclAllReduce(x.device, x.device, 16, ncclFloat, ncclSum, r.comms[0], s);
+    CUDA_OK(cudaStreamEndCapture(s, &graph));
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    EXPECT(res == ncclInvalidUsage, "an AllReduce during capture: %s", ncclGetErrorString(res));
+  }
+}
+
+/// ncclMemAlloc hands out device memory on a CUDA communicator's device.
+void testMemAlloc() {
+  CUDA_OK(cudaSetDevice(0));
+  void* p = nullptr;
+  NCCL_OK(ncclMemAlloc(&p, 1 << 20));
+  cudaPointerAttributes a{};
+  CUDA_OK(cudaPointerGetAttributes(&a, p));
+  EXPECT(a.type == cudaMemoryTypeDevice, "ncclMemAlloc gave memory of type %d", static_cast<int>(a.type));
+  Ranks r(1);
+  CUDA_OK(cudaMemset(p, 0, 1 << 20));
+  NCCL_OK(ncclAllReduce(p, p, (1 << 20) / 4, ncclFloat, ncclSum, r.comms[0], r.streams[0]));
+  r.sync();
+  NCCL_OK(ncclMemFree(p));
+}
+
+/// BRAID_BACKEND=host keeps the host backend on a machine with a GPU (host buffers).
+void testHostBackend() {
+  setenv("BRAID_BACKEND", "host", 1);
+  std::vector<ncclComm_t> comms(2);
+  NCCL_OK(ncclCommInitAll(comms.data(), 2, nullptr));
+  int device = 0;
+  NCCL_OK(ncclCommCuDevice(comms[0], &device));
+  EXPECT(device == -1, "the host backend reports CUDA device %d", device);
+  std::vector<std::vector<float>> x(2, std::vector<float>(1000, 2.0f));
+  ncclGroupStart();
+  for (int k = 0; k < 2; ++k) NCCL_OK(ncclAllReduce(x[k].data(), x[k].data(), 1000, ncclFloat, ncclSum, comms[k], nullptr));
+  NCCL_OK(ncclGroupEnd());
+  EXPECT(x[0][999] == 4.0f && x[1][0] == 4.0f, "host AllReduce gave %g and %g", x[0][999], x[1][0]);
+  for (auto c : comms) ncclCommDestroy(c);
+  unsetenv("BRAID_BACKEND");
+}
+
+/// Ranks as processes on the one GPU (shared host memory between them): forked before this
+/// process touches CUDA.
+int testProcesses() {
+  const int n = 2;
+  ncclUniqueId id;
+  NCCL_OK(ncclGetUniqueId(&id));
+  std::vector<pid_t> children;
+  for (int k = 0; k < n; ++k) {
+    const pid_t pid = fork();
+    if (pid != 0) {
+      children.push_back(pid);
+      continue;
+    }
+    CUDA_OK(cudaSetDevice(0));
+    ncclComm_t comm;
+    NCCL_OK(ncclCommInitRank(&comm, n, id, k));
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    for (size_t count : {size_t(1), size_t(1000), size_t(1) << 20}) {
+      Buffer b(count);
+      for (size_t i = 0; i < count; ++i) b.host[i] = input(k, i);
+      b.upload();
+      NCCL_OK(ncclAllReduce(b.device, b.device, count, ncclFloat, ncclSum, comm, s));
+      CUDA_OK(cudaStreamSynchronize(s));
+      b.download();
+      long wrong = 0;
+      for (size_t i = 0; i < count; ++i) wrong += b.host[i] != input(0, i) + input(1, i);
+      EXPECT(wrong == 0, "processes, rank %d, count %zu: %ld wrong", k, count, wrong);
+    }
+    ncclCommDestroy(comm);
+    _exit(failures == 0 ? 0 : 1);
+  }
+  int bad = 0;
+  for (pid_t pid : children) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++bad;
+  }
+  return bad;
+}
+
+/// A child process asks CUDA, so that this one stays free to fork after it.
+int probeDevices() {
+  const pid_t pid = fork();
+  if (pid == 0) _exit(std::min(deviceCount(), 100));
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s one-rank|threads|algorithms|streams|errors|memalloc|host-backend|processes\n", argv[0]);
+    return 2;
+  }
+  const std::string name = argv[1];
+  if (probeDevices() == 0) {
+    std::printf("skipped: no CUDA device (or no driver) is visible to this process\n");
+    return 77;
+  }
+  setenv("NCCL_SOCKET_IFNAME", "lo", 0);
+  const auto start = std::chrono::steady_clock::now();
+  if (name == "processes") {
+    failures += testProcesses();
+  } else {
+    const std::map<std::string, void (*)()> tests = {
+        {"one-rank", testOneRank},   {"threads", testThreads},   {"algorithms", testAlgorithms},
+        {"streams", testStreams},    {"errors", testErrors},     {"memalloc", testMemAlloc},
+        {"host-backend", testHostBackend}};
+    auto it = tests.find(name);
+    if (it == tests.end()) {
+      std::fprintf(stderr, "no test named %s\n", name.c_str());
+      return 2;
+    }
+    it->second();
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("%s: %s (%.1f s)\n", name.c_str(), failures == 0 ? "passed" : "FAILED", s);
+  return failures == 0 ? 0 : 1;
+}
