@@ -84,36 +84,106 @@ __global__ void __launch_bounds__(kMaxBlockThreads) copyKernel(const CollWork* w
                                                   const uint32_t* a) { return runCopy<BlockGroup>(g, w, r, a); });
 }
 
-/// One block. The operations of a group's sends and receives, grouped by connection: queue q is
-/// ops[starts[q], starts[q + 1]), to run in that order, each op starting from the step the one
-/// before it left on the connection (*conn.step). Thread t progresses queues t, t + blockDim.x,
-/// ... together, until every queue is done or the communicator is aborted.
-template <typename Unused = void>
-__global__ void peerKernel(const PeerOp* given, const int* starts, int nQueues, const uint32_t* abortFlag) {
-  extern __shared__ PeerOp ops[];
-  copyWords(ops, given, static_cast<size_t>(starts[nQueues]) * sizeof(PeerOp));
-  __syncthreads();
-  for (uint32_t spins = 0;;) {
-    bool all = true, moved = false;
-    for (int q = threadIdx.x; q < nQueues; q += blockDim.x) {
-      for (int i = starts[q]; i < starts[q + 1]; ++i) {
-        PeerOp& op = ops[i];
-        if (op.done >= op.bytes) continue;  // finished (or empty)
-        if (!op.isStarted) {
-          op.step = *op.conn.step;  // after the queue's previous operation
-          op.isStarted = true;
-        }
-        moved = tryPeerStep(op) || moved;
-        if (op.done >= op.bytes) {
-          *op.conn.step = op.step;
-          moved = true;
-          continue;
-        }
-        all = false;
-        break;  // this queue waits on op
+/// All threads of the block: moves the next slice of `op` (in shared memory) when its
+/// connection allows, as tryPeerStep does with one thread; returns, to every thread, whether it
+/// moved. Simple slices move as 16-byte words by stride, LL lines a thread each.
+__device__ inline bool blockPeerStep(PeerOp& op) {
+  const uint64_t slice = peerSliceBytes(op);
+  const uint64_t n = op.bytes - op.done < slice ? op.bytes - op.done : slice;
+  const uint64_t slot = op.step % kSteps;
+  const bool ll = op.proto == Proto::kLL;
+  const uint64_t lines = (n + 7) / 8;
+  LLLine* llLines = op.conn.ll + slot * op.conn.llStepLines;
+  char* simple = op.conn.simple + slot * op.conn.simpleStepBytes;
+  const uint32_t flag = static_cast<uint32_t>(op.step + 1);
+  char* user = op.buffer + op.done;
+  bool ready = true;
+  if (op.isSend || !ll) {  // credits (sender) or a filled slot (Simple receiver): thread 0 asks
+    if (threadIdx.x == 0) {
+      ready = op.isSend ? loadAcquire(op.conn.head) + kSteps > op.step : loadAcquire(op.conn.tail) > op.step;
+    }
+  } else {  // an LL receiver: every line of the slice has arrived (each thread checks its own)
+    for (uint64_t l = threadIdx.x; l < lines && ready; l += blockDim.x) {
+      uint64_t* halves = reinterpret_cast<uint64_t*>(llLines + l);
+      ready = static_cast<uint32_t>(loadRelaxed(halves) >> 32) == flag &&
+              static_cast<uint32_t>(loadRelaxed(halves + 1) >> 32) == flag;
+    }
+  }
+  if (!__syncthreads_and(ready)) return false;
+  if (!ll) {
+    copyStrided(op.isSend ? user : simple, op.isSend ? simple : user, nullptr, n, threadIdx.x, blockDim.x);
+  } else {
+    for (uint64_t l = threadIdx.x; l < lines; l += blockDim.x) {
+      uint64_t* halves = reinterpret_cast<uint64_t*>(llLines + l);
+      const uint64_t here = n - l * 8 < 8 ? n - l * 8 : 8;
+      uint32_t payload[2] = {0, 0};
+      if (op.isSend) {
+        memcpy(payload, user + l * 8, here);
+        storeRelaxed(halves, uint64_t(payload[0]) | (uint64_t(flag) << 32));
+        storeRelaxed(halves + 1, uint64_t(payload[1]) | (uint64_t(flag) << 32));
+      } else {
+        payload[0] = static_cast<uint32_t>(loadRelaxed(halves));
+        payload[1] = static_cast<uint32_t>(loadRelaxed(halves + 1));
+        memcpy(user + l * 8, payload, here);
       }
     }
-    if (__syncthreads_and(all)) return;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    if (op.isSend) {
+      publishStep(op.conn, op.step, stepInfo(ll ? lines * sizeof(LLLine) : n, ll));
+    } else {
+      storeRelease(op.conn.head, op.step + 1);
+    }
+    op.done += n;
+    ++op.step;
+  }
+  __syncthreads();
+  return true;
+}
+
+/// One block. The operations of a group's sends and receives, grouped by connection: queue q is
+/// ops[starts[q], starts[q + 1]), to run in that order, each op starting from the step the one
+/// before it left on the connection (*conn.step). The block passes over the queues in turn,
+/// moving one slice of each queue's current operation where its connection allows, until every
+/// queue is done or the communicator is aborted.
+template <typename Unused = void>
+__global__ void peerKernel(const PeerOp* given, const int* givenStarts, int nQueues, const uint32_t* abortFlag) {
+  extern __shared__ uint64_t peerShared[];  // peerSharedBytes: the operations, then the starts
+  __shared__ int current;
+  __shared__ int nOps;
+  if (threadIdx.x == 0) nOps = givenStarts[nQueues];
+  __syncthreads();
+  PeerOp* ops = reinterpret_cast<PeerOp*>(peerShared);
+  int* starts = reinterpret_cast<int*>(ops + nOps);
+  copyWords(ops, given, static_cast<size_t>(nOps) * sizeof(PeerOp));
+  for (int q = threadIdx.x; q <= nQueues; q += blockDim.x) starts[q] = givenStarts[q];
+  __syncthreads();
+  for (uint32_t spins = 0;;) {
+    bool all = true, moved = false;  // the same in every thread
+    for (int q = 0; q < nQueues; ++q) {
+      if (threadIdx.x == 0) {  // the queue's first unfinished operation, started from the connection's step
+        current = -1;
+        for (int i = starts[q]; i < starts[q + 1] && current < 0; ++i) {
+          PeerOp& op = ops[i];
+          if (op.done >= op.bytes) continue;  // finished (or empty)
+          if (!op.isStarted) {
+            op.step = *op.conn.step;
+            op.isStarted = true;
+          }
+          current = i;
+        }
+      }
+      __syncthreads();
+      const int i = current;
+      __syncthreads();  // (current is rewritten for the next queue)
+      if (i < 0) continue;
+      all = false;
+      if (!blockPeerStep(ops[i])) continue;
+      moved = true;
+      if (threadIdx.x == 0 && ops[i].done >= ops[i].bytes) *ops[i].conn.step = ops[i].step;  // for the next one
+    }
+    if (all) return;
     // Every thread leaves together (the next pass syncs again).
     if (__syncthreads_or(threadIdx.x == 0 && loadRelaxed(const_cast<uint32_t*>(abortFlag)) != 0)) return;
     spins = moved ? 0 : spins + 1;

@@ -20,7 +20,10 @@ BRAID_HOST_DEVICE inline size_t collectiveSharedBytes(int nRanks) {
   return nRanks <= kSharedPeerRanks ? 2 * static_cast<size_t>(nRanks) * sizeof(ConnHandle) : 0;
 }
 
-/// Dynamic shared memory of a point-to-point launch of nOps operations.
-BRAID_HOST_DEVICE inline size_t peerSharedBytes(int nOps) { return static_cast<size_t>(nOps) * sizeof(PeerOp); }
+/// Dynamic shared memory of a point-to-point launch of nOps operations in nQueues queues (the
+/// operations, then the queues' starts).
+BRAID_HOST_DEVICE inline size_t peerSharedBytes(int nOps, int nQueues) {
+  return static_cast<size_t>(nOps) * sizeof(PeerOp) + (static_cast<size_t>(nQueues) + 1) * sizeof(int);
+}
 
 }  // namespace braid::kernels

@@ -90,6 +90,31 @@ BRAID_OUTLINE WaitResult checkSignature(const ConnHandle& conn, uint64_t firstSt
   return WaitResult::kAborted;
 }
 
+/// Thread `rank` of `size`: its strided share of copying `bytes` from `from` to a and b (either
+/// may be null), 16 bytes at a time where all three pointers allow. For the GPU, where a warp's
+/// neighbouring accesses then coalesce (kStridedShares).
+BRAID_INLINE void copyStrided(const char* from, char* a, char* b, uint64_t bytes, uint64_t rank, uint64_t size) {
+  struct alignas(16) Word {
+    uint64_t w[2];
+  };
+  const uintptr_t misaligned =
+      (reinterpret_cast<uintptr_t>(from) | reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b)) & 15;
+  uint64_t done = 0;
+  if (misaligned == 0) {
+    const Word* f = reinterpret_cast<const Word*>(from);
+    for (uint64_t i = rank; i < bytes / 16; i += size) {
+      const Word v = f[i];
+      if (a != nullptr) reinterpret_cast<Word*>(a)[i] = v;
+      if (b != nullptr) reinterpret_cast<Word*>(b)[i] = v;
+    }
+    done = bytes / 16 * 16;
+  }
+  for (uint64_t i = done + rank; i < bytes; i += size) {
+    if (a != nullptr) a[i] = from[i];
+    if (b != nullptr) b[i] = from[i];
+  }
+}
+
 template <typename T, typename Red, typename Group>
 class Primitives {
  public:
@@ -250,37 +275,13 @@ class Primitives {
       T* toOut = (flags & kOutput) && output != from ? output : nullptr;
       T* toSend = (flags & kSend) ? out : nullptr;
       copyStrided(reinterpret_cast<const char*>(from), reinterpret_cast<char*>(toOut), reinterpret_cast<char*>(toSend),
-                  n * sizeof(T), rank, size);
+                  n * sizeof(T), rank, size);  // (kernels::copyStrided)
       return;
     }
     for (uint64_t i = rank; i < n; i += size) {
       const T v = combine(flags, (flags & kRecv) ? in[i] : T{}, input, i);
       if (flags & kOutput) output[i] = v;
       if (flags & kSend) out[i] = v;
-    }
-  }
-
-  /// Thread `rank` of `size`: its strided share of copying `bytes` from `from` to a and b (either
-  /// may be null).
-  static BRAID_INLINE void copyStrided(const char* from, char* a, char* b, uint64_t bytes, uint64_t rank, uint64_t size) {
-    struct alignas(16) Word {
-      uint64_t w[2];
-    };
-    const uintptr_t misaligned = (reinterpret_cast<uintptr_t>(from) | reinterpret_cast<uintptr_t>(a) |
-                                  reinterpret_cast<uintptr_t>(b)) & 15;
-    uint64_t done = 0;
-    if (misaligned == 0) {
-      const Word* f = reinterpret_cast<const Word*>(from);
-      for (uint64_t i = rank; i < bytes / 16; i += size) {
-        const Word v = f[i];
-        if (a != nullptr) reinterpret_cast<Word*>(a)[i] = v;
-        if (b != nullptr) reinterpret_cast<Word*>(b)[i] = v;
-      }
-      done = bytes / 16 * 16;
-    }
-    for (uint64_t i = done + rank; i < bytes; i += size) {
-      if (a != nullptr) a[i] = from[i];
-      if (b != nullptr) b[i] = from[i];
     }
   }
 
@@ -307,8 +308,8 @@ class Primitives {
         const WaitResult r = waitReporting(
             g_.rank() == 0 ? status_ : nullptr, kWaitData, recv_, recvStep_,
             [&] {
-              a = loadAcquire(halves);
-              b = loadAcquire(halves + 1);
+              a = loadRelaxed(halves);
+              b = loadRelaxed(halves + 1);
               return static_cast<uint32_t>(a >> 32) == recvFlag && static_cast<uint32_t>(b >> 32) == recvFlag;
             },
             abort_);
@@ -324,8 +325,8 @@ class Primitives {
         uint32_t payload[2] = {0, 0};
         memcpy(payload, vals, here * sizeof(T));
         uint64_t* halves = reinterpret_cast<uint64_t*>(out + l);
-        storeRelease(halves, static_cast<uint64_t>(payload[0]) | (static_cast<uint64_t>(sendFlag) << 32));
-        storeRelease(halves + 1, static_cast<uint64_t>(payload[1]) | (static_cast<uint64_t>(sendFlag) << 32));
+        storeRelaxed(halves, static_cast<uint64_t>(payload[0]) | (static_cast<uint64_t>(sendFlag) << 32));
+        storeRelaxed(halves + 1, static_cast<uint64_t>(payload[1]) | (static_cast<uint64_t>(sendFlag) << 32));
       }
     }
     publish(flags, stepInfo(lines * sizeof(LLLine), true));

@@ -22,7 +22,10 @@ enum class Algo : uint8_t {
 enum class RedKind : uint8_t { kSum = 0, kProd, kMax, kMin, kPreMulSum, kSumPostDiv, kCount };
 
 /// One LL line: two 8-byte halves of {4 data bytes, 4 flag bytes}. Valid when both flags
-/// equal the step's flag value; a writer stores each half with one 8-byte store.
+/// equal the step's flag value; a writer stores each half with one 8-byte store. Each half is
+/// written and read whole (one 8-byte atomic access, relaxed): a reader that sees the flag sees
+/// the data beside it, and no other memory hangs on it, so no release or acquire is needed (on
+/// a GPU each system-scope release would cost a fence).
 struct LLLine {
   uint32_t data1, flag1, data2, flag2;
 };

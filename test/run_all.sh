@@ -30,10 +30,10 @@ count() {
 
 status=0
 begin build
-# Every host kernel (the sweeps need them all); the nvcc units, compile-only until the CUDA
-# backend and the slowest part of the build, on every op of float and the sum of the types
-# with their own arithmetic (half, bfloat16, fp8, double): the integers' code is the same
-# template as float's.
+# Every host kernel (the sweeps need them all); the nvcc units (the CUDA backend's kernels,
+# linked into the library but never launched here: CI has no GPU, and the gpu suite skips),
+# the slowest part of the build, on every op of float and the sum of the types with their own
+# arithmetic (half, bfloat16, fp8, double): the integers' code is the same template as float's.
 [ -f "$build/build.ninja" ] || meson setup "$build" --buildtype=debugoptimized \
   -Dcuda-only-funcs='*:f32,sum:f16,sum:bf16,sum:f8e5m2,sum:f64'
 meson compile -C "$build" -j "$jobs"

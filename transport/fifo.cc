@@ -6,13 +6,14 @@ namespace braid::transport {
 
 namespace {
 // tail and head (one 64-byte line each), the signature slots, the announcement line, the two
-// fault boxes, the step sizes, the two ends' step counters (a line of their own).
+// fault boxes, the step sizes, the sender's step counter and the receiver's (a line each: each
+// is written by one end only, so neither line moves between the two ends' caches).
 constexpr uint64_t kSigOffset = 128;
 constexpr uint64_t kAnnounceOffset = kSigOffset + kernels::kSteps * sizeof(kernels::SigSlot);
 constexpr uint64_t kFaultOffset = kAnnounceOffset + 64;
 constexpr uint64_t kSizesOffset = kFaultOffset + 2 * sizeof(FaultBox);
 constexpr uint64_t kStepsOffset = kSizesOffset + kernels::kSteps * sizeof(uint64_t);
-constexpr uint64_t kCounterBytes = kStepsOffset + 64;
+constexpr uint64_t kCounterBytes = kStepsOffset + 128;
 static_assert(kCounterBytes % 64 == 0);
 }
 
@@ -25,7 +26,7 @@ uint64_t FifoSizes::bytes() const {
 uint64_t fifoControlBytes() { return kCounterBytes; }
 
 uint64_t* FifoMemory::stepWord(bool isSender) const {
-  return reinterpret_cast<uint64_t*>(base() + kStepsOffset) + (isSender ? 0 : 1);
+  return reinterpret_cast<uint64_t*>(base() + kStepsOffset + (isSender ? 0 : 64));
 }
 
 kernels::ConnHandle FifoMemory::handle(bool isSender) const {

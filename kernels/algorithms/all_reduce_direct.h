@@ -43,8 +43,8 @@ BRAID_INLINE bool allReduceDirect(Group& g, const CollWork& w, const RingHandle&
       uint32_t payload[2];
       memcpy(payload, vals, sizeof(payload));
       uint64_t* halves = reinterpret_cast<uint64_t*>(slot + l);
-      storeRelease(halves, payload[0] | (flag << 32));
-      storeRelease(halves + 1, payload[1] | (flag << 32));
+      storeRelaxed(halves, payload[0] | (flag << 32));
+      storeRelaxed(halves + 1, payload[1] | (flag << 32));
     }
     publishStep(c, step, stepInfo(lines * sizeof(LLLine), true));
     *c.step = step + 1;
@@ -71,8 +71,8 @@ BRAID_INLINE bool allReduceDirect(Group& g, const CollWork& w, const RingHandle&
         if (waitReporting(
                 w.status, kWaitData, &c, step,
                 [&] {
-                  a = loadAcquire(halves);
-                  b = loadAcquire(halves + 1);
+                  a = loadRelaxed(halves);
+                  b = loadRelaxed(halves + 1);
                   return static_cast<uint32_t>(a >> 32) == flag && static_cast<uint32_t>(b >> 32) == flag;
                 },
                 abortFlag) == WaitResult::kAborted) {

@@ -43,8 +43,8 @@ BRAID_INLINE bool tryPeerStep(PeerOp& op) {
         const uint64_t here = n - l * 8 < 8 ? n - l * 8 : 8;
         memcpy(payload, op.buffer + op.done + l * 8, here);
         uint64_t* halves = reinterpret_cast<uint64_t*>(lines + l);
-        storeRelease(halves, uint64_t(payload[0]) | (uint64_t(flag) << 32));
-        storeRelease(halves + 1, uint64_t(payload[1]) | (uint64_t(flag) << 32));
+        storeRelaxed(halves, uint64_t(payload[0]) | (uint64_t(flag) << 32));
+        storeRelaxed(halves + 1, uint64_t(payload[1]) | (uint64_t(flag) << 32));
       }
       publishStep(op.conn, op.step, stepInfo((n + 7) / 8 * sizeof(LLLine), true));
     } else {
@@ -58,8 +58,8 @@ BRAID_INLINE bool tryPeerStep(PeerOp& op) {
       // Only when every line of the slice has arrived is it consumed (nothing is half-read).
       for (uint64_t l = 0; l * 8 < n; ++l) {
         uint64_t* halves = reinterpret_cast<uint64_t*>(lines + l);
-        if (static_cast<uint32_t>(loadAcquire(halves) >> 32) != flag ||
-            static_cast<uint32_t>(loadAcquire(halves + 1) >> 32) != flag) {
+        if (static_cast<uint32_t>(loadRelaxed(halves) >> 32) != flag ||
+            static_cast<uint32_t>(loadRelaxed(halves + 1) >> 32) != flag) {
           return false;
         }
       }

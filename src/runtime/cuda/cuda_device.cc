@@ -126,7 +126,7 @@ FifoAllocator* fifoAllocatorOf(int device) {
   return (*all)[device];
 }
 
-constexpr int kPeerThreads = 128;
+constexpr int kPeerThreads = 512;
 constexpr size_t kMaxSharedBytes = 48 * 1024;  // dynamic shared memory without opting in
 
 class CudaDevice final : public Device {
@@ -247,10 +247,10 @@ class CudaDevice final : public Device {
 
   void launchPeers(const kernels::PeerOp* ops, const int* starts, int nQueues, void* stream, const char* call) override {
     const int nOps = starts[nQueues];
-    const size_t shared = kernels::peerSharedBytes(nOps);
+    const size_t shared = kernels::peerSharedBytes(nOps, nQueues);
     if (shared > kMaxSharedBytes) {
       fail(ncclInvalidUsage, "%s: %d sends and receives in one group; the CUDA backend runs at most %zu at once", call,
-           nOps, kMaxSharedBytes / sizeof(kernels::PeerOp));
+           nOps, (kMaxSharedBytes - 4 * sizeof(int)) / (sizeof(kernels::PeerOp) + sizeof(int)));
     }
     DeviceGuard guard(ordinal_);
     Block& block = takeBlock(nOps * sizeof(kernels::PeerOp) + (nQueues + 1) * sizeof(int));
