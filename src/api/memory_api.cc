@@ -1,18 +1,23 @@
 // Memory allocation, buffer registration and symmetric windows.
+#include <cstdio>
 #include <cstdlib>
+#include <string>
+#include <vector>
 #include <mutex>
 #include <map>
 
 #include "api/api.h"
 #include "comm/communicator.h"
 #include "comm/init.h"
+#include "group/group.h"
+#include "runtime/host/data_path.h"
+#include "bootstrap/bootstrap.h"
 #include "runtime/device.h"
 
 using namespace braid;
 
 namespace {
 
-constexpr const char* kCudaWork = "the CUDA backend work";
 constexpr size_t kPage = 4096;
 
 /// What ncclMemAlloc handed out (true: device memory), so ncclMemFree can refuse anything else
@@ -92,20 +97,102 @@ ncclResult_t pncclCommDeregister(const ncclComm_t comm, void* handle) {
   });
 }
 
+namespace {
+
+/// One rank's side of a window registration, as every rank sees it (bootstrap allgather).
+struct WindowClaim {
+  uint64_t size;
+  int32_t flags;
+  int32_t problem;  ///< 0, or what this rank found wrong with its own arguments (WindowProblem)
+};
+enum WindowProblem : int32_t { kWindowOk = 0, kWindowNull, kWindowMisaligned, kWindowFlags, kWindowUnreachable };
+
+const char* windowProblemText(int32_t problem) {
+  switch (problem) {
+    case kWindowNull: return "a NULL buffer or a size of 0";
+    case kWindowMisaligned: return "a buffer not aligned to NCCL_WIN_REQUIRED_ALIGNMENT";
+    case kWindowFlags: return "unknown winFlags";
+    default: return "memory its device cannot reach";
+  }
+}
+
+/// The collective part of ncclCommWindowRegister: every rank says what it registers (and what
+/// it found wrong with its own arguments, so that a refused rank fails every rank instead of
+/// leaving them waiting); all must agree on size and flags.
+void registerWindow(Communicator& c, void* buff, size_t size, int flags, int32_t problem, const std::string& why,
+                    ncclWindow_t* win) {
+  const int n = c.identity().nRanks, me = c.identity().rank;
+  std::vector<WindowClaim> claims(n);
+  claims[me] = WindowClaim{size, flags, problem};
+  c.bootstrap().allGather(claims.data(), sizeof(WindowClaim));
+  if (problem != kWindowOk) fail(ncclInvalidArgument, "%s", why.c_str());
+  for (int r = 0; r < n; ++r) {
+    if (claims[r].problem != kWindowOk) {
+      fail(ncclInvalidUsage, "rank %d's window registration was refused (%s); no rank registers this window", r,
+           windowProblemText(claims[r].problem));
+    }
+    if (claims[r].size != size || claims[r].flags != flags) {
+      fail(ncclInvalidUsage, "rank %d registers a window of %zu bytes with winFlags %#x but rank %d one of %llu bytes "
+                             "with winFlags %#x; every rank must register the same size and flags", me, size, flags,
+           r, static_cast<unsigned long long>(claims[r].size), static_cast<unsigned>(claims[r].flags));
+    }
+  }
+  *win = c.windows().add(WindowEntry{buff, size, flags});
+}
+
+}  // namespace
+
 BRAID_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
           int winFlags);
-ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void*, size_t, ncclWindow_t* win, int) {
+ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags) {
   return api::guarded("ncclCommWindowRegister", comm, [&]() -> ncclResult_t {
-    communicatorFrom(comm);
+    Communicator& c = communicatorFrom(comm);
     api::requireNonNull(win, "win");
-    api::notImplemented(kCudaWork);
+    *win = nullptr;
+    if (!c.hasBootstrap()) fail(ncclInvalidUsage, "the communicator has not completed init");
+    // Local faults still take part in the exchange (see registerWindow).
+    int32_t problem = kWindowOk;
+    std::string why;
+    char text[256];
+    if (buff == nullptr || size == 0) {
+      problem = kWindowNull;
+      std::snprintf(text, sizeof text, "buff is %p and size %zu; a window needs memory", buff, size);
+    } else if (reinterpret_cast<uintptr_t>(buff) % NCCL_WIN_REQUIRED_ALIGNMENT != 0) {
+      problem = kWindowMisaligned;
+      std::snprintf(text, sizeof text, "buff %p is not aligned to NCCL_WIN_REQUIRED_ALIGNMENT (%d bytes); memory from "
+                    "ncclMemAlloc is", buff, NCCL_WIN_REQUIRED_ALIGNMENT);
+    } else if ((winFlags & ~(NCCL_WIN_DEFAULT | NCCL_WIN_COLL_SYMMETRIC)) != 0) {
+      problem = kWindowFlags;
+      std::snprintf(text, sizeof text, "winFlags is %#x; known flags are NCCL_WIN_DEFAULT and NCCL_WIN_COLL_SYMMETRIC",
+                    static_cast<unsigned>(winFlags));
+    } else {
+      try {
+        c.dataPath().checkBuffer(buff, "buff", "ncclCommWindowRegister");
+      } catch (const Error& e) {
+        problem = kWindowUnreachable;
+        std::snprintf(text, sizeof text, "%s", e.what());
+      }
+    }
+    if (problem != kWindowOk) why = text;
+    Communicator* raw = &c;
+    auto job = [raw, buff, size, winFlags, problem, why, win] { registerWindow(*raw, buff, size, winFlags, problem, why, win); };
+    if (group::active()) {  // with the group's other collective calls, at its end
+      group::defer(&c, job);
+      return ncclSuccess;
+    }
+    if (!c.config().blocking) return c.run(job, /*background=*/true);
+    CallGuard inUse(c);
+    job();
+    return ncclSuccess;
   });
 }
 
 BRAID_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t win);
-ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t) {
-  return api::guarded("ncclCommWindowDeregister", comm, [&]() -> ncclResult_t {
-    communicatorFrom(comm);
-    api::notImplemented(kCudaWork);
+ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
+  return api::guarded("ncclCommWindowDeregister", comm, [&] {
+    Communicator& c = communicatorFrom(comm);
+    if (win == nullptr) fail(ncclInvalidArgument, "win is NULL");
+    c.windows().remove(win);
+    return ncclSuccess;
   });
 }

@@ -81,6 +81,7 @@ class Communicator {
   runtime::host::DataPath& dataPath();
   RedOpTable& redOps() { return redOps_; }
   RegistrationTable& registrations() { return registrations_; }
+  WindowTable& windows() { return windows_; }
 
   /// Fixes rank and size of a communicator made by split or shrink, before its init runs.
   void setPosition(int rank, int nRanks) {
@@ -124,6 +125,7 @@ class Communicator {
   std::unique_ptr<runtime::host::DataPath> dataPath_;  // after bootstrap_: destroyed first
   RedOpTable redOps_;
   RegistrationTable registrations_;
+  WindowTable windows_;
   std::atomic<ncclResult_t> state_{ncclSuccess};
   std::atomic<bool> abort_{false};
   uint32_t abortWord_ = 0;

@@ -28,4 +28,26 @@ size_t RegistrationTable::size() const {
   return entries_.size();
 }
 
+ncclWindow_t WindowTable::add(const WindowEntry& entry) {
+  auto window = std::make_unique<ncclWindow_vidmem>();
+  static_cast<WindowEntry&>(*window) = entry;
+  ncclWindow_t handle = window.get();
+  std::lock_guard<std::mutex> lock(mutex_);
+  windows_.emplace(handle, std::move(window));
+  return handle;
+}
+
+void WindowTable::remove(ncclWindow_t win) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (windows_.erase(win) == 0) {
+    fail(ncclInvalidArgument, "win %p is not a window of this communicator (never registered, or deregistered already)",
+         static_cast<void*>(win));
+  }
+}
+
+size_t WindowTable::size() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return windows_.size();
+}
+
 }  // namespace braid

@@ -1,10 +1,14 @@
-// Buffers registered with a communicator (ncclCommRegister). On the host backend the
-// registration is bookkeeping: handles are checked, and a buffer's range can be looked up
-// by later optimisations (direct access).
+// Buffers registered with a communicator (ncclCommRegister) and its memory windows
+// (ncclCommWindowRegister). Both are bookkeeping so far, on either backend: handles are checked,
+// and a buffer's range can be looked up by later optimisations (direct access, symmetric
+// kernels).
 #pragma once
+
+#include <nccl.h>
 
 #include <cstddef>
 #include <map>
+#include <memory>
 #include <mutex>
 
 namespace braid {
@@ -30,4 +34,30 @@ class RegistrationTable {
   std::map<void*, Entry> entries_;  // by handle
 };
 
+/// What ncclWindow_t points to: one rank's part of a window.
+struct WindowEntry {
+  void* buffer;
+  size_t size;
+  int flags;  ///< NCCL_WIN_DEFAULT or NCCL_WIN_COLL_SYMMETRIC
+};
+
+class WindowTable {
+ public:
+  WindowTable() = default;
+  WindowTable(const WindowTable&) = delete;
+  WindowTable& operator=(const WindowTable&) = delete;
+  /// A new window of this rank; the handle lives until remove() or the table's end.
+  ncclWindow_t add(const WindowEntry& entry);
+  /// Throws ncclInvalidArgument unless win is a live window of this table.
+  void remove(ncclWindow_t win);
+  size_t size() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<ncclWindow_t, std::unique_ptr<ncclWindow_vidmem>> windows_;
+};
+
 }  // namespace braid
+
+/// The handle type of windows in the C ABI.
+struct ncclWindow_vidmem final : braid::WindowEntry {};

@@ -3,6 +3,7 @@
 // 1 failed (the reason on stderr), 77 skipped (the reason on stdout: no CUDA device).
 #include <cuda_runtime.h>
 #include <nccl.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -338,6 +340,7 @@ int testProcesses() {
       children.push_back(pid);
       continue;
     }
+    alarm(50);  // a hung child ends (the parent's own limit is 60 s)
     CUDA_OK(cudaSetDevice(0));
     ncclComm_t comm;
     NCCL_OK(ncclCommInitRank(&comm, n, id, k));
@@ -388,6 +391,18 @@ int main(int argc, char** argv) {
     return 77;
   }
   setenv("NCCL_SOCKET_IFNAME", "lo", 0);
+  // A hang ends the test with Braid's report of what every channel waits for (the kernels keep
+  // their channels' state in host memory), rather than with meson's silent timeout.
+  setenv("BRAID_DUMP_ON_SIGNAL", "SIGUSR1", 0);
+  const int limit = name == "algorithms" ? 150 : 60;
+  std::thread([name, limit] {
+    std::this_thread::sleep_for(std::chrono::seconds(limit));
+    std::fprintf(stderr, "gpu_test %s: still running after %d s; Braid's report follows\n", name.c_str(), limit);
+    kill(getpid(), SIGUSR1);
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    std::fprintf(stderr, "gpu_test %s: FAILED (hung)\n", name.c_str());
+    std::_Exit(1);
+  }).detach();
   const auto start = std::chrono::steady_clock::now();
   if (name == "processes") {
     failures += testProcesses();

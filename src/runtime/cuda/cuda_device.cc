@@ -2,6 +2,7 @@
 // abort word, launch arguments), device memory (FIFO slots, scratch), and launches on the
 // user's stream, ordered after this rank's previous work whatever stream that went to.
 #include <cuda_runtime.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <deque>
@@ -360,6 +361,14 @@ std::unique_ptr<Device> openCudaDevice(int ordinal, int threadsPerBlock) {
 }
 
 int currentCudaDevice(const char** why) {
+  // Without an NVIDIA driver's device node no CUDA device can exist: asking the runtime would
+  // cost ~10 ms per process (it parses every registered kernel image first), which thousands of
+  // host-backend ranks in forked processes (the test suites) would pay. /dev/dxg: WSL2's GPUs.
+  static const bool driver = access("/dev/nvidiactl", F_OK) == 0 || access("/dev/dxg", F_OK) == 0;
+  if (!driver) {
+    if (why != nullptr) *why = "no NVIDIA driver (neither /dev/nvidiactl nor /dev/dxg exists)";
+    return -1;
+  }
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
     cudaGetLastError();

@@ -70,6 +70,11 @@ class DataPath {
     if (device_ == nullptr) return;
     for (const plan::Task& t : tasks) checkDeviceTask(t);
   }
+  /// With a device: throws ncclInvalidArgument naming `name` and `call` when the device cannot
+  /// reach `p` (runtime::Device::checkBuffer); on the host nothing to check.
+  void checkBuffer(const void* p, const char* name, const char* call) {
+    if (device_ != nullptr) device_->checkBuffer(p, name, call);
+  }
   /// Whether the kernels run on a device (enqueued on the user's stream).
   bool onDevice() const { return device_ != nullptr; }
   /// The device's ordinal (-1 on the host).

@@ -210,13 +210,17 @@ std::string Watchdog::report() const {
            rank_, nRanks_);
   std::string out = buf;
   const OpView op = currentOp();
-  if (!op.inFlight) return out + "idle (no operation running)";
-  const double running = op.token == seenToken_
-                             ? std::chrono::duration<double>(std::chrono::steady_clock::now() - opStart_).count()
-                             : 0.0;
-  snprintf(buf, sizeof buf, "%s op #%llu %s running for %.1f s", op.name, static_cast<unsigned long long>(op.sig.seq),
-           op.sig.seq ? describeSignature(op.sig).c_str() : "(send/receive)", running);
-  out += buf;
+  if (op.inFlight) {
+    const double running = op.token == seenToken_
+                               ? std::chrono::duration<double>(std::chrono::steady_clock::now() - opStart_).count()
+                               : 0.0;
+    snprintf(buf, sizeof buf, "%s op #%llu %s running for %.1f s", op.name, static_cast<unsigned long long>(op.sig.seq),
+             op.sig.seq ? describeSignature(op.sig).c_str() : "(send/receive)", running);
+    out += buf;
+  } else {
+    // Nothing runs on the host; kernels enqueued on a GPU may still wait (their channels below).
+    out += "idle (no operation running on the host)";
+  }
   for (int c = 0; c < nStatuses_; ++c) {
     const kernels::ChannelStatus& s = statuses_[c];
     const uint32_t kind = kernels::loadAcquire(const_cast<uint32_t*>(&s.waitKind));
