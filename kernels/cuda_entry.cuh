@@ -148,7 +148,7 @@ __device__ inline bool blockPeerStep(PeerOp& op) {
 /// moving one slice of each queue's current operation where its connection allows, until every
 /// queue is done or the communicator is aborted.
 template <typename Unused = void>
-__global__ void peerKernel(const PeerOp* given, const int* givenStarts, int nQueues, const uint32_t* abortFlag) {
+__global__ void __launch_bounds__(kMaxBlockThreads) peerKernel(const PeerOp* given, const int* givenStarts, int nQueues, const uint32_t* abortFlag) {
   extern __shared__ uint64_t peerShared[];  // peerSharedBytes: the operations, then the starts
   __shared__ int current;
   __shared__ int nOps;

@@ -107,7 +107,11 @@ def cuda_type(type_name, filters):
            '#include "runtime/cuda/kernel_table.h"', "", "namespace braid::runtime::cuda {",
            "using namespace braid::kernels;", ""]
     if type_name == "copy":
-        out += ["cudaError_t launchCopy(const CollLaunch& l) {",
+        out += ["cudaError_t preload_copy(size_t* maxLocalBytes) {",
+                "  cudaError_t err = preloadOne(reinterpret_cast<const void*>(&copyKernel<void>), maxLocalBytes);",
+                "  return err != cudaSuccess ? err : preloadOne(reinterpret_cast<const void*>(&peerKernel<void>), maxLocalBytes);",
+                "}", "",
+                "cudaError_t launchCopy(const CollLaunch& l) {",
                 "  copyKernel<void><<<l.grid, l.block, l.sharedBytes, l.stream>>>(l.works, l.nWorks, l.rings, l.abortFlag);",
                 "  return cudaGetLastError();", "}", "",
                 "cudaError_t launchPeers(const PeerLaunch& l) {",
@@ -125,8 +129,15 @@ def cuda_type(type_name, filters):
             out.append("      collectiveKernel<%s, %s<%s>><<<l.grid, l.block, l.sharedBytes, l.stream>>>(l.works, l.nWorks, "
                        "l.rings, l.abortFlag);" % (cty, functor, cty))
             out.append("      return cudaGetLastError();")
-    out += ["    default: return cudaErrorNotSupported;", "  }", "}", "",
-            "}  // namespace braid::runtime::cuda", ""]
+    out += ["    default: return cudaErrorNotSupported;", "  }", "}", ""]
+    out.append("cudaError_t preload_%s(size_t* maxLocalBytes) {" % type_name)
+    out.append("  (void)maxLocalBytes;  // (a filter may leave no kernel)")
+    out.append("  cudaError_t err = cudaSuccess;")
+    for oi, op, functor in OPS:
+        if wanted(filters, op, type_name):
+            out.append("  if (err == cudaSuccess) err = preloadOne(reinterpret_cast<const void*>(&collectiveKernel<%s, %s<%s>>), "
+                       "maxLocalBytes);" % (cty, functor, cty))
+    out += ["  return err;", "}", "", "}  // namespace braid::runtime::cuda", ""]
     return "\n".join(out)
 
 
@@ -138,6 +149,15 @@ def cuda_table(filters):
     out = [HEADER, '#include "runtime/cuda/kernel_table.h"', "", "namespace braid::runtime::cuda {", ""]
     for _, ty, _ in TYPES:
         out.append("cudaError_t %s(int red, const CollLaunch& l);" % launcher(ty))
+    for _, ty, _ in TYPES:
+        out.append("cudaError_t preload_%s(size_t* maxLocalBytes);" % ty)
+    out.append("cudaError_t preload_copy(size_t* maxLocalBytes);")
+    out += ["", "cudaError_t preloadKernels(size_t* maxLocalBytes) {",
+            "  cudaError_t err = preload_copy(maxLocalBytes);"]
+    for _, ty, _ in TYPES:
+        if any(wanted(filters, op, ty) for _, op, _ in OPS):
+            out.append("  if (err == cudaSuccess) err = preload_%s(maxLocalBytes);" % ty)
+    out += ["  return err;", "}"]
     out += ["", "cudaError_t launchReduction(int red, int dtype, const CollLaunch& l) {", "  switch (dtype) {"]
     for idx, ty, _ in TYPES:
         if any(wanted(filters, op, ty) for _, op, _ in OPS):

@@ -187,9 +187,13 @@ bool parse(int argc, char** argv, Options* o) {
 class Rank {
  public:
   Rank(Coll coll, const Options& o, const ncclUniqueId& id, int rankIndex) : rank(rankIndex), coll_(coll), o_(o) {
-    if (o.gpu) {
+    if (o.gpu) {  // every device buffer now: allocating later could wait for other ranks' kernels
       device::select(0);
       stream_ = device::newStream();
+      deviceBytes_ = o.maxBytes + 64;
+      deviceSend_ = static_cast<char*>(device::allocate(deviceBytes_));
+      deviceRecv_ = static_cast<char*>(device::allocate(deviceBytes_));
+      deviceScratch_ = device::allocate(64);
     }
     PERF_CHECK(ncclCommInitRank(&comm_, o.ranks, id, rank));
   }
@@ -224,12 +228,11 @@ class Rank {
   double averageOverRanks(double v) {
     double d[2] = {v, 0};
     double* buffer = static_cast<double*>(scratch(sizeof(d)));
-    if (o_.gpu) device::toDevice(buffer, d, sizeof(d));
+    if (o_.gpu) device::toDevice(buffer, d, sizeof(d), stream_);
     else std::memcpy(buffer, d, sizeof(d));
     PERF_CHECK(ncclAllReduce(buffer, buffer + 1, 1, ncclFloat64, ncclSum, comm_, static_cast<cudaStream_t>(stream_)));
     if (o_.gpu) {
-      device::synchronize(stream_);
-      device::toHost(d, buffer, sizeof(d));
+      device::toHost(d, buffer, sizeof(d), stream_);
     } else {
       std::memcpy(d, buffer, sizeof(d));
     }
@@ -247,12 +250,10 @@ class Rank {
     std::vector<char>& recv = recvBuf_;
     if (send.size() < sendBytes + 64) send.resize(sendBytes + 64);
     if (recv.size() < std::max(recvBytes, sendBytes) + 64) recv.resize(std::max(recvBytes, sendBytes) + 64);
-    if (o_.gpu && deviceBytes_ < recv.size()) {  // device buffers as large as the host mirrors
-      device::release(deviceSend_);
-      device::release(deviceRecv_);
-      deviceBytes_ = std::max(send.size(), recv.size());
-      deviceSend_ = static_cast<char*>(device::allocate(deviceBytes_));
-      deviceRecv_ = static_cast<char*>(device::allocate(deviceBytes_));
+    if (o_.gpu && deviceBytes_ < std::max(sendBytes, recvBytes)) {
+      std::fprintf(stderr, "rank %d: %zu bytes do not fit the device buffers of %zu\n", rank, std::max(sendBytes, recvBytes),
+                   deviceBytes_);
+      std::exit(1);
     }
     char* sendBase = o_.gpu ? deviceSend_ : send.data();
     char* recvBase = o_.gpu ? deviceRecv_ : recv.data();
@@ -285,10 +286,7 @@ class Rank {
  private:
   /// At least 64 bytes the collectives can use (device memory with o.gpu).
   void* scratch(size_t bytes) {
-    if (o_.gpu) {
-      if (deviceScratch_ == nullptr) deviceScratch_ = device::allocate(64);
-      return deviceScratch_;
-    }
+    if (o_.gpu) return deviceScratch_;
     if (scratch_.size() < bytes) scratch_.resize(bytes);
     return scratch_.data();
   }
@@ -314,13 +312,10 @@ class Rank {
     // every type when interpreted bytewise is not the point: they use whole-element values).
     for (size_t i = 0; i < inElems; ++i) setValue(in + i * es, t, reduces(coll_) ? static_cast<double>((rank + i) % 2) : static_cast<double>((rank * 7 + i) % 5));
     (void)inPlace;
-    if (o_.gpu) device::toDevice(const_cast<void*>(s), in, inElems * es);
+    if (o_.gpu) device::toDevice(const_cast<void*>(s), in, inElems * es, stream_);
     runOp(s, r, count, t, op, root);
     const char* out = mirrorOf(r);
-    if (o_.gpu) {
-      device::synchronize(stream_);
-      device::toHost(const_cast<char*>(out), r, count * es * (recvBlocks ? n : 1));
-    }
+    if (o_.gpu) device::toHost(const_cast<char*>(out), r, count * es * (recvBlocks ? n : 1), stream_);
     long wrong = 0;
     // Avg on floating types multiplies each input by a rounded 1/n: allow the type's rounding.
     const bool floating = t >= ncclFloat16 && t != ncclInt8;

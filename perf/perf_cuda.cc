@@ -41,8 +41,11 @@ void* allocate(size_t bytes) {
 }
 
 void release(void* p) { cudaFree(p); }
-void toDevice(void* dst, const void* src, size_t bytes) { PERF_CUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault)); }
-void toHost(void* dst, const void* src, size_t bytes) { PERF_CUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault)); }
+void toDevice(void* dst, const void* src, size_t bytes, void* stream) {
+  PERF_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(stream)));
+  PERF_CUDA(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+}
+void toHost(void* dst, const void* src, size_t bytes, void* stream) { toDevice(dst, src, bytes, stream); }
 
 void* newStream() {
   cudaStream_t s = nullptr;

@@ -12,10 +12,15 @@ namespace braid::perf::device {
 bool usable(const char** why);
 /// On the calling thread: makes device `ordinal` current.
 void select(int ordinal);
+/// Device memory; call before the ranks start their kernels (cudaMalloc and cudaFree may wait
+/// for the whole device).
 void* allocate(size_t bytes);
 void release(void* p);
-void toDevice(void* dst, const void* src, size_t bytes);
-void toHost(void* dst, const void* src, size_t bytes);
+/// Copies on `stream` (the rank's own) and waits for it: a copy on the legacy stream would not
+/// be ordered with the rank's non-blocking stream, and the device-wide waits of cudaMemcpy's
+/// could wait for other ranks' kernels that wait for this rank.
+void toDevice(void* dst, const void* src, size_t bytes, void* stream);
+void toHost(void* dst, const void* src, size_t bytes, void* stream);
 /// A stream of its own (non-blocking), for one rank.
 void* newStream();
 void deleteStream(void* stream);

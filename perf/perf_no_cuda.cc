@@ -11,8 +11,8 @@ bool usable(const char** why) {
 void select(int) {}
 void* allocate(size_t) { std::abort(); }
 void release(void*) {}
-void toDevice(void*, const void*, size_t) { std::abort(); }
-void toHost(void*, const void*, size_t) { std::abort(); }
+void toDevice(void*, const void*, size_t, void*) { std::abort(); }
+void toHost(void*, const void*, size_t, void*) { std::abort(); }
 void* newStream() { return nullptr; }
 void deleteStream(void*) {}
 void synchronize(void*) {}

@@ -29,6 +29,9 @@ class Device {
   /// Device memory of at least `bytes` for the kernels' scratch; growing it first waits for
   /// this rank's enqueued work.
   virtual void* scratch(uint64_t bytes) = 0;
+  /// Lets this device's kernels reach device `other`'s memory (another rank of this process
+  /// there keeps FIFO slots this rank writes); throws ncclInvalidUsage when they cannot.
+  virtual void reachDevice(int other) = 0;
   /// Throws ncclInvalidArgument naming `name` and `call` when `p` is memory the device cannot
   /// reach (a pageable host pointer, another device's memory without peer access).
   virtual void checkBuffer(const void* p, const char* name, const char* call) = 0;

@@ -74,7 +74,12 @@ struct Ranks {
 struct Buffer {
   explicit Buffer(size_t n) : host(n) { CUDA_OK(cudaMalloc(&device, std::max<size_t>(n, 1) * sizeof(float))); }
   ~Buffer() { cudaFree(device); }
-  void upload() { CUDA_OK(cudaMemcpy(device, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice)); }
+  /// (the legacy stream's copy is not ordered with the ranks' non-blocking streams: it is
+  /// waited for, as every other setup step on it)
+  void upload() {
+    CUDA_OK(cudaMemcpy(device, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaStreamSynchronize(cudaStreamLegacy));
+  }
   void download() { CUDA_OK(cudaMemcpy(host.data(), device, host.size() * sizeof(float), cudaMemcpyDeviceToHost)); }
   std::vector<float> host;
   float* device = nullptr;
@@ -95,6 +100,7 @@ void collectives(int n, size_t count, const char* label) {
   auto run = [&](const char* what, const std::function<void(int)>& call, const std::function<float(int, size_t)>& want,
                  const std::function<size_t(int)>& elems) {
     for (int k = 0; k < n; ++k) CUDA_OK(cudaMemset(recv[k]->device, 0xff, count * n * sizeof(float)));
+    CUDA_OK(cudaStreamSynchronize(cudaStreamLegacy));
     NCCL_OK(ncclGroupStart());
     for (int k = 0; k < n; ++k) call(k);
     NCCL_OK(ncclGroupEnd());
@@ -156,58 +162,66 @@ void testThreads() {
     for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(1000), (size_t(1) << 20) + 3}) collectives(n, count, "threads");
 }
 
-/// Each algorithm and protocol forced through NCCL_ALGO/NCCL_PROTO on 4 ranks (nodes of 2).
+/// In a child with NCCL_ALGO/NCCL_PROTO set: AllReduce on 4 ranks of device 0 at a few counts,
+/// exact; a filter that leaves AllReduce no candidate must be refused with ncclInvalidUsage.
+void algorithmCase(const std::string& label) {
+  for (size_t count : {size_t(1), size_t(1000), size_t(300000)}) {
+    Ranks r(4);
+    std::vector<Buffer*> send, recv;
+    for (int k = 0; k < 4; ++k) {
+      send.push_back(new Buffer(count * 4));
+      recv.push_back(new Buffer(count * 4));
+      for (size_t i = 0; i < count * 4; ++i) send[k]->host[i] = input(k, i);
+      send[k]->upload();
+    }
+    ncclGroupStart();
+    ncclResult_t res = ncclSuccess;
+    for (int k = 0; k < 4 && res == ncclSuccess; ++k)
+      res = ncclAllReduce(send[k]->device, recv[k]->device, count, ncclFloat, ncclSum, r.comms[k], r.streams[k]);
+    const ncclResult_t end = ncclGroupEnd();
+    if (res == ncclSuccess && end == ncclSuccess) {
+      r.sync();
+      for (int k = 0; k < 4; ++k) {
+        recv[k]->download();
+        long wrong = 0;
+        for (size_t i = 0; i < count; ++i) {
+          float sum = 0;
+          for (int j = 0; j < 4; ++j) sum += input(j, i);
+          wrong += recv[k]->host[i] != sum;
+        }
+        EXPECT(wrong == 0, "AllReduce %s count %zu rank %d: %ld wrong", label.c_str(), count, k, wrong);
+      }
+    } else {
+      EXPECT(res == ncclInvalidUsage || end == ncclInvalidUsage, "AllReduce %s count %zu: %s", label.c_str(), count,
+             ncclGetLastError(nullptr));
+    }
+    for (auto* b : send) delete b;
+    for (auto* b : recv) delete b;
+  }
+}
+
+/// Each algorithm and protocol forced through NCCL_ALGO/NCCL_PROTO on 4 ranks (nodes of 2): one
+/// forked process a pair, as Braid reads its parameters once per process (this process has not
+/// touched CUDA, so its children may).
 void testAlgorithms() {
-  setenv("BRAID_RANKS_PER_NODE", "2", 1);
   const char* algos[] = {"Ring", "Tree", "RecDoubling", "HalvingDoubling", "Binomial", "Direct", "Hier2D"};
   const char* protos[] = {"LL", "LL128", "Simple"};
   for (const char* a : algos) {
     for (const char* p : protos) {
-      setenv("NCCL_ALGO", a, 1);
-      setenv("NCCL_PROTO", p, 1);
-      const std::string label = std::string(a) + "/" + p;
-      // Direct carries one LL step: small counts only; the others a large count too.
-      for (size_t count : {size_t(1), size_t(1000), size_t(300000)}) {
-        // A filter that leaves a collective no candidate fails the call: run each collective
-        // alone and accept that refusal only.
-        Ranks r(4);
-        std::vector<Buffer*> send, recv;
-        for (int k = 0; k < 4; ++k) {
-          send.push_back(new Buffer(count * 4));
-          recv.push_back(new Buffer(count * 4));
-          for (size_t i = 0; i < count * 4; ++i) send[k]->host[i] = input(k, i);
-          send[k]->upload();
-        }
-        ncclGroupStart();
-        ncclResult_t res = ncclSuccess;
-        for (int k = 0; k < 4 && res == ncclSuccess; ++k)
-          res = ncclAllReduce(send[k]->device, recv[k]->device, count, ncclFloat, ncclSum, r.comms[k], r.streams[k]);
-        const ncclResult_t end = ncclGroupEnd();
-        if (res == ncclSuccess && end == ncclSuccess) {
-          r.sync();
-          for (int k = 0; k < 4; ++k) {
-            recv[k]->download();
-            long wrong = 0;
-            for (size_t i = 0; i < count; ++i) {
-              float s = 0;
-              for (int j = 0; j < 4; ++j) s += input(j, i);
-              wrong += recv[k]->host[i] != s;
-            }
-            EXPECT(wrong == 0, "AllReduce %s count %zu rank %d: %ld wrong", label.c_str(), count, k, wrong);
-          }
-        } else {
-          const std::string why = ncclGetLastError(nullptr);
-          EXPECT(res == ncclInvalidUsage || end == ncclInvalidUsage, "AllReduce %s count %zu: %s", label.c_str(), count,
-                 why.c_str());
-        }
-        for (auto* b : send) delete b;
-        for (auto* b : recv) delete b;
+      const pid_t pid = fork();
+      if (pid == 0) {
+        alarm(60);
+        setenv("BRAID_RANKS_PER_NODE", "2", 1);
+        setenv("NCCL_ALGO", a, 1);
+        setenv("NCCL_PROTO", p, 1);
+        algorithmCase(std::string(a) + "/" + p);
+        _exit(failures == 0 ? 0 : 1);
       }
+      int status = 0;
+      waitpid(pid, &status, 0);
+      EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0, "AllReduce %s/%s: the child failed (status %d)", a, p, status);
     }
   }
-  unsetenv("NCCL_ALGO");
-  unsetenv("NCCL_PROTO");
-  unsetenv("BRAID_RANKS_PER_NODE");
 }
 
 /// Two collectives of one communicator on two streams: the second reads the first's output and
@@ -305,6 +319,7 @@ void testMemAlloc() {
   EXPECT(a.type == cudaMemoryTypeDevice, "ncclMemAlloc gave memory of type %d", static_cast<int>(a.type));
   Ranks r(1);
   CUDA_OK(cudaMemset(p, 0, 1 << 20));
+  CUDA_OK(cudaStreamSynchronize(cudaStreamLegacy));
   NCCL_OK(ncclAllReduce(p, p, (1 << 20) / 4, ncclFloat, ncclSum, r.comms[0], r.streams[0]));
   r.sync();
   NCCL_OK(ncclMemFree(p));

@@ -83,13 +83,16 @@ class FifoAllocator final : public transport::FifoAllocator {
     DeviceGuard guard(device_);
     void* p = nullptr;
     BRAID_CUDA_CHECK(cudaMalloc(&p, bytes));
-    // Zeroed before any kernel reads it (stale LL flags would read as data), whatever
-    // stream flags the user's streams have.
-    const cudaError_t err = cudaMemset(p, 0, bytes);
-    const cudaError_t done = err == cudaSuccess ? cudaStreamSynchronize(nullptr) : err;
-    if (done != cudaSuccess) {
+    // Zeroed before any kernel reads it (stale LL flags would read as data), on a stream of
+    // the allocator's own: the legacy stream would also wait for other ranks' kernels in
+    // blocking streams, which may be waiting for this rank.
+    std::lock_guard<std::mutex> lock(mutex_);
+    cudaError_t err = stream_ == nullptr ? cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking) : cudaSuccess;
+    if (err == cudaSuccess) err = cudaMemsetAsync(p, 0, bytes, stream_);
+    if (err == cudaSuccess) err = cudaStreamSynchronize(stream_);
+    if (err != cudaSuccess) {
       cudaFree(p);
-      check(done, "cudaMemset(FIFO slots)");
+      check(err, "zeroing FIFO slots (cudaMemsetAsync)");
     }
     return p;
   }
@@ -114,6 +117,8 @@ class FifoAllocator final : public transport::FifoAllocator {
 
  private:
   int device_;
+  std::mutex mutex_;
+  cudaStream_t stream_ = nullptr;  // for zeroing slots (never destroyed, as the allocator)
 };
 
 /// The process's FIFO allocator of a device: never destroyed, as FIFOs shared by two ranks
@@ -128,6 +133,28 @@ FifoAllocator* fifoAllocatorOf(int device) {
 }
 
 constexpr int kPeerThreads = 512;
+
+/// Once per device and process, before any of Braid's kernels runs there: every kernel loaded
+/// and the per-thread stack large enough for all of them. Either, left to a kernel's first
+/// launch, makes the driver wait for the whole device, where other ranks' kernels may be
+/// spinning until this rank's runs.
+void prepareDevice(int device) {
+  static std::mutex mutex;
+  static std::vector<bool>* prepared = new std::vector<bool>();
+  std::lock_guard<std::mutex> lock(mutex);
+  if (static_cast<int>(prepared->size()) <= device) prepared->resize(device + 1, false);
+  if ((*prepared)[device]) return;
+  size_t local = 0;
+  check(preloadKernels(&local), "loading Braid's kernels (cudaFuncGetAttributes)");
+  size_t stack = 0;
+  check(cudaDeviceGetLimit(&stack, cudaLimitStackSize), "cudaDeviceGetLimit(cudaLimitStackSize)");
+  if (local > stack) {
+    check(cudaDeviceSetLimit(cudaLimitStackSize, (local + 255) / 256 * 256), "cudaDeviceSetLimit(cudaLimitStackSize)");
+  }
+  BRAID_INFO(log::kInit, "CUDA device %d: kernels loaded, %zu bytes of local memory a thread at most (stack limit %zu)",
+             device, local, stack);
+  (*prepared)[device] = true;
+}
 constexpr size_t kMaxSharedBytes = 48 * 1024;  // dynamic shared memory without opting in
 
 class CudaDevice final : public Device {
@@ -135,6 +162,7 @@ class CudaDevice final : public Device {
   CudaDevice(int ordinal, int threadsPerBlock)
       : ordinal_(ordinal), threads_(threadsPerBlock), allocator_(fifoAllocatorOf(ordinal)) {
     DeviceGuard guard(ordinal_);
+    prepareDevice(ordinal_);
     statuses_ = static_cast<kernels::ChannelStatus*>(
         allocateMapped(sizeof(kernels::ChannelStatus) * kMaxChannels, "channel statuses"));
     abort_ = static_cast<uint32_t*>(allocateMapped(64, "the abort word"));
@@ -153,6 +181,7 @@ class CudaDevice final : public Device {
     for (Block& b : free_) release(b);
     for (Block& b : inFlight_) release(b);
     if (scratch_ != nullptr) cudaFree(scratch_);
+    for (void* p : retired_) cudaFree(p);
     cudaEventDestroy(last_);
     cudaFreeHost(statuses_);
     cudaFreeHost(abort_);
@@ -166,14 +195,33 @@ class CudaDevice final : public Device {
 
   void* scratch(uint64_t bytes) override {
     if (bytes <= scratchBytes_) return scratch_;
-    synchronize();  // the old scratch may still be in use
+    // The old block is kept, not freed, until the device goes: cudaFree would wait for every
+    // kernel on the GPU, other ranks' too, which may be waiting for this rank's next one.
     DeviceGuard guard(ordinal_);
-    if (scratch_ != nullptr) cudaFree(scratch_);
-    scratch_ = nullptr;
-    scratchBytes_ = 0;
-    BRAID_CUDA_CHECK(cudaMalloc(&scratch_, bytes));
+    void* grown = nullptr;
+    BRAID_CUDA_CHECK(cudaMalloc(&grown, bytes));
+    if (scratch_ != nullptr) retired_.push_back(scratch_);
+    scratch_ = grown;
     scratchBytes_ = bytes;
     return scratch_;
+  }
+
+  void reachDevice(int other) override {
+    if (other == ordinal_) return;
+    int canAccess = 0;
+    BRAID_CUDA_CHECK(cudaDeviceCanAccessPeer(&canAccess, ordinal_, other));
+    if (!canAccess) {
+      fail(ncclInvalidUsage, "CUDA device %d cannot reach device %d's memory (no peer access), where another rank of "
+                             "this process keeps the FIFOs this rank writes; run those ranks as separate processes",
+           ordinal_, other);
+    }
+    DeviceGuard guard(ordinal_);
+    const cudaError_t err = cudaDeviceEnablePeerAccess(other, 0);
+    if (err == cudaErrorPeerAccessAlreadyEnabled) {
+      cudaGetLastError();
+      return;
+    }
+    check(err, "cudaDeviceEnablePeerAccess");
   }
 
   void checkBuffer(const void* p, const char* name, const char* call) override {
@@ -235,10 +283,13 @@ class CudaDevice final : public Device {
     const CollLaunch launch{dim3(nChannels), dim3(threads_), peers ? kernels::collectiveSharedBytes(nRanks) : 0, s,
                             w, 1, r, abort_};
     beginOn(s);
+    cudaGetLastError();  // the launch's own error only, not an earlier call's left behind
     const cudaError_t err = copy ? launchCopy(launch) : launchReduction(red, dtype, launch);
-    if (err == cudaErrorNotSupported) {
+    if (err != cudaSuccess) {  // nothing runs: the block is free again
       free_.push_back(block);
       inFlight_.pop_back();
+    }
+    if (err == cudaErrorNotSupported) {
       fail(ncclInvalidUsage, "%s: this operator and type are not instantiated in this build's CUDA kernels "
                              "(-Dcuda-only-funcs=%s)", call, kCudaOnlyFuncs);
     }
@@ -261,7 +312,13 @@ class CudaDevice final : public Device {
     std::memcpy(q, starts, (nQueues + 1) * sizeof(int));
     const cudaStream_t s = static_cast<cudaStream_t>(stream);
     beginOn(s);
-    check(cuda::launchPeers(PeerLaunch{dim3(kPeerThreads), shared, s, o, q, nQueues, abort_}), "the send/receive kernel's launch");
+    cudaGetLastError();
+    const cudaError_t err = cuda::launchPeers(PeerLaunch{dim3(kPeerThreads), shared, s, o, q, nQueues, abort_});
+    if (err != cudaSuccess) {
+      free_.push_back(block);
+      inFlight_.pop_back();
+    }
+    check(err, "the send/receive kernel's launch");
     endOn(s, &block);
   }
 
@@ -341,6 +398,7 @@ class CudaDevice final : public Device {
   uint32_t* abort_ = nullptr;
   void* scratch_ = nullptr;
   uint64_t scratchBytes_ = 0;
+  std::vector<void*> retired_;  // scratch blocks outgrown (freed with the device)
   cudaEvent_t last_ = nullptr;
   bool hasLast_ = false;
   cudaStream_t lastStream_ = nullptr;

@@ -39,6 +39,19 @@ cudaError_t launchReduction(int red, int dtype, const CollLaunch& l);
 cudaError_t launchCopy(const CollLaunch& l);
 /// The point-to-point kernel.
 cudaError_t launchPeers(const PeerLaunch& l);
+/// Loads every instantiated kernel now (cudaFuncGetAttributes; lazy loading would do it at a
+/// kernel's first launch, which can wait for the whole device, other ranks' spinning kernels
+/// included) and raises *maxLocalBytes to the most local memory a thread of any of them uses.
+cudaError_t preloadKernels(size_t* maxLocalBytes);
+
+/// Used by the generated preload functions: loads one kernel, noting its local memory.
+inline cudaError_t preloadOne(const void* kernel, size_t* maxLocalBytes) {
+  cudaFuncAttributes a{};
+  const cudaError_t err = cudaFuncGetAttributes(&a, kernel);
+  if (err == cudaSuccess && a.localSizeBytes > *maxLocalBytes) *maxLocalBytes = a.localSizeBytes;
+  return err;
+}
+
 /// The filter the CUDA units were generated with ("" for all).
 extern const char* const kCudaOnlyFuncs;
 

@@ -138,15 +138,19 @@ DataPath::DataPath(bootstrap::Bootstrap& channel, int rank, const std::vector<Pe
       nRanks_(static_cast<int>(peers.size())),
       settings_(settings),
       abort_(abortWord),
-      kernelAbort_(device_ != nullptr ? device_->abortWord() : abortWord),
       connector_(channel, rank, placesOf(peers, rank), optionsFor(settings, commTag, commHash, abortWord, device_.get())),
       statuses_(device_ != nullptr ? device_->statuses() : hostStatuses_.data()),
       executor_(settings.threadsPerChannel) {
   if (device_ != nullptr) {
     localDeviceRanks_ = 0;
-    for (const PeerInfo& p : peers)
-      if (p.hostHash == peers[rank].hostHash && p.pid == peers[rank].pid && p.cudaDevice == peers[rank].cudaDevice)
+    for (const PeerInfo& p : peers) {
+      if (p.hostHash != peers[rank].hostHash || p.pid != peers[rank].pid) continue;
+      if (p.cudaDevice == peers[rank].cudaDevice) {
         ++localDeviceRanks_;
+      } else if (!settings.connector.p2pDisabled) {
+        device_->reachDevice(p.cudaDevice);  // threads on other GPUs: FIFO slots in their memory
+      }
+    }
   }
   topo::CostShape& shape = settings_.limits.shape;
   shape.cpusPerNode = 0;  // (GPU kernels do not share the CPUs: never oversubscribed)

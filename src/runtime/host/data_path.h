@@ -142,8 +142,7 @@ class DataPath {
   int nRanks_;
   int localDeviceRanks_ = 1;  // ranks of this process on this rank's device (with device_)
   DataPathSettings settings_;
-  const uint32_t* abort_;        // the communicator's (host) abort word
-  const uint32_t* kernelAbort_;  // the word the kernels poll: abort_, or the device's copy
+  const uint32_t* abort_;  // the communicator's (host) abort word (a device's kernels poll its own copy)
   transport::Connector connector_;
   std::array<kernels::ChannelStatus, kMaxChannels> hostStatuses_{};
   kernels::ChannelStatus* statuses_;  // hostStatuses_, or the device's (kernels write them)
