@@ -244,6 +244,7 @@ void DataPath::execute(const std::vector<plan::Task>& tasks) {
 }
 
 void DataPath::run(const plan::Task& task) {
+  if (device_ != nullptr) checkDeviceTask(task);  // (a group's tasks were checked by checkOnDevice)
   if (task.func == kernels::Func::kSendRecv) {
     runPeers({&task});
   } else {
@@ -342,7 +343,6 @@ double DataPath::predict(const std::vector<plan::Task>& tasks) const {
 void DataPath::runCollective(const plan::Task& given) {
   const uint64_t seq = ++opSeq_;  // counted even when nothing moves, so every rank agrees
   if (given.count == 0) return;  // every rank has the same count: nothing moves anywhere
-  if (device_ != nullptr) checkDeviceTask(given);
   plan::Task task = given;
   if (task.scalarAtRun != nullptr) std::memcpy(&task.opArgs.scalarBits, task.scalarAtRun, plan::typeSize(task.dtype));
   const uint64_t key = (static_cast<uint64_t>(task.func) << 56) | (task.count * plan::typeSize(task.dtype));
@@ -462,14 +462,10 @@ void DataPath::enqueuePeers(const std::map<std::pair<int, bool>, std::deque<kern
   std::vector<int> starts;
   for (const auto& [key, q] : queues) {
     starts.push_back(static_cast<int>(flat.size()));
-    for (const kernels::PeerOp& op : q) {
-      device_->checkBuffer(op.buffer, op.isSend ? "sendbuff" : "recvbuff", call);
-      flat.push_back(op);  // (done 0, not started: the kernel reads the connection's step)
-    }
+    for (const kernels::PeerOp& op : q) flat.push_back(op);  // (done 0, not started: the kernel reads the step)
   }
   starts.push_back(static_cast<int>(flat.size()));
   if (flat.empty()) return;
-  device_->checkStream(stream, localDeviceRanks_, call);
   device_->launchPeers(flat.data(), starts.data(), static_cast<int>(queues.size()), stream, call);
 }
 

@@ -106,8 +106,9 @@ class DataPath {
   /// and logs the tuner's table at INFO/TUNING on rank 0.
   void describeShape();
   void runPeers(const std::vector<const plan::Task*>& ops);
-  /// With a device, before anything of a collective moves: a mismatch an earlier kernel found,
-  /// what the backend does not support yet, the stream and the buffers.
+  /// With a device, before anything of a task moves (run() for a lone call, checkOnDevice for a
+  /// group): a mismatch an earlier kernel found, what the backend does not support yet, the
+  /// stream and the buffers.
   void checkDeviceTask(const plan::Task& task);
   /// With a device, the end of runCollective: enqueues the planned kernel.
   void enqueueCollective(const plan::Task& task, plan::CollPlan& plan, const kernels::RingHandle* ring,
