@@ -63,9 +63,6 @@ std::unique_ptr<Device> openCudaDevice(int ordinal, int threadsPerBlock);
 /// device); `why` says which when it is -1.
 int currentCudaDevice(const char** why = nullptr);
 
-/// Whether `p` is memory on a CUDA device (or managed); false without CUDA.
-bool isDevicePointer(const void* p);
-
 /// ncclMemAlloc on the CUDA backend: `bytes` of device memory on the calling thread's current
 /// device (cudaMalloc); throws ncclUnhandledCudaError naming the call when CUDA refuses.
 void* allocateDeviceMemory(size_t bytes);

@@ -13,8 +13,6 @@ int currentCudaDevice(const char** why) {
   return -1;
 }
 
-bool isDevicePointer(const void*) { return false; }
-
 void* allocateDeviceMemory(size_t) { fail(ncclInvalidUsage, "device memory: Braid was built without CUDA"); }
 void freeDeviceMemory(void*) {}
 

@@ -450,13 +450,4 @@ void* allocateDeviceMemory(size_t bytes) {
 
 void freeDeviceMemory(void* p) { cuda::check(cudaFree(p), "cudaFree"); }
 
-bool isDevicePointer(const void* p) {
-  cudaPointerAttributes a{};
-  if (p == nullptr || cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
-}
-
 }  // namespace braid::runtime
