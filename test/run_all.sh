@@ -2,7 +2,9 @@
 # The whole test suite, as CI runs it: build, every meson test suite, then the unit suite
 # and integration suites again under AddressSanitizer + UndefinedBehaviorSanitizer, then a
 # short run of every libFuzzer target (clang; skipped with the reason when clang is absent).
-# Prints each stage's time and a closing line "N passed, N failed, N skipped".
+# Prints each stage's time and a closing line "N passed, N failed, N skipped". A test that fails is
+# run once more: a repeated failure fails the run; a test that then passes is listed as FLAKY
+# with its first failure's report, which is also printed again at the end of the output.
 # Build folders: $BRAID_BUILD (default build), $BRAID_BUILD_SAN (default build-san) and
 # $BRAID_BUILD_FUZZ (default build-fuzz); $BRAID_FUZZ_SECONDS per target (default 10).
 set -euo pipefail
@@ -28,6 +30,51 @@ count() {
   skipped=$((skipped + $(grep -c '"result": "SKIP"' "$log" || true)))
 }
 
+# Failed tests of the last meson run in build folder $1, one name a line.
+failed_names() {
+  python3 -c 'import json, sys
+for line in open(sys.argv[1]):
+    t = json.loads(line)
+    if t["result"] in ("FAIL", "TIMEOUT", "ERROR", "UNEXPECTEDPASS"): print(t["name"].split(" / ")[-1])' \
+    "$1/meson-logs/testlog.json"
+}
+
+# The Catch2 failures in the last meson run's log of build folder $1 (bounded: the INFO
+# texts of process tests can be long), kept to be printed again after the last stage.
+failures=""
+keep_failures() {
+  failures+="--- $1: $(grep -B6 -A14 -m 6 -E 'FAILED:|failed with|timed out' "$1/meson-logs/testlog.txt" | head -n 120)"$'\n'
+}
+
+# meson test in build folder $1 with the arguments after it. A test that fails is run once
+# more on its own: a failure that repeats fails the stage; one that does not is counted as
+# passed and reported as FLAKY (with its first failure's text) at the end, never silently.
+flaky=""
+run_tests() {
+  local dir=$1
+  shift
+  if meson test -C "$dir" "$@"; then
+    count "$dir"
+    return 0
+  fi
+  keep_failures "$dir"
+  local names
+  names=$(failed_names "$dir")
+  passed=$((passed + $(grep -c '"result": "OK"' "$dir/meson-logs/testlog.json" || true)))
+  skipped=$((skipped + $(grep -c '"result": "SKIP"' "$dir/meson-logs/testlog.json" || true)))
+  [ -n "$names" ] || { failed=$((failed + 1)); return 1; }
+  echo "=== running again, once, what failed in $dir: $names"
+  # shellcheck disable=SC2086 # one test name a word
+  if meson test -C "$dir" --no-rebuild --print-errorlogs $names; then
+    flaky+="$dir: $names"$'\n'
+    count "$dir"
+    return 0
+  fi
+  keep_failures "$dir"
+  count "$dir"
+  return 1
+}
+
 status=0
 begin build
 # Every host kernel (the sweeps need them all); the nvcc units (the CUDA backend's kernels,
@@ -40,8 +87,7 @@ meson compile -C "$build" -j "$jobs"
 end build
 
 begin tests
-meson test -C "$build" --print-errorlogs --num-processes "$jobs" || status=1
-count "$build"
+run_tests "$build" --print-errorlogs --num-processes "$jobs" || status=1
 end tests
 
 begin sanitizers
@@ -52,8 +98,7 @@ san_funcs='sum:f32,max:f32,min:f32,sum:i32,sum:f64'
   -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled -Donly_funcs="$san_funcs"
 meson compile -C "$build_san" -j "$jobs"
 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \
-  meson test -C "$build_san" --suite unit --suite integration --print-errorlogs --no-rebuild || status=1
-count "$build_san"
+  run_tests "$build_san" --suite unit --suite integration --print-errorlogs --no-rebuild || status=1
 end sanitizers
 
 begin fuzz
@@ -69,13 +114,17 @@ if command -v clang >/dev/null && command -v clang++ >/dev/null && have_libfuzze
   meson configure "$build_fuzz" -Dfuzz_seconds="$fuzz_seconds"
   meson compile -C "$build_fuzz" -j "$jobs" test/fuzz_topology_xml test/fuzz_graph_xml test/fuzz_env_parsers test/fuzz_bootstrap
   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-    meson test -C "$build_fuzz" --suite fuzz --print-errorlogs --no-rebuild || status=1
-  count "$build_fuzz"
+    run_tests "$build_fuzz" --suite fuzz --print-errorlogs --no-rebuild || status=1
 else
   echo "fuzz: skipped: clang with libFuzzer is not installed (Debian: apt-get install clang libclang-rt-14-dev)"
   skipped=$((skipped + 4))
 fi
 end fuzz
 
+if [ -n "$failures" ]; then
+  echo "=== failures, again (the first lines of each failed run's Catch2 report)"
+  printf '%s' "$failures"
+fi
+[ -z "$flaky" ] || printf 'FLAKY (failed once, passed when run again):\n%s' "$flaky"
 echo "tests: $passed passed, $failed failed, $skipped skipped"
 exit $status
