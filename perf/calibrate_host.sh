@@ -7,7 +7,11 @@
 #   Ring (2 steps), RecDoubling (1), HalvingDoubling (2) and, for LL, Direct (1) at 2 ranks;
 # - the oversubscribed step (more ranks than CPUs): Ring at 2*CPUs ranks, (time - base) / steps;
 # - channel bandwidth: Ring/Simple at 64 MiB, 2 ranks, 1 channel, as bus bandwidth;
-#   LL's efficiency from Ring/LL against Ring/Simple at 64 KiB and 1 MiB (the mean);
+#   LL's efficiency: Ring/LL's bandwidth at 64 KiB and 1 MiB (the mean, latency taken off)
+#   against that channel bandwidth (LL's speed is its flag polling's, the same at every size);
+# - the cache speedup: Ring/Simple's bandwidth at 64 KiB (in the caches) against the channel's;
+# - the oversubscribed ring's CPU share per protocol: Ring at 2*CPUs ranks, 1 MiB, its bandwidth
+#   against the channel's (x the protocol's efficiency) x the threads per CPU;
 # - RecDoubling's and HalvingDoubling's bandwidth against the ring's at 16 MiB on 4 ranks, per
 #   byte each moves (Ring and HalvingDoubling 3/2 of the vector, RecDoubling 2);
 # - a second channel at 8 bytes and 64 MiB, to see oversubscription and the aggregate;
@@ -66,7 +70,19 @@ t4rd=$(measure RecDoubling Simple 1 4 16777216 5)
 t4hd=$(measure HalvingDoubling Simple 1 4 16777216 5)
 bw=$(calc "$big / $tbig / 1000")       # bus bytes = bytes at 2 ranks
 bw2=$(calc "$big / $tbig2 / 1000")
-eff=$(calc "($tmidS / $tmidL + $tmegS / $tmegL) / 2")
+# Bandwidth (GB/s) of SIZE bytes moved once in TIME us less LATENCY us.
+speed() { calc "($1) / ($2 - ($3)) / 1000"; }
+lat2L=$(calc "${base[LL]} + 2 * ${hop[LL]}")
+lat2S=$(calc "${base[Simple]} + 2 * ${hop[Simple]}")
+eff=$(calc "($(speed $mid "$tmidL" "$lat2L") + $(speed 1048576 "$tmegL" "$lat2L")) / 2 / $bw")
+cached=$(calc "$(speed $mid "$tmidS" "$lat2S") / $bw")
+# The ring at 2*CPUs ranks (2 threads per CPU) moves 2(n-1)/n of the vector in 2(n-1) steps.
+n=$((2 * cpus))
+tovL=$(measure Ring LL 1 $n 1048576 20)
+tovS=$(measure Ring Simple 1 $n 1048576 20)
+moved=$(calc "2 * ($n - 1) / $n")
+shareL=$(calc "2 * $(speed "$moved * 1048576" "$tovL" "${base[LL]} + 2 * ($n - 1) * ${over[LL]}") / ($bw * $eff)")
+shareS=$(calc "2 * $(speed "$moved * 1048576" "$tovS" "${base[Simple]} + 2 * ($n - 1) * ${over[Simple]}") / $bw")
 t1=$(measure Ring Simple 1 2 8 5000)
 t2=$(measure Ring Simple 2 2 8 5000)
 netenv=(NCCL_SHM_DISABLE=1 NCCL_P2P_DISABLE=1)
@@ -74,7 +90,7 @@ netLL=$(measure Ring LL 1 2 8 2000 "${netenv[@]}")
 netS=$(measure Ring Simple 1 2 8 2000 "${netenv[@]}")
 netBig=$(measure Ring Simple 1 2 $big 5 "${netenv[@]}")
 echo "Ring/Simple 64 MiB: $tbig us (1 channel), $tbig2 us (2 channels); 16 MiB on 4 ranks: Ring $t4ring us, RecDoubling $t4rd us, HalvingDoubling $t4hd us"
-echo "Ring 64 KiB: Simple $tmidS us, LL $tmidL us; 1 MiB: Simple $tmegS us, LL $tmegL us"
+echo "Ring 64 KiB: Simple $tmidS us, LL $tmidL us; 1 MiB: Simple $tmegS us, LL $tmegL us; on $n ranks: Simple $tovS us, LL $tovL us"
 echo "Ring/Simple 8 B: $t1 us (1 channel), $t2 us (2 channels); network 8 B: LL $netLL us, Simple $netS us; 64 MiB $netBig us"
 echo
 echo "fitted constants (table order LL, LL128, Simple; LL128 copies Simple):"
@@ -83,5 +99,7 @@ echo "  hopLatency       memory ${hop[LL]}, ${hop[Simple]}, ${hop[Simple]}; netw
 echo "  oversubscribedHop ${over[LL]}, ${over[Simple]}, ${over[Simple]}"
 echo "  channelBandwidth memory $bw, network $(calc "$big / $netBig / 1000")"
 echo "  aggregateBandwidth memory $(calc "$bw2 > $bw ? $bw2 : $bw") (two channels together), network as its channel"
-echo "  protoEfficiency  LL $eff"
+echo "  ringCpuShare     $shareL, $shareS, $shareS"
+echo "  protoEfficiency  LL $eff (and llReducingEfficiency)"
+echo "  cachedSpeedup    $cached (at 64 KiB; 1 MiB is taken to leave the caches)"
 echo "  per-byte speed against Ring (the model takes 1): RecDoubling $(calc "$t4ring / 1.5 / ($t4rd / 2)"), HalvingDoubling $(calc "$t4ring / $t4hd")"

@@ -40,43 +40,49 @@ const CostTable kGpuCostTable = {
     /*oversubscribedHop*/ {0, 0, 0},
     /*channelBandwidth*/ {20.6, 24, 24, 12},
     /*aggregateBandwidth*/ {0, 0, 0, 0},
-    /*ringCpuShare*/ 1,
+    /*ringCpuShare*/ {1, 1, 1},
     /*protoEfficiency*/ {1.0 / 3, 0.92, 1.0},
     /*llReducingEfficiency*/ 0.25,
+    /*cachedBytes*/ 0,
+    /*cachedSpeedup*/ 1,
     /*llCeiling*/ {141, 45, 35},
     /*bytesPerThread*/ {8, 8, 64},
     /*ll128ByDefault*/ true,
 };
 
 // The host backend: measured by perf/calibrate_host.sh on the development machine (2 CPUs,
-// 24 GiB, Debian 12, 2026-12-01, `perf/calibrate_host.sh build-dev`, medians of 3 runs; the
-// script says how each figure is fitted). At 8 bytes and 2 ranks every algorithm takes
-// 0.4-0.6 us; Ring at 4 ranks 16 us (LL) and 23 us (Simple), every step waiting for a
-// descheduled peer. Ring/Simple at 64 MiB, 2 ranks: 23.2 ms on 1 channel, 25.8 ms on 2 (a
-// second channel's threads oversubscribe the CPUs and add no bandwidth); at 16 MiB on 4 ranks
-// RecDoubling and HalvingDoubling move a byte at 1.05 and 0.92 times the ring's speed, within
-// this machine's noise (repeated runs differ by up to 2x), so a byte costs the same in every
-// algorithm. Oversubscribed, the ring moves bytes faster than the exchanges (perf/tuner_bench.sh,
-// Simple, 64 KiB and 1 MiB on 4 and 8 ranks: the ring at 2/load of a CPU, within 10% at both
-// sizes, RecDoubling and HalvingDoubling at 1/load; at 64 MiB both are slower still, bound by
-// memory). Ring/LL at 64 KiB 79 us against Simple's 12 us, at 1 MiB 1270 against 148. Over
-// the socket transport on loopback: 65 us (LL) and 79 us (Simple) at 8 bytes, 52 ms at
-// 64 MiB. Every algorithm shares the base latency. LL128 copies Simple's latencies; its
-// efficiency is from one run of all_reduce_perf on 2 ranks (Ring, 1 MiB: 1155 us against
-// Simple's 524 and LL's 5000); it gains nothing over Simple on CPUs and is never chosen
-// unless NCCL_PROTO names it. NVLink and PCIe rows are never used on the host and copy
-// memory's.
+// 24 GiB, Debian 12, `perf/calibrate_host.sh build-dev`, medians of 3 runs, two runs on
+// 2026-12-02 averaged where they agreed; the script says how each figure is fitted). At 8 bytes
+// and 2 ranks every algorithm takes 0.4-0.7 us; Ring at 4 ranks 7-9 us (LL, Simple), every
+// step waiting for a descheduled peer. Ring/Simple at 64 MiB, 2 ranks: 22.6-23.5 ms on 1
+// channel, 21.2-22.1 ms on 2 (a second channel's threads oversubscribe the CPUs; the 5% they
+// add is within noise, and an aggregate above one channel's made the tuner pick two channels
+// where perf/tuner_bench.sh measured them slower); at 16 MiB on 4 ranks RecDoubling and HalvingDoubling move a byte at 0.87-0.91
+// times the ring's speed, within this machine's noise (repeated runs differ by up to 2x), so a
+// byte costs the same in every algorithm. A message that stays in the caches (64 KiB) moves
+// 2.0 times faster by Simple than one that leaves them (1 MiB and up; the cut at 256 KiB lies
+// between the two sizes measured); LL does not gain (its speed is its flag polling's: 0.9-1.0
+// GB/s at 64 KiB and 1 MiB, 0.3 of the channel). Oversubscribed (4 ranks, 1 MiB), the ring's
+// Simple moves bytes at 2.4 shares of a CPU (its pipeline moves while either neighbour runs),
+// LL's at 0.8 (a waiting receiver polls, taking its peer's CPU time). Over the socket transport
+// on loopback: 23 us at 8 bytes, 37-56 ms at 64 MiB. Every algorithm shares the base latency.
+// LL128 copies Simple's latencies; its efficiency is from one run of all_reduce_perf on 2
+// ranks (Ring, 1 MiB: 1155 us against Simple's 524 and LL's 5000); it gains nothing over
+// Simple on CPUs and is never chosen unless NCCL_PROTO names it. NVLink and PCIe rows are
+// never used on the host and copy memory's.
 const CostTable kHostCostTable = {
     "host (measured on 2 CPUs by perf/calibrate_host.sh)",
-    /*baseLatency*/ {{0.3, 0.25, 0.25}, {0.3, 0.25, 0.25}, {0.3, 0.25, 0.25}, {0.3, 0.25, 0.25}, {0.3, 0.25, 0.25},
-                    {0.3, 0.25, 0.25}, {0.3, 0.25, 0.25}, {0.3, 0.25, 0.25}, {0.3, 0.25, 0.25}},
-    /*hopLatency*/ {{0.13, 0.16, 0.16}, {0.13, 0.16, 0.16}, {0.13, 0.16, 0.16}, {33, 39, 39}},
-    /*oversubscribedHop*/ {2.6, 3.8, 3.8},
-    /*channelBandwidth*/ {2.9, 2.9, 2.9, 1.3},
-    /*aggregateBandwidth*/ {2.9, 2.9, 2.9, 1.3},
-    /*ringCpuShare*/ 2,
-    /*protoEfficiency*/ {0.13, 0.45, 1.0},
-    /*llReducingEfficiency*/ 0.13,
+    /*baseLatency*/ {{0.26, 0.16, 0.16}, {0.26, 0.16, 0.16}, {0.26, 0.16, 0.16}, {0.26, 0.16, 0.16}, {0.26, 0.16, 0.16},
+                    {0.26, 0.16, 0.16}, {0.26, 0.16, 0.16}, {0.26, 0.16, 0.16}, {0.26, 0.16, 0.16}},
+    /*hopLatency*/ {{0.19, 0.26, 0.26}, {0.19, 0.26, 0.26}, {0.19, 0.26, 0.26}, {11.4, 11.6, 11.6}},
+    /*oversubscribedHop*/ {1.0, 1.47, 1.47},
+    /*channelBandwidth*/ {2.9, 2.9, 2.9, 1.5},
+    /*aggregateBandwidth*/ {2.9, 2.9, 2.9, 1.5},
+    /*ringCpuShare*/ {0.8, 2.4, 2.4},
+    /*protoEfficiency*/ {0.30, 0.45, 1.0},
+    /*llReducingEfficiency*/ 0.30,
+    /*cachedBytes*/ 256 << 10,
+    /*cachedSpeedup*/ 2.0,
     /*llCeiling*/ {0, 0, 0},
     /*bytesPerThread*/ {0, 0, 0},
     /*ll128ByDefault*/ false,
@@ -311,7 +317,10 @@ bool Tuner::terms(Func f, Algo a, Proto p, int c, uint64_t bytes, Terms* out) co
   // move at 1/load too (4 and 8 processes, 64 MiB, Simple: 44-56 and 106-110 ms, 1.9-2.4x the
   // ring's share predicted). Binomial's rounds count their own load (above).
   const bool pipelined = a == Algo::kRing && f != Func::kBroadcast && f != Func::kReduce;
-  if (oversubscribed && !binomialRounds) bw *= std::min(1.0, (pipelined ? t.ringCpuShare : 1.0) / load);
+  if (oversubscribed && !binomialRounds) bw *= std::min(1.0, (pipelined ? t.ringCpuShare[pi] : 1.0) / load);
+  // A message that stays in the caches moves faster by copies (Simple, LL128); LL's speed is
+  // its flag polling's, the same at every size.
+  if (moving != Proto::kLL && bytes <= t.cachedBytes) bw *= t.cachedSpeedup;
   out->moved = moved;
   out->bandwidth = bw;
   return bw > 0;

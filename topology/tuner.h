@@ -49,9 +49,11 @@ struct CostTable {
   double oversubscribedHop[kTunerProtos];          ///< per step within a node running 2 threads per CPU (0: n/a)
   double channelBandwidth[kTunerLinks];            ///< one channel over a link, where the topology gives none
   double aggregateBandwidth[kTunerLinks];          ///< all channels together over a link (0: no cap)
-  double ringCpuShare;                             ///< oversubscribed, a ring thread moves bytes at this many shares of a CPU
+  double ringCpuShare[kTunerProtos];               ///< oversubscribed, a ring thread moves bytes at this many shares of a CPU
   double protoEfficiency[kTunerProtos];            ///< the share of a channel's bandwidth a protocol delivers
   double llReducingEfficiency;                     ///< LL's share for AllReduce and Reduce (which also reduce)
+  uint64_t cachedBytes;                            ///< messages up to this size stay in the CPUs' caches (0: none)...
+  double cachedSpeedup;                            ///< ...where Simple and LL128 move bytes this many times faster
   double llCeiling[3];                             ///< LL bus bandwidth cap for 1, 2 and 4+ nodes (0: none)
   int bytesPerThread[kTunerProtos];                ///< channels shrink while bytes < channels x threads x this
   bool ll128ByDefault;                             ///< LL128 is a candidate without NCCL_PROTO naming it

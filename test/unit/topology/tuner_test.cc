@@ -68,7 +68,7 @@ TEST_CASE("A prediction is the model's formula", "[tuner]") {
   SECTION("oversubscribed: 4 ranks on 2 CPUs pay the scheduling wait per step; the ring keeps its speed") {
     Tuner tuner(t, hostShape(4, 2));
     const double bw = std::min(t.channelBandwidth[2], t.aggregateBandwidth[2]) * t.llReducingEfficiency *
-                      std::min(1.0, t.ringCpuShare * 2 / 4);
+                      std::min(1.0, t.ringCpuShare[kLL] * 2 / 4);
     const double expected = t.baseLatency[kRing][kLL] + 6 * t.oversubscribedHop[kLL] + bytes * 1.5 / (1000 * bw);
     CHECK(tuner.predict(Func::kAllReduce, Algo::kRing, Proto::kLL, 1, bytes) == Approx(expected));
   }
@@ -105,9 +105,25 @@ TEST_CASE("A prediction is the model's formula", "[tuner]") {
     Tuner tuner(t, hostShape(2, 2));
     const double one = tuner.predict(Func::kAllGather, Algo::kRing, Proto::kSimple, 1, 8);
     const double two = tuner.predict(Func::kAllGather, Algo::kRing, Proto::kSimple, 2, 8);
-    const double bw = std::min(t.channelBandwidth[2], t.aggregateBandwidth[2]);
+    // 8 bytes stay in the caches: Simple moves them cachedSpeedup times faster.
+    const double bw = std::min(t.channelBandwidth[2], t.aggregateBandwidth[2]) * t.cachedSpeedup;
+    const double bw2 = std::min(2 * t.channelBandwidth[2], t.aggregateBandwidth[2]) * t.cachedSpeedup;
     CHECK(one == Approx(t.baseLatency[kRing][kSimple] + t.hopLatency[2][kSimple] + 8 * 0.5 / (1000 * bw)));
-    CHECK(two > one + t.oversubscribedHop[kSimple] - t.hopLatency[2][kSimple] - 1e-9);
+    CHECK(two == Approx(t.baseLatency[kRing][kSimple] + t.oversubscribedHop[kSimple] + 8 * 0.5 / (1000 * bw2)));
+    CHECK(two > one);
+  }
+  SECTION("a message that stays in the caches moves faster by Simple, not by LL") {
+    Tuner tuner(t, hostShape(2, 16));
+    const uint64_t small = t.cachedBytes, large = t.cachedBytes + 1;
+    const double bw = std::min(t.channelBandwidth[2], t.aggregateBandwidth[2]);
+    const double simple = t.baseLatency[kRing][kSimple] + 2 * t.hopLatency[2][kSimple];
+    const double ll = t.baseLatency[kRing][kLL] + 2 * t.hopLatency[2][kLL];
+    REQUIRE(t.cachedSpeedup > 1);
+    CHECK(tuner.predict(Func::kAllReduce, Algo::kRing, Proto::kSimple, 1, small) ==
+          Approx(simple + small / (1000 * bw * t.cachedSpeedup)));
+    CHECK(tuner.predict(Func::kAllReduce, Algo::kRing, Proto::kSimple, 1, large) == Approx(simple + large / (1000 * bw)));
+    CHECK(tuner.predict(Func::kAllReduce, Algo::kRing, Proto::kLL, 1, small) ==
+          Approx(ll + small / (1000 * bw * t.llReducingEfficiency)));
   }
   SECTION("RecDoubling and HalvingDoubling on 6 ranks fold 2 ranks in and out") {
     Tuner tuner(t, hostShape(6, 64));
@@ -165,8 +181,9 @@ TEST_CASE("A prediction is the model's formula", "[tuner]") {
     // One node: a chain of 6 (depth 5); a grid of 2 x 3 (2 x 2 + 2 x 1 steps).
     CHECK(tuner.predict(Func::kAllReduce, Algo::kTree, Proto::kSimple, 1, bytes) ==
           Approx(t.baseLatency[0][kSimple] + 10 * hop + 2.0 * bytes / (1000 * bw)));
+    const double bw2 = std::min(2 * t.channelBandwidth[2], t.aggregateBandwidth[2]) * t.protoEfficiency[kSimple];
     CHECK(tuner.predict(Func::kAllReduce, Algo::kTree, Proto::kSimple, 2, bytes) ==  // (memory's aggregate caps it)
-          Approx(t.baseLatency[0][kSimple] + 10 * hop + 2.0 * bytes / (1000 * bw)));
+          Approx(t.baseLatency[0][kSimple] + 10 * hop + 2.0 * bytes / (1000 * bw2)));
     CHECK(tuner.predict(Func::kAllReduce, Algo::kHier2D, Proto::kSimple, 1, bytes) ==
           Approx(t.baseLatency[6][kSimple] + 6 * hop + 2.0 * 5 / 6 * bytes / (1000 * bw)));
     // 3 nodes of 2 (BRAID_RANKS_PER_NODE on one host: the steps between nodes cost the same):
