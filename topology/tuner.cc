@@ -275,7 +275,13 @@ bool Tuner::terms(Func f, Algo a, Proto p, int c, uint64_t bytes, Terms* out) co
     return t.oversubscribedHop[pi] > 0 && threadsPerCpu > 1 ? t.oversubscribedHop[pi] * threadsPerCpu / 2
                                                             : t.hopLatency[static_cast<int>(s.intra)][pi];
   };
-  const double intraHop = oversubscribed ? hopAt(load) : t.hopLatency[static_cast<int>(s.intra)][pi];
+  // The ring's Broadcast and Reduce are a chain: a wavefront wakes one rank at a time while the
+  // others nap, so its steps wait as on idle CPUs (perf/tuner_bench.sh, 8 B on 4 and 8 processes
+  // of 2 CPUs: Broadcast 1.0 and 2.2 us, Reduce 0.9 and 2.6, where steps at the whole load
+  // predicted 4.6 and 21).
+  const bool chain = a == Algo::kRing && (f == Func::kBroadcast || f == Func::kReduce);
+  const double intraHop =
+      oversubscribed && !chain ? hopAt(load) : t.hopLatency[static_cast<int>(s.intra)][pi];
   // Nodes that share the link class of a node's ranks (BRAID_RANKS_PER_NODE on one host) share
   // its CPUs too: their steps wait alike.
   const double interHop = s.inter == s.intra ? intraHop : t.hopLatency[static_cast<int>(s.inter)][pi];
@@ -313,10 +319,12 @@ bool Tuner::terms(Func f, Algo a, Proto p, int c, uint64_t bytes, Terms* out) co
   // (each rank waits on one neighbour); a tree rank waits on up to three children and its
   // parent, and Hier2D's phases wait for each other: they move bytes at 1/load like the
   // exchanges (BRAID_RANKS_PER_NODE=2, 8 processes on 2 CPUs: Tree took 1.4x the ring's time
-  // at 64 KiB and 2.5x at 1 MiB). The ring's Broadcast and Reduce, one wavefront down a chain,
-  // move at 1/load too (4 and 8 processes, 64 MiB, Simple: 44-56 and 106-110 ms, 1.9-2.4x the
-  // ring's share predicted). Binomial's rounds count their own load (above).
-  const bool pipelined = a == Algo::kRing && f != Func::kBroadcast && f != Func::kReduce;
+  // at 64 KiB and 2.5x at 1 MiB). The ring's Broadcast pipelines down its chain as the ring
+  // does (4 and 8 processes, 64 MiB, Simple: 23.5 and 45.7 ms; the ring's share predicts 23.1
+  // and 38.6, 1/load 46 and 93); its Reduce, which also adds at every rank, moves at 1/load
+  // (39.7 and 73.5 ms; 1/load predicts 46 and 93, the share 23 and 39). Binomial's rounds
+  // count their own load (above).
+  const bool pipelined = a == Algo::kRing && f != Func::kReduce;
   if (oversubscribed && !binomialRounds) bw *= std::min(1.0, (pipelined ? t.ringCpuShare[pi] : 1.0) / load);
   // A message that stays in the caches moves faster by copies (Simple, LL128); LL's speed is
   // its flag polling's, the same at every size.

@@ -96,10 +96,12 @@ TEST_CASE("A prediction is the model's formula", "[tuner]") {
     const double fiveHops = 2 * t.hopLatency[2][kSimple] + t.oversubscribedHop[kSimple] * (2 * 2.0 / 5 * load) / 2;
     CHECK(five.predict(Func::kBroadcast, Algo::kBinomial, Proto::kSimple, 1, bytes) ==
           Approx(t.baseLatency[binomial][kSimple] + fiveHops + 3.0 * bytes / (1000 * bw)));
-    // The ring's Broadcast, one wavefront down the chain, moves at 1/load (not the ring's share).
-    const double ringBw = bw / 4;
+    // The ring's Broadcast and Reduce are a chain: its steps wake one rank at a time (as on idle
+    // CPUs); Broadcast pipelines at the ring's share of a CPU, Reduce (which adds) at 1/load.
+    const double chain = t.baseLatency[kRing][kSimple] + 7 * t.hopLatency[2][kSimple];
     CHECK(tuner.predict(Func::kBroadcast, Algo::kRing, Proto::kSimple, 1, bytes) ==
-          Approx(t.baseLatency[kRing][kSimple] + 7 * t.oversubscribedHop[kSimple] * 4 / 2 + bytes / (1000 * ringBw)));
+          Approx(chain + bytes / (1000 * bw * std::min(1.0, t.ringCpuShare[kSimple] / 4))));
+    CHECK(tuner.predict(Func::kReduce, Algo::kRing, Proto::kSimple, 1, bytes) == Approx(chain + bytes / (1000 * bw / 4)));
   }
   SECTION("2 ranks on 2 CPUs: one channel fits, a second oversubscribes") {
     Tuner tuner(t, hostShape(2, 2));
