@@ -16,15 +16,12 @@ namespace braid::kernels {
 /// The thread block as a Group: rank() is the thread, sync() the block barrier.
 class BlockGroup {
  public:
-  __device__ explicit BlockGroup(int* abortedShared) : aborted_(abortedShared) {}
   __device__ int rank() const { return threadIdx.x; }
   __device__ int size() const { return blockDim.x; }
   __device__ void sync() { __syncthreads(); }
-  __device__ void setAborted() { *aborted_ = 1; }
-  __device__ bool aborted() const { return *const_cast<volatile int*>(aborted_) != 0; }
-
- private:
-  int* aborted_;
+  /// The block barrier, returning to every thread whether any passed true (the block agrees
+  /// that the operation stops).
+  __device__ bool syncAny(bool flag) { return __syncthreads_or(flag) != 0; }
 };
 
 /// All threads of the block: copies `bytes` (a multiple of 8) from src to dst, a word a thread.
@@ -41,15 +38,13 @@ static_assert(sizeof(CollWork) % 8 == 0 && sizeof(RingHandle) % 8 == 0 && sizeof
 template <typename Run>
 __device__ void channelLoop(const CollWork* works, int nWorks, const RingHandle* rings, const uint32_t* abortFlag,
                             Run run) {
-  __shared__ int aborted;
   __shared__ RingHandle ring;
   __shared__ CollWork work;
   extern __shared__ ConnHandle peers[];  // collectiveSharedBytes: peerSend then peerRecv
-  if (threadIdx.x == 0) aborted = 0;
   copyWords(&ring, rings + blockIdx.x, sizeof(RingHandle));
   __syncthreads();
   const int nRanks = ring.nRanks;
-  BlockGroup g(&aborted);
+  BlockGroup g;
   for (int i = 0; i < nWorks; ++i) {
     const CollWork* given = works + i * gridDim.x + blockIdx.x;
     copyWords(&work, given, sizeof(CollWork));

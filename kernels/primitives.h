@@ -140,7 +140,7 @@ class Primitives {
   /// One step over n elements (n may be 0: the step still advances, so both sides agree).
   /// Returns false once the communicator was aborted; later steps then do nothing.
   BRAID_INLINE bool step(uint32_t flags, const T* input, T* output, uint64_t n) {
-    if (g_.aborted()) return false;
+    if (stopped_) return false;
     if (proto_ == Proto::kLL) {
       stepLL(flags, input, output, n);
     } else if (proto_ == Proto::kLL128) {
@@ -148,7 +148,7 @@ class Primitives {
     } else {
       stepSimple(flags, input, output, n);
     }
-    return !g_.aborted();
+    return !stopped_;
   }
 
   /// Stores the step counters back (thread 0); call once after the last step.
@@ -196,6 +196,7 @@ class Primitives {
 
   /// Thread 0 waits for the credits this step needs; the group learns the outcome.
   BRAID_INLINE void waitCredits(uint32_t flags, bool needTail) {
+    bool aborted = false;
     if (g_.rank() == 0) {
       WaitResult r = WaitResult::kReady;
       if (sigPending_ && (flags & kRecv)) {  // the operation's first receive: same collective?
@@ -218,14 +219,15 @@ class Primitives {
         sigToWrite_ = false;
         writeSignature(*send_, sendStep_, work_->sig);
       }
-      if (r == WaitResult::kAborted) g_.setAborted();
+      aborted = r == WaitResult::kAborted;
     }
-    g_.sync();
+    stopped_ = g_.syncAny(aborted);
   }
 
   /// info: the step's stepInfo (what the send slot now holds).
-  BRAID_INLINE void publish(uint32_t flags, uint64_t info) {
-    g_.sync();
+  /// abortedHere: this thread's own waits saw the communicator aborted (a line protocol's).
+  BRAID_INLINE void publish(uint32_t flags, uint64_t info, bool abortedHere = false) {
+    stopped_ = g_.syncAny(abortedHere);
     if (g_.rank() == 0) {
       if (flags & kRecv) storeRelease(recv_->head, recvStep_ + 1);
       if (flags & kSend) publishStep(*send_, sendStep_, info);
@@ -241,7 +243,7 @@ class Primitives {
 
   BRAID_INLINE void stepSimple(uint32_t flags, const T* input, T* output, uint64_t n) {
     waitCredits(flags, true);
-    if (g_.aborted()) return;
+    if (stopped_) return;
     const T* in = (flags & kRecv) ? reinterpret_cast<const T*>(recv_->simple + (recvStep_ % kSteps) * recv_->simpleStepBytes) : nullptr;
     T* out = (flags & kSend) ? reinterpret_cast<T*>(send_->simple + (sendStep_ % kSteps) * send_->simpleStepBytes) : nullptr;
     if (kStridedShares) {  // the GPU: coalesced, 16 bytes at a time where aligned
@@ -292,7 +294,7 @@ class Primitives {
   /// element loop is vectorised for the flags each call site passes.
   BRAID_OUTLINE void stepLL(uint32_t flags, const T* input, T* output, uint64_t n) {
     waitCredits(flags, false);
-    if (g_.aborted()) return;
+    if (stopped_) return;
     constexpr uint64_t kPerLine = 8 / sizeof(T);
     const uint64_t lines = (n + kPerLine - 1) / kPerLine;
     LLLine* in = (flags & kRecv) ? recv_->ll + (recvStep_ % kSteps) * recv_->llStepLines : nullptr;
@@ -300,6 +302,7 @@ class Primitives {
     const uint32_t recvFlag = static_cast<uint32_t>(recvStep_ + 1);
     const uint32_t sendFlag = static_cast<uint32_t>(sendStep_ + 1);
     const Share share = shareOf(lines, g_.size(), g_.rank(), 1);
+    bool abortedHere = false;
     for (uint64_t l = share.begin; l < share.end; l += share.stride) {
       T vals[kPerLine] = {};
       if (flags & kRecv) {
@@ -314,7 +317,7 @@ class Primitives {
             },
             abort_);
         if (r == WaitResult::kAborted) {
-          g_.setAborted();
+          abortedHere = true;
           break;
         }
         const uint32_t payload[2] = {static_cast<uint32_t>(a), static_cast<uint32_t>(b)};
@@ -329,13 +332,13 @@ class Primitives {
         storeRelaxed(halves + 1, static_cast<uint64_t>(payload[1]) | (static_cast<uint64_t>(sendFlag) << 32));
       }
     }
-    publish(flags, stepInfo(lines * sizeof(LLLine), true));
+    publish(flags, stepInfo(lines * sizeof(LLLine), true), abortedHere);
   }
 
   /// Out of line, as stepLL.
   BRAID_OUTLINE void stepLL128(uint32_t flags, const T* input, T* output, uint64_t n) {
     waitCredits(flags, false);
-    if (g_.aborted()) return;
+    if (stopped_) return;
     constexpr uint64_t kPerLine = kLL128DataWords * 8 / sizeof(T);
     const uint64_t lines = (n + kPerLine - 1) / kPerLine;
     LL128Line* in = (flags & kRecv) ? recv_->ll128 + (recvStep_ % kSteps) * recv_->ll128StepLines : nullptr;
@@ -343,6 +346,7 @@ class Primitives {
     const uint64_t recvFlag = recvStep_ + 1;
     const uint64_t sendFlag = sendStep_ + 1;
     const Share share = shareOf(lines, g_.size(), g_.rank(), 1);
+    bool abortedHere = false;
     for (uint64_t l = share.begin; l < share.end; l += share.stride) {
       T vals[kPerLine] = {};
       if (flags & kRecv) {
@@ -350,7 +354,7 @@ class Primitives {
         const WaitResult r = waitReporting(g_.rank() == 0 ? status_ : nullptr, kWaitData, recv_, recvStep_,
                                            [&] { return loadAcquire(flag) == recvFlag; }, abort_);
         if (r == WaitResult::kAborted) {
-          g_.setAborted();
+          abortedHere = true;
           break;
         }
         memcpy(vals, in[l].words, kLL128DataWords * 8);
@@ -361,7 +365,7 @@ class Primitives {
         storeRelease(out[l].words + kLL128FlagWord, sendFlag);
       }
     }
-    publish(flags, lines * sizeof(LL128Line) | kStepLL128);
+    publish(flags, lines * sizeof(LL128Line) | kStepLL128, abortedHere);
   }
 
   Group& g_;
@@ -378,6 +382,9 @@ class Primitives {
   uint64_t recvStep_;
   uint64_t headSeen_ = 0;       ///< thread 0: the receiver's head as last read
   uint64_t progress_ = 0;       ///< thread 0: the status's progress as last written
+  /// The group agreed at a barrier that the operation stops (the same in every thread: it
+  /// changes only at syncAny, never by reading a flag another thread may set meanwhile).
+  bool stopped_ = false;
   bool progressKnown_ = false;
 };
 
