@@ -48,6 +48,7 @@ const CostTable kGpuCostTable = {
     /*llCeiling*/ {141, 45, 35},
     /*bytesPerThread*/ {8, 8, 64},
     /*ll128ByDefault*/ true,
+    /*peerLLMaxBytes*/ 16384,  // NCCL_P2P_LL_THRESHOLD's default
 };
 
 // The host backend: measured by perf/calibrate_host.sh on the development machine (2 CPUs,
@@ -69,7 +70,10 @@ const CostTable kGpuCostTable = {
 // LL128 copies Simple's latencies; its efficiency is from one run of all_reduce_perf on 2
 // ranks (Ring, 1 MiB: 1155 us against Simple's 524 and LL's 5000); it gains nothing over
 // Simple on CPUs and is never chosen unless NCCL_PROTO names it. NVLink and PCIe rows are
-// never used on the host and copy memory's.
+// never used on the host and copy memory's. Sends and receives move as LL up to 64 bytes only
+// (sendrecv_perf, 2 processes, 3 interleaved runs: LL 0.71-0.78 us at 8 bytes against Simple's
+// 0.82-0.84, even at 128, then Simple ahead: 512 B 1.0 against 1.9, 2 KiB 1.6 against 5.4,
+// 8 KiB 2.6-3.2 against 26; NCCL's 16 KiB is a GPU figure).
 const CostTable kHostCostTable = {
     "host (measured on 2 CPUs by perf/calibrate_host.sh)",
     /*baseLatency*/ {{0.26, 0.16, 0.16}, {0.26, 0.16, 0.16}, {0.26, 0.16, 0.16}, {0.26, 0.16, 0.16}, {0.26, 0.16, 0.16},
@@ -86,6 +90,7 @@ const CostTable kHostCostTable = {
     /*llCeiling*/ {0, 0, 0},
     /*bytesPerThread*/ {0, 0, 0},
     /*ll128ByDefault*/ false,
+    /*peerLLMaxBytes*/ 64,
 };
 
 const char* linkClassName(LinkClass link) {

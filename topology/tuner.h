@@ -57,6 +57,7 @@ struct CostTable {
   double llCeiling[3];                             ///< LL bus bandwidth cap for 1, 2 and 4+ nodes (0: none)
   int bytesPerThread[kTunerProtos];                ///< channels shrink while bytes < channels x threads x this
   bool ll128ByDefault;                             ///< LL128 is a candidate without NCCL_PROTO naming it
+  int64_t peerLLMaxBytes;                          ///< a send or receive of up to this many bytes moves as LL
 };
 
 extern const CostTable kGpuCostTable;
@@ -78,7 +79,15 @@ struct CostShape {
   int threads = 512;                 ///< per channel (NCCL_NTHREADS)
   int cpuThreadsPerChannel = 1;      ///< host backend: CPU threads running one channel of one rank
   uint64_t directMaxBytes = 16384;   ///< the most AllReduce's Direct carries per channel (one LL step of a peer connection)
+  int64_t peerLLMaxBytes = -1;       ///< NCCL_P2P_LL_THRESHOLD: sends and receives up to this size move as LL (-1: the table's)
 };
+
+/// The protocol a send or receive of `bytes` moves with: LL up to the shape's threshold (or
+/// the table's), else Simple. Both ends compute the same from the same size.
+inline kernels::Proto peerProtocolFor(uint64_t bytes, const CostTable& table, const CostShape& shape) {
+  const int64_t most = shape.peerLLMaxBytes >= 0 ? shape.peerLLMaxBytes : table.peerLLMaxBytes;
+  return static_cast<int64_t>(bytes) <= most ? kernels::Proto::kLL : kernels::Proto::kSimple;
+}
 
 /// One candidate and its prediction.
 struct Choice {
@@ -117,10 +126,8 @@ class Tuner {
   /// (not implemented, too large for Direct, a channel count it cannot use).
   double predict(kernels::Func f, kernels::Algo a, kernels::Proto p, int nChannels, uint64_t bytes) const;
 
-  /// The protocol a send or receive of `bytes` moves with (LL up to 16 KiB, else Simple).
-  static kernels::Proto peerProtocol(uint64_t bytes) {
-    return bytes <= 16384 ? kernels::Proto::kLL : kernels::Proto::kSimple;
-  }
+  /// The protocol a send or receive of `bytes` moves with (peerProtocolFor).
+  kernels::Proto peerProtocol(uint64_t bytes) const { return peerProtocolFor(bytes, *table_, shape_); }
 
   /// A send or receive of `bytes` with protocol `p` on its own: one step over the slowest link.
   double predictPeer(uint64_t bytes, kernels::Proto p) const;

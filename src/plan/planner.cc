@@ -119,6 +119,8 @@ CollPlan planCollective(const Task& task, int nRanks, const PlanLimits& limits, 
   return plan;
 }
 
-kernels::Proto peerProtocol(uint64_t bytes) { return topo::Tuner::peerProtocol(bytes); }
+kernels::Proto peerProtocol(uint64_t bytes, const PlanLimits& limits) {
+  return topo::peerProtocolFor(bytes, *limits.table, limits.shape);
+}
 
 }  // namespace braid::plan

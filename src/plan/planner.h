@@ -44,7 +44,7 @@ topo::Choice chooseFor(const Task& task, int nRanks, const PlanLimits& limits);
 /// caller's cache), logged as chooseFor logs it.
 CollPlan planCollective(const Task& task, int nRanks, const PlanLimits& limits, const topo::Choice* known = nullptr);
 
-/// The protocol of a send/recv of `bytes` (both sides compute the same).
-kernels::Proto peerProtocol(uint64_t bytes);
+/// The protocol of a send/recv of `bytes` under these limits (both sides compute the same).
+kernels::Proto peerProtocol(uint64_t bytes, const PlanLimits& limits);
 
 }  // namespace braid::plan

@@ -50,6 +50,7 @@ std::string ringShiftOverNetwork(std::vector<size_t> sizes,
       transport::ConnectorOptions& connector = comm->dataPath().connectorOptions();
       connector.networkOnly = true;
       configure(connector);
+      comm->dataPath().setPeerLLThreshold(16384);  // NCCL's: the sizes up to 16 KiB move as LL
       const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
       for (size_t size : sizes) {
         auto fwd = [&](int s) { return size + s; };

@@ -112,6 +112,8 @@ DataPathSettings DataPathSettings::fromParams(const CommConfig& config, bool onD
   s.limits.minChannels = std::clamp(s.limits.minChannels, 1, kMaxChannels);
   if (s.limits.minChannels > s.limits.maxChannels) s.limits.maxChannels = s.limits.minChannels;
   s.limits.mask = plan::parseAlgoProto(p.string("NCCL_ALGO"), p.string("NCCL_PROTO"));
+  const int64_t peerLL = p.integer("NCCL_P2P_LL_THRESHOLD");
+  if (peerLL >= 0) s.limits.shape.peerLLMaxBytes = peerLL;
   const int64_t nThreads = p.integer("NCCL_NTHREADS");
   if (nThreads != -2 && (nThreads < 64 || nThreads > 512 || nThreads % 64 != 0)) {
     BRAID_WARN("NCCL_NTHREADS=%lld must be a multiple of 64 in 64..512; using 512", static_cast<long long>(nThreads));
@@ -332,7 +334,7 @@ double DataPath::predict(const std::vector<plan::Task>& tasks) const {
   for (const plan::Task& t : tasks) {
     const uint64_t bytes = t.count * plan::typeSize(t.dtype);
     if (t.func == kernels::Func::kSendRecv) {
-      if (t.peer != rank_) peers = std::max(peers, tuner.predictPeer(bytes, plan::peerProtocol(bytes)));
+      if (t.peer != rank_) peers = std::max(peers, tuner.predictPeer(bytes, tuner.peerProtocol(bytes)));
     } else if (t.count > 0) {
       total += plan::chooseFor(t, nRanks_, settings_.limits).timeUs;
     }
@@ -537,7 +539,7 @@ void DataPath::runPeers(const std::vector<const plan::Task*>& ops) {
     op.conn = t->isSend ? connector_.peerSend(t->peer) : connector_.peerRecv(t->peer);
     op.buffer = t->isSend ? const_cast<char*>(static_cast<const char*>(t->sendbuff)) : static_cast<char*>(t->recvbuff);
     op.bytes = t->count * plan::typeSize(t->dtype);
-    op.proto = plan::peerProtocol(op.bytes);
+    op.proto = plan::peerProtocol(op.bytes, settings_.limits);
     op.isSend = t->isSend;
     queues[{t->peer, t->isSend}].push_back(op);
   }

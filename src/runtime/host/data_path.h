@@ -91,6 +91,12 @@ class DataPath {
   }
   /// The connector's options; tests change them before the first collective (networkOnly).
   transport::ConnectorOptions& connectorOptions() { return connector_.options(); }
+  /// NCCL_P2P_LL_THRESHOLD for this communicator (-1: the backend's); tests set it, every rank
+  /// alike, to run sends and receives of a given size with LL or Simple.
+  void setPeerLLThreshold(int64_t bytes) {
+    settings_.limits.shape.peerLLMaxBytes = bytes;
+    choices_.clear();  // (AlltoAll's Direct is modelled with its sends' protocol)
+  }
   /// BRAID_RANKS_PER_NODE for this communicator (0: nodes are hosts); tests set it before the
   /// first collective. Every rank must set the same.
   void setRanksPerNode(int k);

@@ -159,7 +159,7 @@ TEST_CASE("A prediction is the model's formula", "[tuner]") {
     // byte also packed and unpacked (counted once more).
     CHECK(tuner.predict(Func::kAlltoAll, Algo::kBruck, Proto::kSimple, 1, bytes) ==
           Approx(t.baseLatency[8][kSimple] + 3 * hop + 2 * 7.0 / 6 * bytes / (1000 * bw)));
-    // Direct's sends of up to 16 KiB move as LL.
+    // Direct's sends of up to the table's LL threshold (64 bytes on the host) move as LL.
     CHECK(tuner.predict(Func::kAlltoAll, Algo::kDirect, Proto::kSimple, 1, 6 * 8) ==
           Approx(t.baseLatency[2][kLL] + t.hopLatency[2][kLL] + 5.0 / 6 * 48 / (1000 * t.channelBandwidth[2] * t.protoEfficiency[kLL])));
     // With CPUs to spare Direct's one step wins; oversubscribed its thread waits for each peer
@@ -475,4 +475,19 @@ TEST_CASE("braid-topo --tuning prints the choice per size and every algorithm's 
   out = run(std::string(exe) + " --tuning --backend tpu");
   CHECK_THAT(out, Catch::Contains("--backend tpu: expected gpu or host"));
   CHECK_THAT(out, Catch::EndsWith("exit=2\n"));
+}
+
+TEST_CASE("Sends and receives move as LL up to the backend's threshold or NCCL_P2P_LL_THRESHOLD's", "[tuner]") {
+  const CostShape plain;
+  CHECK(peerProtocolFor(64, kHostCostTable, plain) == Proto::kLL);
+  CHECK(peerProtocolFor(65, kHostCostTable, plain) == Proto::kSimple);
+  CHECK(peerProtocolFor(16384, kGpuCostTable, plain) == Proto::kLL);  // NCCL's default
+  CHECK(peerProtocolFor(16385, kGpuCostTable, plain) == Proto::kSimple);
+  CostShape set;
+  set.peerLLMaxBytes = 0;  // NCCL_P2P_LL_THRESHOLD=0: Simple for every size but an empty message
+  CHECK(peerProtocolFor(8, kGpuCostTable, set) == Proto::kSimple);
+  CHECK(peerProtocolFor(0, kHostCostTable, set) == Proto::kLL);
+  set.peerLLMaxBytes = 4096;
+  CHECK(peerProtocolFor(4096, kHostCostTable, set) == Proto::kLL);
+  CHECK(Tuner(kHostCostTable, set).peerProtocol(4097) == Proto::kSimple);
 }
