@@ -36,13 +36,21 @@ class Device {
   /// reach (a pageable host pointer, another device's memory without peer access).
   virtual void checkBuffer(const void* p, const char* name, const char* call) = 0;
   /// Throws ncclInvalidUsage when work on `stream` could never run beside the other ranks' of
-  /// `call` (several ranks of this process on one device with the legacy default stream, or a
-  /// stream being captured into a CUDA graph, which this backend does not support yet).
+  /// `call` (several ranks of this process on one device with the legacy default stream), or
+  /// when the stream's CUDA graph capture has been invalidated.
   virtual void checkStream(void* stream, int localDeviceRanks, const char* call) = 0;
+  /// Sets the calling thread's stream capture mode to relaxed and returns the one it had: while
+  /// a user captures a graph in the global mode, the calls Braid makes beside its launches
+  /// (allocating, querying its own events) would otherwise invalidate that capture.
+  virtual int relaxCapture() = 0;
+  /// Gives the calling thread back the capture mode relaxCapture returned.
+  virtual void restoreCapture(int mode) = 0;
   /// Enqueues one collective on `stream` (a cudaStream_t): nChannels blocks run
   /// works[0, nChannels) over rings[0, nChannels) of a communicator of nRanks; `copy`: the byte
   /// kernel, else the reduction kernel of (red, dtype). Returns at once; the arguments are
-  /// copied (the caller's may go).
+  /// copied (the caller's may go). On a stream being captured the launch goes into the graph,
+  /// which keeps its arguments for as long as it lives, and is not ordered after this rank's
+  /// uncaptured work (the user orders graph launches, as with NCCL).
   virtual void launchCollective(const kernels::CollWork* works, const kernels::RingHandle* rings, int nChannels,
                                 int nRanks, bool copy, int red, int dtype, void* stream, const char* call) = 0;
   /// Enqueues a group's sends and receives: queue q is ops[starts[q], starts[q + 1]), run in
@@ -53,6 +61,21 @@ class Device {
   virtual void copy(void* dst, const void* src, size_t bytes, void* stream) = 0;
   /// Waits until everything this rank enqueued has finished (or was aborted).
   virtual void synchronize() = 0;
+};
+
+/// relaxCapture() while it lives (nothing without a device).
+class RelaxedCapture {
+ public:
+  explicit RelaxedCapture(Device* device) : device_(device), saved_(device != nullptr ? device->relaxCapture() : 0) {}
+  ~RelaxedCapture() {
+    if (device_ != nullptr) device_->restoreCapture(saved_);
+  }
+  RelaxedCapture(const RelaxedCapture&) = delete;
+  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
+
+ private:
+  Device* device_;
+  int saved_;
 };
 
 /// The CUDA device `ordinal` for one communicator, running threadsPerBlock threads per channel;

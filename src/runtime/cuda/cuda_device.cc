@@ -132,6 +132,81 @@ FifoAllocator* fifoAllocatorOf(int device) {
   return (*all)[device];
 }
 
+/// Launch arguments that a captured graph owns: taken when a launch is captured, handed back
+/// by the graph's destruction (a CUDA user object's destructor, which may not call CUDA, so
+/// blocks are kept for later captures rather than freed). Process-wide and never destroyed:
+/// a graph may outlive the communicator that captured into it.
+class GraphBlocks {
+ public:
+  static GraphBlocks& process() {
+    static GraphBlocks* pool = new GraphBlocks();
+    return *pool;
+  }
+  /// Mapped host memory of at least `bytes` (a returned block, or a new one).
+  char* take(size_t bytes, size_t* size) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (size_t i = 0; i < free_.size(); ++i) {
+        if (free_[i].second < bytes) continue;
+        char* p = free_[i].first;
+        *size = free_[i].second;
+        free_.erase(free_.begin() + static_cast<long>(i));
+        return p;
+      }
+    }
+    *size = (bytes + 4095) / 4096 * 4096;
+    return static_cast<char*>(allocateMapped(*size, "a graph's launch arguments"));
+  }
+  void giveBack(char* p, size_t size) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    free_.emplace_back(p, size);
+  }
+  /// Ties block p to `graph`: it comes back here when the graph and its instances are gone.
+  void attach(cudaGraph_t graph, char* p, size_t size) {
+    auto* owned = new Owned{p, size};
+    cudaUserObject_t object = nullptr;
+    cudaError_t err = cudaUserObjectCreate(&object, owned, &GraphBlocks::released, 1, cudaUserObjectNoDestructorSync);
+    if (err != cudaSuccess) {
+      delete owned;
+      giveBack(p, size);
+      check(err, "cudaUserObjectCreate (a graph's launch arguments)");
+    }
+    // (on failure the object's one reference is dropped, which hands the block back)
+    err = cudaGraphRetainUserObject(graph, object, 1, cudaGraphUserObjectMove);
+    if (err != cudaSuccess) {
+      cudaUserObjectRelease(object, 1);
+      check(err, "cudaGraphRetainUserObject (a graph's launch arguments)");
+    }
+  }
+
+ private:
+  struct Owned {
+    char* memory;
+    size_t size;
+  };
+  static void CUDART_CB released(void* data) {
+    auto* owned = static_cast<Owned*>(data);
+    process().giveBack(owned->memory, owned->size);
+    delete owned;
+  }
+  std::mutex mutex_;
+  std::vector<std::pair<char*, size_t>> free_;
+};
+
+/// Whether `s` is being captured into a graph, and that graph; throws ncclInvalidUsage when
+/// its capture was invalidated (the launch would be lost, and the user's graph with it).
+cudaGraph_t capturingGraph(cudaStream_t s, const char* call) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  cudaGraph_t graph = nullptr;
+  check(cudaStreamGetCaptureInfo(s, &status, &id, &graph), "cudaStreamGetCaptureInfo");
+  if (status == cudaStreamCaptureStatusInvalidated) {
+    fail(ncclInvalidUsage, "%s: the stream's CUDA graph capture has been invalidated (by an earlier call that a "
+                           "capture does not allow); end the capture and capture again", call);
+  }
+  return status == cudaStreamCaptureStatusActive ? graph : nullptr;
+}
+
 constexpr int kPeerThreads = 512;
 
 /// Once per device and process, before any of Braid's kernels runs there: every kernel loaded
@@ -246,12 +321,7 @@ class CudaDevice final : public Device {
 
   void checkStream(void* stream, int localDeviceRanks, const char* call) override {
     const cudaStream_t s = static_cast<cudaStream_t>(stream);
-    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-    BRAID_CUDA_CHECK(cudaStreamIsCapturing(s, &status));
-    if (status != cudaStreamCaptureStatusNone) {
-      fail(ncclInvalidUsage, "%s: the stream is being captured into a CUDA graph; Braid's CUDA backend cannot "
-                             "capture collectives yet (run them outside the capture)", call);
-    }
+    capturingGraph(s, call);  // (throws for an invalidated capture)
     if (localDeviceRanks > 1 && (s == nullptr || s == cudaStreamLegacy)) {
       fail(ncclInvalidUsage, "%s: %d ranks of this process share CUDA device %d and this rank enqueues on the legacy "
                              "default stream, which runs its kernel only after every other stream's: the ranks' "
@@ -260,14 +330,24 @@ class CudaDevice final : public Device {
     }
   }
 
+  int relaxCapture() override {
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    BRAID_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    return static_cast<int>(mode);
+  }
+  void restoreCapture(int mode) override {
+    cudaStreamCaptureMode m = static_cast<cudaStreamCaptureMode>(mode);
+    cudaThreadExchangeStreamCaptureMode(&m);
+  }
+
   void launchCollective(const kernels::CollWork* works, const kernels::RingHandle* rings, int nChannels, int nRanks,
                         bool copy, int red, int dtype, void* stream, const char* call) override {
     DeviceGuard guard(ordinal_);
+    const cudaStream_t s = static_cast<cudaStream_t>(stream);
     const bool peers = works[0].peerSend != nullptr;
     const size_t peerBytes = peers ? 2 * static_cast<size_t>(nRanks) * sizeof(kernels::ConnHandle) : 0;
-    const size_t bytes = nChannels * (sizeof(kernels::CollWork) + sizeof(kernels::RingHandle) + peerBytes);
-    Block& block = takeBlock(bytes);
-    auto* w = reinterpret_cast<kernels::CollWork*>(block.memory);
+    Args args = argsFor(s, nChannels * (sizeof(kernels::CollWork) + sizeof(kernels::RingHandle) + peerBytes), call);
+    auto* w = reinterpret_cast<kernels::CollWork*>(args.memory);
     auto* r = reinterpret_cast<kernels::RingHandle*>(w + nChannels);
     auto* handles = reinterpret_cast<kernels::ConnHandle*>(r + nChannels);
     std::memcpy(w, works, nChannels * sizeof(kernels::CollWork));
@@ -279,22 +359,16 @@ class CudaDevice final : public Device {
       w[c].peerSend = send;
       w[c].peerRecv = send + nRanks;
     }
-    const cudaStream_t s = static_cast<cudaStream_t>(stream);
     const CollLaunch launch{dim3(nChannels), dim3(threads_), peers ? kernels::collectiveSharedBytes(nRanks) : 0, s,
                             w, 1, r, abort_};
-    beginOn(s);
     cudaGetLastError();  // the launch's own error only, not an earlier call's left behind
     const cudaError_t err = copy ? launchCopy(launch) : launchReduction(red, dtype, launch);
-    if (err != cudaSuccess) {  // nothing runs: the block is free again
-      free_.push_back(block);
-      inFlight_.pop_back();
-    }
+    launched(s, args, err);
     if (err == cudaErrorNotSupported) {
       fail(ncclInvalidUsage, "%s: this operator and type are not instantiated in this build's CUDA kernels "
                              "(-Dcuda-only-funcs=%s)", call, kCudaOnlyFuncs);
     }
     check(err, "the collective kernel's launch");
-    endOn(s, &block);
   }
 
   void launchPeers(const kernels::PeerOp* ops, const int* starts, int nQueues, void* stream, const char* call) override {
@@ -305,29 +379,25 @@ class CudaDevice final : public Device {
            nOps, (kMaxSharedBytes - 4 * sizeof(int)) / (sizeof(kernels::PeerOp) + sizeof(int)));
     }
     DeviceGuard guard(ordinal_);
-    Block& block = takeBlock(nOps * sizeof(kernels::PeerOp) + (nQueues + 1) * sizeof(int));
-    auto* o = reinterpret_cast<kernels::PeerOp*>(block.memory);
+    const cudaStream_t s = static_cast<cudaStream_t>(stream);
+    Args args = argsFor(s, nOps * sizeof(kernels::PeerOp) + (nQueues + 1) * sizeof(int), call);
+    auto* o = reinterpret_cast<kernels::PeerOp*>(args.memory);
     auto* q = reinterpret_cast<int*>(o + nOps);
     std::memcpy(o, ops, nOps * sizeof(kernels::PeerOp));
     std::memcpy(q, starts, (nQueues + 1) * sizeof(int));
-    const cudaStream_t s = static_cast<cudaStream_t>(stream);
-    beginOn(s);
     cudaGetLastError();
     const cudaError_t err = cuda::launchPeers(PeerLaunch{dim3(kPeerThreads), shared, s, o, q, nQueues, abort_});
-    if (err != cudaSuccess) {
-      free_.push_back(block);
-      inFlight_.pop_back();
-    }
+    launched(s, args, err);
     check(err, "the send/receive kernel's launch");
-    endOn(s, &block);
   }
 
   void copy(void* dst, const void* src, size_t bytes, void* stream) override {
     DeviceGuard guard(ordinal_);
     const cudaStream_t s = static_cast<cudaStream_t>(stream);
-    beginOn(s);
+    const bool captured = capturingGraph(s, "a copy to this rank itself") != nullptr;
+    if (!captured) beginOn(s);
     BRAID_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s));
-    endOn(s, nullptr);
+    if (!captured) endOn(s, nullptr);
   }
 
   void synchronize() override {
@@ -376,6 +446,48 @@ class CudaDevice final : public Device {
     }
     inFlight_.push_back(b);
     return inFlight_.back();
+  }
+
+  /// Where one launch's arguments go: a block of this device's, reused once that launch has
+  /// run, or, on a stream being captured, memory the graph owns (graph != nullptr).
+  struct Args {
+    char* memory = nullptr;
+    Block* block = nullptr;
+    cudaGraph_t graph = nullptr;
+    size_t size = 0;
+  };
+  /// Arguments of `bytes` for a launch on s, which is ordered after this rank's earlier
+  /// uncaptured work (beginOn) unless s is being captured.
+  Args argsFor(cudaStream_t s, size_t bytes, const char* call) {
+    Args a;
+    a.graph = capturingGraph(s, call);
+    if (a.graph != nullptr) {
+      a.memory = GraphBlocks::process().take(bytes, &a.size);
+      return a;
+    }
+    a.block = &takeBlock(bytes);
+    a.memory = a.block->memory;
+    beginOn(s);
+    return a;
+  }
+  /// After the launch that used `a` returned err: on failure nothing runs, so the arguments
+  /// are free again (the caller throws err); else they are kept until the launch has run, or
+  /// for as long as the graph it went into lives.
+  void launched(cudaStream_t s, Args& a, cudaError_t err) {
+    if (err != cudaSuccess) {
+      if (a.graph != nullptr) {
+        GraphBlocks::process().giveBack(a.memory, a.size);
+      } else {
+        free_.push_back(*a.block);
+        inFlight_.pop_back();
+      }
+      return;
+    }
+    if (a.graph != nullptr) {
+      GraphBlocks::process().attach(a.graph, a.memory, a.size);
+    } else {
+      endOn(s, a.block);
+    }
   }
 
   /// Before enqueuing on s: this rank's previous work (on whatever stream) comes first, as

@@ -234,6 +234,7 @@ void DataPath::failAborted(const char* what) {
 }
 
 void DataPath::execute(const std::vector<plan::Task>& tasks) {
+  RelaxedCapture relaxed(device_.get());
   std::vector<const plan::Task*> peerOps;
   for (const plan::Task& t : tasks) {
     if (t.func == kernels::Func::kSendRecv) {
@@ -246,6 +247,7 @@ void DataPath::execute(const std::vector<plan::Task>& tasks) {
 }
 
 void DataPath::run(const plan::Task& task) {
+  RelaxedCapture relaxed(device_.get());
   if (device_ != nullptr) checkDeviceTask(task);  // (a group's tasks were checked by checkOnDevice)
   if (task.func == kernels::Func::kSendRecv) {
     runPeers({&task});

@@ -68,6 +68,7 @@ class DataPath {
   /// rank's kernel is launched (a launched kernel would wait for a refused rank forever).
   void checkOnDevice(const std::vector<plan::Task>& tasks) {
     if (device_ == nullptr) return;
+    RelaxedCapture relaxed(device_.get());
     for (const plan::Task& t : tasks) checkDeviceTask(t);
   }
   /// With a device: throws ncclInvalidArgument naming `name` and `call` when the device cannot
