@@ -141,9 +141,10 @@ __device__ inline bool blockPeerStep(PeerOp& op) {
 /// ops[starts[q], starts[q + 1]), to run in that order, each op starting from the step the one
 /// before it left on the connection (*conn.step). The block passes over the queues in turn,
 /// moving one slice of each queue's current operation where its connection allows, until every
-/// queue is done or the communicator is aborted.
+/// queue is done or the communicator is aborted. status->progress counts the slices moved.
 template <typename Unused = void>
-__global__ void __launch_bounds__(kMaxBlockThreads) peerKernel(const PeerOp* given, const int* givenStarts, int nQueues, const uint32_t* abortFlag) {
+__global__ void __launch_bounds__(kMaxBlockThreads) peerKernel(const PeerOp* given, const int* givenStarts, int nQueues, const uint32_t* abortFlag,
+                                                               ChannelStatus* status) {
   extern __shared__ uint64_t peerShared[];  // peerSharedBytes: the operations, then the starts
   __shared__ int current;
   __shared__ int nOps;
@@ -179,6 +180,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads) peerKernel(const PeerOp* giv
       if (threadIdx.x == 0 && ops[i].done >= ops[i].bytes) *ops[i].conn.step = ops[i].step;  // for the next one
     }
     if (all) return;
+    if (moved && threadIdx.x == 0) storeRelaxed(&status->progress, loadRelaxed(&status->progress) + 1);
     // Every thread leaves together (the next pass syncs again).
     if (__syncthreads_or(threadIdx.x == 0 && loadRelaxed(const_cast<uint32_t*>(abortFlag)) != 0)) return;
     spins = moved ? 0 : spins + 1;

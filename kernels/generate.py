@@ -115,7 +115,7 @@ def cuda_type(type_name, filters):
                 "  copyKernel<void><<<l.grid, l.block, l.sharedBytes, l.stream>>>(l.works, l.nWorks, l.rings, l.abortFlag);",
                 "  return cudaGetLastError();", "}", "",
                 "cudaError_t launchPeers(const PeerLaunch& l) {",
-                "  peerKernel<void><<<1, l.block, l.sharedBytes, l.stream>>>(l.ops, l.starts, l.nQueues, l.abortFlag);",
+                "  peerKernel<void><<<1, l.block, l.sharedBytes, l.stream>>>(l.ops, l.starts, l.nQueues, l.abortFlag, l.status);",
                 "  return cudaGetLastError();", "}", "",
                 "}  // namespace braid::runtime::cuda", ""]
         return "\n".join(out)

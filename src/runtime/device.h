@@ -61,6 +61,9 @@ class Device {
   virtual void copy(void* dst, const void* src, size_t bytes, void* stream) = 0;
   /// Waits until everything this rank enqueued has finished (or was aborted).
   virtual void synchronize() = 0;
+  /// Whether work this rank enqueued (outside graph captures) is still queued or running; any
+  /// thread may ask (the watchdog's does).
+  virtual bool busy() = 0;
 };
 
 /// relaxCapture() while it lives (nothing without a device).

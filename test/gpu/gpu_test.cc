@@ -473,6 +473,100 @@ int testProcesses() {
   return bad;
 }
 
+/// Polls comm's asynchronous error for up to `seconds`; returns the first one that is not
+/// ncclSuccess or ncclInProgress (ncclSuccess when none came).
+ncclResult_t awaitAsyncError(ncclComm_t comm, int seconds) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (std::chrono::steady_clock::now() < until) {
+    ncclResult_t async = ncclSuccess;
+    NCCL_OK(ncclCommGetAsyncError(comm, &async));
+    if (async != ncclSuccess && async != ncclInProgress) return async;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return ncclSuccess;
+}
+
+/// Runs `body` in a forked child with a time limit; returns whether it exited with 0.
+bool inChild(const std::function<void()>& body, int limitSeconds, const char* what) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    alarm(limitSeconds);
+    body();
+    _exit(failures == 0 ? 0 : 1);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  EXPECT(ok, "%s: the child failed (status %d)", what, status);
+  return ok;
+}
+
+/// Kernels that wait on a peer that never comes end through the abort flag, and the reason is
+/// ncclCommGetAsyncError's: (1) NCCL_TIMEOUT=2 and a rank that does not call the second
+/// AllReduce (2 ranks, threads): ncclSystemError within 20 s, and the waiting rank's stream
+/// drains; (2) a rank's process exits after the first AllReduce (2 processes): the other's
+/// second AllReduce fails with ncclRemoteError naming the dead rank, without any timeout set.
+int testWatchdog() {
+  const size_t count = 1 << 20;
+  inChild([&] {
+    setenv("NCCL_TIMEOUT", "2", 1);
+    Ranks r(2);
+    Buffer a(count), b(count);
+    ncclGroupStart();
+    NCCL_OK(ncclAllReduce(a.device, a.device, count, ncclFloat, ncclSum, r.comms[0], r.streams[0]));
+    NCCL_OK(ncclAllReduce(b.device, b.device, count, ncclFloat, ncclSum, r.comms[1], r.streams[1]));
+    NCCL_OK(ncclGroupEnd());
+    r.sync();
+    NCCL_OK(ncclAllReduce(a.device, a.device, count, ncclFloat, ncclSum, r.comms[0], r.streams[0]));  // rank 1 never comes
+    const auto start = std::chrono::steady_clock::now();
+    const ncclResult_t async = awaitAsyncError(r.comms[0], 20);
+    EXPECT(async == ncclSystemError, "NCCL_TIMEOUT: rank 0's asynchronous error is %s: %s", ncclGetErrorString(async),
+           ncclGetLastError(r.comms[0]));
+    CUDA_OK(cudaStreamSynchronize(r.streams[0]));  // the kernel has ended (aborted), not hung
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("watchdog: NCCL_TIMEOUT=2 ended the waiting kernel after %.1f s\n", s);
+    for (auto& c : r.comms) {
+      ncclCommAbort(c);
+      c = nullptr;
+    }
+    r.comms.clear();
+  }, 40, "NCCL_TIMEOUT with a rank that does not call");
+  ncclUniqueId id;
+  NCCL_OK(ncclGetUniqueId(&id));
+  std::vector<pid_t> children;
+  for (int k = 0; k < 2; ++k) {
+    const pid_t pid = fork();
+    if (pid != 0) {
+      children.push_back(pid);
+      continue;
+    }
+    alarm(50);
+    CUDA_OK(cudaSetDevice(0));
+    ncclComm_t comm;
+    NCCL_OK(ncclCommInitRank(&comm, 2, id, k));
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    Buffer a(count);
+    NCCL_OK(ncclAllReduce(a.device, a.device, count, ncclFloat, ncclSum, comm, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+    if (k == 1) _exit(0);  // gone, without destroying its communicator
+    NCCL_OK(ncclAllReduce(a.device, a.device, count, ncclFloat, ncclSum, comm, s));
+    const ncclResult_t async = awaitAsyncError(comm, 30);
+    EXPECT(async == ncclRemoteError, "a dead peer: rank 0's asynchronous error is %s", ncclGetErrorString(async));
+    EXPECT(std::strstr(ncclGetLastError(comm), "rank 1") != nullptr, "the message: %s", ncclGetLastError(comm));
+    CUDA_OK(cudaStreamSynchronize(s));
+    ncclCommAbort(comm);
+    _exit(failures == 0 ? 0 : 1);
+  }
+  int bad = 0;
+  for (size_t i = 0; i < children.size(); ++i) {  // (in exit order: a zombie would still look alive)
+    int status = 0;
+    if (waitpid(-1, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) ++bad;
+  }
+  EXPECT(bad == 0, "a dead peer: %d of the 2 processes failed", bad);
+  return failures;
+}
+
 /// A child process asks CUDA, so that this one stays free to fork after it.
 int probeDevices() {
   const pid_t pid = fork();
@@ -486,7 +580,7 @@ int probeDevices() {
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: %s one-rank|threads|algorithms|streams|errors|graphs|memalloc|host-backend|processes\n", argv[0]);
+    std::fprintf(stderr, "usage: %s one-rank|threads|algorithms|streams|errors|graphs|memalloc|host-backend|processes|watchdog\n", argv[0]);
     return 2;
   }
   const std::string name = argv[1];
@@ -510,6 +604,8 @@ int main(int argc, char** argv) {
   const auto start = std::chrono::steady_clock::now();
   if (name == "processes") {
     failures += testProcesses();
+  } else if (name == "watchdog") {
+    testWatchdog();
   } else {
     const std::map<std::string, void (*)()> tests = {
         {"one-rank", testOneRank},   {"threads", testThreads},   {"algorithms", testAlgorithms},

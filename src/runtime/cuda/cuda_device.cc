@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -386,7 +387,8 @@ class CudaDevice final : public Device {
     std::memcpy(o, ops, nOps * sizeof(kernels::PeerOp));
     std::memcpy(q, starts, (nQueues + 1) * sizeof(int));
     cudaGetLastError();
-    const cudaError_t err = cuda::launchPeers(PeerLaunch{dim3(kPeerThreads), shared, s, o, q, nQueues, abort_});
+    const cudaError_t err =
+        cuda::launchPeers(PeerLaunch{dim3(kPeerThreads), shared, s, o, q, nQueues, abort_, &statuses_[0]});
     launched(s, args, err);
     check(err, "the send/receive kernel's launch");
   }
@@ -402,8 +404,18 @@ class CudaDevice final : public Device {
 
   void synchronize() override {
     DeviceGuard guard(ordinal_);
-    if (hasLast_) BRAID_CUDA_CHECK(cudaEventSynchronize(last_));
+    if (hasLast_.load(std::memory_order_acquire)) BRAID_CUDA_CHECK(cudaEventSynchronize(last_));
     reclaim();
+  }
+
+  bool busy() override {
+    if (!hasLast_.load(std::memory_order_acquire)) return false;
+    // (relaxed: asked from the watchdog's thread while the user may be capturing in the global
+    // mode, which an event query from any other thread would invalidate)
+    const int mode = relaxCapture();
+    const bool running = cudaEventQuery(last_) == cudaErrorNotReady;
+    restoreCapture(mode);
+    return running;
   }
 
  private:
@@ -493,12 +505,12 @@ class CudaDevice final : public Device {
   /// Before enqueuing on s: this rank's previous work (on whatever stream) comes first, as
   /// NCCL orders a communicator's operations.
   void beginOn(cudaStream_t s) {
-    if (hasLast_ && s != lastStream_) BRAID_CUDA_CHECK(cudaStreamWaitEvent(s, last_, 0));
+    if (hasLast_.load(std::memory_order_relaxed) && s != lastStream_) BRAID_CUDA_CHECK(cudaStreamWaitEvent(s, last_, 0));
   }
   /// After enqueuing on s: remember it as the last work, and when `block` is free again.
   void endOn(cudaStream_t s, Block* block) {
     BRAID_CUDA_CHECK(cudaEventRecord(last_, s));
-    hasLast_ = true;
+    hasLast_.store(true, std::memory_order_release);
     lastStream_ = s;
     if (block != nullptr) BRAID_CUDA_CHECK(cudaEventRecord(block->done, s));
   }
@@ -512,7 +524,7 @@ class CudaDevice final : public Device {
   uint64_t scratchBytes_ = 0;
   std::vector<void*> retired_;  // scratch blocks outgrown (freed with the device)
   cudaEvent_t last_ = nullptr;
-  bool hasLast_ = false;
+  std::atomic<bool> hasLast_{false};  // (read by the watchdog's thread too)
   cudaStream_t lastStream_ = nullptr;
   std::deque<Block> inFlight_;
   std::vector<Block> free_;

@@ -30,6 +30,7 @@ struct PeerLaunch {
   const int* starts;
   int nQueues;
   const uint32_t* abortFlag;
+  kernels::ChannelStatus* status;  ///< its progress counts the steps moved (for the watchdog)
 };
 
 /// The reduction kernel of (RedKind, ncclDataType_t); cudaErrorNotSupported where

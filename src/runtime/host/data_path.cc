@@ -164,8 +164,10 @@ DataPath::DataPath(bootstrap::Bootstrap& channel, int rank, const std::vector<Pe
   std::vector<PeerProcess> watched;  // other processes on this host: their exit is visible
   for (const PeerInfo& p : peers)
     if (p.hostHash == peers[rank].hostHash && p.pid != peers[rank].pid) watched.push_back({p.rank, p.pid});
+  std::function<bool()> busy;
+  if (device_ != nullptr) busy = [d = device_.get()] { return d->busy(); };
   watchdog_ = std::make_unique<Watchdog>(rank, nRanks_, commHash, std::move(watched), connector_, statuses_,
-                                         kMaxChannels, std::move(onFailure), settings.watchdog);
+                                         kMaxChannels, std::move(onFailure), settings.watchdog, std::move(busy));
 }
 
 DataPath::~DataPath() {
@@ -470,6 +472,7 @@ void DataPath::enqueuePeers(const std::map<std::pair<int, bool>, std::deque<kern
   }
   starts.push_back(static_cast<int>(flat.size()));
   if (flat.empty()) return;
+  Watchdog::Operation running(*watchdog_, kernels::OpSignature{}, call, 1);  // (in flight until the kernel ends)
   device_->launchPeers(flat.data(), starts.data(), static_cast<int>(queues.size()), stream, call);
 }
 

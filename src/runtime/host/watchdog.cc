@@ -97,7 +97,8 @@ WatchdogSettings WatchdogSettings::fromParams() {
 
 Watchdog::Watchdog(int rank, int nRanks, uint64_t commHash, std::vector<PeerProcess> watched,
                    const transport::Connector& connector, kernels::ChannelStatus* statuses, int nStatuses,
-                   std::function<void(ncclResult_t)> onFailure, WatchdogSettings settings)
+                   std::function<void(ncclResult_t)> onFailure, WatchdogSettings settings,
+                   std::function<bool()> deviceBusy)
     : rank_(rank),
       nRanks_(nRanks),
       commHash_(commHash),
@@ -106,7 +107,8 @@ Watchdog::Watchdog(int rank, int nRanks, uint64_t commHash, std::vector<PeerProc
       statuses_(statuses),
       nStatuses_(nStatuses),
       onFailure_(std::move(onFailure)),
-      settings_(settings) {
+      settings_(settings),
+      deviceBusy_(std::move(deviceBusy)) {
   if (settings_.dumpSignal > 0) installDumpHandler(settings_.dumpSignal);
   dumpsSeen_ = gDumpRequests.load();
   thread_ = std::thread([this] { loop(); });
@@ -154,6 +156,8 @@ Watchdog::OpView Watchdog::currentOp() const {
     if (token_.load(std::memory_order_relaxed) == before) {
       v.token = before;
       v.inFlight = before % 4 == 3;  // begin adds 1 then 2, end adds 1: 3 mod 4 while running
+      // Enqueued on a GPU: the last operation called is still in flight while kernels run.
+      if (!v.inFlight && deviceBusy_ && deviceBusy_()) v.inFlight = true;
       return v;
     }
   }

@@ -9,6 +9,9 @@
 //   - a peer process on this host has exited while an operation runs (ncclRemoteError),
 //   - NCCL_TIMEOUT is set and an operation made no progress for that long (ncclSystemError,
 //     with a hang report).
+// With a GPU, an operation is in flight from its call until its kernel has finished (the
+// device's busy()), so a kernel waiting on a dead or stalled peer ends through the abort flag
+// and the error is ncclCommGetAsyncError's.
 // On the signal named by BRAID_DUMP_ON_SIGNAL it logs the same report without stopping anything.
 #pragma once
 
@@ -43,8 +46,11 @@ struct PeerProcess {
 
 class Watchdog {
  public:
+  /// deviceBusy (null on the host): whether kernels this rank enqueued are still queued or
+  /// running; called from the watchdog thread.
   Watchdog(int rank, int nRanks, uint64_t commHash, std::vector<PeerProcess> watched, const transport::Connector& connector,
-           kernels::ChannelStatus* statuses, int nStatuses, std::function<void(ncclResult_t)> onFailure, WatchdogSettings settings);
+           kernels::ChannelStatus* statuses, int nStatuses, std::function<void(ncclResult_t)> onFailure, WatchdogSettings settings,
+           std::function<bool()> deviceBusy = nullptr);
   ~Watchdog();
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
@@ -118,6 +124,7 @@ class Watchdog {
   const int nStatuses_;
   const std::function<void(ncclResult_t)> onFailure_;  // sets the async error, raises the abort flag
   const WatchdogSettings settings_;
+  const std::function<bool()> deviceBusy_;
 
   mutable std::mutex mutex_;  // guards the failure, the neighbour and stop_
   bool failed_ = false;
