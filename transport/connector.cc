@@ -104,7 +104,8 @@ std::unique_ptr<Connector::End> Connector::createReceiver(int peer, const FifoSi
   if (kind == Kind::kP2p) {
     end->memory = p2p::create(sizes, options_.allocator, d);
   } else if (kind == Kind::kShm) {
-    end->memory = shm::create(sizes, options_.commTag + "-" + std::to_string(rank_) + "-" + std::to_string(peer) + "-" + what, d);
+    end->memory = shm::create(sizes, options_.commTag + "-" + std::to_string(rank_) + "-" + std::to_string(peer) + "-" + what,
+                              options_.allocator, !options_.p2pDisabled, d);
   } else if (kind == Kind::kIb) {
     end->memory = ib::createReceiver(sizes, ibSettings(hint), peer, d);
     usesNetwork_ = true;
@@ -116,7 +117,8 @@ std::unique_ptr<Connector::End> Connector::createReceiver(int peer, const FifoSi
   end->kind = d->kind;
   registerEnd(*end);
   BRAID_INFO(log::kInit | (kind == Kind::kP2p ? log::kP2p : kind == Kind::kShm ? log::kShm : log::kNet),
-             "channel %s: rank %d <- rank %d via %s", what.c_str(), rank_, peer, kindName(kind));
+             "channel %s: rank %d <- rank %d via %s", what.c_str(), rank_, peer,
+             d->kind == Kind::kShm && d->dataShared ? "P2P/IPC (SHM counters, slots in GPU memory)" : kindName(kind));
   return end;
 }
 
@@ -125,7 +127,7 @@ std::unique_ptr<Connector::End> Connector::importSender(int peer, const Descript
   if (d.kind == Kind::kP2p) {
     end->memory = p2p::import(d);
   } else if (d.kind == Kind::kShm) {
-    end->memory = shm::import(d);
+    end->memory = shm::import(d, options_.allocator);
   } else if (d.kind == Kind::kSocket) {
     end->memory = socket::connectSender(d, socketSettings(), peer);
     usesNetwork_ = true;
@@ -144,7 +146,7 @@ std::unique_ptr<Connector::End> Connector::importSender(int peer, const Descript
 
 void Connector::registerEnd(End& end) {
   if (options_.allocator == nullptr || end.kind == Kind::kP2p) return;  // p2p memory came from the allocator
-  options_.allocator->registerHost(end.memory->base(), end.memory->sizes().bytes());
+  options_.allocator->registerHost(end.memory->base(), end.memory->hostBytes());
   end.registeredWith = options_.allocator;
 }
 

@@ -2,6 +2,8 @@
 
 #include <atomic>
 
+#include "core/status.h"
+
 namespace braid::transport {
 
 namespace {
@@ -51,6 +53,10 @@ kernels::ConnHandle FifoMemory::handle(bool isSender) const {
 
 namespace braid::transport {
 
+uint32_t* FifoMemory::importStateWord() const {
+  return reinterpret_cast<uint32_t*>(base() + kStepsOffset + sizeof(uint64_t));
+}
+
 FaultBox* FifoMemory::faultBox(bool bySender) const {
   return reinterpret_cast<FaultBox*>(base() + kFaultOffset + (bySender ? 0 : sizeof(FaultBox)));
 }
@@ -78,5 +84,17 @@ bool readAnnouncement(const kernels::OpSignature* line, kernels::OpSignature* ou
   out->seq = seq;
   return true;
 }
+
+}  // namespace braid::transport
+
+namespace braid::transport {
+
+bool FifoAllocator::exportData(void*, uint8_t*) { return false; }
+
+void* FifoAllocator::importData(const uint8_t*) {
+  fail(ncclInternalError, "a peer's FIFO slots are in its GPU's memory, which this backend cannot map");
+}
+
+void FifoAllocator::closeData(void*) {}
 
 }  // namespace braid::transport

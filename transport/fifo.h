@@ -66,6 +66,8 @@ struct Descriptor {
   uint32_t nSockets;                  ///< kSocket: how many
   uint64_t nonce;                     ///< kSocket, kIb: random; the sender presents it (with the comm hash)
   IbEndpoint ib;                      ///< kIb: the receiver's queue pair and FIFO (the control socket as kSocket's)
+  uint32_t dataShared;                ///< kShm: 1 when the slots are in the receiver's GPU memory (dataHandle)
+  uint8_t dataHandle[64];             ///< kShm: FifoAllocator::exportData's handle of the slots
 };
 static_assert(std::is_trivially_copyable_v<Descriptor>);
 
@@ -83,6 +85,10 @@ constexpr uint32_t kFaultRaised = 1;
 /// The connection to the peer broke without a word (written by this end's proxy): a failure
 /// only while an operation is running, as a peer that exits after its last call is none.
 constexpr uint32_t kFaultLost = 2;
+
+constexpr uint32_t kImportNone = 0;
+constexpr uint32_t kImportMapped = 1;
+constexpr uint32_t kImportClosed = 2;
 
 /// The announcement line is a seqlock: seq is 0 while the words change. Writer: the sender's
 /// host thread (or, across a network, the receiver's proxy); readers: the receiver's watchdog
@@ -107,6 +113,16 @@ class FifoAllocator {
   /// the same address, until unregisterHost.
   virtual void registerHost(void* p, size_t bytes) = 0;
   virtual void unregisterHost(void* p) = 0;
+  /// Bytes of a handle exportData writes.
+  static constexpr size_t kHandleBytes = 64;
+  /// Writes into `handle` how another process of this host maps data memory p (from
+  /// allocateData); false when this backend cannot share it (the slots then stay in the
+  /// shared segment).
+  virtual bool exportData(void* p, uint8_t* handle);
+  /// Maps data memory another process exported (its exportData handle); throws when it cannot.
+  virtual void* importData(const uint8_t* handle);
+  /// Unmaps what importData returned.
+  virtual void closeData(void* p);
 };
 
 /// Bytes of a FIFO's control part (counters, signatures, fault boxes, step counters): the
@@ -121,6 +137,8 @@ class FifoMemory {
   virtual char* base() const = 0;
   /// The slots: right after the control part, unless the transport put them elsewhere.
   virtual char* data() const { return base() + fifoControlBytes(); }
+  /// Bytes of host memory at base() (the whole FIFO, unless the slots are elsewhere).
+  virtual uint64_t hostBytes() const { return sizes_.bytes(); }
   const FifoSizes& sizes() const { return sizes_; }
   /// The kernel-facing handle for this end (the sender's or the receiver's step counter).
   kernels::ConnHandle handle(bool isSender) const;
@@ -128,6 +146,10 @@ class FifoMemory {
   uint64_t* stepWord(bool isSender) const;
   /// The fault box written by the sender (bySender) or by the receiver.
   FaultBox* faultBox(bool bySender) const;
+  /// Whether the sender maps slots it imported from the receiver's GPU memory (which the
+  /// receiver may free only once it no longer does): kImportNone, kImportMapped, then
+  /// kImportClosed, written by the sender; a word beside the sender's step counter.
+  uint32_t* importStateWord() const;
 
  protected:
   explicit FifoMemory(const FifoSizes& sizes) : sizes_(sizes) {}

@@ -431,10 +431,12 @@ void testHostBackend() {
   unsetenv("BRAID_BACKEND");
 }
 
-/// Ranks as processes on the one GPU (shared host memory between them): forked before this
-/// process touches CUDA.
-int testProcesses() {
+/// Ranks as processes on the one GPU, forked before this process touches CUDA: AllReduce and
+/// a send/recv exchange at a few counts, exact. p2pDisabled: NCCL_P2P_DISABLE=1, so their FIFO
+/// slots stay in shared host memory; else in the receivers' GPU memory (CUDA IPC).
+int processRound(bool p2pDisabled) {
   const int n = 2;
+  if (p2pDisabled) setenv("NCCL_P2P_DISABLE", "1", 1);  // (read at this process's first call)
   ncclUniqueId id;
   NCCL_OK(ncclGetUniqueId(&id));
   std::vector<pid_t> children;
@@ -451,15 +453,26 @@ int testProcesses() {
     cudaStream_t s;
     CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     for (size_t count : {size_t(1), size_t(1000), size_t(1) << 20}) {
-      Buffer b(count);
+      Buffer b(count), got(count);
       for (size_t i = 0; i < count; ++i) b.host[i] = input(k, i);
       b.upload();
+      NCCL_OK(ncclGroupStart());
+      NCCL_OK(ncclSend(b.device, count, ncclFloat, 1 - k, comm, s));
+      NCCL_OK(ncclRecv(got.device, count, ncclFloat, 1 - k, comm, s));
+      NCCL_OK(ncclGroupEnd());
       NCCL_OK(ncclAllReduce(b.device, b.device, count, ncclFloat, ncclSum, comm, s));
       CUDA_OK(cudaStreamSynchronize(s));
       b.download();
-      long wrong = 0;
-      for (size_t i = 0; i < count; ++i) wrong += b.host[i] != input(0, i) + input(1, i);
-      EXPECT(wrong == 0, "processes, rank %d, count %zu: %ld wrong", k, count, wrong);
+      got.download();
+      long wrong = 0, wrongRecv = 0;
+      for (size_t i = 0; i < count; ++i) {
+        wrong += b.host[i] != input(0, i) + input(1, i);
+        wrongRecv += got.host[i] != input(1 - k, i);
+      }
+      EXPECT(wrong == 0, "processes (P2P %s), rank %d, count %zu: AllReduce %ld wrong", p2pDisabled ? "off" : "on", k,
+             count, wrong);
+      EXPECT(wrongRecv == 0, "processes (P2P %s), rank %d, count %zu: receive %ld wrong", p2pDisabled ? "off" : "on", k,
+             count, wrongRecv);
     }
     ncclCommDestroy(comm);
     _exit(failures == 0 ? 0 : 1);
@@ -469,6 +482,23 @@ int testProcesses() {
     int status = 0;
     waitpid(pid, &status, 0);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++bad;
+  }
+  return bad;
+}
+
+/// processRound with the slots in GPU memory, then in host memory, each in a child of its own
+/// (Braid reads its parameters once per process).
+int testProcesses() {
+  int bad = 0;
+  for (bool p2pDisabled : {false, true}) {
+    const pid_t pid = fork();
+    if (pid == 0) _exit(processRound(p2pDisabled) == 0 && failures == 0 ? 0 : 1);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      std::fprintf(stderr, "processes with NCCL_P2P_DISABLE=%d failed (status %d)\n", p2pDisabled ? 1 : 0, status);
+      ++bad;
+    }
   }
   return bad;
 }

@@ -6,12 +6,54 @@
 
 #include <cerrno>
 #include <cstring>
+#include <mutex>
+#include <vector>
 
 #include "core/status.h"
 
 namespace braid::transport::shm {
 
 namespace {
+
+/// Slots in GPU memory that the sender still maps, with their segment (which holds the word
+/// that says when it no longer does): freed by a later sweep, as CUDA leaves freeing
+/// exported memory that another process still maps undefined. Process-wide, never destroyed.
+class PendingFrees {
+ public:
+  static PendingFrees& process() {
+    static PendingFrees* pending = new PendingFrees();
+    return *pending;
+  }
+  void add(char* data, FifoAllocator* allocator, void* segment, size_t bytes, const uint32_t* state) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    entries_.push_back({data, allocator, segment, bytes, state});
+  }
+  /// Frees what the importers have let go of.
+  void sweep() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (size_t i = 0; i < entries_.size();) {
+      Entry& e = entries_[i];
+      if (kernels::loadAcquire(const_cast<uint32_t*>(e.state)) == kImportMapped) {
+        ++i;
+        continue;
+      }
+      e.allocator->freeData(e.data);
+      munmap(e.segment, e.bytes);
+      entries_.erase(entries_.begin() + static_cast<long>(i));
+    }
+  }
+
+ private:
+  struct Entry {
+    char* data;
+    FifoAllocator* allocator;
+    void* segment;
+    size_t bytes;
+    const uint32_t* state;  // the segment's importStateWord
+  };
+  std::mutex mutex_;
+  std::vector<Entry> entries_;
+};
 
 class MappedFifo final : public FifoMemory {
  public:
@@ -20,15 +62,35 @@ class MappedFifo final : public FifoMemory {
   MappedFifo(const FifoSizes& sizes, void* memory, size_t bytes, std::string ownedName = "")
       : FifoMemory(sizes), memory_(memory), bytes_(bytes), ownedName_(std::move(ownedName)) {}
   ~MappedFifo() override {
+    const bool owner = !ownedName_.empty();
+    if (owner) shm_unlink(ownedName_.c_str());  // ENOENT once unlinked: fine
+    if (data_ != nullptr && !owner) {  // the sender: unmaps, then tells the receiver
+      allocator_->closeData(data_);
+      kernels::storeRelease(importStateWord(), kImportClosed);
+    } else if (data_ != nullptr && kernels::loadAcquire(importStateWord()) == kImportMapped) {  // still mapped there
+      PendingFrees::process().add(data_, allocator_, memory_, bytes_, importStateWord());
+      return;
+    } else if (data_ != nullptr) {
+      allocator_->freeData(data_);
+    }
     munmap(memory_, bytes_);
-    if (!ownedName_.empty()) shm_unlink(ownedName_.c_str());  // ENOENT once unlinked: fine
+    PendingFrees::process().sweep();
   }
   char* base() const override { return static_cast<char*>(memory_); }
+  char* data() const override { return data_ != nullptr ? data_ : base() + fifoControlBytes(); }
+  uint64_t hostBytes() const override { return bytes_; }
+  /// The slots are GPU memory from `allocator`: allocated (creator) or imported (importer).
+  void setData(char* data, FifoAllocator* allocator) {
+    data_ = data;
+    allocator_ = allocator;
+  }
 
  private:
   void* memory_;
   size_t bytes_;
   std::string ownedName_;
+  char* data_ = nullptr;
+  FifoAllocator* allocator_ = nullptr;
 };
 
 void* mapFd(int fd, size_t bytes, const char* name) {
@@ -39,17 +101,36 @@ void* mapFd(int fd, size_t bytes, const char* name) {
 
 }  // namespace
 
-std::unique_ptr<FifoMemory> create(const FifoSizes& sizes, const std::string& uniqueName, Descriptor* out) {
+std::unique_ptr<FifoMemory> create(const FifoSizes& sizes, const std::string& uniqueName, FifoAllocator* allocator,
+                                   bool deviceData, Descriptor* out) {
   std::memset(out, 0, sizeof(*out));
   const std::string name = "/braid-" + uniqueName;
   if (name.size() >= sizeof(out->shmName)) fail(ncclInternalError, "shm segment name %s is too long", name.c_str());
+  // The slots first, in GPU memory where the backend can share it.
+  char* data = nullptr;
+  if (allocator != nullptr && deviceData) {
+    PendingFrees::process().sweep();
+    data = static_cast<char*>(allocator->allocateData(sizes.bytes() - fifoControlBytes()));
+    if (!allocator->exportData(data, out->dataHandle)) {
+      allocator->freeData(data);
+      data = nullptr;
+    }
+  }
+  auto freeData = [&] {
+    if (data != nullptr) allocator->freeData(data);
+  };
   const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-  if (fd < 0) fail(ncclSystemError, "shm: cannot create %s: %s", name.c_str(), strerror(errno));
-  const size_t bytes = sizes.bytes();
+  if (fd < 0) {
+    const int err = errno;
+    freeData();
+    fail(ncclSystemError, "shm: cannot create %s: %s", name.c_str(), strerror(err));
+  }
+  const size_t bytes = data != nullptr ? (fifoControlBytes() + 4095) / 4096 * 4096 : sizes.bytes();
   if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     const int err = errno;
     close(fd);
     shm_unlink(name.c_str());
+    freeData();
     fail(ncclSystemError, "shm: cannot size %s to %zu bytes: %s (is /dev/shm full?)", name.c_str(), bytes, strerror(err));
   }
   void* p = nullptr;
@@ -58,6 +139,7 @@ std::unique_ptr<FifoMemory> create(const FifoSizes& sizes, const std::string& un
   } catch (...) {
     close(fd);
     shm_unlink(name.c_str());
+    freeData();
     throw;
   }
   close(fd);
@@ -65,11 +147,14 @@ std::unique_ptr<FifoMemory> create(const FifoSizes& sizes, const std::string& un
   out->ownerPid = static_cast<int32_t>(getpid());
   out->bytes = bytes;
   out->sizes = sizes;
+  out->dataShared = data != nullptr ? 1 : 0;
   std::strncpy(out->shmName, name.c_str(), sizeof(out->shmName) - 1);
-  return std::make_unique<MappedFifo>(sizes, p, bytes, name);
+  auto memory = std::make_unique<MappedFifo>(sizes, p, bytes, name);
+  if (data != nullptr) memory->setData(data, allocator);
+  return memory;
 }
 
-std::unique_ptr<FifoMemory> import(const Descriptor& d) {
+std::unique_ptr<FifoMemory> import(const Descriptor& d, FifoAllocator* allocator) {
   const int fd = shm_open(d.shmName, O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0) fail(ncclSystemError, "shm: cannot open %s of process %d: %s", d.shmName, d.ownerPid, strerror(errno));
   void* p = nullptr;
@@ -80,7 +165,21 @@ std::unique_ptr<FifoMemory> import(const Descriptor& d) {
     throw;
   }
   close(fd);
-  return std::make_unique<MappedFifo>(d.sizes, p, d.bytes);
+  auto memory = std::make_unique<MappedFifo>(d.sizes, p, d.bytes);
+  if (d.dataShared != 0) {
+    if (allocator == nullptr) {
+      fail(ncclInternalError, "shm: process %d keeps the FIFO slots of %s in its GPU's memory, which this rank's "
+                              "host backend cannot map", d.ownerPid, d.shmName);
+    }
+    try {
+      memory->setData(static_cast<char*>(allocator->importData(d.dataHandle)), allocator);
+      kernels::storeRelease(memory->importStateWord(), kImportMapped);
+    } catch (const Error& e) {
+      fail(e.code(), "%s; mapping process %d's FIFO slots (%s) from its GPU's memory failed: NCCL_P2P_DISABLE=1 keeps "
+                     "them in shared host memory", e.what(), d.ownerPid, d.shmName);
+    }
+  }
+  return memory;
 }
 
 void unlinkName(const Descriptor& d) { shm_unlink(d.shmName); }

@@ -48,6 +48,17 @@ class DeviceGuard {
   int previous_ = -1;
 };
 
+/// Runs release() with `device` current, then the caller's device again; never throws (for
+/// releasing memory, where an error has nowhere to go).
+template <typename Release>
+void quietlyOn(int device, Release release) {
+  int previous = -1;
+  cudaGetDevice(&previous);
+  cudaSetDevice(device);
+  release();
+  cudaSetDevice(previous);
+}
+
 /// Throws unless the GPU reaches host memory p at the same address (unified addressing).
 void requireSameAddress(void* p, const char* what) {
   void* d = nullptr;
@@ -98,11 +109,7 @@ class FifoAllocator final : public transport::FifoAllocator {
     return p;
   }
   void freeData(void* p) override {
-    int previous = -1;
-    cudaGetDevice(&previous);
-    cudaSetDevice(device_);
-    cudaFree(p);
-    cudaSetDevice(previous);
+    quietlyOn(device_, [p] { cudaFree(p); });
   }
   void registerHost(void* p, size_t bytes) override {
     DeviceGuard guard(device_);
@@ -115,6 +122,30 @@ class FifoAllocator final : public transport::FifoAllocator {
     }
   }
   void unregisterHost(void* p) override { cudaHostUnregister(p); }
+  bool exportData(void* p, uint8_t* handle) override {
+    static_assert(sizeof(cudaIpcMemHandle_t) <= kHandleBytes);
+    cudaIpcMemHandle_t h{};
+    const cudaError_t err = cudaIpcGetMemHandle(&h, p);
+    if (err != cudaSuccess) {  // (no IPC here, say): the slots stay in host memory
+      cudaGetLastError();
+      BRAID_INFO(log::kInit | log::kShm, "CUDA device %d cannot share FIFO memory with other processes "
+                 "(cudaIpcGetMemHandle: %s); their FIFO slots stay in shared host memory", device_, cudaGetErrorName(err));
+      return false;
+    }
+    std::memcpy(handle, &h, sizeof h);
+    return true;
+  }
+  void* importData(const uint8_t* handle) override {
+    DeviceGuard guard(device_);
+    cudaIpcMemHandle_t h{};
+    std::memcpy(&h, handle, sizeof h);
+    void* p = nullptr;
+    BRAID_CUDA_CHECK(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess));
+    return p;
+  }
+  void closeData(void* p) override {
+    quietlyOn(device_, [p] { cudaIpcCloseMemHandle(p); });
+  }
 
  private:
   int device_;
@@ -251,17 +282,15 @@ class CudaDevice final : public Device {
     } catch (const Error& e) {
       BRAID_WARN("CUDA device %d: while releasing a communicator's work: %s", ordinal_, e.what());
     }
-    int previous = -1;
-    cudaGetDevice(&previous);
-    cudaSetDevice(ordinal_);
-    for (Block& b : free_) release(b);
-    for (Block& b : inFlight_) release(b);
-    if (scratch_ != nullptr) cudaFree(scratch_);
-    for (void* p : retired_) cudaFree(p);
-    cudaEventDestroy(last_);
-    cudaFreeHost(statuses_);
-    cudaFreeHost(abort_);
-    cudaSetDevice(previous);
+    quietlyOn(ordinal_, [this] {
+      for (Block& b : free_) release(b);
+      for (Block& b : inFlight_) release(b);
+      if (scratch_ != nullptr) cudaFree(scratch_);
+      for (void* p : retired_) cudaFree(p);
+      cudaEventDestroy(last_);
+      cudaFreeHost(statuses_);
+      cudaFreeHost(abort_);
+    });
   }
 
   int ordinal() const override { return ordinal_; }

@@ -1,0 +1,167 @@
+// The shared-memory transport with a backend that keeps the slots in its own memory (the CUDA
+// backend's case: the receiver's GPU memory, mapped by the sender through an IPC handle). A
+// test allocator plays the GPU: its "device" memory is a shared-memory file of its own, its
+// export handle the file's name, so the sender's mapping is a second address of the same
+// memory, as CUDA IPC's is. Checked: the slots are apart from the segment and shared by the two
+// ends; the receiver frees them only once the sender has unmapped them, in either order of
+// destruction; an allocator that cannot share keeps the slots in the segment.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <map>
+#include <string>
+
+#include "core/status.h"
+#include "transport/shm/shm_transport.h"
+
+using namespace braid;
+
+namespace {
+
+class SharedFileAllocator final : public transport::FifoAllocator {
+ public:
+  explicit SharedFileAllocator(bool canShare) : canShare_(canShare) {}
+  void* allocateControl(size_t) override { FAIL("not used by the shm transport"); return nullptr; }
+  void freeControl(void*) override {}
+  void* allocateData(size_t bytes) override {
+    const std::string name = "/braid-test-data-" + std::to_string(getpid()) + "-" + std::to_string(next_++);
+    const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    REQUIRE(fd >= 0);
+    REQUIRE(ftruncate(fd, static_cast<off_t>(bytes)) == 0);
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    REQUIRE(p != MAP_FAILED);
+    allocated_[p] = {name, bytes};
+    return p;
+  }
+  void freeData(void* p) override {
+    auto it = allocated_.find(p);
+    REQUIRE(it != allocated_.end());
+    if (opened_ > 0) ++freedWhileOpen;  // what CUDA leaves undefined
+    munmap(p, it->second.bytes);
+    shm_unlink(it->second.name.c_str());
+    allocated_.erase(it);
+    ++freed;
+  }
+  void registerHost(void*, size_t bytes) override { registeredBytes = bytes; }
+  void unregisterHost(void*) override {}
+  bool exportData(void* p, uint8_t* handle) override {
+    if (!canShare_) return false;
+    const Allocation& a = allocated_.at(p);
+    std::memset(handle, 0, kHandleBytes);
+    std::snprintf(reinterpret_cast<char*>(handle), kHandleBytes, "%s %zu", a.name.c_str(), a.bytes);
+    return true;
+  }
+  void* importData(const uint8_t* handle) override {
+    char name[64];
+    size_t bytes = 0;
+    REQUIRE(std::sscanf(reinterpret_cast<const char*>(handle), "%63s %zu", name, &bytes) == 2);
+    const int fd = shm_open(name, O_RDWR, 0600);
+    if (fd < 0) fail(ncclUnhandledCudaError, "cannot open %s", name);
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    REQUIRE(p != MAP_FAILED);
+    imported_[p] = bytes;
+    ++opened_;
+    return p;
+  }
+  void closeData(void* p) override {
+    munmap(p, imported_.at(p));
+    imported_.erase(p);
+    --opened_;
+  }
+  int freed = 0;
+  int freedWhileOpen = 0;
+  size_t registeredBytes = 0;
+
+ private:
+  struct Allocation {
+    std::string name;
+    size_t bytes;
+  };
+  bool canShare_;
+  int next_ = 0;
+  int opened_ = 0;
+  std::map<void*, Allocation> allocated_;
+  std::map<void*, size_t> imported_;
+};
+
+const transport::FifoSizes kSizes{64 * 1024, 512, 64};
+
+std::string uniqueName(const char* what) { return "test-" + std::to_string(getpid()) + "-" + what; }
+
+}  // namespace
+
+TEST_CASE("shm transport: slots in the backend's memory, shared by both ends", "[shm]") {
+  SharedFileAllocator gpu(true);
+  transport::Descriptor d;
+  auto receiver = transport::shm::create(kSizes, uniqueName("shared"), &gpu, true, &d);
+  CHECK(d.dataShared == 1);
+  CHECK(d.bytes < kSizes.bytes());  // the segment holds the counters only
+  CHECK(receiver->hostBytes() == d.bytes);
+  CHECK(receiver->data() != receiver->base() + transport::fifoControlBytes());
+  auto sender = transport::shm::import(d, &gpu);
+  transport::shm::unlinkName(d);
+  CHECK(sender->data() != receiver->data());  // a second mapping of the same memory
+  const kernels::ConnHandle s = sender->handle(true), r = receiver->handle(false);
+  std::memcpy(s.simple + 100, "simple", 7);
+  std::memcpy(reinterpret_cast<char*>(s.ll128) + kSizes.ll128StepLines * sizeof(kernels::LL128Line) * 8 - 8, "ll128", 6);
+  CHECK(std::strcmp(r.simple + 100, "simple") == 0);
+  CHECK(std::strcmp(reinterpret_cast<char*>(r.ll128) + kSizes.ll128StepLines * sizeof(kernels::LL128Line) * 8 - 8, "ll128") == 0);
+  *s.tail = 5;  // the counters stay in the shared segment
+  CHECK(*r.tail == 5);
+
+  SECTION("the receiver goes first: its slots wait until the sender lets go") {
+    receiver.reset();
+    CHECK(gpu.freed == 0);
+    sender.reset();
+    // (the next sweep frees them: a later creation or destruction)
+    transport::Descriptor d2;
+    auto other = transport::shm::create(kSizes, uniqueName("after"), &gpu, true, &d2);
+    CHECK(gpu.freed == 1);
+    transport::shm::unlinkName(d2);
+    other.reset();
+    CHECK(gpu.freed == 2);  // never imported: freed at once
+  }
+  SECTION("the sender goes first: the receiver frees its slots at once") {
+    sender.reset();
+    receiver.reset();
+    CHECK(gpu.freed == 1);
+  }
+  CHECK(gpu.freedWhileOpen == 0);
+}
+
+TEST_CASE("shm transport: an allocator that cannot share, or P2P disabled, keeps the slots in the segment", "[shm]") {
+  for (bool canShare : {false, true}) {
+    SharedFileAllocator gpu(canShare);
+    transport::Descriptor d;
+    auto receiver = transport::shm::create(kSizes, uniqueName("unshared"), &gpu, /*deviceData=*/!canShare, &d);
+    CHECK(d.dataShared == 0);
+    CHECK(d.bytes == kSizes.bytes());
+    CHECK(receiver->data() == receiver->base() + transport::fifoControlBytes());
+    auto sender = transport::shm::import(d, &gpu);
+    transport::shm::unlinkName(d);
+    std::memcpy(sender->handle(true).simple, "x", 2);
+    CHECK(std::strcmp(receiver->handle(false).simple, "x") == 0);
+    sender.reset();
+    receiver.reset();
+    CHECK(gpu.freed == (canShare ? 0 : 1));  // (the unshareable slots were allocated, then freed at once)
+  }
+}
+
+TEST_CASE("shm transport: slots in GPU memory reaching a sender without the backend is an error", "[shm]") {
+  SharedFileAllocator gpu(true);
+  transport::Descriptor d;
+  auto receiver = transport::shm::create(kSizes, uniqueName("nobackend"), &gpu, true, &d);
+  try {
+    transport::shm::import(d, nullptr);
+    FAIL("imported GPU slots without an allocator");
+  } catch (const Error& e) {
+    CHECK(e.code() == ncclInternalError);
+    CHECK(std::string(e.what()).find("host backend cannot map") != std::string::npos);
+  }
+  transport::shm::unlinkName(d);
+}
