@@ -98,27 +98,21 @@ __device__ inline bool blockPeerStep(PeerOp& op) {
       ready = op.isSend ? loadAcquire(op.conn.head) + kSteps > op.step : loadAcquire(op.conn.tail) > op.step;
     }
   } else {  // an LL receiver: every line of the slice has arrived (each thread checks its own)
-    for (uint64_t l = threadIdx.x; l < lines && ready; l += blockDim.x) {
-      uint64_t* halves = reinterpret_cast<uint64_t*>(llLines + l);
-      ready = static_cast<uint32_t>(loadRelaxed(halves) >> 32) == flag &&
-              static_cast<uint32_t>(loadRelaxed(halves + 1) >> 32) == flag;
-    }
+    uint32_t payload[2];
+    for (uint64_t l = threadIdx.x; l < lines && ready; l += blockDim.x) ready = readLLLine(llLines + l, flag, payload);
   }
   if (!__syncthreads_and(ready)) return false;
   if (!ll) {
     copyStrided(op.isSend ? user : simple, op.isSend ? simple : user, nullptr, n, threadIdx.x, blockDim.x);
   } else {
     for (uint64_t l = threadIdx.x; l < lines; l += blockDim.x) {
-      uint64_t* halves = reinterpret_cast<uint64_t*>(llLines + l);
       const uint64_t here = n - l * 8 < 8 ? n - l * 8 : 8;
       uint32_t payload[2] = {0, 0};
       if (op.isSend) {
         memcpy(payload, user + l * 8, here);
-        storeRelaxed(halves, uint64_t(payload[0]) | (uint64_t(flag) << 32));
-        storeRelaxed(halves + 1, uint64_t(payload[1]) | (uint64_t(flag) << 32));
+        writeLLLine(llLines + l, payload, flag);
       } else {
-        payload[0] = static_cast<uint32_t>(loadRelaxed(halves));
-        payload[1] = static_cast<uint32_t>(loadRelaxed(halves + 1));
+        readLLLine(llLines + l, flag, payload);
         memcpy(user + l * 8, payload, here);
       }
     }

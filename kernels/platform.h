@@ -64,6 +64,28 @@ BRAID_INLINE void storeRelaxed(T* p, T v) {
   BRAID_ATOMIC_REF(T)(*p).store(v, BRAID_ORDER(relaxed));
 }
 
+/// 16 bytes at p (16-byte aligned) as two 64-bit words: on the GPU one volatile 16-byte access
+/// (polled memory, never cached stale); on the host two relaxed atomic 8-byte ones. For LL
+/// lines, whose words each carry their own flag: a reader sees each word whole either way.
+BRAID_INLINE void loadPair(const void* p, uint64_t* lo, uint64_t* hi) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(*lo), "=l"(*hi) : "l"(p) : "memory");
+#else
+  uint64_t* words = static_cast<uint64_t*>(const_cast<void*>(p));
+  *lo = loadRelaxed(words);
+  *hi = loadRelaxed(words + 1);
+#endif
+}
+BRAID_INLINE void storePair(void* p, uint64_t lo, uint64_t hi) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(lo), "l"(hi) : "memory");
+#else
+  uint64_t* words = static_cast<uint64_t*>(p);
+  storeRelaxed(words, lo);
+  storeRelaxed(words + 1, hi);
+#endif
+}
+
 /// Called by a thread that found nothing to do `spins` times in a row: spins at first,
 /// then yields, then sleeps briefly, so that many ranks on few cores still progress.
 BRAID_INLINE void backOff(uint32_t spins) {

@@ -306,30 +306,21 @@ class Primitives {
     for (uint64_t l = share.begin; l < share.end; l += share.stride) {
       T vals[kPerLine] = {};
       if (flags & kRecv) {
-        uint64_t* halves = reinterpret_cast<uint64_t*>(in + l);
-        uint64_t a = 0, b = 0;
+        uint32_t payload[2];
         const WaitResult r = waitReporting(
             g_.rank() == 0 ? status_ : nullptr, kWaitData, recv_, recvStep_,
-            [&] {
-              a = loadRelaxed(halves);
-              b = loadRelaxed(halves + 1);
-              return static_cast<uint32_t>(a >> 32) == recvFlag && static_cast<uint32_t>(b >> 32) == recvFlag;
-            },
-            abort_);
+            [&] { return readLLLine(in + l, recvFlag, payload); }, abort_);
         if (r == WaitResult::kAborted) {
           abortedHere = true;
           break;
         }
-        const uint32_t payload[2] = {static_cast<uint32_t>(a), static_cast<uint32_t>(b)};
         memcpy(vals, payload, sizeof(payload));
       }
       const uint64_t here = combineLine(flags, vals, kPerLine, l, n, input, output);
       if (flags & kSend) {
         uint32_t payload[2] = {0, 0};
         memcpy(payload, vals, here * sizeof(T));
-        uint64_t* halves = reinterpret_cast<uint64_t*>(out + l);
-        storeRelaxed(halves, static_cast<uint64_t>(payload[0]) | (static_cast<uint64_t>(sendFlag) << 32));
-        storeRelaxed(halves + 1, static_cast<uint64_t>(payload[1]) | (static_cast<uint64_t>(sendFlag) << 32));
+        writeLLLine(out + l, payload, sendFlag);
       }
     }
     publish(flags, stepInfo(lines * sizeof(LLLine), true), abortedHere);

@@ -22,14 +22,27 @@ enum class Algo : uint8_t {
 enum class RedKind : uint8_t { kSum = 0, kProd, kMax, kMin, kPreMulSum, kSumPostDiv, kCount };
 
 /// One LL line: two 8-byte halves of {4 data bytes, 4 flag bytes}. Valid when both flags
-/// equal the step's flag value; a writer stores each half with one 8-byte store. Each half is
-/// written and read whole (one 8-byte atomic access, relaxed): a reader that sees the flag sees
-/// the data beside it, and no other memory hangs on it, so no release or acquire is needed (on
-/// a GPU each system-scope release would cost a fence).
+/// equal the step's flag value. Each half is written and read whole (on a GPU the whole line
+/// in one 16-byte access, on the host each half in one 8-byte atomic access, relaxed): a
+/// reader that sees the flag sees the data beside it, and no other memory hangs on it, so no
+/// release or acquire is needed (on a GPU each system-scope release would cost a fence).
 struct LLLine {
   uint32_t data1, flag1, data2, flag2;
 };
 static_assert(sizeof(LLLine) == 16);
+
+/// Writes an LL line: each 4 bytes of payload beside `flag` (storePair: one store on a GPU).
+BRAID_INLINE void writeLLLine(LLLine* line, const uint32_t payload[2], uint32_t flag) {
+  storePair(line, uint64_t(payload[0]) | (uint64_t(flag) << 32), uint64_t(payload[1]) | (uint64_t(flag) << 32));
+}
+/// Reads an LL line into payload; true when both halves carry `flag` (the line has arrived).
+BRAID_INLINE bool readLLLine(const LLLine* line, uint32_t flag, uint32_t payload[2]) {
+  uint64_t lo = 0, hi = 0;
+  loadPair(line, &lo, &hi);
+  payload[0] = static_cast<uint32_t>(lo);
+  payload[1] = static_cast<uint32_t>(hi);
+  return static_cast<uint32_t>(lo >> 32) == flag && static_cast<uint32_t>(hi >> 32) == flag;
+}
 
 /// One LL128 line: 128 bytes, 15 words of data and, last, one 8-byte flag (the step + 1).
 /// The writer stores the data words, then the flag with release; a reader that sees the flag

@@ -36,15 +36,13 @@ BRAID_INLINE bool allReduceDirect(Group& g, const CollWork& w, const RingHandle&
       return false;
     writeSignature(c, step, w.sig);
     LLLine* slot = c.ll + (step % kSteps) * c.llStepLines;
-    const uint64_t flag = static_cast<uint32_t>(step + 1);
+    const uint32_t flag = static_cast<uint32_t>(step + 1);
     for (uint64_t l = 0; l < lines; ++l) {
       T vals[kPerLine] = {};
       for (uint64_t j = 0; j < kPerLine && l * kPerLine + j < count; ++j) vals[j] = red.pre(in[l * kPerLine + j]);
       uint32_t payload[2];
       memcpy(payload, vals, sizeof(payload));
-      uint64_t* halves = reinterpret_cast<uint64_t*>(slot + l);
-      storeRelaxed(halves, payload[0] | (flag << 32));
-      storeRelaxed(halves + 1, payload[1] | (flag << 32));
+      writeLLLine(slot + l, payload, flag);
     }
     publishStep(c, step, stepInfo(lines * sizeof(LLLine), true));
     *c.step = step + 1;
@@ -65,20 +63,13 @@ BRAID_INLINE bool allReduceDirect(Group& g, const CollWork& w, const RingHandle&
       } else {
         const ConnHandle& c = w.peerRecv[r];
         const uint64_t step = *c.step;
-        uint64_t* halves = reinterpret_cast<uint64_t*>(c.ll + (step % kSteps) * c.llStepLines + l);
+        const LLLine* line = c.ll + (step % kSteps) * c.llStepLines + l;
         const uint32_t flag = static_cast<uint32_t>(step + 1);
-        uint64_t a = 0, b = 0;
-        if (waitReporting(
-                w.status, kWaitData, &c, step,
-                [&] {
-                  a = loadRelaxed(halves);
-                  b = loadRelaxed(halves + 1);
-                  return static_cast<uint32_t>(a >> 32) == flag && static_cast<uint32_t>(b >> 32) == flag;
-                },
-                abortFlag) == WaitResult::kAborted) {
+        uint32_t payload[2];
+        if (waitReporting(w.status, kWaitData, &c, step, [&] { return readLLLine(line, flag, payload); }, abortFlag) ==
+            WaitResult::kAborted) {
           return false;
         }
-        const uint32_t payload[2] = {static_cast<uint32_t>(a), static_cast<uint32_t>(b)};
         memcpy(vals, payload, sizeof(payload));
       }
       for (uint64_t j = 0; j < kPerLine; ++j) acc[j] = r == 0 ? vals[j] : red.reduce(acc[j], vals[j]);

@@ -42,9 +42,7 @@ BRAID_INLINE bool tryPeerStep(PeerOp& op) {
         uint32_t payload[2] = {0, 0};
         const uint64_t here = n - l * 8 < 8 ? n - l * 8 : 8;
         memcpy(payload, op.buffer + op.done + l * 8, here);
-        uint64_t* halves = reinterpret_cast<uint64_t*>(lines + l);
-        storeRelaxed(halves, uint64_t(payload[0]) | (uint64_t(flag) << 32));
-        storeRelaxed(halves + 1, uint64_t(payload[1]) | (uint64_t(flag) << 32));
+        writeLLLine(lines + l, payload, flag);
       }
       publishStep(op.conn, op.step, stepInfo((n + 7) / 8 * sizeof(LLLine), true));
     } else {
@@ -56,16 +54,12 @@ BRAID_INLINE bool tryPeerStep(PeerOp& op) {
       LLLine* lines = op.conn.ll + slot * op.conn.llStepLines;
       const uint32_t flag = static_cast<uint32_t>(op.step + 1);
       // Only when every line of the slice has arrived is it consumed (nothing is half-read).
+      uint32_t payload[2];
       for (uint64_t l = 0; l * 8 < n; ++l) {
-        uint64_t* halves = reinterpret_cast<uint64_t*>(lines + l);
-        if (static_cast<uint32_t>(loadRelaxed(halves) >> 32) != flag ||
-            static_cast<uint32_t>(loadRelaxed(halves + 1) >> 32) != flag) {
-          return false;
-        }
+        if (!readLLLine(lines + l, flag, payload)) return false;
       }
       for (uint64_t l = 0; l * 8 < n; ++l) {
-        uint64_t* halves = reinterpret_cast<uint64_t*>(lines + l);
-        const uint32_t payload[2] = {static_cast<uint32_t>(loadRelaxed(halves)), static_cast<uint32_t>(loadRelaxed(halves + 1))};
+        readLLLine(lines + l, flag, payload);
         const uint64_t here = n - l * 8 < 8 ? n - l * 8 : 8;
         memcpy(op.buffer + op.done + l * 8, payload, here);
       }
