@@ -54,7 +54,7 @@ say "build: $(elapsed) s"
 suite_status=0
 # (each test ends itself after 60 s with Braid's report of the channels; the algorithm sweep,
 # up to 150 s, waits for stage 2)
-essentials=(gpu-one-rank gpu-threads gpu-streams gpu-errors gpu-graphs gpu-memalloc gpu-host-backend gpu-processes gpu-watchdog)
+essentials=(gpu-one-rank gpu-threads gpu-streams gpu-errors gpu-graphs gpu-groups gpu-memalloc gpu-host-backend gpu-processes gpu-watchdog)
 timeout 170 meson test -C "$build" --no-rebuild --print-errorlogs "${essentials[@]}" > "$out/gpu-suite.log" 2>&1 ||
   suite_status=$?
 suite_lines() { grep -E '^ *[0-9]+/[0-9]+ ' "$out/gpu-suite.log" | awk '{print $4, $5, $6}' | tail -n "$1"; }

@@ -45,14 +45,15 @@ class Device {
   virtual int relaxCapture() = 0;
   /// Gives the calling thread back the capture mode relaxCapture returned.
   virtual void restoreCapture(int mode) = 0;
-  /// Enqueues one collective on `stream` (a cudaStream_t): nChannels blocks run
-  /// works[0, nChannels) over rings[0, nChannels) of a communicator of nRanks; `copy`: the byte
-  /// kernel, else the reduction kernel of (red, dtype). Returns at once; the arguments are
-  /// copied (the caller's may go). On a stream being captured the launch goes into the graph,
+  /// Enqueues nWorks collectives as one launch on `stream` (a cudaStream_t): nChannels blocks
+  /// over rings[0, nChannels) of a communicator of nRanks, block c running works[i * nChannels
+  /// + c] for i = 0, 1, ... in turn; `copy`: the byte kernel, else the reduction kernel of (red,
+  /// dtype). Returns at once; the arguments are copied (the caller's may go). On a stream being captured the launch goes into the graph,
   /// which keeps its arguments for as long as it lives, and is not ordered after this rank's
   /// uncaptured work (the user orders graph launches, as with NCCL).
-  virtual void launchCollective(const kernels::CollWork* works, const kernels::RingHandle* rings, int nChannels,
-                                int nRanks, bool copy, int red, int dtype, void* stream, const char* call) = 0;
+  virtual void launchCollective(const kernels::CollWork* works, int nWorks, const kernels::RingHandle* rings,
+                                int nChannels, int nRanks, bool copy, int red, int dtype, void* stream,
+                                const char* call) = 0;
   /// Enqueues a group's sends and receives: queue q is ops[starts[q], starts[q + 1]), run in
   /// order on its connection.
   virtual void launchPeers(const kernels::PeerOp* ops, const int* starts, int nQueues, void* stream,

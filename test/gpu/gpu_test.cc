@@ -256,6 +256,57 @@ void testStreams() {
   for (auto s : second) cudaStreamDestroy(s);
 }
 
+/// One group of several collectives per rank (2 ranks, threads), which Braid enqueues in as
+/// few launches as it may: four AllReduces of separate buffers (sizes 1, 1000, 65536 + 3 and
+/// 300000 floats, so with different channel counts), an AllGather, and an AllReduce of the
+/// first one's output in place, which must see that output whole (it runs in a launch after
+/// it). Repeated 3 times, exact.
+void testGroups() {
+  Ranks r(2);
+  const size_t counts[] = {1, 1000, 65536 + 3, 300000};
+  std::vector<std::vector<Buffer*>> in(2), out(2);
+  for (int k = 0; k < 2; ++k) {
+    for (size_t count : counts) {
+      in[k].push_back(new Buffer(count));
+      out[k].push_back(new Buffer(2 * count));
+      for (size_t i = 0; i < count; ++i) in[k].back()->host[i] = input(k, i);
+      in[k].back()->upload();
+    }
+  }
+  for (int round = 0; round < 3; ++round) {
+    NCCL_OK(ncclGroupStart());
+    for (int k = 0; k < 2; ++k) {
+      for (size_t j = 0; j < 4; ++j)
+        NCCL_OK(ncclAllReduce(in[k][j]->device, out[k][j]->device, counts[j], ncclFloat, ncclSum, r.comms[k], r.streams[k]));
+      NCCL_OK(ncclAllGather(in[k][1]->device, in[k][3]->device + 1000, 1000, ncclFloat, r.comms[k], r.streams[k]));
+      NCCL_OK(ncclAllReduce(out[k][0]->device, out[k][0]->device, counts[0], ncclFloat, ncclSum, r.comms[k], r.streams[k]));
+    }
+    NCCL_OK(ncclGroupEnd());
+    r.sync();
+    for (int k = 0; k < 2; ++k) {
+      for (size_t j = 0; j < 4; ++j) {
+        out[k][j]->download();
+        long wrong = 0;
+        for (size_t i = 0; i < counts[j]; ++i) {
+          const float sum = input(0, i) + input(1, i);
+          wrong += out[k][j]->host[i] != (j == 0 ? 2 * sum : sum);
+        }
+        EXPECT(wrong == 0, "groups, round %d, rank %d, AllReduce %zu (count %zu): %ld wrong", round, k, j, counts[j], wrong);
+      }
+      in[k][3]->download();
+      long wrong = 0;
+      for (size_t i = 0; i < 2000; ++i) wrong += in[k][3]->host[1000 + i] != input(static_cast<int>(i / 1000), i % 1000);
+      EXPECT(wrong == 0, "groups, round %d, rank %d, AllGather: %ld wrong", round, k, wrong);
+      for (size_t i = 1000; i < 3000; ++i) in[k][3]->host[i] = input(k, i);  // (AllReduce 3's input again)
+      in[k][3]->upload();
+    }
+  }
+  for (auto& v : in)
+    for (auto* b : v) delete b;
+  for (auto& v : out)
+    for (auto* b : v) delete b;
+}
+
 /// What the backend refuses, with a readable error instead of a hang or a crash.
 void testErrors() {
   // Refused before any rank's kernel is launched, so that the ranks can be destroyed normally.
@@ -610,7 +661,7 @@ int probeDevices() {
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: %s one-rank|threads|algorithms|streams|errors|graphs|memalloc|host-backend|processes|watchdog\n", argv[0]);
+    std::fprintf(stderr, "usage: %s one-rank|threads|algorithms|streams|errors|graphs|groups|memalloc|host-backend|processes|watchdog\n", argv[0]);
     return 2;
   }
   const std::string name = argv[1];
@@ -640,7 +691,8 @@ int main(int argc, char** argv) {
     const std::map<std::string, void (*)()> tests = {
         {"one-rank", testOneRank},   {"threads", testThreads},   {"algorithms", testAlgorithms},
         {"streams", testStreams},    {"errors", testErrors},     {"memalloc", testMemAlloc},
-        {"host-backend", testHostBackend}, {"graphs", testGraphs}};
+        {"host-backend", testHostBackend}, {"graphs", testGraphs},
+        {"groups", testGroups}};
     auto it = tests.find(name);
     if (it == tests.end()) {
       std::fprintf(stderr, "no test named %s\n", name.c_str());

@@ -370,27 +370,31 @@ class CudaDevice final : public Device {
     cudaThreadExchangeStreamCaptureMode(&m);
   }
 
-  void launchCollective(const kernels::CollWork* works, const kernels::RingHandle* rings, int nChannels, int nRanks,
-                        bool copy, int red, int dtype, void* stream, const char* call) override {
+  void launchCollective(const kernels::CollWork* works, int nWorks, const kernels::RingHandle* rings, int nChannels,
+                        int nRanks, bool copy, int red, int dtype, void* stream, const char* call) override {
     DeviceGuard guard(ordinal_);
     const cudaStream_t s = static_cast<cudaStream_t>(stream);
-    const bool peers = works[0].peerSend != nullptr;
-    const size_t peerBytes = peers ? 2 * static_cast<size_t>(nRanks) * sizeof(kernels::ConnHandle) : 0;
-    Args args = argsFor(s, nChannels * (sizeof(kernels::CollWork) + sizeof(kernels::RingHandle) + peerBytes), call);
+    const int n = nWorks * nChannels;
+    int withPeers = 0;  // works whose connection handles travel too
+    for (int i = 0; i < n; ++i) withPeers += works[i].peerSend != nullptr;
+    const size_t peerBytes = 2 * static_cast<size_t>(nRanks) * sizeof(kernels::ConnHandle);
+    Args args = argsFor(s, n * sizeof(kernels::CollWork) + nChannels * sizeof(kernels::RingHandle) + withPeers * peerBytes,
+                        call);
     auto* w = reinterpret_cast<kernels::CollWork*>(args.memory);
-    auto* r = reinterpret_cast<kernels::RingHandle*>(w + nChannels);
+    auto* r = reinterpret_cast<kernels::RingHandle*>(w + n);
     auto* handles = reinterpret_cast<kernels::ConnHandle*>(r + nChannels);
-    std::memcpy(w, works, nChannels * sizeof(kernels::CollWork));
+    std::memcpy(w, works, n * sizeof(kernels::CollWork));
     std::memcpy(r, rings, nChannels * sizeof(kernels::RingHandle));
-    for (int c = 0; peers && c < nChannels; ++c) {  // each channel's connection handles travel too
-      kernels::ConnHandle* send = handles + 2 * static_cast<size_t>(c) * nRanks;
-      std::memcpy(send, works[c].peerSend, nRanks * sizeof(kernels::ConnHandle));
-      std::memcpy(send + nRanks, works[c].peerRecv, nRanks * sizeof(kernels::ConnHandle));
-      w[c].peerSend = send;
-      w[c].peerRecv = send + nRanks;
+    for (int i = 0; i < n; ++i) {
+      if (works[i].peerSend == nullptr) continue;
+      std::memcpy(handles, works[i].peerSend, nRanks * sizeof(kernels::ConnHandle));
+      std::memcpy(handles + nRanks, works[i].peerRecv, nRanks * sizeof(kernels::ConnHandle));
+      w[i].peerSend = handles;
+      w[i].peerRecv = handles + nRanks;
+      handles += 2 * nRanks;
     }
-    const CollLaunch launch{dim3(nChannels), dim3(threads_), peers ? kernels::collectiveSharedBytes(nRanks) : 0, s,
-                            w, 1, r, abort_};
+    const CollLaunch launch{dim3(nChannels), dim3(threads_), withPeers > 0 ? kernels::collectiveSharedBytes(nRanks) : 0,
+                            s, w, nWorks, r, abort_};
     cudaGetLastError();  // the launch's own error only, not an earlier call's left behind
     const cudaError_t err = copy ? launchCopy(launch) : launchReduction(red, dtype, launch);
     launched(s, args, err);

@@ -238,13 +238,27 @@ void DataPath::failAborted(const char* what) {
 void DataPath::execute(const std::vector<plan::Task>& tasks) {
   RelaxedCapture relaxed(device_.get());
   std::vector<const plan::Task*> peerOps;
-  for (const plan::Task& t : tasks) {
-    if (t.func == kernels::Func::kSendRecv) {
-      peerOps.push_back(&t);
-    } else {
-      runCollective(t);
+  batching_ = device_ != nullptr;
+  try {
+    for (const plan::Task& t : tasks) {
+      if (t.func == kernels::Func::kSendRecv) {
+        peerOps.push_back(&t);
+      } else {
+        runCollective(t);
+      }
     }
+    flushLaunch();
+  } catch (...) {
+    // What was planned is launched even so: the other ranks may have launched theirs.
+    try {
+      flushLaunch();
+    } catch (const Error& e) {
+      BRAID_WARN("rank %d: %s", rank_, e.what());
+    }
+    batching_ = false;
+    throw;
   }
+  batching_ = false;
   if (!peerOps.empty()) runPeers(peerOps);
 }
 
@@ -436,6 +450,14 @@ void DataPath::runCollective(const plan::Task& given) {
 
 void DataPath::enqueueCollective(const plan::Task& task, plan::CollPlan& plan, const kernels::RingHandle* ring,
                                  const kernels::OpSignature& sig) {
+  const uint64_t bytes = task.count * plan::typeSize(task.dtype);
+  const bool blocksIn = task.func == kernels::Func::kReduceScatter || task.func == kernels::Func::kAlltoAll;
+  const bool blocksOut = task.func == kernels::Func::kAllGather || task.func == kernels::Func::kAlltoAll;
+  const ByteRange reads = ByteRange::of(task.sendbuff, blocksIn ? bytes * nRanks_ : bytes);
+  const ByteRange writes = ByteRange::of(task.recvbuff, blocksOut ? bytes * nRanks_ : bytes);
+  const LaunchKey key{task.stream, plan.nChannels, plan.copy, static_cast<int>(task.red), task.dtype};
+  const bool batch = batching_ && plan.scratchBytes == 0;  // (scratch: one region, so one work at a time)
+  if (!batch || !pending_.accepts(key, ring, reads, writes)) flushLaunch();
   void* scratch = plan.scratchBytes > 0 ? device_->scratch(plan.scratchBytes) : nullptr;
   for (int c = 0; c < plan.nChannels; ++c) {
     plan.works[c].scratch = scratch;
@@ -443,8 +465,20 @@ void DataPath::enqueueCollective(const plan::Task& task, plan::CollPlan& plan, c
     plan.works[c].checkSig = settings_.checkMismatch ? 1 : 0;
     plan.works[c].status = &statuses_[c];
   }
-  device_->launchCollective(plan.works.data(), ring, plan.nChannels, nRanks_, plan.copy, static_cast<int>(task.red),
-                            task.dtype, task.stream, task.name);
+  pending_.add(key, ring, reads, writes, plan.works.data());
+  pendingName_ = task.name;
+  if (!batch) flushLaunch();
+}
+
+void DataPath::flushLaunch() {
+  if (pending_.empty()) return;
+  const int nWorks = pending_.size();
+  const LaunchKey key = pending_.key();
+  std::array<kernels::RingHandle, kMaxChannels> rings;
+  std::memcpy(rings.data(), pending_.rings(), key.nChannels * sizeof(kernels::RingHandle));
+  const std::vector<kernels::CollWork> works = pending_.take();  // (empty first: a launch that throws is not retried)
+  device_->launchCollective(works.data(), nWorks, rings.data(), key.nChannels, nRanks_, key.copy, key.red, key.dtype,
+                            key.stream, nWorks > 1 ? "a group's collectives" : pendingName_);
 }
 
 void DataPath::checkDeviceTask(const plan::Task& task) {
@@ -498,6 +532,7 @@ void DataPath::runAllToAllDirect(const plan::Task& task) {
 }
 
 void DataPath::runPeers(const std::vector<const plan::Task*>& ops) {
+  if (device_ != nullptr) flushLaunch();  // (the group's collectives come first)
   // Sends to and receives from this rank itself are matched in order and copied.
   std::vector<const plan::Task*> selfSends, selfRecvs;
   std::vector<int> sendTo, recvFrom;

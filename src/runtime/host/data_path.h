@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "comm/config.h"
+#include "runtime/host/launch_batch.h"
 #include "comm/peer_info.h"
 #include "plan/planner.h"
 #include "runtime/device.h"
@@ -117,13 +118,16 @@ class DataPath {
   /// group): a mismatch an earlier kernel found, what the backend does not support yet, the
   /// stream and the buffers.
   void checkDeviceTask(const plan::Task& task);
-  /// With a device, the end of runCollective: enqueues the planned kernel.
+  /// With a device, the end of runCollective: enqueues the planned kernel, or, inside a group
+  /// (batching_), keeps it in pending_ to share one launch with the collectives after it.
   void enqueueCollective(const plan::Task& task, plan::CollPlan& plan, const kernels::RingHandle* ring,
                          const kernels::OpSignature& sig);
   /// With a device, the end of runPeers: the group's sends and receives (queues by peer and
   /// direction, each in posted order) as one kernel on `stream`.
   void enqueuePeers(const std::map<std::pair<int, bool>, std::deque<kernels::PeerOp>>& queues, void* stream,
                     const char* call);
+  /// Launches what pending_ holds (nothing when empty).
+  void flushLaunch();
   /// AlltoAll's Direct: a send to and a receive from every rank, all at once (runPeers).
   void runAllToAllDirect(const plan::Task& task);
   /// The ring handles of channels [0, n), connecting them on first use.
@@ -146,6 +150,10 @@ class DataPath {
   void prepareGrid(int n, kernels::CollWork* works);
 
   std::unique_ptr<runtime::Device> device_;  // first: outlives everything that uses its memory
+  LaunchBatch pending_;    // with a device: collectives waiting to share one launch
+  bool batching_ = false;  // inside execute() with a device: collectives wait in pending_
+  const char* pendingName_ = "";  // the call of pending_'s last collective (for errors)
+
   int rank_;
   int nRanks_;
   int localDeviceRanks_ = 1;  // ranks of this process on this rank's device (with device_)
