@@ -79,10 +79,42 @@ __global__ void __launch_bounds__(kMaxBlockThreads) copyKernel(const CollWork* w
                                                   const uint32_t* a) { return runCopy<BlockGroup>(g, w, r, a); });
 }
 
+/// All threads of the block: a direct operation's next move (send_recv.h), as tryPeerStep's:
+/// the receiver posts its offer, then waits for tail; the sender waits for the offer, then the
+/// block copies the whole message into the receiver's buffer. Returns, to every thread, whether
+/// anything happened.
+__device__ inline bool blockDirectStep(PeerOp& op) {
+  __shared__ char* target;
+  __shared__ int state;  // 0: nothing yet; 1: the message has moved; 2: the offer went out
+  if (threadIdx.x == 0) {
+    state = 0;
+    if (op.isSend) {
+      target = directTarget(op);
+      state = target != nullptr ? 1 : 0;
+    } else if (!op.offered) {
+      postDirectOffer(op);
+      state = 2;
+    } else {
+      state = loadAcquire(op.conn.tail) > op.step ? 1 : 0;
+    }
+  }
+  __syncthreads();
+  const int s = state;
+  char* const to = target;
+  __syncthreads();  // (state and target are rewritten by the next call)
+  if (s != 1) return s == 2;
+  if (op.isSend) copyStrided(op.buffer, to, nullptr, op.bytes, threadIdx.x, blockDim.x);
+  __syncthreads();  // the whole message, before tail says so
+  if (threadIdx.x == 0) finishDirect(op);
+  __syncthreads();
+  return true;
+}
+
 /// All threads of the block: moves the next slice of `op` (in shared memory) when its
 /// connection allows, as tryPeerStep does with one thread; returns, to every thread, whether it
 /// moved. Simple slices move as 16-byte words by stride, LL lines a thread each.
 __device__ inline bool blockPeerStep(PeerOp& op) {
+  if (op.direct) return blockDirectStep(op);
   const uint64_t slice = peerSliceBytes(op);
   const uint64_t n = op.bytes - op.done < slice ? op.bytes - op.done : slice;
   const uint64_t slot = op.step % kSteps;

@@ -106,6 +106,7 @@ struct ConnHandle {
   SigSlot* sigs;         ///< kSteps signature slots, written by the sender
   uint64_t* sizes;       ///< kSteps step descriptions (stepInfo), written by the sender before tail
   OpSignature* announce; ///< the collective the sender is in (host code only; see watchdog.h)
+  uint64_t* offer;       ///< {tag, address}, written by the receiver: its buffer for a direct operation (send_recv.h)
   uint32_t simpleStepBytes;
   uint32_t llStepLines;
   uint32_t ll128StepLines;

@@ -9,7 +9,8 @@ namespace braid::transport {
 namespace {
 // tail and head (one 64-byte line each), the signature slots, the announcement line, the two
 // fault boxes, the step sizes, the sender's step counter and the receiver's (a line each: each
-// is written by one end only, so neither line moves between the two ends' caches).
+// is written by one end only, so neither line moves between the two ends' caches). Beside the
+// sender's counter: the import state (shm); beside the receiver's: its direct offer.
 constexpr uint64_t kSigOffset = 128;
 constexpr uint64_t kAnnounceOffset = kSigOffset + kernels::kSteps * sizeof(kernels::SigSlot);
 constexpr uint64_t kFaultOffset = kAnnounceOffset + 64;
@@ -43,6 +44,7 @@ kernels::ConnHandle FifoMemory::handle(bool isSender) const {
   h.sigs = reinterpret_cast<kernels::SigSlot*>(b + kSigOffset);
   h.announce = reinterpret_cast<kernels::OpSignature*>(b + kAnnounceOffset);
   h.sizes = reinterpret_cast<uint64_t*>(b + kSizesOffset);
+  h.offer = reinterpret_cast<uint64_t*>(b + kStepsOffset + 64 + sizeof(uint64_t));  // the receiver's line
   h.simpleStepBytes = sizes_.simpleStepBytes;
   h.llStepLines = sizes_.llStepLines;
   h.ll128StepLines = sizes_.ll128StepLines;

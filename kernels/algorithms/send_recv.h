@@ -20,7 +20,32 @@ struct PeerOp {
   Proto proto;
   bool isSend;
   bool isStarted;    ///< the CUDA peer kernel: step was read from the connection (set false by the host)
+  bool direct;       ///< zero-copy: the sender writes straight into the receiver's buffer (one step; both ends agree)
+  bool offered;      ///< direct receiver: its buffer's address is posted
 };
+
+/// A direct operation (PeerOp::direct; ranks that reach each other's memory, a message above
+/// the LL range), one step of the connection whatever its size. The receiver posts its
+/// buffer's address in conn.offer, tagged with its step + 1; the sender, once it sees that
+/// tag, copies the whole message there and publishes tail = step + 1; the receiver, seeing
+/// tail, frees the step (head). One copy instead of two, and no FIFO slot.
+/// Receiver, the first half (one thread): posts the offer.
+BRAID_INLINE void postDirectOffer(PeerOp& op) {
+  storeRelaxed(op.conn.offer + 1, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(op.buffer)));
+  storeRelease(op.conn.offer, op.step + 1);
+  op.offered = true;
+}
+/// Sender: the receiver's buffer once it has posted it for this step, else null.
+BRAID_INLINE char* directTarget(const PeerOp& op) {
+  if (loadAcquire(op.conn.offer) != op.step + 1) return nullptr;
+  return reinterpret_cast<char*>(static_cast<uintptr_t>(loadRelaxed(op.conn.offer + 1)));
+}
+/// Either end, once the message has moved (sender: copied; receiver: seen tail): ends the step.
+BRAID_INLINE void finishDirect(PeerOp& op) {
+  storeRelease(op.isSend ? op.conn.tail : op.conn.head, op.step + 1);
+  op.done = op.bytes;
+  ++op.step;
+}
 
 /// Bytes one step of op carries.
 BRAID_INLINE uint64_t peerSliceBytes(const PeerOp& op) {
@@ -30,6 +55,20 @@ BRAID_INLINE uint64_t peerSliceBytes(const PeerOp& op) {
 /// One thread. Tries to move the next slice; returns true if it did.
 BRAID_INLINE bool tryPeerStep(PeerOp& op) {
   if (op.done >= op.bytes) return false;
+  if (op.direct) {
+    if (op.isSend) {
+      char* target = directTarget(op);
+      if (target == nullptr) return false;
+      memcpy(target, op.buffer, op.bytes);
+    } else if (!op.offered) {
+      postDirectOffer(op);
+      return true;
+    } else if (loadAcquire(op.conn.tail) <= op.step) {
+      return false;
+    }
+    finishDirect(op);
+    return true;
+  }
   const uint64_t slice = peerSliceBytes(op);
   const uint64_t n = op.bytes - op.done < slice ? op.bytes - op.done : slice;
   const uint64_t slot = op.step % kSteps;

@@ -83,6 +83,9 @@ const std::vector<KnobSpec>& knobTable() {
       {"NCCL_NTHREADS", KnobType::Integer, "-2",
        "threads per channel the cost model counts when it shrinks channels for small messages (64..512, multiples "
        "of 64; -2: 512)", true},
+      {"NCCL_P2P_DIRECT_DISABLE", KnobType::Integer, "0",
+       "1: sends and receives between ranks of one process move through the connection's FIFO (two copies) instead "
+       "of straight into the receiver's buffer; must be the same on all ranks", true},
       {"NCCL_P2P_DISABLE", KnobType::Integer, "0",
        "1: no P2P between GPUs (same as NCCL_P2P_LEVEL=LOC)", true},
       {"NCCL_P2P_LEVEL", KnobType::String, "",
@@ -217,7 +220,6 @@ const std::vector<const char*>& unhonouredNcclVariables() {
       "NCCL_NVTX_DISABLE",
       "NCCL_OOB_NET_ENABLE",
       "NCCL_OOB_NET_IFNAME",
-      "NCCL_P2P_DIRECT_DISABLE",
       "NCCL_P2P_NET_CHUNKSIZE",
       "NCCL_P2P_NVL_CHUNKSIZE",
       "NCCL_P2P_PCI_CHUNKSIZE",

@@ -583,16 +583,20 @@ TEST_CASE("one thread drives every rank of a ncclCommInitAll set in one group", 
 TEST_CASE("point to point: ring shift, self, uneven sizes, several messages per peer", "[integration][p2p]") {
   const int n = 3;
   // The backend's LL threshold (64 bytes on the host: the messages move as Simple), then NCCL's
-  // 16 KiB (the first message, 5000-15002 bytes, moves as LL).
+  // 16 KiB (the first message, 5000-15002 bytes, moves as LL). Ranks that are threads move
+  // Simple-sized messages straight into the receiver's buffer, or (NCCL_P2P_DIRECT_DISABLE)
+  // through the FIFO.
   for (int64_t llThreshold : {int64_t(-1), int64_t(16384)}) {
-  INFO("NCCL_P2P_LL_THRESHOLD " << llThreshold);
+  for (bool direct : {true, false}) {
+  INFO("NCCL_P2P_LL_THRESHOLD " << llThreshold << ", direct " << direct);
   auto makeBody = [&] {
     ncclUniqueId id;
     REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
-    return [id, n, llThreshold](int rank) {
+    return [id, n, llThreshold, direct](int rank) {
       ncclComm_t comm = nullptr;
       EXPECT_OK(ncclCommInitRank(&comm, n, id, rank));
       comm->dataPath().setPeerLLThreshold(llThreshold);
+      comm->dataPath().setPeerDirect(direct);
       const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
       // Uneven: rank r sends 5000*(r+1)+r bytes to next; two messages to next per group; plus self.
       const size_t big = 5000 * (rank + 1) + rank, bigIn = 5000 * (prev + 1) + prev;
@@ -615,6 +619,7 @@ TEST_CASE("point to point: ring shift, self, uneven sizes, several messages per 
     };
   };
   REQUIRE(test::runBoth(n, makeBody) == "");
+  }
   }
 }
 

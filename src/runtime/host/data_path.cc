@@ -121,6 +121,7 @@ DataPathSettings DataPathSettings::fromParams(const CommConfig& config, bool onD
     s.limits.shape.threads = static_cast<int>(nThreads);
   }
   s.checkMismatch = p.integer("BRAID_CHECK_MISMATCH") != 0;
+  s.peerDirect = p.integer("NCCL_P2P_DIRECT_DISABLE") != 1;
   const int64_t perNode = p.integer("BRAID_RANKS_PER_NODE");
   if (perNode < 0 || perNode > 65536) {
     BRAID_WARN("BRAID_RANKS_PER_NODE=%lld must be 0 (nodes are hosts) or a rank count; using 0", static_cast<long long>(perNode));
@@ -581,6 +582,9 @@ void DataPath::runPeers(const std::vector<const plan::Task*>& ops) {
     op.bytes = t->count * plan::typeSize(t->dtype);
     op.proto = plan::peerProtocol(op.bytes, settings_.limits);
     op.isSend = t->isSend;
+    // Both ends decide alike: the same size, and a connection within one process at both ends.
+    op.direct = settings_.peerDirect && op.proto == kernels::Proto::kSimple &&
+                op.conn.transport == static_cast<uint32_t>(transport::Kind::kP2p);
     queues[{t->peer, t->isSend}].push_back(op);
   }
   if (device_ != nullptr) return enqueuePeers(queues, ops.front()->stream, ops.front()->name);

@@ -36,6 +36,7 @@ struct DataPathSettings {
   int threadsPerChannel = 1;
   plan::PlanLimits limits;
   bool checkMismatch = true;  ///< BRAID_CHECK_MISMATCH
+  bool peerDirect = true;     ///< not NCCL_P2P_DIRECT_DISABLE: sends to ranks of this process write into the receiver's buffer
   int ranksPerNode = 0;       ///< BRAID_RANKS_PER_NODE: 0 nodes are hosts, k: each k consecutive ranks
   WatchdogSettings watchdog;
 
@@ -99,6 +100,9 @@ class DataPath {
     settings_.limits.shape.peerLLMaxBytes = bytes;
     choices_.clear();  // (AlltoAll's Direct is modelled with its sends' protocol)
   }
+  /// NCCL_P2P_DIRECT_DISABLE's opposite for this communicator; tests set it, every rank
+  /// alike, to run sends and receives between threads through the FIFO or directly.
+  void setPeerDirect(bool direct) { settings_.peerDirect = direct; }
   /// BRAID_RANKS_PER_NODE for this communicator (0: nodes are hosts); tests set it before the
   /// first collective. Every rank must set the same.
   void setRanksPerNode(int k);
