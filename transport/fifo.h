@@ -67,7 +67,7 @@ struct Descriptor {
   uint64_t nonce;                     ///< kSocket, kIb: random; the sender presents it (with the comm hash)
   IbEndpoint ib;                      ///< kIb: the receiver's queue pair and FIFO (the control socket as kSocket's)
   uint32_t dataShared;                ///< kShm: 1 when the slots are in the receiver's GPU memory (dataHandle)
-  uint8_t dataHandle[64];             ///< kShm: FifoAllocator::exportData's handle of the slots
+  uint8_t dataHandle[80];             ///< kShm: FifoAllocator::exportData's handle of the slots (kHandleBytes)
 };
 static_assert(std::is_trivially_copyable_v<Descriptor>);
 
@@ -106,15 +106,16 @@ class FifoAllocator {
   /// written by the host and by the kernels at the same address.
   virtual void* allocateControl(size_t bytes) = 0;
   virtual void freeControl(void* p) = 0;
-  /// Zeroed memory for the slots, where the kernels move data fastest (device memory).
-  virtual void* allocateData(size_t bytes) = 0;
+  /// Zeroed memory for the slots, where the kernels move data fastest (device memory);
+  /// shareable: exportData will be asked to share it with another process.
+  virtual void* allocateData(size_t bytes, bool shareable) = 0;
   virtual void freeData(void* p) = 0;
   /// Makes host memory (a shared segment, a network end's copy) reachable by the kernels at
   /// the same address, until unregisterHost.
   virtual void registerHost(void* p, size_t bytes) = 0;
   virtual void unregisterHost(void* p) = 0;
   /// Bytes of a handle exportData writes.
-  static constexpr size_t kHandleBytes = 64;
+  static constexpr size_t kHandleBytes = 80;
   /// Writes into `handle` how another process of this host maps data memory p (from
   /// allocateData); false when this backend cannot share it (the slots then stay in the
   /// shared segment).

@@ -38,6 +38,9 @@ const std::vector<KnobSpec>& knobTable() {
        "config file read after the environment (unset: ~/.nccl.conf); /etc/nccl.conf comes last", true},
       {"NCCL_CROSS_NIC", KnobType::Integer, "2",
        "channels across machines: 0 keep the same NIC at both ends, 1 may change NIC, 2 try 0 then 1", true},
+      {"NCCL_CUMEM_ENABLE", KnobType::Integer, "1",
+       "1: GPU memory Braid allocates (ncclMemAlloc, FIFO slots shared with other processes) is cuMem memory shared "
+       "through file descriptors, where the driver and device support it; 0: cudaMalloc and legacy CUDA IPC handles", true},
       {"NCCL_DEBUG", KnobType::String, "",
        "log level: VERSION, WARN, INFO, ABORT (INFO, and abort at the first WARN) or TRACE", true},
       {"NCCL_DEBUG_FILE", KnobType::String, "",
@@ -129,7 +132,6 @@ const std::vector<const char*>& unhonouredNcclVariables() {
       "NCCL_CONNECT_ROUND_MAX_PEERS",
       "NCCL_CREATE_THREAD_CONTEXT",
       "NCCL_CTA_POLICY",
-      "NCCL_CUMEM_ENABLE",
       "NCCL_CUMEM_HOST_ENABLE",
       "NCCL_DEBUG_TIMESTAMP_FORMAT",
       "NCCL_DEBUG_TIMESTAMP_LEVELS",

@@ -483,11 +483,13 @@ void testHostBackend() {
 }
 
 /// Ranks as processes on the one GPU, forked before this process touches CUDA: AllReduce and
-/// a send/recv exchange at a few counts, exact. p2pDisabled: NCCL_P2P_DISABLE=1, so their FIFO
-/// slots stay in shared host memory; else in the receivers' GPU memory (CUDA IPC).
-int processRound(bool p2pDisabled) {
+/// a send/recv exchange at a few counts, exact, with the FIFO slots shared as `how` says:
+/// "cumem" (the default: cuMem memory passed as a file descriptor), "ipc" (NCCL_CUMEM_ENABLE=0:
+/// legacy CUDA IPC handles) or "host" (NCCL_P2P_DISABLE=1: shared host memory).
+int processRound(const std::string& how) {
   const int n = 2;
-  if (p2pDisabled) setenv("NCCL_P2P_DISABLE", "1", 1);  // (read at this process's first call)
+  if (how == "ipc") setenv("NCCL_CUMEM_ENABLE", "0", 1);  // (read at this process's first call)
+  if (how == "host") setenv("NCCL_P2P_DISABLE", "1", 1);
   ncclUniqueId id;
   NCCL_OK(ncclGetUniqueId(&id));
   std::vector<pid_t> children;
@@ -520,10 +522,8 @@ int processRound(bool p2pDisabled) {
         wrong += b.host[i] != input(0, i) + input(1, i);
         wrongRecv += got.host[i] != input(1 - k, i);
       }
-      EXPECT(wrong == 0, "processes (P2P %s), rank %d, count %zu: AllReduce %ld wrong", p2pDisabled ? "off" : "on", k,
-             count, wrong);
-      EXPECT(wrongRecv == 0, "processes (P2P %s), rank %d, count %zu: receive %ld wrong", p2pDisabled ? "off" : "on", k,
-             count, wrongRecv);
+      EXPECT(wrong == 0, "processes (%s), rank %d, count %zu: AllReduce %ld wrong", how.c_str(), k, count, wrong);
+      EXPECT(wrongRecv == 0, "processes (%s), rank %d, count %zu: receive %ld wrong", how.c_str(), k, count, wrongRecv);
     }
     ncclCommDestroy(comm);
     _exit(failures == 0 ? 0 : 1);
@@ -537,17 +537,17 @@ int processRound(bool p2pDisabled) {
   return bad;
 }
 
-/// processRound with the slots in GPU memory, then in host memory, each in a child of its own
-/// (Braid reads its parameters once per process).
+/// processRound with each way of sharing the slots, each in a child of its own (Braid reads
+/// its parameters once per process).
 int testProcesses() {
   int bad = 0;
-  for (bool p2pDisabled : {false, true}) {
+  for (const char* how : {"cumem", "ipc", "host"}) {
     const pid_t pid = fork();
-    if (pid == 0) _exit(processRound(p2pDisabled) == 0 && failures == 0 ? 0 : 1);
+    if (pid == 0) _exit(processRound(how) == 0 && failures == 0 ? 0 : 1);
     int status = 0;
     waitpid(pid, &status, 0);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      std::fprintf(stderr, "processes with NCCL_P2P_DISABLE=%d failed (status %d)\n", p2pDisabled ? 1 : 0, status);
+      std::fprintf(stderr, "processes sharing FIFO slots by %s failed (status %d)\n", how, status);
       ++bad;
     }
   }

@@ -28,7 +28,7 @@ class CountingAllocator final : public transport::FifoAllocator {
  public:
   void* allocateControl(size_t bytes) override { return take(bytes, &controls); }
   void freeControl(void* p) override { give(p, &controls); }
-  void* allocateData(size_t bytes) override { return take(bytes, &datas); }
+  void* allocateData(size_t bytes, bool) override { return take(bytes, &datas); }
   void freeData(void* p) override { give(p, &datas); }
   void registerHost(void* p, size_t bytes) override {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -53,7 +53,7 @@ class HeapFifo final : public FifoMemory {
     char* data = memory_ + fifoControlBytes();
     if (allocator != nullptr) {
       try {
-        data = static_cast<char*>(allocator->allocateData(sizes.bytes() - fifoControlBytes()));
+        data = static_cast<char*>(allocator->allocateData(sizes.bytes() - fifoControlBytes(), false));
       } catch (...) {
         allocator->freeControl(block);
         throw;

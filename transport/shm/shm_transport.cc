@@ -110,7 +110,7 @@ std::unique_ptr<FifoMemory> create(const FifoSizes& sizes, const std::string& un
   char* data = nullptr;
   if (allocator != nullptr && deviceData) {
     PendingFrees::process().sweep();
-    data = static_cast<char*>(allocator->allocateData(sizes.bytes() - fifoControlBytes()));
+    data = static_cast<char*>(allocator->allocateData(sizes.bytes() - fifoControlBytes(), true));
     if (!allocator->exportData(data, out->dataHandle)) {
       allocator->freeData(data);
       data = nullptr;

@@ -7,12 +7,15 @@
 #include <atomic>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <vector>
 
 #include "core/log.h"
 #include "core/status.h"
 #include "comm/config.h"
+#include "core/fd_exchange.h"
+#include "runtime/cuda/cumem.h"
 #include "kernels/launch_sizes.h"
 #include "runtime/cuda/kernel_table.h"
 #include "runtime/device.h"
@@ -91,10 +94,10 @@ class FifoAllocator final : public transport::FifoAllocator {
     return allocateMapped(bytes, "FIFO counters");
   }
   void freeControl(void* p) override { cudaFreeHost(p); }
-  void* allocateData(size_t bytes) override {
+  void* allocateData(size_t bytes, bool shareable) override {
     DeviceGuard guard(device_);
-    void* p = nullptr;
-    BRAID_CUDA_CHECK(cudaMalloc(&p, bytes));
+    void* p = shareable && cumemEnabled(device_) ? cumemAllocate(device_, bytes) : nullptr;
+    if (p == nullptr) BRAID_CUDA_CHECK(cudaMalloc(&p, bytes));
     // Zeroed before any kernel reads it (stale LL flags would read as data), on a stream of
     // the allocator's own: the legacy stream would also wait for other ranks' kernels in
     // blocking streams, which may be waiting for this rank.
@@ -103,13 +106,21 @@ class FifoAllocator final : public transport::FifoAllocator {
     if (err == cudaSuccess) err = cudaMemsetAsync(p, 0, bytes, stream_);
     if (err == cudaSuccess) err = cudaStreamSynchronize(stream_);
     if (err != cudaSuccess) {
-      cudaFree(p);
+      releaseData(p);
       check(err, "zeroing FIFO slots (cudaMemsetAsync)");
     }
     return p;
   }
   void freeData(void* p) override {
-    quietlyOn(device_, [p] { cudaFree(p); });
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = offered_.find(p);
+      if (it != offered_.end()) {
+        fds::withdraw(it->second);
+        offered_.erase(it);
+      }
+    }
+    quietlyOn(device_, [this, p] { releaseData(p); });
   }
   void registerHost(void* p, size_t bytes) override {
     DeviceGuard guard(device_);
@@ -122,8 +133,39 @@ class FifoAllocator final : public transport::FifoAllocator {
     }
   }
   void unregisterHost(void* p) override { cudaHostUnregister(p); }
+  /// A handle's first byte says its kind: a legacy CUDA IPC handle after 8 bytes, or a cuMem
+  /// allocation's descriptor offered by process `pid` under `token` (CumemHandle).
+  enum HandleKind : uint8_t { kLegacyIpc = 1, kCumemFd = 2 };
+  struct CumemHandle {
+    uint8_t kind;
+    uint8_t pad[3];
+    int32_t pid;
+    uint64_t token;
+    uint64_t bytes;
+  };
+  static_assert(8 + sizeof(cudaIpcMemHandle_t) <= kHandleBytes && sizeof(CumemHandle) <= kHandleBytes);
+
   bool exportData(void* p, uint8_t* handle) override {
-    static_assert(sizeof(cudaIpcMemHandle_t) <= kHandleBytes);
+    std::memset(handle, 0, kHandleBytes);
+    if (cumemOwns(p)) {
+      CumemHandle h{};
+      h.kind = kCumemFd;
+      h.pid = static_cast<int32_t>(getpid());
+      const int fd = cumemExport(p, &h.bytes);
+      try {
+        h.token = fds::offer(fd);
+      } catch (...) {
+        close(fd);
+        throw;
+      }
+      close(fd);  // (the offer keeps its own)
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        offered_[p] = h.token;
+      }
+      std::memcpy(handle, &h, sizeof h);
+      return true;
+    }
     cudaIpcMemHandle_t h{};
     const cudaError_t err = cudaIpcGetMemHandle(&h, p);
     if (err != cudaSuccess) {  // (no IPC here, say): the slots stay in host memory
@@ -132,25 +174,55 @@ class FifoAllocator final : public transport::FifoAllocator {
                  "(cudaIpcGetMemHandle: %s); their FIFO slots stay in shared host memory", device_, cudaGetErrorName(err));
       return false;
     }
-    std::memcpy(handle, &h, sizeof h);
+    handle[0] = kLegacyIpc;
+    std::memcpy(handle + 8, &h, sizeof h);
     return true;
   }
   void* importData(const uint8_t* handle) override {
     DeviceGuard guard(device_);
+    if (handle[0] == kCumemFd) {
+      CumemHandle h{};
+      std::memcpy(&h, handle, sizeof h);
+      const int fd = fds::fetch(h.pid, h.token);
+      try {
+        void* p = cumemImport(device_, fd, h.bytes);
+        close(fd);
+        return p;
+      } catch (...) {
+        close(fd);
+        throw;
+      }
+    }
+    if (handle[0] != kLegacyIpc) fail(ncclInternalError, "a FIFO memory handle of unknown kind %u", handle[0]);
     cudaIpcMemHandle_t h{};
-    std::memcpy(&h, handle, sizeof h);
+    std::memcpy(&h, handle + 8, sizeof h);
     void* p = nullptr;
     BRAID_CUDA_CHECK(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess));
     return p;
   }
   void closeData(void* p) override {
-    quietlyOn(device_, [p] { cudaIpcCloseMemHandle(p); });
+    quietlyOn(device_, [p] {
+      if (cumemOwns(p)) {
+        cumemFree(p);
+      } else {
+        cudaIpcCloseMemHandle(p);
+      }
+    });
   }
 
  private:
+  static void releaseData(void* p) {
+    if (cumemOwns(p)) {
+      cumemFree(p);
+    } else {
+      cudaFree(p);
+    }
+  }
+
   int device_;
   std::mutex mutex_;
   cudaStream_t stream_ = nullptr;  // for zeroing slots (never destroyed, as the allocator)
+  std::map<void*, uint64_t> offered_;  // exported cuMem slots: their descriptors' tokens (fds::offer)
 };
 
 /// The process's FIFO allocator of a device: never destroyed, as FIFOs shared by two ranks
@@ -600,11 +672,26 @@ int currentCudaDevice(const char** why) {
 }
 
 void* allocateDeviceMemory(size_t bytes) {
+  int device = 0;
+  cuda::check(cudaGetDevice(&device), "cudaGetDevice");
+  if (cuda::cumemEnabled(device)) {
+    try {
+      return cuda::cumemAllocate(device, bytes);
+    } catch (const Error& e) {
+      BRAID_WARN("ncclMemAlloc: %s; using cudaMalloc", e.what());
+    }
+  }
   void* p = nullptr;
   cuda::check(cudaMalloc(&p, bytes), "cudaMalloc");
   return p;
 }
 
-void freeDeviceMemory(void* p) { cuda::check(cudaFree(p), "cudaFree"); }
+void freeDeviceMemory(void* p) {
+  if (cuda::cumemOwns(p)) {
+    cuda::cumemFree(p);
+    return;
+  }
+  cuda::check(cudaFree(p), "cudaFree");
+}
 
 }  // namespace braid::runtime

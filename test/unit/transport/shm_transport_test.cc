@@ -26,7 +26,8 @@ class SharedFileAllocator final : public transport::FifoAllocator {
   explicit SharedFileAllocator(bool canShare) : canShare_(canShare) {}
   void* allocateControl(size_t) override { FAIL("not used by the shm transport"); return nullptr; }
   void freeControl(void*) override {}
-  void* allocateData(size_t bytes) override {
+  void* allocateData(size_t bytes, bool shareable) override {
+    CHECK(shareable);
     const std::string name = "/braid-test-data-" + std::to_string(getpid()) + "-" + std::to_string(next_++);
     const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
     REQUIRE(fd >= 0);

@@ -1,0 +1,238 @@
+#include "runtime/cuda/cumem.h"
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "core/log.h"
+#include "core/params.h"
+#include "core/status.h"
+
+namespace braid::runtime::cuda {
+
+namespace {
+
+/// A driver function looked up through the runtime, or null.
+template <typename F>
+F driverFunction(const char* name) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+#if CUDART_VERSION >= 12050
+  const cudaError_t err = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found);
+#else
+  const cudaError_t err = cudaGetDriverEntryPoint(name, &fn, cudaEnableDefault, &found);
+#endif
+  if (err != cudaSuccess || found != cudaDriverEntryPointSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return reinterpret_cast<F>(fn);
+}
+
+// The driver functions used here: (field, driver symbol).
+#define BRAID_CUMEM_FUNCTIONS(X)                                                                        \
+  X(create, cuMemCreate) X(release, cuMemRelease) X(reserve, cuMemAddressReserve)                      \
+  X(addressFree, cuMemAddressFree) X(map, cuMemMap) X(unmap, cuMemUnmap) X(setAccess, cuMemSetAccess)  \
+  X(granularity, cuMemGetAllocationGranularity) X(exportHandle, cuMemExportToShareableHandle)          \
+  X(importHandle, cuMemImportFromShareableHandle) X(attribute, cuDeviceGetAttribute)
+
+struct Driver {
+#define BRAID_FIELD(field, symbol) decltype(&symbol) field = nullptr;
+  BRAID_CUMEM_FUNCTIONS(BRAID_FIELD)
+#undef BRAID_FIELD
+  decltype(&cuGetErrorName) errorName = nullptr;
+  bool complete = true;  ///< every function of BRAID_CUMEM_FUNCTIONS was found
+
+  static const Driver& get() {
+    static const Driver driver = [] {
+      Driver d;
+#define BRAID_LOAD(field, symbol)                                 \
+  d.field = driverFunction<decltype(&symbol)>(#symbol);           \
+  d.complete = d.complete && d.field != nullptr;
+      BRAID_CUMEM_FUNCTIONS(BRAID_LOAD)
+#undef BRAID_LOAD
+      d.errorName = driverFunction<decltype(&cuGetErrorName)>("cuGetErrorName");
+      return d;
+    }();
+    return driver;
+  }
+};
+
+/// Throws ncclUnhandledCudaError naming the driver call and its error.
+void check(CUresult r, const char* call) {
+  if (r == CUDA_SUCCESS) return;
+  const char* name = "unknown error";
+  if (Driver::get().errorName != nullptr) Driver::get().errorName(r, &name);
+  fail(ncclUnhandledCudaError, "%s failed: %s (%d)", call, name, static_cast<int>(r));
+}
+
+/// The mappings made here, by address.
+struct Mapping {
+  CUmemGenericAllocationHandle handle;
+  size_t bytes;
+};
+struct Mappings {
+  std::mutex mutex;
+  std::map<const void*, Mapping> live;
+};
+Mappings& mappings() {
+  static Mappings* m = new Mappings();  // never destroyed: frees may come during exit
+  return *m;
+}
+
+CUmemAllocationProp propertiesFor(int device) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  return prop;
+}
+
+size_t granularityOf(int device) {
+  const CUmemAllocationProp prop = propertiesFor(device);
+  size_t g = 0;
+  check(Driver::get().granularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED), "cuMemGetAllocationGranularity");
+  return g > 0 ? g : size_t(2) << 20;
+}
+
+/// Reserves an address for `handle`'s `bytes`, maps it there and lets `device` and every
+/// device that can reach it read and write it; releases nothing on failure but what it made.
+void* mapHandle(int device, CUmemGenericAllocationHandle handle, size_t bytes, size_t granularity) {
+  const Driver& d = Driver::get();
+  CUdeviceptr ptr = 0;
+  check(d.reserve(&ptr, bytes, granularity, 0, 0), "cuMemAddressReserve");
+  CUresult r = d.map(ptr, bytes, 0, handle, 0);
+  if (r != CUDA_SUCCESS) {
+    d.addressFree(ptr, bytes);
+    check(r, "cuMemMap");
+  }
+  int count = 0;
+  cudaGetDeviceCount(&count);
+  std::vector<CUmemAccessDesc> access;
+  for (int e = 0; e < count; ++e) {
+    int reach = e == device ? 1 : 0;
+    if (e != device && cudaDeviceCanAccessPeer(&reach, e, device) != cudaSuccess) reach = 0;
+    if (!reach) continue;
+    CUmemAccessDesc a{};
+    a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    a.location.id = e;
+    a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    access.push_back(a);
+  }
+  cudaGetLastError();
+  r = d.setAccess(ptr, bytes, access.data(), access.size());
+  if (r != CUDA_SUCCESS) {
+    d.unmap(ptr, bytes);
+    d.addressFree(ptr, bytes);
+    check(r, "cuMemSetAccess");
+  }
+  void* p = reinterpret_cast<void*>(static_cast<uintptr_t>(ptr));
+  std::lock_guard<std::mutex> lock(mappings().mutex);
+  mappings().live[p] = Mapping{handle, bytes};
+  return p;
+}
+
+}  // namespace
+
+bool cumemEnabled(int device) {
+  static std::mutex mutex;
+  static std::map<int, bool>* known = new std::map<int, bool>();
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = known->find(device);
+  if (it != known->end()) return it->second;
+  const char* why = nullptr;
+  const Driver& d = Driver::get();
+  int vmm = 0, fd = 0;
+  if (params::process().integer("NCCL_CUMEM_ENABLE") == 0) {
+    why = "NCCL_CUMEM_ENABLE=0";
+  } else if (!d.complete) {
+    why = "the driver lacks the cuMem entry points";
+  } else if (d.attribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, device) != CUDA_SUCCESS || !vmm) {
+    why = "the device does not support virtual memory management";
+  } else if (d.attribute(&fd, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, device) != CUDA_SUCCESS ||
+             !fd) {
+    why = "the device cannot export memory as file descriptors";
+  }
+  const bool enabled = why == nullptr;
+  if (enabled) {
+    BRAID_INFO(log::kInit | log::kAlloc, "CUDA device %d: cuMem memory with file descriptor handles (NCCL_CUMEM_ENABLE)",
+               device);
+  } else {
+    BRAID_INFO(log::kInit | log::kAlloc, "CUDA device %d: cudaMalloc and legacy IPC handles (%s)", device, why);
+  }
+  (*known)[device] = enabled;
+  return enabled;
+}
+
+void* cumemAllocate(int device, size_t bytes) {
+  const Driver& d = Driver::get();
+  cudaFree(nullptr);  // (the device's primary context, current for the driver calls)
+  const size_t granularity = granularityOf(device);
+  const size_t size = (bytes + granularity - 1) / granularity * granularity;
+  const CUmemAllocationProp prop = propertiesFor(device);
+  CUmemGenericAllocationHandle handle = 0;
+  check(d.create(&handle, size, &prop, 0), "cuMemCreate");
+  try {
+    return mapHandle(device, handle, size, granularity);
+  } catch (...) {
+    d.release(handle);
+    throw;
+  }
+}
+
+bool cumemOwns(const void* p) {
+  std::lock_guard<std::mutex> lock(mappings().mutex);
+  return mappings().live.count(p) != 0;
+}
+
+void cumemFree(void* p) {
+  Mapping m{};
+  {
+    std::lock_guard<std::mutex> lock(mappings().mutex);
+    auto it = mappings().live.find(p);
+    if (it == mappings().live.end()) return;
+    m = it->second;
+    mappings().live.erase(it);
+  }
+  const Driver& d = Driver::get();
+  const CUdeviceptr ptr = static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p));
+  d.unmap(ptr, m.bytes);
+  d.addressFree(ptr, m.bytes);
+  d.release(m.handle);
+}
+
+int cumemExport(void* p, size_t* bytes) {
+  Mapping m{};
+  {
+    std::lock_guard<std::mutex> lock(mappings().mutex);
+    auto it = mappings().live.find(p);
+    if (it == mappings().live.end()) fail(ncclInternalError, "cuMem export of %p, which Braid did not map", p);
+    m = it->second;
+  }
+  int fd = -1;
+  check(Driver::get().exportHandle(&fd, m.handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+        "cuMemExportToShareableHandle");
+  *bytes = m.bytes;
+  return fd;
+}
+
+void* cumemImport(int device, int fd, size_t bytes) {
+  const Driver& d = Driver::get();
+  cudaFree(nullptr);
+  CUmemGenericAllocationHandle handle = 0;
+  check(d.importHandle(&handle, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+        "cuMemImportFromShareableHandle");
+  try {
+    return mapHandle(device, handle, bytes, granularityOf(device));
+  } catch (...) {
+    d.release(handle);
+    throw;
+  }
+}
+
+}  // namespace braid::runtime::cuda

@@ -1,0 +1,28 @@
+// GPU memory through the driver's virtual memory API (cuMem), as NCCL allocates it when
+// NCCL_CUMEM_ENABLE is on: physical memory created with a POSIX file descriptor handle, mapped
+// at an address reserved for it, readable and writable by its device and by every device that
+// can reach it. Such memory is shared with another process by passing the descriptor
+// (core/fd_exchange.h) rather than through a legacy CUDA IPC handle. The driver's entry points
+// are looked up through the runtime (libcuda is never linked).
+#pragma once
+
+#include <cstddef>
+
+namespace braid::runtime::cuda {
+
+/// Whether cuMem memory is used on `device`: NCCL_CUMEM_ENABLE (1 by default), the driver's
+/// entry points, and the device's support for it and for file descriptor handles. Logged once.
+bool cumemEnabled(int device);
+/// `bytes` of `device`'s memory (rounded up to the allocation granularity), exportable as a
+/// file descriptor; throws ncclUnhandledCudaError naming the driver call that failed.
+void* cumemAllocate(int device, size_t bytes);
+/// Whether p is a live cumemAllocate or cumemImport mapping.
+bool cumemOwns(const void* p);
+/// Unmaps and releases what cumemAllocate or cumemImport returned.
+void cumemFree(void* p);
+/// A new file descriptor for the memory at p (from cumemAllocate) and its mapped size.
+int cumemExport(void* p, size_t* bytes);
+/// Maps on `device` the `bytes` another process exported as `fd` (the caller closes fd).
+void* cumemImport(int device, int fd, size_t bytes);
+
+}  // namespace braid::runtime::cuda
