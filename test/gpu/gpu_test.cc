@@ -463,6 +463,44 @@ void testMemAlloc() {
   NCCL_OK(ncclAllReduce(p, p, (1 << 20) / 4, ncclFloat, ncclSum, r.comms[0], r.streams[0]));
   r.sync();
   NCCL_OK(ncclMemFree(p));
+  // Two ranks (threads) exchange 4 MiB + 4 bytes between registered ncclMemAlloc buffers: the
+  // sends go straight into the receivers' buffers (ranks of one process), exact; registration
+  // and deregistration bookkeeping (a second deregistration is refused).
+  Ranks two(2);
+  const size_t count = (size_t(1) << 20) + 1;
+  std::vector<void*> in(2), out(2), handles(4);
+  for (int k = 0; k < 2; ++k) {
+    NCCL_OK(ncclMemAlloc(&in[k], count * sizeof(float)));
+    NCCL_OK(ncclMemAlloc(&out[k], count * sizeof(float)));
+    NCCL_OK(ncclCommRegister(two.comms[k], in[k], count * sizeof(float), &handles[2 * k]));
+    NCCL_OK(ncclCommRegister(two.comms[k], out[k], count * sizeof(float), &handles[2 * k + 1]));
+    std::vector<float> host(count);
+    for (size_t i = 0; i < count; ++i) host[i] = input(k, i);
+    CUDA_OK(cudaMemcpy(in[k], host.data(), count * sizeof(float), cudaMemcpyHostToDevice));
+  }
+  CUDA_OK(cudaStreamSynchronize(cudaStreamLegacy));
+  NCCL_OK(ncclGroupStart());
+  for (int k = 0; k < 2; ++k) {
+    NCCL_OK(ncclSend(in[k], count, ncclFloat, 1 - k, two.comms[k], two.streams[k]));
+    NCCL_OK(ncclRecv(out[k], count, ncclFloat, 1 - k, two.comms[k], two.streams[k]));
+  }
+  NCCL_OK(ncclGroupEnd());
+  two.sync();
+  for (int k = 0; k < 2; ++k) {
+    std::vector<float> host(count);
+    CUDA_OK(cudaMemcpy(host.data(), out[k], count * sizeof(float), cudaMemcpyDeviceToHost));
+    long wrong = 0;
+    for (size_t i = 0; i < count; ++i) wrong += host[i] != input(1 - k, i);
+    EXPECT(wrong == 0, "registered buffers, rank %d: %ld wrong", k, wrong);
+  }
+  for (int k = 0; k < 2; ++k) {
+    NCCL_OK(ncclCommDeregister(two.comms[k], handles[2 * k]));
+    NCCL_OK(ncclCommDeregister(two.comms[k], handles[2 * k + 1]));
+    EXPECT(ncclCommDeregister(two.comms[k], handles[2 * k]) == ncclInvalidArgument, "a second deregistration: %s",
+           ncclGetLastError(nullptr));
+    NCCL_OK(ncclMemFree(in[k]));
+    NCCL_OK(ncclMemFree(out[k]));
+  }
 }
 
 /// BRAID_BACKEND=host keeps the host backend on a machine with a GPU (host buffers).
