@@ -33,6 +33,17 @@ __device__ inline void copyWords(void* dst, const void* src, size_t bytes) {
 static_assert(sizeof(CollWork) % 8 == 0 && sizeof(RingHandle) % 8 == 0 && sizeof(ConnHandle) % 8 == 0 &&
               sizeof(PeerOp) % 8 == 0);
 
+/// Thread 0 of the block marks its channel's status as running launch `seq` (the watchdog's
+/// view of kernels in flight: src/runtime/cuda, CudaDevice::busy).
+__device__ inline void markStarted(ChannelStatus* status, uint64_t seq) {
+  if (threadIdx.x == 0) storeRelease(&status->startedSeq, seq);
+}
+/// All threads: the block has ended launch `seq` on its channel (called on every way out).
+__device__ inline void markDone(ChannelStatus* status, uint64_t seq) {
+  __syncthreads();
+  if (threadIdx.x == 0) storeRelease(&status->doneSeq, seq);
+}
+
 /// One block per channel, looping over that channel's work items (works[i * gridDim.x +
 /// blockIdx.x]): through run(), either runReduction for element type T and op Red or runCopy.
 template <typename Run>
@@ -60,23 +71,29 @@ __device__ void channelLoop(const CollWork* works, int nWorks, const RingHandle*
       __syncthreads();
     }
     const bool ok = run(g, work, ring, abortFlag);
-    __syncthreads();  // (work is rewritten next)
-    if (!ok) return;
+    // (work is rewritten next; and some algorithms end in thread 0 alone: the block leaves together)
+    if (__syncthreads_or(!ok)) return;
   }
 }
 
 /// The reducing collectives (AllReduce, ReduceScatter, Reduce) for one type and op.
 template <typename T, typename Red>
-__global__ void __launch_bounds__(kMaxBlockThreads) collectiveKernel(const CollWork* works, int nWorks, const RingHandle* rings, const uint32_t* abortFlag) {
+__global__ void __launch_bounds__(kMaxBlockThreads) collectiveKernel(const CollWork* works, int nWorks, const RingHandle* rings, const uint32_t* abortFlag,
+                                                                     ChannelStatus* statuses, uint64_t seq) {
+  markStarted(statuses + blockIdx.x, seq);
   channelLoop(works, nWorks, rings, abortFlag, [](BlockGroup& g, const CollWork& w, const RingHandle& r,
                                                   const uint32_t* a) { return runReduction<T, Red, BlockGroup>(g, w, r, a); });
+  markDone(statuses + blockIdx.x, seq);
 }
 
 /// The copying collectives (AllGather, Broadcast, AlltoAll), on bytes.
 template <typename Unused = void>
-__global__ void __launch_bounds__(kMaxBlockThreads) copyKernel(const CollWork* works, int nWorks, const RingHandle* rings, const uint32_t* abortFlag) {
+__global__ void __launch_bounds__(kMaxBlockThreads) copyKernel(const CollWork* works, int nWorks, const RingHandle* rings, const uint32_t* abortFlag,
+                                                               ChannelStatus* statuses, uint64_t seq) {
+  markStarted(statuses + blockIdx.x, seq);
   channelLoop(works, nWorks, rings, abortFlag, [](BlockGroup& g, const CollWork& w, const RingHandle& r,
                                                   const uint32_t* a) { return runCopy<BlockGroup>(g, w, r, a); });
+  markDone(statuses + blockIdx.x, seq);
 }
 
 /// All threads of the block: a direct operation's next move (send_recv.h), as tryPeerStep's:
@@ -85,11 +102,12 @@ __global__ void __launch_bounds__(kMaxBlockThreads) copyKernel(const CollWork* w
 /// anything happened.
 __device__ inline bool blockDirectStep(PeerOp& op) {
   __shared__ char* target;
+  __shared__ uint64_t bytes;
   __shared__ int state;  // 0: nothing yet; 1: the message has moved; 2: the offer went out
   if (threadIdx.x == 0) {
     state = 0;
     if (op.isSend) {
-      target = directTarget(op);
+      target = directTarget(op, &bytes);
       state = target != nullptr ? 1 : 0;
     } else if (!op.offered) {
       postDirectOffer(op);
@@ -101,9 +119,10 @@ __device__ inline bool blockDirectStep(PeerOp& op) {
   __syncthreads();
   const int s = state;
   char* const to = target;
-  __syncthreads();  // (state and target are rewritten by the next call)
+  const uint64_t n = bytes;
+  __syncthreads();  // (state, target and bytes are rewritten by the next call)
   if (s != 1) return s == 2;
-  if (op.isSend) copyStrided(op.buffer, to, nullptr, op.bytes, threadIdx.x, blockDim.x);
+  if (op.isSend) copyStrided(op.buffer, to, nullptr, n, threadIdx.x, blockDim.x);
   __syncthreads();  // the whole message, before tail says so
   if (threadIdx.x == 0) finishDirect(op);
   __syncthreads();
@@ -168,9 +187,8 @@ __device__ inline bool blockPeerStep(PeerOp& op) {
 /// before it left on the connection (*conn.step). The block passes over the queues in turn,
 /// moving one slice of each queue's current operation where its connection allows, until every
 /// queue is done or the communicator is aborted. status->progress counts the slices moved.
-template <typename Unused = void>
-__global__ void __launch_bounds__(kMaxBlockThreads) peerKernel(const PeerOp* given, const int* givenStarts, int nQueues, const uint32_t* abortFlag,
-                                                               ChannelStatus* status) {
+__device__ inline void peerLoop(const PeerOp* given, const int* givenStarts, int nQueues, const uint32_t* abortFlag,
+                                ChannelStatus* status) {
   extern __shared__ uint64_t peerShared[];  // peerSharedBytes: the operations, then the starts
   __shared__ int current;
   __shared__ int nOps;
@@ -212,6 +230,15 @@ __global__ void __launch_bounds__(kMaxBlockThreads) peerKernel(const PeerOp* giv
     spins = moved ? 0 : spins + 1;
     backOff(spins);
   }
+}
+
+/// The group's sends and receives (peerLoop) as one block, its channel's status (0) marked.
+template <typename Unused = void>
+__global__ void __launch_bounds__(kMaxBlockThreads) peerKernel(const PeerOp* given, const int* givenStarts, int nQueues, const uint32_t* abortFlag,
+                                                               ChannelStatus* statuses, uint64_t seq) {
+  markStarted(statuses, seq);
+  peerLoop(given, givenStarts, nQueues, abortFlag, statuses);
+  markDone(statuses, seq);
 }
 
 }  // namespace braid::kernels

@@ -112,10 +112,10 @@ def cuda_type(type_name, filters):
                 "  return err != cudaSuccess ? err : preloadOne(reinterpret_cast<const void*>(&peerKernel<void>), maxLocalBytes);",
                 "}", "",
                 "cudaError_t launchCopy(const CollLaunch& l) {",
-                "  copyKernel<void><<<l.grid, l.block, l.sharedBytes, l.stream>>>(l.works, l.nWorks, l.rings, l.abortFlag);",
+                "  copyKernel<void><<<l.grid, l.block, l.sharedBytes, l.stream>>>(l.works, l.nWorks, l.rings, l.abortFlag, l.statuses, l.seq);",
                 "  return cudaGetLastError();", "}", "",
                 "cudaError_t launchPeers(const PeerLaunch& l) {",
-                "  peerKernel<void><<<1, l.block, l.sharedBytes, l.stream>>>(l.ops, l.starts, l.nQueues, l.abortFlag, l.status);",
+                "  peerKernel<void><<<1, l.block, l.sharedBytes, l.stream>>>(l.ops, l.starts, l.nQueues, l.abortFlag, l.statuses, l.seq);",
                 "  return cudaGetLastError();", "}", "",
                 "}  // namespace braid::runtime::cuda", ""]
         return "\n".join(out)
@@ -127,7 +127,7 @@ def cuda_type(type_name, filters):
         if wanted(filters, op, type_name):
             out.append("    case %d:" % oi)
             out.append("      collectiveKernel<%s, %s<%s>><<<l.grid, l.block, l.sharedBytes, l.stream>>>(l.works, l.nWorks, "
-                       "l.rings, l.abortFlag);" % (cty, functor, cty))
+                       "l.rings, l.abortFlag, l.statuses, l.seq);" % (cty, functor, cty))
             out.append("      return cudaGetLastError();")
     out += ["    default: return cudaErrorNotSupported;", "  }", "}", ""]
     out.append("cudaError_t preload_%s(size_t* maxLocalBytes) {" % type_name)

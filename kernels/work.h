@@ -83,6 +83,8 @@ struct ChannelStatus {
   int32_t mismatchPeer;
   uint32_t pad;
   OpSignature peerSig;
+  uint64_t startedSeq;  ///< a GPU kernel's launch number, written as its block of this channel starts
+  uint64_t doneSeq;     ///< the same, written as it ends (however): unequal while one runs here
 };
 enum WaitKind : uint32_t { kWaitNone = 0, kWaitData = 1, kWaitCredits = 2, kWaitSignature = 3 };
 
@@ -106,7 +108,7 @@ struct ConnHandle {
   SigSlot* sigs;         ///< kSteps signature slots, written by the sender
   uint64_t* sizes;       ///< kSteps step descriptions (stepInfo), written by the sender before tail
   OpSignature* announce; ///< the collective the sender is in (host code only; see watchdog.h)
-  uint64_t* offer;       ///< {tag, address}, written by the receiver: its buffer for a direct operation (send_recv.h)
+  uint64_t* offer;       ///< {tag, address, bytes}, written by the receiver: its buffer for a direct operation (send_recv.h)
   uint32_t simpleStepBytes;
   uint32_t llStepLines;
   uint32_t ll128StepLines;

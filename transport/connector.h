@@ -36,6 +36,7 @@ constexpr int gridSet(int channel) { return 2 * kSetChannels + channel; }
 struct PeerPlace {
   bool sameHost;
   bool sameProcess;
+  bool gpuReachable = false;  ///< with a GPU backend, another process: its GPU can write this rank's GPU memory
 };
 
 struct ConnectorOptions {

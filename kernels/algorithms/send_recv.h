@@ -26,18 +26,23 @@ struct PeerOp {
 
 /// A direct operation (PeerOp::direct; ranks that reach each other's memory, a message above
 /// the LL range), one step of the connection whatever its size. The receiver posts its
-/// buffer's address in conn.offer, tagged with its step + 1; the sender, once it sees that
-/// tag, copies the whole message there and publishes tail = step + 1; the receiver, seeing
-/// tail, frees the step (head). One copy instead of two, and no FIFO slot.
+/// buffer's address and size in conn.offer, tagged with its step + 1; the sender, once it sees
+/// that tag, copies the message there (never more than the receiver's size) and publishes
+/// tail = step + 1; the receiver, seeing tail, frees the step (head). One copy instead of two,
+/// and no FIFO slot.
 /// Receiver, the first half (one thread): posts the offer.
 BRAID_INLINE void postDirectOffer(PeerOp& op) {
   storeRelaxed(op.conn.offer + 1, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(op.buffer)));
+  storeRelaxed(op.conn.offer + 2, op.bytes);
   storeRelease(op.conn.offer, op.step + 1);
   op.offered = true;
 }
-/// Sender: the receiver's buffer once it has posted it for this step, else null.
-BRAID_INLINE char* directTarget(const PeerOp& op) {
+/// Sender: the receiver's buffer once it has posted it for this step, else null; *bytes: what
+/// to copy there (the smaller of the two sizes).
+BRAID_INLINE char* directTarget(const PeerOp& op, uint64_t* bytes) {
   if (loadAcquire(op.conn.offer) != op.step + 1) return nullptr;
+  const uint64_t room = loadRelaxed(op.conn.offer + 2);
+  *bytes = room < op.bytes ? room : op.bytes;
   return reinterpret_cast<char*>(static_cast<uintptr_t>(loadRelaxed(op.conn.offer + 1)));
 }
 /// Either end, once the message has moved (sender: copied; receiver: seen tail): ends the step.
@@ -57,9 +62,10 @@ BRAID_INLINE bool tryPeerStep(PeerOp& op) {
   if (op.done >= op.bytes) return false;
   if (op.direct) {
     if (op.isSend) {
-      char* target = directTarget(op);
+      uint64_t n = 0;
+      char* target = directTarget(op, &n);
       if (target == nullptr) return false;
-      memcpy(target, op.buffer, op.bytes);
+      memcpy(target, op.buffer, n);
     } else if (!op.offered) {
       postDirectOffer(op);
       return true;

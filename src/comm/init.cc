@@ -118,7 +118,9 @@ void reportSharedDevice(const RankIdentity& identity, const std::vector<PeerInfo
   const PeerInfo& mine = peers[identity.rank];
   int inProcess = 0, otherProcesses = 0;
   for (const PeerInfo& p : peers) {
-    if (p.hostHash != mine.hostHash || p.cudaDevice != mine.cudaDevice || p.rank == mine.rank) continue;
+    // (one GPU: the same bus id, whatever each process numbers it; the same ordinal in one process)
+    const bool sameGpu = p.busId >= 0 ? p.busId == mine.busId : p.pid == mine.pid && p.cudaDevice == mine.cudaDevice;
+    if (p.hostHash != mine.hostHash || !sameGpu || p.rank == mine.rank) continue;
     (p.pid == mine.pid ? inProcess : otherProcesses) += 1;
   }
   if (inProcess + otherProcesses == 0) return;
@@ -158,7 +160,7 @@ void initRank(Communicator& comm, const ncclUniqueId& uniqueId, const InitSettin
   mine.hostHash = hashString(hostIdentity(settings.hostId));
   mine.pid = static_cast<int32_t>(getpid());
   mine.cudaDevice = identity.cudaDevice;
-  mine.busId = -1;
+  mine.busId = identity.cudaDevice >= 0 ? runtime::cudaBusId(identity.cudaDevice) : -1;
   mine.backend = identity.backend;
   cpu_set_t affinity;
   mine.cpus = sched_getaffinity(0, sizeof(affinity), &affinity) == 0 ? CPU_COUNT(&affinity) : 0;

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "kernels/algorithms/send_recv.h"
 #include "kernels/work.h"
@@ -32,6 +33,11 @@ class Device {
   /// Lets this device's kernels reach device `other`'s memory (another rank of this process
   /// there keeps FIFO slots this rank writes); throws ncclInvalidUsage when they cannot.
   virtual void reachDevice(int other) = 0;
+  /// Whether this device's memory may hold FIFO slots that a rank of another process on the
+  /// GPU with PCI bus id `busId` (cudaBusId's) writes: the same GPU, or one with peer access
+  /// to this one; a GPU this process does not see is assumed to reach it (CUDA IPC opens
+  /// handles of devices the process cannot see).
+  virtual bool reachableFrom(int64_t busId) = 0;
   /// Throws ncclInvalidArgument naming `name` and `call` when `p` is memory the device cannot
   /// reach (a pageable host pointer, another device's memory without peer access).
   virtual void checkBuffer(const void* p, const char* name, const char* call) = 0;
@@ -58,12 +64,18 @@ class Device {
   /// order on its connection.
   virtual void launchPeers(const kernels::PeerOp* ops, const int* starts, int nQueues, void* stream,
                            const char* call) = 0;
+  /// Makes `main` wait for the work enqueued so far on each of `others`, so that one launch on
+  /// main can serve a group whose operations name several streams.
+  virtual void joinStreams(void* main, const std::vector<void*>& others) = 0;
+  /// Makes each of `others` wait for what is enqueued on `main` so far (the group's launch).
+  virtual void releaseStreams(void* main, const std::vector<void*>& others) = 0;
   /// Enqueues a device-to-device copy (a send to this rank itself).
   virtual void copy(void* dst, const void* src, size_t bytes, void* stream) = 0;
   /// Waits until everything this rank enqueued has finished (or was aborted).
   virtual void synchronize() = 0;
-  /// Whether work this rank enqueued (outside graph captures) is still queued or running; any
-  /// thread may ask (the watchdog's does).
+  /// Whether a kernel of this rank's is running (started and not ended, captured or not;
+  /// one still queued behind other work does not count); any thread may ask (the watchdog's
+  /// does), and no CUDA call is made.
   virtual bool busy() = 0;
 };
 
@@ -85,6 +97,10 @@ class RelaxedCapture {
 /// The CUDA device `ordinal` for one communicator, running threadsPerBlock threads per channel;
 /// throws ncclInvalidUsage in a build without CUDA, ncclUnhandledCudaError when CUDA refuses.
 std::unique_ptr<Device> openCudaDevice(int ordinal, int threadsPerBlock);
+
+/// CUDA device `ordinal`'s PCI bus id as one number (domain << 16 | bus << 8 | device << 3),
+/// the same in every process whatever CUDA_VISIBLE_DEVICES says; -1 without CUDA.
+int64_t cudaBusId(int ordinal);
 
 /// The calling thread's current CUDA device, or -1 (no CUDA in this build, no driver, no
 /// device); `why` says which when it is -1.

@@ -13,6 +13,8 @@ int currentCudaDevice(const char** why) {
   return -1;
 }
 
+int64_t cudaBusId(int) { return -1; }
+
 void* allocateDeviceMemory(size_t) { fail(ncclInvalidUsage, "device memory: Braid was built without CUDA"); }
 void freeDeviceMemory(void*) {}
 

@@ -251,6 +251,26 @@ void testStreams() {
     for (size_t i = 0; i < count; ++i) wrong += b[k]->host[i] != 2 * (input(0, i) + input(1, i));
     EXPECT(wrong == 0, "two streams, rank %d: %ld wrong", k, wrong);
   }
+  // A group whose send is on one stream and receive on another: synchronizing only the
+  // receive's stream must be enough to read what arrived (the streams are joined).
+  for (int k = 0; k < 2; ++k) {
+    for (size_t i = 0; i < count; ++i) a[k]->host[i] = input(k + 2, i);
+    a[k]->upload();
+  }
+  ncclGroupStart();
+  for (int k = 0; k < 2; ++k) {
+    NCCL_OK(ncclSend(a[k]->device, count, ncclFloat, 1 - k, r.comms[k], r.streams[k]));
+    NCCL_OK(ncclRecv(b[k]->device, count, ncclFloat, 1 - k, r.comms[k], second[k]));
+  }
+  NCCL_OK(ncclGroupEnd());
+  for (auto s : second) CUDA_OK(cudaStreamSynchronize(s));
+  for (int k = 0; k < 2; ++k) {
+    b[k]->download();
+    long wrong = 0;
+    for (size_t i = 0; i < count; ++i) wrong += b[k]->host[i] != input(3 - k, i);
+    EXPECT(wrong == 0, "send and receive on two streams, rank %d: %ld wrong", k, wrong);
+  }
+  r.sync();
   for (auto* x : a) delete x;
   for (auto* x : b) delete x;
   for (auto s : second) cudaStreamDestroy(s);

@@ -17,7 +17,9 @@ namespace {
 
 /// Slots in GPU memory that the sender still maps, with their segment (which holds the word
 /// that says when it no longer does): freed by a later sweep, as CUDA leaves freeing
-/// exported memory that another process still maps undefined. Process-wide, never destroyed.
+/// exported memory that another process still maps undefined. Sweeps run only as FIFOs are
+/// destroyed, never during connection setup, where freeing GPU memory would wait for kernels
+/// that may be waiting for this very setup. Process-wide, never destroyed.
 class PendingFrees {
  public:
   static PendingFrees& process() {
@@ -109,7 +111,6 @@ std::unique_ptr<FifoMemory> create(const FifoSizes& sizes, const std::string& un
   // The slots first, in GPU memory where the backend can share it.
   char* data = nullptr;
   if (allocator != nullptr && deviceData) {
-    PendingFrees::process().sweep();
     data = static_cast<char*>(allocator->allocateData(sizes.bytes() - fifoControlBytes(), true));
     if (!allocator->exportData(data, out->dataHandle)) {
       allocator->freeData(data);

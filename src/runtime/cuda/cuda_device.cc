@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -33,21 +34,23 @@ void check(cudaError_t err, const char* call) {
 }
 #define BRAID_CUDA_CHECK(call) check((call), #call)
 
-/// Makes `device` current on this thread while it lives, then restores the caller's.
+/// Makes `device` current on this thread while it lives, then restores the caller's (a thread
+/// that had no CUDA context keeps `device`: see threadHasContext).
 class DeviceGuard {
  public:
-  explicit DeviceGuard(int device) : device_(device) {
+  explicit DeviceGuard(int device) : device_(device), hadContext_(threadHasContext()) {
     BRAID_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (previous_ != device_) BRAID_CUDA_CHECK(cudaSetDevice(device_));
+    if (previous_ != device_ || !hadContext_) BRAID_CUDA_CHECK(cudaSetDevice(device_));
   }
   ~DeviceGuard() {
-    if (previous_ != device_) cudaSetDevice(previous_);
+    if (hadContext_ && previous_ != device_) cudaSetDevice(previous_);
   }
   DeviceGuard(const DeviceGuard&) = delete;
   DeviceGuard& operator=(const DeviceGuard&) = delete;
 
  private:
   int device_;
+  bool hadContext_;
   int previous_ = -1;
 };
 
@@ -55,11 +58,12 @@ class DeviceGuard {
 /// releasing memory, where an error has nowhere to go).
 template <typename Release>
 void quietlyOn(int device, Release release) {
+  const bool hadContext = threadHasContext();
   int previous = -1;
   cudaGetDevice(&previous);
-  cudaSetDevice(device);
+  if (previous != device || !hadContext) cudaSetDevice(device);
   release();
-  cudaSetDevice(previous);
+  if (hadContext && previous != device) cudaSetDevice(previous);
 }
 
 /// Throws unless the GPU reaches host memory p at the same address (unified addressing).
@@ -265,20 +269,20 @@ class GraphBlocks {
     std::lock_guard<std::mutex> lock(mutex_);
     free_.emplace_back(p, size);
   }
-  /// Ties block p to `graph`: it comes back here when the graph and its instances are gone.
+  /// Ties block p, which a launch captured into `graph` reads, to that graph: it comes back
+  /// here when the graph and its instances are gone (never, when the driver refuses to tie it).
   void attach(cudaGraph_t graph, char* p, size_t size) {
     auto* owned = new Owned{p, size};
     cudaUserObject_t object = nullptr;
     cudaError_t err = cudaUserObjectCreate(&object, owned, &GraphBlocks::released, 1, cudaUserObjectNoDestructorSync);
-    if (err != cudaSuccess) {
+    if (err != cudaSuccess) {  // (the captured launch reads p at every replay: p is not reused)
       delete owned;
-      giveBack(p, size);
       check(err, "cudaUserObjectCreate (a graph's launch arguments)");
     }
-    // (on failure the object's one reference is dropped, which hands the block back)
     err = cudaGraphRetainUserObject(graph, object, 1, cudaGraphUserObjectMove);
     if (err != cudaSuccess) {
-      cudaUserObjectRelease(object, 1);
+      // The launch is in the graph already and reads the block at every replay: it is left
+      // to the object (never released, so never reused) rather than handed back.
       check(err, "cudaGraphRetainUserObject (a graph's launch arguments)");
     }
   }
@@ -334,7 +338,8 @@ void prepareDevice(int device) {
              device, local, stack);
   (*prepared)[device] = true;
 }
-constexpr size_t kMaxSharedBytes = 48 * 1024;  // dynamic shared memory without opting in
+constexpr size_t kMaxSharedBytes = 48 * 1024;  // shared memory without opting in
+constexpr size_t kPeerStaticShared = 256;      // the peer kernel's own __shared__ variables, at most
 
 class CudaDevice final : public Device {
  public:
@@ -346,6 +351,7 @@ class CudaDevice final : public Device {
         allocateMapped(sizeof(kernels::ChannelStatus) * kMaxChannels, "channel statuses"));
     abort_ = static_cast<uint32_t*>(allocateMapped(64, "the abort word"));
     BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&last_, cudaEventDisableTiming));
+    BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
   }
 
   ~CudaDevice() override {
@@ -360,6 +366,7 @@ class CudaDevice final : public Device {
       if (scratch_ != nullptr) cudaFree(scratch_);
       for (void* p : retired_) cudaFree(p);
       cudaEventDestroy(last_);
+      cudaEventDestroy(join_);
       cudaFreeHost(statuses_);
       cudaFreeHost(abort_);
     });
@@ -399,6 +406,22 @@ class CudaDevice final : public Device {
       return;
     }
     check(err, "cudaDeviceEnablePeerAccess");
+  }
+
+  bool reachableFrom(int64_t busId) override {
+    if (busId < 0 || busId == cudaBusId(ordinal_)) return busId >= 0;
+    char text[32];
+    std::snprintf(text, sizeof text, "%04llx:%02llx:%02llx.0", static_cast<unsigned long long>(busId >> 16),
+                  static_cast<unsigned long long>((busId >> 8) & 0xff), static_cast<unsigned long long>((busId >> 3) & 0x1f));
+    int other = -1;
+    if (cudaDeviceGetByPCIBusId(&other, text) != cudaSuccess) {
+      cudaGetLastError();
+      return true;  // (not visible here: CUDA IPC may still open it; a failure there names NCCL_P2P_DISABLE)
+    }
+    int canAccess = 0;
+    cudaDeviceCanAccessPeer(&canAccess, other, ordinal_);
+    cudaGetLastError();
+    return canAccess != 0;
   }
 
   void checkBuffer(const void* p, const char* name, const char* call) override {
@@ -466,7 +489,7 @@ class CudaDevice final : public Device {
       handles += 2 * nRanks;
     }
     const CollLaunch launch{dim3(nChannels), dim3(threads_), withPeers > 0 ? kernels::collectiveSharedBytes(nRanks) : 0,
-                            s, w, nWorks, r, abort_};
+                            s, w, nWorks, r, abort_, statuses_, ++launchSeq_};
     cudaGetLastError();  // the launch's own error only, not an earlier call's left behind
     const cudaError_t err = copy ? launchCopy(launch) : launchReduction(red, dtype, launch);
     launched(s, args, err);
@@ -480,9 +503,9 @@ class CudaDevice final : public Device {
   void launchPeers(const kernels::PeerOp* ops, const int* starts, int nQueues, void* stream, const char* call) override {
     const int nOps = starts[nQueues];
     const size_t shared = kernels::peerSharedBytes(nOps, nQueues);
-    if (shared > kMaxSharedBytes) {
+    if (shared > kMaxSharedBytes - kPeerStaticShared) {
       fail(ncclInvalidUsage, "%s: %d sends and receives in one group; the CUDA backend runs at most %zu at once", call,
-           nOps, (kMaxSharedBytes - 4 * sizeof(int)) / (sizeof(kernels::PeerOp) + sizeof(int)));
+           nOps, (kMaxSharedBytes - kPeerStaticShared - 4 * sizeof(int)) / (sizeof(kernels::PeerOp) + sizeof(int)));
     }
     DeviceGuard guard(ordinal_);
     const cudaStream_t s = static_cast<cudaStream_t>(stream);
@@ -493,9 +516,23 @@ class CudaDevice final : public Device {
     std::memcpy(q, starts, (nQueues + 1) * sizeof(int));
     cudaGetLastError();
     const cudaError_t err =
-        cuda::launchPeers(PeerLaunch{dim3(kPeerThreads), shared, s, o, q, nQueues, abort_, &statuses_[0]});
+        cuda::launchPeers(PeerLaunch{dim3(kPeerThreads), shared, s, o, q, nQueues, abort_, statuses_, ++launchSeq_});
     launched(s, args, err);
     check(err, "the send/receive kernel's launch");
+  }
+
+  void joinStreams(void* main, const std::vector<void*>& others) override {
+    DeviceGuard guard(ordinal_);
+    for (void* other : others) {  // (one event serves them all: a wait takes the event as it is then)
+      BRAID_CUDA_CHECK(cudaEventRecord(join_, static_cast<cudaStream_t>(other)));
+      BRAID_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(main), join_, 0));
+    }
+  }
+  void releaseStreams(void* main, const std::vector<void*>& others) override {
+    if (others.empty()) return;
+    DeviceGuard guard(ordinal_);
+    BRAID_CUDA_CHECK(cudaEventRecord(join_, static_cast<cudaStream_t>(main)));
+    for (void* other : others) BRAID_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(other), join_, 0));
   }
 
   void copy(void* dst, const void* src, size_t bytes, void* stream) override {
@@ -514,13 +551,14 @@ class CudaDevice final : public Device {
   }
 
   bool busy() override {
-    if (!hasLast_.load(std::memory_order_acquire)) return false;
-    // (relaxed: asked from the watchdog's thread while the user may be capturing in the global
-    // mode, which an event query from any other thread would invalidate)
-    const int mode = relaxCapture();
-    const bool running = cudaEventQuery(last_) == cudaErrorNotReady;
-    restoreCapture(mode);
-    return running;
+    // From the kernels' own marks, without a CUDA call: the watchdog's thread asks, and a CUDA
+    // call there would make a context on its current device, could wait behind the driver's
+    // locks, or fail as the process exits. A kernel still queued behind other work is not
+    // running yet (its wait for peers has not begun).
+    for (int c = 0; c < kMaxChannels; ++c) {
+      if (kernels::loadAcquire(&statuses_[c].startedSeq) != kernels::loadAcquire(&statuses_[c].doneSeq)) return true;
+    }
+    return false;
   }
 
  private:
@@ -629,7 +667,9 @@ class CudaDevice final : public Device {
   uint64_t scratchBytes_ = 0;
   std::vector<void*> retired_;  // scratch blocks outgrown (freed with the device)
   cudaEvent_t last_ = nullptr;
-  std::atomic<bool> hasLast_{false};  // (read by the watchdog's thread too)
+  cudaEvent_t join_ = nullptr;  // joins a group's streams (joinStreams, releaseStreams)
+  std::atomic<bool> hasLast_{false};
+  uint64_t launchSeq_ = 0;  // kernels launched (their statuses' marks)
   cudaStream_t lastStream_ = nullptr;
   std::deque<Block> inFlight_;
   std::vector<Block> free_;
@@ -669,6 +709,17 @@ int currentCudaDevice(const char** why) {
     return -1;
   }
   return device;
+}
+
+int64_t cudaBusId(int ordinal) {
+  int domain = 0, bus = 0, device = 0;
+  if (cudaDeviceGetAttribute(&domain, cudaDevAttrPciDomainId, ordinal) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bus, cudaDevAttrPciBusId, ordinal) != cudaSuccess ||
+      cudaDeviceGetAttribute(&device, cudaDevAttrPciDeviceId, ordinal) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return (int64_t(domain) << 16) | (int64_t(bus) << 8) | (int64_t(device) << 3);
 }
 
 void* allocateDeviceMemory(size_t bytes) {

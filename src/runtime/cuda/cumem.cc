@@ -139,6 +139,14 @@ void* mapHandle(int device, CUmemGenericAllocationHandle handle, size_t bytes, s
 
 }  // namespace
 
+bool threadHasContext() {
+  using GetCurrent = decltype(&cuCtxGetCurrent);
+  static const GetCurrent getCurrent = driverFunction<GetCurrent>("cuCtxGetCurrent");
+  if (getCurrent == nullptr) return true;
+  CUcontext ctx = nullptr;
+  return getCurrent(&ctx) != CUDA_SUCCESS || ctx != nullptr;
+}
+
 bool cumemEnabled(int device) {
   static std::mutex mutex;
   static std::map<int, bool>* known = new std::map<int, bool>();

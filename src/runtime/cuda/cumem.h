@@ -25,4 +25,9 @@ int cumemExport(void* p, size_t* bytes);
 /// Maps on `device` the `bytes` another process exported as `fd` (the caller closes fd).
 void* cumemImport(int device, int fd, size_t bytes);
 
+/// Whether the calling thread has a current CUDA context (true when the driver cannot say).
+/// A thread without one reports device 0 as current, and setting device 0 "back" would make
+/// a context there for nothing (hundreds of MiB of GPU 0 per process).
+bool threadHasContext();
+
 }  // namespace braid::runtime::cuda

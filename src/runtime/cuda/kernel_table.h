@@ -19,6 +19,8 @@ struct CollLaunch {
   int nWorks;
   const kernels::RingHandle* rings;
   const uint32_t* abortFlag;
+  kernels::ChannelStatus* statuses;  ///< block c marks statuses[c] started and done with seq
+  uint64_t seq;                      ///< the launch's number (never 0)
 };
 
 /// One launch of a group's sends and receives: queue q is ops[starts[q], starts[q + 1]).
@@ -30,7 +32,8 @@ struct PeerLaunch {
   const int* starts;
   int nQueues;
   const uint32_t* abortFlag;
-  kernels::ChannelStatus* status;  ///< its progress counts the steps moved (for the watchdog)
+  kernels::ChannelStatus* statuses;  ///< statuses[0]: started and done with seq; its progress counts the steps moved
+  uint64_t seq;                      ///< the launch's number (never 0)
 };
 
 /// The reduction kernel of (RedKind, ncclDataType_t); cudaErrorNotSupported where

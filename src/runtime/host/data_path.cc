@@ -27,11 +27,13 @@ constexpr uint32_t kP2pSimpleStepBytes = 128 * 1024;
 constexpr uint32_t kP2pLLStepLines = 2048;  // 16 KiB of payload per step
 constexpr uint32_t kP2pLL128StepLines = 256;  // 30 KiB of payload per step (LL128 only when NCCL_PROTO forces it)
 
-std::vector<transport::PeerPlace> placesOf(const std::vector<PeerInfo>& peers, int rank) {
+std::vector<transport::PeerPlace> placesOf(const std::vector<PeerInfo>& peers, int rank, runtime::Device* device) {
   std::vector<transport::PeerPlace> places;
   for (const PeerInfo& p : peers) {
     const bool sameHost = p.hostHash == peers[rank].hostHash;
-    places.push_back({sameHost, sameHost && p.pid == peers[rank].pid});
+    const bool sameProcess = sameHost && p.pid == peers[rank].pid;
+    const bool gpuReachable = device != nullptr && sameHost && !sameProcess && device->reachableFrom(p.busId);
+    places.push_back({sameHost, sameProcess, gpuReachable});
   }
   return places;
 }
@@ -141,9 +143,10 @@ DataPath::DataPath(bootstrap::Bootstrap& channel, int rank, const std::vector<Pe
       nRanks_(static_cast<int>(peers.size())),
       settings_(settings),
       abort_(abortWord),
-      connector_(channel, rank, placesOf(peers, rank), optionsFor(settings, commTag, commHash, abortWord, device_.get())),
+      connector_(channel, rank, placesOf(peers, rank, device_.get()), optionsFor(settings, commTag, commHash, abortWord, device_.get())),
       statuses_(device_ != nullptr ? device_->statuses() : hostStatuses_.data()),
       executor_(settings.threadsPerChannel) {
+  for (const PeerInfo& p : peers) deviceOf_.push_back(p.cudaDevice);
   if (device_ != nullptr) {
     localDeviceRanks_ = 0;
     for (const PeerInfo& p : peers) {
@@ -533,8 +536,20 @@ void DataPath::runAllToAllDirect(const plan::Task& task) {
 }
 
 void DataPath::runPeers(const std::vector<const plan::Task*>& ops) {
-  if (device_ != nullptr) flushLaunch();  // (the group's collectives come first)
-  // Sends to and receives from this rank itself are matched in order and copied.
+  if (device_ == nullptr) return runPeersOn(ops);
+  flushLaunch();  // (the group's collectives come first)
+  // One launch serves every stream the group's sends and receives name: the first stream
+  // waits for the others' earlier work, and they for the launch.
+  void* main = ops.front()->stream;
+  std::vector<void*> others;
+  for (const plan::Task* t : ops)
+    if (t->stream != main && std::find(others.begin(), others.end(), t->stream) == others.end()) others.push_back(t->stream);
+  device_->joinStreams(main, others);
+  runPeersOn(ops);
+  device_->releaseStreams(main, others);
+}
+
+void DataPath::runPeersOn(const std::vector<const plan::Task*>& ops) {  // Sends to and receives from this rank itself are matched in order and copied.
   std::vector<const plan::Task*> selfSends, selfRecvs;
   std::vector<int> sendTo, recvFrom;
   for (const plan::Task* t : ops) {
@@ -583,8 +598,12 @@ void DataPath::runPeers(const std::vector<const plan::Task*>& ops) {
     op.proto = plan::peerProtocol(op.bytes, settings_.limits);
     op.isSend = t->isSend;
     // Both ends decide alike: the same size, and a connection within one process at both ends.
+    // On GPUs only between ranks of one device: another device's kernels reach the receiver's
+    // buffer only where peer access covers it (not memory pools or cuMem memory not mapped for
+    // them), which the receiver alone could tell.
     op.direct = settings_.peerDirect && op.proto == kernels::Proto::kSimple &&
-                op.conn.transport == static_cast<uint32_t>(transport::Kind::kP2p);
+                op.conn.transport == static_cast<uint32_t>(transport::Kind::kP2p) &&
+                (device_ == nullptr || deviceOf_[t->peer] == device_->ordinal());
     queues[{t->peer, t->isSend}].push_back(op);
   }
   if (device_ != nullptr) return enqueuePeers(queues, ops.front()->stream, ops.front()->name);

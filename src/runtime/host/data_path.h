@@ -118,6 +118,8 @@ class DataPath {
   /// and logs the tuner's table at INFO/TUNING on rank 0.
   void describeShape();
   void runPeers(const std::vector<const plan::Task*>& ops);
+  /// runPeers' work, on ops.front()->stream with a device.
+  void runPeersOn(const std::vector<const plan::Task*>& ops);
   /// With a device, before anything of a task moves (run() for a lone call, checkOnDevice for a
   /// group): a mismatch an earlier kernel found, what the backend does not support yet, the
   /// stream and the buffers.
@@ -182,6 +184,7 @@ class DataPath {
   // an 8-byte AllReduce on 2 ranks about as much as the operation.
   std::unordered_map<uint64_t, topo::Choice> choices_;
   std::vector<uint64_t> hostOf_;  // each rank's host
+  std::vector<int> deviceOf_;     // each rank's CUDA device (its process's ordinal; -1 on the host)
   std::vector<int> nodeOf_;       // each rank's node (hosts, or BRAID_RANKS_PER_NODE groups)
   struct TreeChannel {
     kernels::TreeHandle links;

@@ -166,7 +166,11 @@ Watchdog::OpView Watchdog::currentOp() const {
 }
 
 void Watchdog::observe(const OpView& op) {
-  if (op.token == seenToken_) return;
+  // A new operation, or a GPU's kernel that has just started after waiting in its queue: the
+  // clocks count from now.
+  const bool restart = op.token != seenToken_ || (op.inFlight && !seenInFlight_);
+  seenInFlight_ = op.inFlight;
+  if (!restart) return;
   seenToken_ = op.token;
   opStart_ = lastProgressAt_ = std::chrono::steady_clock::now();
   lastProgress_ = 0;
@@ -245,11 +249,17 @@ std::string Watchdog::report() const {
 
 void Watchdog::loop() {
   std::unique_lock<std::mutex> lock(mutex_);
+  bool warned = false;
   while (!stop_) {
     wake_.wait_for(lock, kTick);
     if (stop_) break;
     lock.unlock();
-    tick();
+    try {
+      tick();
+    } catch (const std::exception& e) {  // (a thread of ours must not end the process)
+      if (!warned) BRAID_WARN("rank %d: the watchdog: %s", rank_, e.what());
+      warned = true;
+    }
     lock.lock();
   }
 }

@@ -9,9 +9,10 @@
 //   - a peer process on this host has exited while an operation runs (ncclRemoteError),
 //   - NCCL_TIMEOUT is set and an operation made no progress for that long (ncclSystemError,
 //     with a hang report).
-// With a GPU, an operation is in flight from its call until its kernel has finished (the
-// device's busy()), so a kernel waiting on a dead or stalled peer ends through the abort flag
-// and the error is ncclCommGetAsyncError's.
+// With a GPU, an operation is in flight while it is being enqueued and while a kernel of the
+// rank runs (the device's busy(), from marks the kernels leave in their statuses; the clocks
+// restart when a queued kernel starts), so a kernel waiting on a dead or stalled peer ends
+// through the abort flag and the error is ncclCommGetAsyncError's.
 // On the signal named by BRAID_DUMP_ON_SIGNAL it logs the same report without stopping anything.
 #pragma once
 
@@ -141,6 +142,7 @@ class Watchdog {
 
   // Watchdog thread only.
   uint64_t seenToken_ = 0;
+  bool seenInFlight_ = false;
   std::chrono::steady_clock::time_point opStart_, lastProgressAt_;
   uint64_t lastProgress_ = 0;
   std::chrono::steady_clock::time_point lastLivenessCheck_;

@@ -118,11 +118,11 @@ TEST_CASE("shm transport: slots in the backend's memory, shared by both ends", "
   SECTION("the receiver goes first: its slots wait until the sender lets go") {
     receiver.reset();
     CHECK(gpu.freed == 0);
-    sender.reset();
-    // (the next sweep frees them: a later creation or destruction)
     transport::Descriptor d2;
     auto other = transport::shm::create(kSizes, uniqueName("after"), &gpu, true, &d2);
-    CHECK(gpu.freed == 1);
+    CHECK(gpu.freed == 0);  // (no sweep while connecting)
+    sender.reset();
+    CHECK(gpu.freed == 1);  // the sender's destruction sweeps
     transport::shm::unlinkName(d2);
     other.reset();
     CHECK(gpu.freed == 2);  // never imported: freed at once
