@@ -244,9 +244,17 @@ ncclResult_t pncclCommShrink(ncclComm_t comm, int* excludeRanksList, int exclude
 BRAID_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyncError);
 ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
   return api::guarded("ncclCommGetAsyncError", comm, [&] {
-    const Communicator& c = communicatorFrom(comm);
+    Communicator& c = communicatorFrom(comm);
     api::requireNonNull(asyncError, "asyncError");
     *asyncError = c.asyncError();
+    // A failure the watchdog found (with a GPU, while kernels ran after their calls returned):
+    // its reason becomes ncclGetLastError(comm)'s.
+    ncclResult_t code = ncclSuccess;
+    std::string text;
+    if (*asyncError != ncclSuccess && *asyncError != ncclInProgress && c.hasBootstrap() &&
+        c.dataPath().failure(&code, &text)) {
+      c.setLastError(text);
+    }
     return ncclSuccess;
   });
 }

@@ -74,6 +74,15 @@ std::unique_ptr<ncclComm> newCommunicator(int rank, int nRanks, const CommConfig
 }
 
 namespace {
+TestDeviceFactory& testDeviceFactory() {
+  static TestDeviceFactory* factory = new TestDeviceFactory();  // never destroyed (exit may race a rank)
+  return *factory;
+}
+}  // namespace
+
+void setTestDeviceFactory(TestDeviceFactory factory) { testDeviceFactory() = std::move(factory); }
+
+namespace {
 
 /// BRAID_BACKEND against the device the rank was created on (-1: none usable).
 Backend chooseBackend(const std::string& requested, int cudaDevice) {
@@ -139,6 +148,10 @@ void initRank(Communicator& comm, const ncclUniqueId& uniqueId, const InitSettin
   const auto start = std::chrono::steady_clock::now();
   RankIdentity identity = comm.identity();
   identity.backend = chooseBackend(settings.backend, identity.cudaDevice);
+  if (testDeviceFactory()) {  // (tests: the device path on the CPU)
+    identity.backend = Backend::kCuda;
+    identity.cudaDevice = 0;
+  }
   if (identity.backend == Backend::kHost) identity.cudaDevice = -1;
   const bootstrap::UniqueId id = bootstrap::UniqueId::decode(uniqueId);
 
@@ -179,7 +192,8 @@ void initRank(Communicator& comm, const ncclUniqueId& uniqueId, const InitSettin
   const auto dataSettings = runtime::host::DataPathSettings::fromParams(comm.config(), onDevice);
   std::unique_ptr<runtime::Device> device;
   if (onDevice) {
-    device = runtime::openCudaDevice(identity.cudaDevice, dataSettings.limits.shape.threads);
+    const int threads = dataSettings.limits.shape.threads;
+    device = testDeviceFactory() ? testDeviceFactory()(threads) : runtime::openCudaDevice(identity.cudaDevice, threads);
     comm.mirrorAbortTo(device->abortWord());
     reportSharedDevice(identity, peers);
   }

@@ -3,11 +3,13 @@
 
 #include <nccl.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "bootstrap/bootstrap.h"
 #include "comm/communicator.h"
+#include "runtime/device.h"
 
 namespace braid::comm {
 
@@ -30,6 +32,13 @@ ncclUniqueId makeUniqueId(const InitSettings& settings);
 /// The CUDA device a new rank runs on: `requested` (ncclCommInitAll's devlist entry), or with
 /// -1 the calling thread's current device; -1 when BRAID_BACKEND=host or no device is usable.
 int deviceOfNewRank(const InitSettings& settings, int requested);
+
+/// Tests only: while set, every communicator this process (or a child forked after) creates
+/// takes the CUDA backend's path above the runtime (device 0, asynchronous launches on the
+/// given streams) on the device `factory` makes, which runs the kernels on the CPU; an empty
+/// factory restores the normal choice. Set it before creating communicators.
+using TestDeviceFactory = std::function<std::unique_ptr<runtime::Device>(int threadsPerBlock)>;
+void setTestDeviceFactory(TestDeviceFactory factory);
 
 /// Allocates the communicator for `rank` of `nRanks` with its validated configuration.
 std::unique_ptr<ncclComm> newCommunicator(int rank, int nRanks, const CommConfig& config, int cudaDevice);

@@ -79,6 +79,16 @@ class Device {
   virtual bool busy() = 0;
 };
 
+/// Whether a kernel runs on any of statuses[0, n): one that marked its channel started and not
+/// yet done (the marks every kernel leaves, for Device::busy).
+inline bool anyChannelRunning(const kernels::ChannelStatus* statuses, int n) {
+  for (int c = 0; c < n; ++c) {
+    auto* s = const_cast<kernels::ChannelStatus*>(statuses + c);
+    if (kernels::loadAcquire(&s->startedSeq) != kernels::loadAcquire(&s->doneSeq)) return true;
+  }
+  return false;
+}
+
 /// relaxCapture() while it lives (nothing without a device).
 class RelaxedCapture {
  public:

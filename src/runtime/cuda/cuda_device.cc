@@ -555,10 +555,7 @@ class CudaDevice final : public Device {
     // call there would make a context on its current device, could wait behind the driver's
     // locks, or fail as the process exits. A kernel still queued behind other work is not
     // running yet (its wait for peers has not begun).
-    for (int c = 0; c < kMaxChannels; ++c) {
-      if (kernels::loadAcquire(&statuses_[c].startedSeq) != kernels::loadAcquire(&statuses_[c].doneSeq)) return true;
-    }
-    return false;
+    return anyChannelRunning(statuses_, kMaxChannels);
   }
 
  private:

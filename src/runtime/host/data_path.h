@@ -78,6 +78,8 @@ class DataPath {
   void checkBuffer(const void* p, const char* name, const char* call) {
     if (device_ != nullptr) device_->checkBuffer(p, name, call);
   }
+  /// The failure the watchdog recorded (a dead or stalled peer, a mismatch), if any.
+  bool failure(ncclResult_t* code, std::string* text) const { return watchdog_->failure(code, text); }
   /// Whether the kernels run on a device (enqueued on the user's stream).
   bool onDevice() const { return device_ != nullptr; }
   /// The device's ordinal (-1 on the host).

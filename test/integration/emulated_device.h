@@ -1,0 +1,74 @@
+// A GPU played by the CPU, for testing the CUDA backend's path above the runtime where no GPU
+// exists: launches return at once and run later on a thread of the device's, one after the
+// other in the order they were made (as the CUDA backend orders a communicator's launches
+// whatever their streams; so stream joins have nothing to do here); a collective launch runs
+// every channel's works in turn on the host kernels, a peer launch runs the group's sends and
+// receives, both marking their channels' statuses started and done as the CUDA kernels do;
+// FIFOs, scratch and statuses are host memory. Installed with comm::setTestDeviceFactory. It
+// counts its launches, so tests can check how a group was enqueued.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "runtime/device.h"
+#include "runtime/host/executor.h"
+
+namespace braid::test {
+
+class EmulatedDevice final : public runtime::Device {
+ public:
+  EmulatedDevice();
+  ~EmulatedDevice() override;
+
+  /// Launches (collective and peer) made by every emulated device of this process so far.
+  static std::atomic<int> launches;
+  /// Collective works those launches carried.
+  static std::atomic<int> works;
+
+  int ordinal() const override { return 0; }
+  transport::FifoAllocator* fifoAllocator() override;
+  kernels::ChannelStatus* statuses() override { return statuses_.get(); }
+  uint32_t* abortWord() override { return abort_.get(); }
+  void* scratch(uint64_t bytes) override;
+  void reachDevice(int) override {}
+  bool reachableFrom(int64_t) override { return false; }
+  void checkBuffer(const void*, const char*, const char*) override {}
+  void checkStream(void* stream, int localDeviceRanks, const char* call) override;
+  int relaxCapture() override { return 0; }
+  void restoreCapture(int) override {}
+  void launchCollective(const kernels::CollWork* works, int nWorks, const kernels::RingHandle* rings, int nChannels,
+                        int nRanks, bool copy, int red, int dtype, void* stream, const char* call) override;
+  void launchPeers(const kernels::PeerOp* ops, const int* starts, int nQueues, void* stream, const char* call) override;
+  void joinStreams(void* main, const std::vector<void*>& others) override;
+  void releaseStreams(void* main, const std::vector<void*>& others) override;
+  void copy(void* dst, const void* src, size_t bytes, void* stream) override;
+  void synchronize() override;
+  bool busy() override;
+
+ private:
+  void enqueue(std::function<void()> job);
+  void loop();
+
+  std::unique_ptr<kernels::ChannelStatus[]> statuses_;
+  std::unique_ptr<uint32_t> abort_;
+  std::vector<std::unique_ptr<char[]>> scratch_;  // the current block last (older ones kept, as on a GPU)
+  uint64_t scratchBytes_ = 0;
+  uint64_t seq_ = 0;  // launches made (the statuses' marks)
+  std::unique_ptr<transport::FifoAllocator> allocator_;
+  runtime::host::Executor executor_{1};  // the worker's: runs a launch's channels
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<std::function<void()>> jobs_;
+  uint64_t enqueued_ = 0, done_ = 0;
+  bool stop_ = false;
+  std::thread worker_;  // last: started when everything above exists
+};
+
+}  // namespace braid::test

@@ -1,0 +1,187 @@
+// The CUDA backend's path above the runtime, on a GPU played by the CPU (emulated_device.h):
+// asynchronous launches, a group's collectives sharing launches, sends straight into the
+// receiver's buffer between ranks of one "device", the watchdog over launches still running,
+// and the refusals made before anything is enqueued. What only a GPU can run (the CUDA
+// kernels, streams, graphs, IPC) is the gpu suite's.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "comm/init.h"
+#include "harness/ranks.h"
+#include "integration/emulated_device.h"
+#include "runtime/host/data_path.h"
+
+using namespace braid;
+using braid::test::expect;
+
+namespace {
+
+/// The emulated device for every communicator created while it lives.
+struct Emulated {
+  Emulated() {
+    comm::setTestDeviceFactory([](int) { return std::make_unique<test::EmulatedDevice>(); });
+  }
+  ~Emulated() { comm::setTestDeviceFactory(nullptr); }
+};
+
+/// A stream of the rank's own (the emulated device orders launches itself; the pointer only
+/// has to differ between ranks of one process, as real streams would).
+cudaStream_t streamOf(int rank) { return reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(0x1000 + 16 * rank)); }
+
+/// Waits for what the rank has enqueued (what cudaStreamSynchronize would do).
+void sync(ncclComm_t comm) { comm->dataPath().synchronize(); }
+
+float input(int rank, size_t i) { return static_cast<float>((rank * 7 + i) % 5); }  // exact sums in float
+
+}  // namespace
+
+TEST_CASE("emulated GPU: every collective and a send/recv ring, asynchronous, exact", "[integration][emulated]") {
+  Emulated emulated;
+  const int n = 3;
+  auto makeBody = [&] {
+    ncclUniqueId id;
+    REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+    return [id, n](int rank) {
+      ncclComm_t comm = nullptr;
+      EXPECT_OK(ncclCommInitRank(&comm, n, id, rank));
+      int device = -1;
+      EXPECT_OK(ncclCommCuDevice(comm, &device));
+      expect(device == 0, "the emulated device is device 0");
+      const cudaStream_t s = streamOf(rank);
+      for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(1000), size_t(100003)}) {
+        std::vector<float> in(count * n), out(count * n);
+        for (size_t i = 0; i < in.size(); ++i) in[i] = input(rank, i);
+        auto sumAt = [&](size_t i) {
+          float v = 0;
+          for (int r = 0; r < n; ++r) v += input(r, i);
+          return v;
+        };
+        const std::string at = " (count " + std::to_string(count) + ")";
+        EXPECT_OK(ncclAllReduce(in.data(), out.data(), count, ncclFloat, ncclSum, comm, s));
+        sync(comm);
+        for (size_t i = 0; i < count; ++i) expect(out[i] == sumAt(i), "AllReduce" + at);
+        EXPECT_OK(ncclReduceScatter(in.data(), out.data(), count, ncclFloat, ncclSum, comm, s));
+        sync(comm);
+        for (size_t i = 0; i < count; ++i) expect(out[i] == sumAt(rank * count + i), "ReduceScatter" + at);
+        EXPECT_OK(ncclAllGather(in.data(), out.data(), count, ncclFloat, comm, s));
+        sync(comm);
+        for (size_t i = 0; i < count * n; ++i) expect(out[i] == input(static_cast<int>(i / count), i % count), "AllGather" + at);
+        EXPECT_OK(ncclBroadcast(in.data(), out.data(), count, ncclFloat, 1, comm, s));
+        sync(comm);
+        for (size_t i = 0; i < count; ++i) expect(out[i] == input(1, i), "Broadcast" + at);
+        EXPECT_OK(ncclAlltoAll(in.data(), out.data(), count, ncclFloat, comm, s));
+        sync(comm);
+        for (size_t i = 0; i < count * n; ++i) {
+          expect(out[i] == input(static_cast<int>(i / count), rank * count + i % count), "AlltoAll" + at);
+        }
+        EXPECT_OK(ncclGroupStart());
+        EXPECT_OK(ncclSend(in.data(), count, ncclFloat, (rank + 1) % n, comm, s));
+        EXPECT_OK(ncclRecv(out.data(), count, ncclFloat, (rank + n - 1) % n, comm, s));
+        EXPECT_OK(ncclGroupEnd());
+        sync(comm);
+        for (size_t i = 0; i < count; ++i) expect(out[i] == input((rank + n - 1) % n, i), "send/recv ring" + at);
+      }
+      EXPECT_OK(ncclCommDestroy(comm));
+    };
+  };
+  REQUIRE(test::runBoth(n, makeBody) == "");
+}
+
+TEST_CASE("emulated GPU: a group's collectives share launches where nothing depends on an earlier one",
+          "[integration][emulated]") {
+  Emulated emulated;
+  const int n = 2;
+  const size_t count = 5000;
+  std::vector<ncclComm_t> comms(n);
+  REQUIRE(ncclCommInitAll(comms.data(), n, nullptr) == ncclSuccess);
+  std::vector<std::vector<float>> a(n), b(n), c(n), d(n);
+  for (int r = 0; r < n; ++r) {
+    a[r].resize(count);
+    for (size_t i = 0; i < count; ++i) a[r][i] = input(r, i);
+    b[r] = c[r] = a[r];
+    d[r].assign(count * n, -1);
+  }
+  auto group = [&](const std::function<void(int)>& calls) {
+    const int before = test::EmulatedDevice::launches.load();
+    REQUIRE(ncclGroupStart() == ncclSuccess);
+    for (int r = 0; r < n; ++r) calls(r);
+    REQUIRE(ncclGroupEnd() == ncclSuccess);
+    for (auto comm : comms) sync(comm);
+    return test::EmulatedDevice::launches.load() - before;
+  };
+  const float sum0 = input(0, 1) + input(1, 1);
+  // Three AllReduces of separate buffers: one launch a rank.
+  CHECK(group([&](int r) {
+          for (auto* v : {&a, &b, &c})
+            REQUIRE(ncclAllReduce((*v)[r].data(), (*v)[r].data(), count, ncclFloat, ncclSum, comms[r], streamOf(r)) == ncclSuccess);
+        }) == n);
+  for (int r = 0; r < n; ++r) CHECK((a[r][1] == sum0 && b[r][1] == sum0 && c[r][1] == sum0));
+  // The second reads what the first writes: a launch of its own.
+  CHECK(group([&](int r) {
+          REQUIRE(ncclAllReduce(a[r].data(), b[r].data(), count, ncclFloat, ncclSum, comms[r], streamOf(r)) == ncclSuccess);
+          REQUIRE(ncclAllReduce(b[r].data(), b[r].data(), count, ncclFloat, ncclSum, comms[r], streamOf(r)) == ncclSuccess);
+        }) == 2 * n);
+  for (int r = 0; r < n; ++r) CHECK(b[r][1] == 4 * sum0);
+  // Another kernel (AllGather's byte copy), then a send/recv: three launches.
+  CHECK(group([&](int r) {
+          REQUIRE(ncclAllReduce(c[r].data(), c[r].data(), count, ncclFloat, ncclSum, comms[r], streamOf(r)) == ncclSuccess);
+          REQUIRE(ncclAllGather(a[r].data(), d[r].data(), count, ncclFloat, comms[r], streamOf(r)) == ncclSuccess);
+          REQUIRE(ncclSend(a[r].data(), count, ncclFloat, 1 - r, comms[r], streamOf(r)) == ncclSuccess);
+          REQUIRE(ncclRecv(b[r].data(), count, ncclFloat, 1 - r, comms[r], streamOf(r)) == ncclSuccess);
+        }) == 3 * n);
+  for (int r = 0; r < n; ++r) CHECK((c[r][1] == 2 * sum0 && d[r][count + 1] == sum0 && b[r][1] == sum0));
+  for (auto comm : comms) REQUIRE(ncclCommDestroy(comm) == ncclSuccess);
+}
+
+TEST_CASE("emulated GPU: a rank of several in a process on the legacy stream is refused before anything runs",
+          "[integration][emulated]") {
+  Emulated emulated;
+  std::vector<ncclComm_t> comms(2);
+  REQUIRE(ncclCommInitAll(comms.data(), 2, nullptr) == ncclSuccess);
+  float x[4] = {1, 2, 3, 4};
+  REQUIRE(ncclGroupStart() == ncclSuccess);
+  ncclResult_t res = ncclSuccess;
+  for (int r = 0; r < 2; ++r) {
+    const ncclResult_t one = ncclAllReduce(x, x, 4, ncclFloat, ncclSum, comms[r], r == 0 ? nullptr : streamOf(r));
+    if (one != ncclSuccess) res = one;
+  }
+  const ncclResult_t end = ncclGroupEnd();
+  CHECK((res == ncclInvalidUsage || end == ncclInvalidUsage));
+  CHECK_THAT(std::string(ncclGetLastError(nullptr)), Catch::Contains("legacy default stream"));
+  CHECK((x[0] == 1 && x[3] == 4));
+  for (auto comm : comms) REQUIRE(ncclCommDestroy(comm) == ncclSuccess);
+}
+
+TEST_CASE("emulated GPU: a launch waiting on a peer process that exits ends with ncclRemoteError",
+          "[integration][emulated]") {
+  Emulated emulated;
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  const std::string out = test::runProcesses(2, [id](int rank) {
+    ncclComm_t comm = nullptr;
+    EXPECT_OK(ncclCommInitRank(&comm, 2, id, rank));
+    std::vector<float> x(100000, 1.0f);
+    EXPECT_OK(ncclAllReduce(x.data(), x.data(), x.size(), ncclFloat, ncclSum, comm, streamOf(rank)));
+    sync(comm);
+    if (rank == 1) _exit(0);  // gone, its communicator never destroyed
+    EXPECT_OK(ncclAllReduce(x.data(), x.data(), x.size(), ncclFloat, ncclSum, comm, streamOf(rank)));  // enqueued
+    const auto start = std::chrono::steady_clock::now();
+    ncclResult_t async = ncclSuccess;
+    while (async == ncclSuccess && std::chrono::steady_clock::now() - start < std::chrono::seconds(20)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      EXPECT_OK(ncclCommGetAsyncError(comm, &async));
+    }
+    expect(async == ncclRemoteError, "the asynchronous error is " + std::to_string(async) + ": " +
+                                         ncclGetLastError(comm));
+    expect(std::string(ncclGetLastError(comm)).find("rank 1 (process ") != std::string::npos,
+           std::string("the message names rank 1: ") + ncclGetLastError(comm));
+    sync(comm);  // the launch has ended (aborted), not hung
+    ncclCommAbort(comm);
+  }, std::chrono::seconds(40));
+  CHECK(out == "");
+}
