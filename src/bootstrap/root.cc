@@ -3,6 +3,7 @@
 #include <cstring>
 #include <list>
 #include <map>
+#include <future>
 #include <mutex>
 #include <thread>
 
@@ -182,21 +183,33 @@ class RootRegistry {
     for (auto& e : entries_) e.thread.join();
   }
 
+  /// Returns once the root's thread has set itself up and waits for ranks: a process that
+  /// forks right after (a test harness starting ranks, say) then forks while that thread
+  /// allocates nothing, so no allocator lock it held can reach the child locked.
   void start(net::Socket listening, uint64_t secret, std::chrono::seconds timeout) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    reapLocked();
-    entries_.emplace_back();
-    Entry& e = entries_.back();
-    std::atomic<bool>* done = &e.done;
-    e.thread = std::thread([this, done, s = std::move(listening), secret, timeout]() mutable {
-      try {
-        Root root(std::move(s), secret, timeout, &stop_);
-        root.run();
-      } catch (const std::exception& ex) {
-        BRAID_WARN("bootstrap: root failed: %s", ex.what());
-      }
-      done->store(true, std::memory_order_release);
-    });
+    auto ready = std::make_shared<std::promise<void>>();  // (shared: the thread may outlive this call)
+    std::future<void> started = ready->get_future();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      reapLocked();
+      entries_.emplace_back();
+      Entry& e = entries_.back();
+      std::atomic<bool>* done = &e.done;
+      e.thread = std::thread([this, done, ready, s = std::move(listening), secret, timeout]() mutable {
+        bool told = false;
+        try {
+          Root root(std::move(s), secret, timeout, &stop_);
+          ready->set_value();
+          told = true;
+          root.run();
+        } catch (const std::exception& ex) {
+          BRAID_WARN("bootstrap: root failed: %s", ex.what());
+        }
+        if (!told) ready->set_value();
+        done->store(true, std::memory_order_release);
+      });
+    }
+    started.wait();
   }
 
   /// In a forked child the root threads do not exist: drop their handles without joining.

@@ -177,7 +177,7 @@ DataPath::DataPath(bootstrap::Bootstrap& channel, int rank, const std::vector<Pe
 DataPath::~DataPath() {
   if (device_ == nullptr) return;
   try {  // the kernels use the connections' memory until they end
-    device_->synchronize();
+    synchronize();
   } catch (const Error& e) {
     BRAID_WARN("rank %d: %s", rank_, e.what());
   }

@@ -63,7 +63,9 @@ class DataPath {
   /// Waits until every operation this rank enqueued on a device has finished (nothing to wait
   /// for on the host, where calls return complete).
   void synchronize() {
-    if (device_ != nullptr) device_->synchronize();
+    if (device_ == nullptr) return;
+    RelaxedCapture relaxed(device_.get());  // (another thread may be capturing in the global mode)
+    device_->synchronize();
   }
   /// With a device: throws what enqueueing `tasks` would throw for their streams and buffers
   /// (and a mismatch an earlier kernel found), so that a group checks every rank before any
