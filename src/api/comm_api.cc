@@ -248,11 +248,11 @@ ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
     api::requireNonNull(asyncError, "asyncError");
     *asyncError = c.asyncError();
     // A failure the watchdog found (with a GPU, while kernels ran after their calls returned):
-    // its reason becomes ncclGetLastError(comm)'s.
+    // its reason becomes ncclGetLastError(comm)'s, once (a later error's text is not overwritten).
     ncclResult_t code = ncclSuccess;
     std::string text;
     if (*asyncError != ncclSuccess && *asyncError != ncclInProgress && c.hasBootstrap() &&
-        c.dataPath().failure(&code, &text)) {
+        c.dataPath().takeFailure(&code, &text)) {
       c.setLastError(text);
     }
     return ncclSuccess;

@@ -195,6 +195,14 @@ class RootRegistry {
       entries_.emplace_back();
       Entry& e = entries_.back();
       std::atomic<bool>* done = &e.done;
+      // (an entry whose thread could not start is dropped again: nothing would ever join it)
+      struct DropUnstarted {
+        std::list<Entry>& entries;
+        bool started = false;
+        ~DropUnstarted() {
+          if (!started) entries.pop_back();
+        }
+      } drop{entries_};
       e.thread = std::thread([this, done, ready, s = std::move(listening), secret, timeout]() mutable {
         bool told = false;
         try {
@@ -208,6 +216,7 @@ class RootRegistry {
         if (!told) ready->set_value();
         done->store(true, std::memory_order_release);
       });
+      drop.started = true;
     }
     started.wait();
   }

@@ -119,10 +119,12 @@ bool Listener::poll(int timeoutMs, Message* out) {
     }
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - net::Clock::now()).count();
     if (left <= 0) return false;
-    std::vector<pollfd> fds;
-    fds.push_back({listening_.fd(), POLLIN, 0});
-    for (const auto& p : pending_) fds.push_back({p.socket.fd(), POLLIN, 0});
-    ::poll(fds.data(), fds.size(), static_cast<int>(std::min<long long>(left, 50)));
+    // (a member, kept: an idle root's thread allocates nothing, so a process forking beside it
+    // does not copy an allocator lock it held)
+    pollFds_.clear();
+    pollFds_.push_back({listening_.fd(), POLLIN, 0});
+    for (const auto& p : pending_) pollFds_.push_back({p.socket.fd(), POLLIN, 0});
+    ::poll(pollFds_.data(), pollFds_.size(), static_cast<int>(std::min<long long>(left, 50)));
   }
 }
 

@@ -3,6 +3,8 @@
 // right secret is closed and logged. Payload lengths are bounded before any allocation.
 #pragma once
 
+#include <poll.h>
+
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -83,6 +85,7 @@ class Listener {
   uint64_t secret_;
   std::string owner_;  ///< "root 1.2.3.4:5" or "rank 3", for log messages
   std::vector<Pending> pending_;
+  std::vector<pollfd> pollFds_;  // poll()'s descriptors, reused
 };
 
 }  // namespace braid::bootstrap

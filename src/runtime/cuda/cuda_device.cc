@@ -456,6 +456,7 @@ class CudaDevice final : public Device {
   }
 
   int relaxCapture() override {
+    DeviceGuard guard(ordinal_);  // (a thread without a context gets this device's, not device 0's)
     cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
     BRAID_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
     return static_cast<int>(mode);
@@ -546,6 +547,7 @@ class CudaDevice final : public Device {
 
   void synchronize() override {
     DeviceGuard guard(ordinal_);
+    RelaxedCapture relaxed(this);  // (another thread may be capturing in the global mode)
     if (hasLast_.load(std::memory_order_acquire)) BRAID_CUDA_CHECK(cudaEventSynchronize(last_));
     reclaim();
   }

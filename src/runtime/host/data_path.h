@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <deque>
 #include <map>
 #include <cstdlib>
@@ -63,9 +64,7 @@ class DataPath {
   /// Waits until every operation this rank enqueued on a device has finished (nothing to wait
   /// for on the host, where calls return complete).
   void synchronize() {
-    if (device_ == nullptr) return;
-    RelaxedCapture relaxed(device_.get());  // (another thread may be capturing in the global mode)
-    device_->synchronize();
+    if (device_ != nullptr) device_->synchronize();
   }
   /// With a device: throws what enqueueing `tasks` would throw for their streams and buffers
   /// (and a mismatch an earlier kernel found), so that a group checks every rank before any
@@ -80,8 +79,12 @@ class DataPath {
   void checkBuffer(const void* p, const char* name, const char* call) {
     if (device_ != nullptr) device_->checkBuffer(p, name, call);
   }
-  /// The failure the watchdog recorded (a dead or stalled peer, a mismatch), if any.
-  bool failure(ncclResult_t* code, std::string* text) const { return watchdog_->failure(code, text); }
+  /// The failure the watchdog recorded (a dead or stalled peer, a mismatch), the first time
+  /// it is asked after one (false before, and after).
+  bool takeFailure(ncclResult_t* code, std::string* text) {
+    if (failureTaken_.load(std::memory_order_acquire) || !watchdog_->failure(code, text)) return false;
+    return !failureTaken_.exchange(true);
+  }
   /// Whether the kernels run on a device (enqueued on the user's stream).
   bool onDevice() const { return device_ != nullptr; }
   /// The device's ordinal (-1 on the host).
@@ -163,6 +166,7 @@ class DataPath {
   LaunchBatch pending_;    // with a device: collectives waiting to share one launch
   bool batching_ = false;  // inside execute() with a device: collectives wait in pending_
   const char* pendingName_ = "";  // the call of pending_'s last collective (for errors)
+  std::atomic<bool> failureTaken_{false};  // takeFailure has given out the watchdog's failure
 
   int rank_;
   int nRanks_;

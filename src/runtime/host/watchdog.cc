@@ -265,7 +265,10 @@ void Watchdog::loop() {
 }
 
 void Watchdog::tick() {
-  observe(currentOp());
+  // One view of the operation for the whole tick: a GPU kernel starting between two looks
+  // would otherwise meet clocks that observe() had not restarted.
+  const OpView op = currentOp();
+  observe(op);
   const unsigned dumps = gDumpRequests.load(std::memory_order_relaxed);
   if (dumps != dumpsSeen_) {
     dumpsSeen_ = dumps;
@@ -277,10 +280,10 @@ void Watchdog::tick() {
   }
   if (checkMismatch()) return;
   trackProgress();
-  checkNeighbour();
-  checkFaultBoxes();
-  checkPeersAlive();
-  checkTimeout();
+  checkNeighbour(op);
+  checkFaultBoxes(op);
+  checkPeersAlive(op);
+  checkTimeout(op);
 }
 
 void Watchdog::trackProgress() {
@@ -304,10 +307,10 @@ bool Watchdog::stuckOn(int peer) const {
   return std::chrono::steady_clock::now() - lastProgressAt_ >= kGoneGrace;
 }
 
-void Watchdog::checkFaultBoxes() {
+void Watchdog::checkFaultBoxes(const OpView& op) {
   int from = -1;
   std::string text;
-  const bool inFlight = currentOp().inFlight;
+  const bool inFlight = op.inFlight;
   connector_.forEachEnd([&](const transport::Connector::End& end) {
     const transport::FaultBox* box = end.memory->faultBox(!end.isSend);  // written by the other end
     const uint32_t raised = kernels::loadAcquire(const_cast<uint32_t*>(&box->raised));
@@ -321,8 +324,7 @@ void Watchdog::checkFaultBoxes() {
                             " failed: " + text);
 }
 
-void Watchdog::checkNeighbour() {
-  const OpView op = currentOp();
+void Watchdog::checkNeighbour(const OpView& op) {
   const kernels::OpSignature mine = op.sig;
   const kernels::OpSignature* from;
   int prev;
@@ -338,11 +340,10 @@ void Watchdog::checkNeighbour() {
   fail(ncclInvalidUsage, mismatchText(rank_, mine, prev, theirs));
 }
 
-void Watchdog::checkPeersAlive() {
+void Watchdog::checkPeersAlive(const OpView& op) {
   const auto now = std::chrono::steady_clock::now();
   if (watched_.empty() || now - lastLivenessCheck_ < kLivenessEvery) return;
   lastLivenessCheck_ = now;
-  const OpView op = currentOp();
   if (!op.inFlight) return;  // a peer that finished and exited is no failure of ours
   const uint64_t seq = op.sig.seq;
   const std::string name = op.name;
@@ -355,8 +356,8 @@ void Watchdog::checkPeersAlive() {
   }
 }
 
-void Watchdog::checkTimeout() {
-  if (settings_.timeoutSeconds <= 0 || !currentOp().inFlight) return;
+void Watchdog::checkTimeout(const OpView& op) {
+  if (settings_.timeoutSeconds <= 0 || !op.inFlight) return;
   if (std::chrono::steady_clock::now() - lastProgressAt_ < std::chrono::seconds(settings_.timeoutSeconds)) return;
   const std::string text = report();
   emit(text);

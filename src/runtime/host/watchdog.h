@@ -93,10 +93,12 @@ class Watchdog {
  private:
   void loop();
   void tick();
-  void checkFaultBoxes();
-  void checkPeersAlive();
-  void checkTimeout();
-  void checkNeighbour();
+  struct OpView;
+  // (each with the tick's one view of the operation in flight)
+  void checkFaultBoxes(const OpView& op);
+  void checkPeersAlive(const OpView& op);
+  void checkTimeout(const OpView& op);
+  void checkNeighbour(const OpView& op);
   /// Follows the channels' progress counters (lastProgress_, lastProgressAt_).
   void trackProgress();
   /// Whether the operation in flight depends on `peer`, which is gone: a channel or the
