@@ -201,6 +201,7 @@ __device__ inline void peerLoop(const PeerOp* given, const int* givenStarts, int
   __syncthreads();
   for (uint32_t spins = 0;;) {
     bool all = true, moved = false;  // the same in every thread
+    int firstPending = -1;           // the first unfinished operation of the pass (for the watchdog)
     for (int q = 0; q < nQueues; ++q) {
       if (threadIdx.x == 0) {  // the queue's first unfinished operation, started from the connection's step
         current = -1;
@@ -219,15 +220,16 @@ __device__ inline void peerLoop(const PeerOp* given, const int* givenStarts, int
       __syncthreads();  // (current is rewritten for the next queue)
       if (i < 0) continue;
       all = false;
+      if (firstPending < 0) firstPending = i;
       if (!blockPeerStep(ops[i])) continue;
       moved = true;
       if (threadIdx.x == 0 && ops[i].done >= ops[i].bytes) *ops[i].conn.step = ops[i].step;  // for the next one
     }
     if (all) return;
-    if (moved && threadIdx.x == 0) storeRelaxed(&status->progress, loadRelaxed(&status->progress) + 1);
+    spins = moved ? 0 : spins + 1;
+    if (threadIdx.x == 0) reportPeerPass(status, moved, spins, firstPending >= 0 ? &ops[firstPending] : nullptr);
     // Every thread leaves together (the next pass syncs again).
     if (__syncthreads_or(threadIdx.x == 0 && loadRelaxed(const_cast<uint32_t*>(abortFlag)) != 0)) return;
-    spins = moved ? 0 : spins + 1;
     backOff(spins);
   }
 }

@@ -57,6 +57,22 @@ BRAID_INLINE uint64_t peerSliceBytes(const PeerOp& op) {
   return op.proto == Proto::kLL ? uint64_t(op.conn.llStepLines) * 8 : op.conn.simpleStepBytes;
 }
 
+/// One thread of a send/receive loop, after each pass over its operations (spins: passes in a
+/// row that moved nothing, counted after this one): tells the watchdog through `status` that
+/// the operations moved, or, once they have stalled a while, what `stalled` (the first
+/// unfinished one) waits for, so that a dead or stalled peer is named at once.
+BRAID_INLINE void reportPeerPass(ChannelStatus* status, bool moved, uint32_t spins, const PeerOp* stalled) {
+  if (moved) {
+    storeRelaxed(&status->progress, loadRelaxed(&status->progress) + 1);
+    storeRelaxed(&status->waitKind, static_cast<uint32_t>(kWaitNone));
+  } else if (spins == 64 && stalled != nullptr) {
+    storeRelaxed(&status->waitStep, stalled->step);
+    storeRelaxed(&status->waitPeer, stalled->conn.peer);
+    storeRelaxed(&status->waitTransport, stalled->conn.transport);
+    storeRelease(&status->waitKind, static_cast<uint32_t>(stalled->isSend ? kWaitCredits : kWaitData));
+  }
+}
+
 /// One thread. Tries to move the next slice; returns true if it did.
 BRAID_INLINE bool tryPeerStep(PeerOp& op) {
   if (op.done >= op.bytes) return false;

@@ -118,6 +118,7 @@ void EmulatedDevice::launchPeers(const kernels::PeerOp* ops, const int* starts, 
       if (!q.empty()) q.front().step = *q.front().conn.step;
     for (uint32_t spins = 0;;) {
       bool all = true, moved = false;
+      const kernels::PeerOp* stalled = nullptr;  // the first unfinished operation of the pass
       for (auto& q : queues) {
         while (!q.empty()) {
           kernels::PeerOp& op = q.front();
@@ -129,10 +130,11 @@ void EmulatedDevice::launchPeers(const kernels::PeerOp* ops, const int* starts, 
           moved = true;
         }
         all = all && q.empty();
+        if (stalled == nullptr && !q.empty()) stalled = &q.front();
       }
       if (all || kernels::loadAcquire(abort_.get()) != 0) break;
-      if (moved) kernels::storeRelaxed(&status.progress, status.progress + 1);
       spins = moved ? 0 : spins + 1;
+      kernels::reportPeerPass(&status, moved, spins, stalled);
       kernels::backOff(spins);
     }
     kernels::storeRelease(&status.doneSeq, seq);

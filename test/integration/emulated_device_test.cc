@@ -264,3 +264,40 @@ TEST_CASE("emulated GPU: every algorithm and protocol of every collective on 6 r
     EXPECT_OK(ncclCommDestroy(comm));
   }, std::chrono::seconds(120)) == "");
 }
+
+TEST_CASE("emulated GPU: sends and receives waiting on a peer process that exits fail at once, naming it",
+          "[integration][emulated]") {
+  Emulated emulated;
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  const std::string out = test::runProcesses(2, [id](int rank) {
+    ncclComm_t comm = nullptr;
+    EXPECT_OK(ncclCommInitRank(&comm, 2, id, rank));
+    std::vector<float> x(100000, 1.0f), y(100000);
+    auto exchange = [&] {
+      EXPECT_OK(ncclGroupStart());
+      EXPECT_OK(ncclSend(x.data(), x.size(), ncclFloat, 1 - rank, comm, streamOf(rank)));
+      EXPECT_OK(ncclRecv(y.data(), y.size(), ncclFloat, 1 - rank, comm, streamOf(rank)));
+      EXPECT_OK(ncclGroupEnd());
+    };
+    exchange();
+    sync(comm);
+    if (rank == 1) _exit(0);
+    exchange();  // the receive waits for rank 1, which is gone
+    const auto start = std::chrono::steady_clock::now();
+    ncclResult_t async = ncclSuccess;
+    while (async == ncclSuccess && std::chrono::steady_clock::now() - start < std::chrono::seconds(20)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      EXPECT_OK(ncclCommGetAsyncError(comm, &async));
+    }
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    expect(async == ncclRemoteError, "the asynchronous error is " + std::to_string(async));
+    expect(std::string(ncclGetLastError(comm)).find("rank 1 (process ") != std::string::npos,
+           std::string("the message names rank 1: ") + ncclGetLastError(comm));
+    // The stalled receive said what it waits for: no 10 s grace for a wait nothing records.
+    expect(took < 5, "noticed after " + std::to_string(took) + " s");
+    sync(comm);
+    ncclCommAbort(comm);
+  }, std::chrono::seconds(40));
+  CHECK(out == "");
+}

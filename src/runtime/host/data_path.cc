@@ -631,16 +631,7 @@ void DataPath::runPeersOn(const std::vector<const plan::Task*>& ops) {  // Sends
       ++it;
     }
     spins = moved ? 0 : spins + 1;
-    if (moved) {
-      kernels::storeRelaxed(&status.progress, status.progress + 1);
-      kernels::storeRelaxed(&status.waitKind, static_cast<uint32_t>(kernels::kWaitNone));
-    } else if (spins == 64 && !queues.empty()) {  // stalled: say on what, for the watchdog's report
-      const kernels::PeerOp& op = queues.begin()->second.front();
-      kernels::storeRelaxed(&status.waitStep, op.step);
-      kernels::storeRelaxed(&status.waitPeer, op.conn.peer);
-      kernels::storeRelaxed(&status.waitTransport, op.conn.transport);
-      kernels::storeRelease(&status.waitKind, static_cast<uint32_t>(op.isSend ? kernels::kWaitCredits : kernels::kWaitData));
-    }
+    kernels::reportPeerPass(&status, moved, spins, queues.empty() ? nullptr : &queues.begin()->second.front());
     if ((spins & 63) == 63 && kernels::loadRelaxed(const_cast<uint32_t*>(abort_)) != 0) failAborted("send/receive");
     kernels::backOff(spins);
   }
