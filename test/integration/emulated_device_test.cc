@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -160,35 +161,6 @@ TEST_CASE("emulated GPU: a rank of several in a process on the legacy stream is 
   for (auto comm : comms) REQUIRE(ncclCommAbort(comm) == ncclSuccess);  // (returns even if a launch waited)
 }
 
-TEST_CASE("emulated GPU: a launch waiting on a peer process that exits ends with ncclRemoteError",
-          "[integration][emulated]") {
-  Emulated emulated;
-  ncclUniqueId id;
-  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
-  const std::string out = test::runProcesses(2, [id](int rank) {
-    ncclComm_t comm = nullptr;
-    EXPECT_OK(ncclCommInitRank(&comm, 2, id, rank));
-    std::vector<float> x(100000, 1.0f);
-    EXPECT_OK(ncclAllReduce(x.data(), x.data(), x.size(), ncclFloat, ncclSum, comm, streamOf(rank)));
-    sync(comm);
-    if (rank == 1) _exit(0);  // gone, its communicator never destroyed
-    EXPECT_OK(ncclAllReduce(x.data(), x.data(), x.size(), ncclFloat, ncclSum, comm, streamOf(rank)));  // enqueued
-    const auto start = std::chrono::steady_clock::now();
-    ncclResult_t async = ncclSuccess;
-    while (async == ncclSuccess && std::chrono::steady_clock::now() - start < std::chrono::seconds(20)) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      EXPECT_OK(ncclCommGetAsyncError(comm, &async));
-    }
-    expect(async == ncclRemoteError, "the asynchronous error is " + std::to_string(async) + ": " +
-                                         ncclGetLastError(comm));
-    expect(std::string(ncclGetLastError(comm)).find("rank 1 (process ") != std::string::npos,
-           std::string("the message names rank 1: ") + ncclGetLastError(comm));
-    sync(comm);  // the launch has ended (aborted), not hung
-    ncclCommAbort(comm);
-  }, std::chrono::seconds(40));
-  CHECK(out == "");
-}
-
 TEST_CASE("emulated GPU: every algorithm and protocol of every collective on 6 ranks in nodes of 3",
           "[integration][emulated]") {
   Emulated emulated;
@@ -265,25 +237,22 @@ TEST_CASE("emulated GPU: every algorithm and protocol of every collective on 6 r
   }, std::chrono::seconds(120)) == "");
 }
 
-TEST_CASE("emulated GPU: sends and receives waiting on a peer process that exits fail at once, naming it",
-          "[integration][emulated]") {
-  Emulated emulated;
+namespace {
+
+/// 2 processes on the emulated device: both run `op` and wait for it; then rank 1 exits (its
+/// communicator never destroyed) and rank 0 runs `op` again, which waits for rank 1. Rank 0
+/// fails unless its asynchronous error is ncclRemoteError naming rank 1 within `within`
+/// seconds, and unless the launch then ends (aborted, not hung). Returns the harness's report.
+std::string afterPeerExits(const std::function<void(ncclComm_t, int)>& op, double within) {
   ncclUniqueId id;
-  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
-  const std::string out = test::runProcesses(2, [id](int rank) {
+  if (ncclGetUniqueId(&id) != ncclSuccess) return "no unique id";
+  return test::runProcesses(2, [&, id](int rank) {
     ncclComm_t comm = nullptr;
     EXPECT_OK(ncclCommInitRank(&comm, 2, id, rank));
-    std::vector<float> x(100000, 1.0f), y(100000);
-    auto exchange = [&] {
-      EXPECT_OK(ncclGroupStart());
-      EXPECT_OK(ncclSend(x.data(), x.size(), ncclFloat, 1 - rank, comm, streamOf(rank)));
-      EXPECT_OK(ncclRecv(y.data(), y.size(), ncclFloat, 1 - rank, comm, streamOf(rank)));
-      EXPECT_OK(ncclGroupEnd());
-    };
-    exchange();
+    op(comm, rank);
     sync(comm);
     if (rank == 1) _exit(0);
-    exchange();  // the receive waits for rank 1, which is gone
+    op(comm, rank);  // enqueued; it waits for rank 1, which is gone
     const auto start = std::chrono::steady_clock::now();
     ncclResult_t async = ncclSuccess;
     while (async == ncclSuccess && std::chrono::steady_clock::now() - start < std::chrono::seconds(20)) {
@@ -294,10 +263,32 @@ TEST_CASE("emulated GPU: sends and receives waiting on a peer process that exits
     expect(async == ncclRemoteError, "the asynchronous error is " + std::to_string(async));
     expect(std::string(ncclGetLastError(comm)).find("rank 1 (process ") != std::string::npos,
            std::string("the message names rank 1: ") + ncclGetLastError(comm));
-    // The stalled receive said what it waits for: no 10 s grace for a wait nothing records.
-    expect(took < 5, "noticed after " + std::to_string(took) + " s");
+    expect(took < within, "noticed after " + std::to_string(took) + " s");
     sync(comm);
     ncclCommAbort(comm);
   }, std::chrono::seconds(40));
-  CHECK(out == "");
+}
+
+}  // namespace
+
+TEST_CASE("emulated GPU: a launch waiting on a peer process that exits ends with ncclRemoteError",
+          "[integration][emulated]") {
+  Emulated emulated;
+  std::vector<float> x(100000, 1.0f);
+  CHECK(afterPeerExits([&](ncclComm_t comm, int rank) {
+          EXPECT_OK(ncclAllReduce(x.data(), x.data(), x.size(), ncclFloat, ncclSum, comm, streamOf(rank)));
+        }, 20) == "");
+}
+
+TEST_CASE("emulated GPU: sends and receives waiting on a peer process that exits fail at once, naming it",
+          "[integration][emulated]") {
+  Emulated emulated;
+  std::vector<float> x(100000, 1.0f), y(100000);
+  // The stalled receive says what it waits for: no 10 s grace as for a wait nothing records.
+  CHECK(afterPeerExits([&](ncclComm_t comm, int rank) {
+          EXPECT_OK(ncclGroupStart());
+          EXPECT_OK(ncclSend(x.data(), x.size(), ncclFloat, 1 - rank, comm, streamOf(rank)));
+          EXPECT_OK(ncclRecv(y.data(), y.size(), ncclFloat, 1 - rank, comm, streamOf(rank)));
+          EXPECT_OK(ncclGroupEnd());
+        }, 5) == "");
 }
