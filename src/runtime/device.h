@@ -45,6 +45,8 @@ class Device {
   /// `call` (several ranks of this process on one device with the legacy default stream), or
   /// when the stream's CUDA graph capture has been invalidated.
   virtual void checkStream(void* stream, int localDeviceRanks, const char* call) = 0;
+  /// The id of the CUDA graph capture `stream` is part of, 0 when it is not being captured.
+  virtual uint64_t captureId(void* stream) = 0;
   /// Sets the calling thread's stream capture mode to relaxed and returns the one it had: while
   /// a user captures a graph in the global mode, the calls Braid makes beside its launches
   /// (allocating, querying its own events) would otherwise invalidate that capture.

@@ -367,6 +367,24 @@ void testErrors() {
     EXPECT(res != ncclSuccess, "ncclCommInitAll on device %d (absent) succeeded", missing);
     EXPECT(std::strstr(ncclGetLastError(nullptr), "does not exist") != nullptr, "the message: %s", ncclGetLastError(nullptr));
   }
+  {  // a group whose streams are not all captured into one graph is refused before anything runs
+    Ranks r(1);
+    Buffer x(16), y(16);
+    cudaStream_t other;
+    CUDA_OK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+    CUDA_OK(cudaStreamBeginCapture(r.streams[0], cudaStreamCaptureModeThreadLocal));
+    ncclGroupStart();
+    ncclAllReduce(x.device, x.device, 16, ncclFloat, ncclSum, r.comms[0], r.streams[0]);
+    ncclAllReduce(y.device, y.device, 16, ncclFloat, ncclSum, r.comms[0], other);
+    const ncclResult_t res = ncclGroupEnd();
+    cudaGraph_t graph = nullptr;
+    CUDA_OK(cudaStreamEndCapture(r.streams[0], &graph));
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    EXPECT(res == ncclInvalidUsage, "a group half captured: %s", ncclGetErrorString(res));
+    EXPECT(std::strstr(ncclGetLastError(nullptr), "same CUDA graph") != nullptr, "the message: %s",
+           ncclGetLastError(nullptr));
+    cudaStreamDestroy(other);
+  }
   {  // a capture already invalidated (here by synchronizing the capturing stream) is refused
     Ranks r(1);
     Buffer x(16);

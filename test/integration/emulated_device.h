@@ -41,6 +41,7 @@ class EmulatedDevice final : public runtime::Device {
   bool reachableFrom(int64_t) override { return false; }
   void checkBuffer(const void*, const char*, const char*) override {}
   void checkStream(void* stream, int localDeviceRanks, const char* call) override;
+  uint64_t captureId(void*) override { return 0; }
   int relaxCapture() override { return 0; }
   void restoreCapture(int) override {}
   void launchCollective(const kernels::CollWork* works, int nWorks, const kernels::RingHandle* rings, int nChannels,

@@ -455,6 +455,13 @@ class CudaDevice final : public Device {
     }
   }
 
+  uint64_t captureId(void* stream) override {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    unsigned long long id = 0;
+    BRAID_CUDA_CHECK(cudaStreamGetCaptureInfo(static_cast<cudaStream_t>(stream), &status, &id));
+    return status == cudaStreamCaptureStatusActive ? static_cast<uint64_t>(id) : 0;
+  }
+
   int relaxCapture() override {
     DeviceGuard guard(ordinal_);  // (a thread without a context gets this device's, not device 0's)
     cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;

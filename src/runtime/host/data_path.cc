@@ -485,6 +485,22 @@ void DataPath::flushLaunch() {
                             key.stream, nWorks > 1 ? "a group's collectives" : pendingName_);
 }
 
+void DataPath::checkOnDevice(const std::vector<plan::Task>& tasks) {
+  if (device_ == nullptr) return;
+  RelaxedCapture relaxed(device_.get());
+  for (const plan::Task& t : tasks) checkDeviceTask(t);
+  // One launch may serve several of the group's streams (joined by events): they must all be
+  // captured into one graph, or none be captured (NCCL refuses a mix too).
+  for (size_t i = 1; i < tasks.size(); ++i) {
+    if (tasks[i].stream == tasks[0].stream) continue;
+    if (device_->captureId(tasks[i].stream) != device_->captureId(tasks[0].stream)) {
+      fail(ncclInvalidUsage, "%s and %s: rank %d's operations in one group are on streams of which not all are being "
+                             "captured into the same CUDA graph; capture them all together, or none", tasks[0].name,
+           tasks[i].name, rank_);
+    }
+  }
+}
+
 void DataPath::checkDeviceTask(const plan::Task& task) {
   if (watchdog_->checkMismatch()) {  // a kernel that found one ended early; say so at the next call
     ncclResult_t code;

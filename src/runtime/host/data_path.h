@@ -69,11 +69,7 @@ class DataPath {
   /// With a device: throws what enqueueing `tasks` would throw for their streams and buffers
   /// (and a mismatch an earlier kernel found), so that a group checks every rank before any
   /// rank's kernel is launched (a launched kernel would wait for a refused rank forever).
-  void checkOnDevice(const std::vector<plan::Task>& tasks) {
-    if (device_ == nullptr) return;
-    RelaxedCapture relaxed(device_.get());
-    for (const plan::Task& t : tasks) checkDeviceTask(t);
-  }
+  void checkOnDevice(const std::vector<plan::Task>& tasks);
   /// With a device: throws ncclInvalidArgument naming `name` and `call` when the device cannot
   /// reach `p` (runtime::Device::checkBuffer); on the host nothing to check.
   void checkBuffer(const void* p, const char* name, const char* call) {
