@@ -7,6 +7,7 @@
 #include "core/status.h"
 #include "kernels/algorithms/send_recv.h"
 #include "runtime/host/kernel_table.h"
+#include "runtime/host/peer_loop.h"
 #include "transport/fifo.h"
 
 namespace braid::test {
@@ -112,32 +113,9 @@ void EmulatedDevice::launchPeers(const kernels::PeerOp* ops, const int* starts, 
   const uint64_t seq = ++seq_;
   ++launches;
   enqueue([this, queues = std::move(queues), seq]() mutable {
-    kernels::ChannelStatus& status = statuses_[0];
-    kernels::storeRelease(&status.startedSeq, seq);
-    for (auto& q : queues)
-      if (!q.empty()) q.front().step = *q.front().conn.step;
-    for (uint32_t spins = 0;;) {
-      bool all = true, moved = false;
-      const kernels::PeerOp* stalled = nullptr;  // the first unfinished operation of the pass
-      for (auto& q : queues) {
-        while (!q.empty()) {
-          kernels::PeerOp& op = q.front();
-          for (int i = 0; i < kernels::kSteps && kernels::tryPeerStep(op); ++i) moved = true;
-          if (op.done < op.bytes) break;
-          *op.conn.step = op.step;  // (for the connection's next operation)
-          q.pop_front();
-          if (!q.empty()) q.front().step = *q.front().conn.step;
-          moved = true;
-        }
-        all = all && q.empty();
-        if (stalled == nullptr && !q.empty()) stalled = &q.front();
-      }
-      if (all || kernels::loadAcquire(abort_.get()) != 0) break;
-      spins = moved ? 0 : spins + 1;
-      kernels::reportPeerPass(&status, moved, spins, stalled);
-      kernels::backOff(spins);
-    }
-    kernels::storeRelease(&status.doneSeq, seq);
+    kernels::storeRelease(&statuses_[0].startedSeq, seq);
+    runtime::host::drivePeerQueues(queues, statuses_[0], abort_.get());  // (aborted or not, the launch ends)
+    kernels::storeRelease(&statuses_[0].doneSeq, seq);
   });
 }
 

@@ -13,6 +13,7 @@
 #include "proxy/proxy.h"
 #include "kernels/algorithms/send_recv.h"
 #include "runtime/host/kernel_table.h"
+#include "runtime/host/peer_loop.h"
 #include "runtime/host/signature.h"
 #include "topology/grid.h"
 #include "topology/trees.h"
@@ -478,10 +479,9 @@ void DataPath::flushLaunch() {
   if (pending_.empty()) return;
   const int nWorks = pending_.size();
   const LaunchKey key = pending_.key();
-  std::array<kernels::RingHandle, kMaxChannels> rings;
-  std::memcpy(rings.data(), pending_.rings(), key.nChannels * sizeof(kernels::RingHandle));
-  const std::vector<kernels::CollWork> works = pending_.take();  // (empty first: a launch that throws is not retried)
-  device_->launchCollective(works.data(), nWorks, rings.data(), key.nChannels, nRanks_, key.copy, key.red, key.dtype,
+  // (taken first, so that a launch that throws is not retried; the rings stay until the next add)
+  const std::vector<kernels::CollWork> works = pending_.take();
+  device_->launchCollective(works.data(), nWorks, pending_.rings(), key.nChannels, nRanks_, key.copy, key.red, key.dtype,
                             key.stream, nWorks > 1 ? "a group's collectives" : pendingName_);
 }
 
@@ -565,7 +565,8 @@ void DataPath::runPeers(const std::vector<const plan::Task*>& ops) {
   device_->releaseStreams(main, others);
 }
 
-void DataPath::runPeersOn(const std::vector<const plan::Task*>& ops) {  // Sends to and receives from this rank itself are matched in order and copied.
+void DataPath::runPeersOn(const std::vector<const plan::Task*>& ops) {
+  // Sends to and receives from this rank itself are matched in order and copied.
   std::vector<const plan::Task*> selfSends, selfRecvs;
   std::vector<int> sendTo, recvFrom;
   for (const plan::Task* t : ops) {
@@ -623,34 +624,11 @@ void DataPath::runPeersOn(const std::vector<const plan::Task*>& ops) {  // Sends
     queues[{t->peer, t->isSend}].push_back(op);
   }
   if (device_ != nullptr) return enqueuePeers(queues, ops.front()->stream, ops.front()->name);
-  for (auto& [key, q] : queues) q.front().step = *q.front().conn.step;
   if (connector_.usesNetwork()) proxy::kick();
-  kernels::ChannelStatus& status = statuses_[0];
+  std::vector<std::deque<kernels::PeerOp>> ordered;  // (the map's order: by peer, then direction)
+  for (auto& [key, q] : queues) ordered.push_back(std::move(q));
   Watchdog::Operation running(*watchdog_, kernels::OpSignature{}, ops.front()->name, 1);
-  uint32_t spins = 0;
-  while (!queues.empty()) {
-    bool moved = false;
-    for (auto it = queues.begin(); it != queues.end();) {
-      auto& q = it->second;
-      kernels::PeerOp& op = q.front();
-      for (int i = 0; i < kernels::kSteps && kernels::tryPeerStep(op); ++i) moved = true;
-      if (op.done >= op.bytes) {
-        *op.conn.step = op.step;
-        q.pop_front();
-        if (q.empty()) {
-          it = queues.erase(it);
-          continue;
-        }
-        q.front().step = *q.front().conn.step;
-        moved = true;
-      }
-      ++it;
-    }
-    spins = moved ? 0 : spins + 1;
-    kernels::reportPeerPass(&status, moved, spins, queues.empty() ? nullptr : &queues.begin()->second.front());
-    if ((spins & 63) == 63 && kernels::loadRelaxed(const_cast<uint32_t*>(abort_)) != 0) failAborted("send/receive");
-    kernels::backOff(spins);
-  }
+  if (!drivePeerQueues(ordered, statuses_[0], abort_)) failAborted("send/receive");
 }
 
 }  // namespace braid::runtime::host

@@ -49,7 +49,8 @@ class LaunchBatch {
   /// Adds its key.nChannels works (the caller asked accepts(), or the batch is empty).
   void add(const LaunchKey& key, const kernels::RingHandle* rings, const ByteRange& reads, const ByteRange& writes,
            const kernels::CollWork* works);
-  /// The works, as the kernel reads them; the batch is empty again.
+  /// The works, as the kernel reads them; the batch is empty again (key() and rings() stay
+  /// as they were until the next add).
   std::vector<kernels::CollWork> take();
 
  private:
