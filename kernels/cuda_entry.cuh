@@ -96,31 +96,52 @@ __global__ void __launch_bounds__(kMaxBlockThreads) copyKernel(const CollWork* w
   markDone(statuses + blockIdx.x, seq);
 }
 
-/// All threads of the block: a direct operation's next move (send_recv.h), as tryPeerStep's:
-/// the receiver posts its offer, then waits for tail; the sender waits for the offer, then the
-/// block copies the whole message into the receiver's buffer. Returns, to every thread, whether
-/// anything happened.
+/// All threads of the block: a direct operation's next move, or an offering one's until the
+/// offer is settled (send_recv.h), as tryPeerStep's: a receiver posts its offer (then waits for
+/// tail if direct); a direct sender waits for the offer, then the block copies the whole
+/// message into the receiver's buffer; an offering sender waits for the offer, looks its key up
+/// among the buffers it maps (a thread an entry: they are host memory) and copies the message
+/// there when it can. Returns, to every thread, whether anything happened.
 __device__ inline bool blockDirectStep(PeerOp& op) {
   __shared__ char* target;
   __shared__ uint64_t bytes;
-  __shared__ int state;  // 0: nothing yet; 1: the message has moved; 2: the offer went out
+  __shared__ uint64_t key;
+  __shared__ int found;
+  __shared__ int state;  // 0: nothing yet; 1: the message moves; 2: the offer went out, or was read in vain; 3: look key up
   if (threadIdx.x == 0) {
     state = 0;
-    if (op.isSend) {
+    if (!op.isSend && !op.offered) {
+      postOffer(op);
+      state = 2;
+    } else if (!op.isSend) {
+      state = loadAcquire(op.conn.tail) > op.step ? 1 : 0;
+    } else if (op.direct) {
       target = directTarget(op, &bytes);
       state = target != nullptr ? 1 : 0;
-    } else if (!op.offered) {
-      postDirectOffer(op);
-      state = 2;
-    } else {
-      state = loadAcquire(op.conn.tail) > op.step ? 1 : 0;
+    } else if (loadAcquire(op.conn.offer + kOfferTag) == op.step + 1) {
+      key = loadRelaxed(op.conn.offer + kOfferKey);
+      found = -1;
+      state = 3;
     }
   }
   __syncthreads();
+  if (state == 3) {
+    const uint64_t k = key;
+    for (uint32_t i = threadIdx.x; i < op.nMapped && k != 0; i += blockDim.x)
+      if (op.mapped[i].key == k) found = static_cast<int>(i);  // (keys are unique: one writer at most)
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      target = offeredTarget(op, found >= 0 ? &op.mapped[found] : nullptr);
+      bytes = op.bytes;
+      op.offered = true;
+      state = target != nullptr ? 1 : 2;
+    }
+    __syncthreads();
+  }
   const int s = state;
   char* const to = target;
   const uint64_t n = bytes;
-  __syncthreads();  // (state, target and bytes are rewritten by the next call)
+  __syncthreads();  // (the shared words are rewritten by the next call)
   if (s != 1) return s == 2;
   if (op.isSend) copyStrided(op.buffer, to, nullptr, n, threadIdx.x, blockDim.x);
   __syncthreads();  // the whole message, before tail says so
@@ -133,7 +154,7 @@ __device__ inline bool blockDirectStep(PeerOp& op) {
 /// connection allows, as tryPeerStep does with one thread; returns, to every thread, whether it
 /// moved. Simple slices move as 16-byte words by stride, LL lines a thread each.
 __device__ inline bool blockPeerStep(PeerOp& op) {
-  if (op.direct) return blockDirectStep(op);
+  if (op.direct || (op.offers && !op.offered && (!op.isSend || op.nMapped > 0))) return blockDirectStep(op);
   const uint64_t slice = peerSliceBytes(op);
   const uint64_t n = op.bytes - op.done < slice ? op.bytes - op.done : slice;
   const uint64_t slot = op.step % kSteps;
@@ -144,15 +165,23 @@ __device__ inline bool blockPeerStep(PeerOp& op) {
   const uint32_t flag = static_cast<uint32_t>(op.step + 1);
   char* user = op.buffer + op.done;
   bool ready = true;
+  __shared__ bool whole;  // an offering receiver's first step: the sender wrote the whole message into the buffer
   if (op.isSend || !ll) {  // credits (sender) or a filled slot (Simple receiver): thread 0 asks
     if (threadIdx.x == 0) {
       ready = op.isSend ? loadAcquire(op.conn.head) + kSteps > op.step : loadAcquire(op.conn.tail) > op.step;
+      whole = ready && !op.isSend && op.offers && arrivedDirect(op);
+      if (whole) finishDirect(op);
     }
   } else {  // an LL receiver: every line of the slice has arrived (each thread checks its own)
     uint32_t payload[2];
     for (uint64_t l = threadIdx.x; l < lines && ready; l += blockDim.x) ready = readLLLine(llLines + l, flag, payload);
   }
   if (!__syncthreads_and(ready)) return false;
+  if (!op.isSend && !ll) {
+    const bool done = whole;
+    __syncthreads();  // (whole is rewritten by the next call)
+    if (done) return true;
+  }
   if (!ll) {
     copyStrided(op.isSend ? user : simple, op.isSend ? simple : user, nullptr, n, threadIdx.x, blockDim.x);
   } else {

@@ -64,6 +64,16 @@ BRAID_INLINE void storeRelaxed(T* p, T v) {
   BRAID_ATOMIC_REF(T)(*p).store(v, BRAID_ORDER(relaxed));
 }
 
+/// Orders this thread's accesses to shared memory before the fence before those after it
+/// (a seqlock writer's between marking its words as changing and changing them).
+BRAID_INLINE void fenceFull() {
+#if defined(__CUDACC__) || defined(BRAID_KERNELS_USE_CCCL)
+  cuda::atomic_thread_fence(BRAID_ORDER(seq_cst), cuda::thread_scope_system);
+#else
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+#endif
+}
+
 /// 16 bytes at p (16-byte aligned) as two 64-bit words: on the GPU one volatile 16-byte access
 /// (polled memory, never cached stale); on the host two relaxed atomic 8-byte ones. For LL
 /// lines, whose words each carry their own flag: a reader sees each word whole either way.

@@ -39,7 +39,7 @@ BRAID_OUTLINE WaitResult waitRecorded(ChannelStatus* status, uint32_t kind, cons
   if (status != nullptr) {
     storeRelaxed(&status->waitStep, step);
     storeRelaxed(&status->waitPeer, conn->peer);
-    storeRelaxed(&status->waitTransport, conn->transport);
+    storeRelaxed(&status->waitTransport, static_cast<uint32_t>(conn->transport));
     storeRelease(&status->waitKind, kind);
   }
   const WaitResult r = waitUntil(ready, abortFlag);

@@ -94,6 +94,9 @@ enum WaitKind : uint32_t { kWaitNone = 0, kWaitData = 1, kWaitCredits = 2, kWait
 /// flags included) rather than Simple data.
 constexpr uint64_t kStepLL = uint64_t(1) << 32;
 constexpr uint64_t kStepLL128 = uint64_t(1) << 33;
+/// A send's whole message went straight into the receiver's buffer, which it had offered
+/// (send_recv.h): the step carries no slot data.
+constexpr uint64_t kStepDirect = uint64_t(1) << 34;
 BRAID_INLINE uint64_t stepInfo(uint64_t bytes, bool ll) { return bytes | (ll ? kStepLL : 0); }
 
 /// One end of a connection as a kernel sees it. The FIFO memory lives wherever the transport
@@ -108,12 +111,13 @@ struct ConnHandle {
   SigSlot* sigs;         ///< kSteps signature slots, written by the sender
   uint64_t* sizes;       ///< kSteps step descriptions (stepInfo), written by the sender before tail
   OpSignature* announce; ///< the collective the sender is in (host code only; see watchdog.h)
-  uint64_t* offer;       ///< {tag, address, bytes}, written by the receiver: its buffer for a direct operation (send_recv.h)
+  uint64_t* offer;       ///< the receiver's buffer for the operation at hand (send_recv.h's kOffer* words), written by the receiver
   uint32_t simpleStepBytes;
   uint32_t llStepLines;
   uint32_t ll128StepLines;
   int32_t peer;          ///< the rank at the other end
-  uint32_t transport;    ///< transport::Kind of the connection (for reports)
+  uint16_t transport;    ///< transport::Kind of the connection (for reports)
+  uint16_t slotsShared;  ///< 1: the slots are the receiver's GPU memory, mapped by a sender in another process
 };
 
 /// A channel's ring as one rank sees it.

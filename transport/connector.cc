@@ -236,7 +236,7 @@ kernels::ConnHandle handleOf(const std::map<int, std::unique_ptr<Connector::End>
   if (it == ends.end()) fail(ncclInternalError, "no %s connection %d", what, key);
   kernels::ConnHandle h = it->second->memory->handle(it->second->isSend);
   h.peer = it->second->peer;
-  h.transport = static_cast<uint32_t>(it->second->kind);
+  h.transport = static_cast<uint16_t>(it->second->kind);
   return h;
 }
 }  // namespace

@@ -9,14 +9,16 @@ namespace braid::transport {
 namespace {
 // tail and head (one 64-byte line each), the signature slots, the announcement line, the two
 // fault boxes, the step sizes, the sender's step counter and the receiver's (a line each: each
-// is written by one end only, so neither line moves between the two ends' caches). Beside the
-// sender's counter: the import state (shm); beside the receiver's: its direct offer.
+// is written by one end only, so neither line moves between the two ends' caches), then the
+// receiver's revocations. Beside the sender's counter: the import state (shm); beside the
+// receiver's: its offer.
 constexpr uint64_t kSigOffset = 128;
 constexpr uint64_t kAnnounceOffset = kSigOffset + kernels::kSteps * sizeof(kernels::SigSlot);
 constexpr uint64_t kFaultOffset = kAnnounceOffset + 64;
 constexpr uint64_t kSizesOffset = kFaultOffset + 2 * sizeof(FaultBox);
 constexpr uint64_t kStepsOffset = kSizesOffset + kernels::kSteps * sizeof(uint64_t);
-constexpr uint64_t kCounterBytes = kStepsOffset + 128;
+constexpr uint64_t kRevokeOffset = kStepsOffset + 128;
+constexpr uint64_t kCounterBytes = kRevokeOffset + sizeof(RevokeLine);
 static_assert(kCounterBytes % 64 == 0);
 }
 
@@ -45,6 +47,7 @@ kernels::ConnHandle FifoMemory::handle(bool isSender) const {
   h.announce = reinterpret_cast<kernels::OpSignature*>(b + kAnnounceOffset);
   h.sizes = reinterpret_cast<uint64_t*>(b + kSizesOffset);
   h.offer = reinterpret_cast<uint64_t*>(b + kStepsOffset + 64 + sizeof(uint64_t));  // the receiver's line
+  h.slotsShared = slotsShared() ? 1 : 0;
   h.simpleStepBytes = sizes_.simpleStepBytes;
   h.llStepLines = sizes_.llStepLines;
   h.ll128StepLines = sizes_.ll128StepLines;
@@ -57,6 +60,12 @@ namespace braid::transport {
 
 uint32_t* FifoMemory::importStateWord() const {
   return reinterpret_cast<uint32_t*>(base() + kStepsOffset + sizeof(uint64_t));
+}
+
+RevokeLine* FifoMemory::revocations() const { return reinterpret_cast<RevokeLine*>(base() + kRevokeOffset); }
+
+RevokeLine* revocationsOf(const kernels::ConnHandle& h) {
+  return reinterpret_cast<RevokeLine*>(reinterpret_cast<char*>(h.tail) + kRevokeOffset);  // (tail opens the control part)
 }
 
 FaultBox* FifoMemory::faultBox(bool bySender) const {

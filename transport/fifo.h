@@ -4,10 +4,11 @@
 // sender; head, written by the receiver), kSteps signature slots (written by the sender, see
 // kernels/primitives.h), the sender's announcement of the collective it is in (read by the
 // receiver's watchdog), two fault boxes (one written by each end when its rank fails), the
-// size of each step (written by the sender before tail), each end's step counter, then kSteps
-// Simple slots, then kSteps LL slots, then kSteps LL128 slots. The slots may live apart from the
-// rest (data()): in device memory when a GPU runs the kernels, while the counters stay in
-// host memory the GPU maps, which the host's watchdog also reads.
+// size of each step (written by the sender before tail), each end's step counter (the
+// receiver's with its offer beside it), the receiver's revocations, then kSteps Simple slots,
+// then kSteps LL slots, then kSteps LL128 slots. The slots may live apart from the rest
+// (data()): in device memory when a GPU runs the kernels, while the counters stay in host
+// memory the GPU maps, which the host's watchdog also reads.
 // Where the memory lives is the transport's choice: the receiver's heap when both ranks are
 // threads of one process (transport/p2p), a POSIX shared-memory segment when they are
 // processes on one host (transport/shm). The receiver describes it in a Descriptor that
@@ -86,6 +87,20 @@ constexpr uint32_t kFaultRaised = 1;
 /// only while an operation is running, as a peer that exits after its last call is none.
 constexpr uint32_t kFaultLost = 2;
 
+/// Registered buffers the receiver offered that it offers no longer (ncclCommDeregister), so
+/// that the sender unmaps them: count revocations so far, the last kRevokeSlots of them at
+/// keys[i % kRevokeSlots]. Written by the receiver's host (count last, release), read by the
+/// sender's.
+constexpr int kRevokeSlots = 7;
+struct RevokeLine {
+  uint64_t count;
+  uint64_t keys[kRevokeSlots];
+};
+static_assert(sizeof(RevokeLine) == 64);
+
+/// The revocations of the connection whose handle (either end's) is h.
+RevokeLine* revocationsOf(const kernels::ConnHandle& h);
+
 constexpr uint32_t kImportNone = 0;
 constexpr uint32_t kImportMapped = 1;
 constexpr uint32_t kImportClosed = 2;
@@ -140,6 +155,11 @@ class FifoMemory {
   virtual char* data() const { return base() + fifoControlBytes(); }
   /// Bytes of host memory at base() (the whole FIFO, unless the slots are elsewhere).
   virtual uint64_t hostBytes() const { return sizes_.bytes(); }
+  /// Whether the slots are the receiver's GPU memory that a sender in another process maps:
+  /// then the receiver offers its registered buffers (send_recv.h).
+  virtual bool slotsShared() const { return false; }
+  /// The receiver's revocations of buffers it offered.
+  RevokeLine* revocations() const;
   const FifoSizes& sizes() const { return sizes_; }
   /// The kernel-facing handle for this end (the sender's or the receiver's step counter).
   kernels::ConnHandle handle(bool isSender) const;

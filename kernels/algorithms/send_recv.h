@@ -11,17 +11,44 @@
 
 namespace braid::kernels {
 
+/// A receiver's registered buffer that the sender's process maps (runtime/host/data_path.h
+/// imports them): the key the receiver offers it under, and where and how large it is here.
+struct MappedBuffer {
+  uint64_t key;
+  char* base;
+  uint64_t bytes;
+  uint64_t reserved;
+};
+
 struct PeerOp {
   ConnHandle conn;
   char* buffer;      ///< source (send) or destination (receive)
   uint64_t bytes;
   uint64_t done;     ///< bytes moved so far
   uint64_t step;     ///< this side's step counter while the operation runs
+  const MappedBuffer* mapped;  ///< offering sender: the receiver's registered buffers this process maps (nMapped)
+  uint64_t offerKey;     ///< offering receiver: its buffer's registration as exported (0: none)
+  uint64_t offerOffset;  ///< offering receiver: where the buffer starts in that export
+  uint64_t offerSpan;    ///< offering receiver: the export's bytes
+  uint64_t offerToken;   ///< offering receiver: the export's token (runtime::Device::importBuffer's)
+  uint32_t nMapped;
   Proto proto;
   bool isSend;
   bool isStarted;    ///< the CUDA peer kernel: step was read from the connection (set false by the host)
   bool direct;       ///< zero-copy: the sender writes straight into the receiver's buffer (one step; both ends agree)
-  bool offered;      ///< direct receiver: its buffer's address is posted
+  bool offers;       ///< an offering operation (below)
+  bool offered;      ///< receiver: its offer is posted; offering sender: it has read the offer
+};
+
+/// The words of a receiver's offer line (ConnHandle::offer): the tag (its step + 1) last.
+enum OfferWord : int {
+  kOfferTag = 0,
+  kOfferAddress = 1,  ///< direct: the buffer's address; offering: its offset in the export
+  kOfferBytes = 2,
+  kOfferKey = 3,
+  kOfferSpan = 4,
+  kOfferPid = 5,      ///< written by the receiver's host
+  kOfferToken = 6,
 };
 
 /// A direct operation (PeerOp::direct; ranks that reach each other's memory, a message above
@@ -30,26 +57,67 @@ struct PeerOp {
 /// that tag, copies the message there (never more than the receiver's size) and publishes
 /// tail = step + 1; the receiver, seeing tail, frees the step (head). One copy instead of two,
 /// and no FIFO slot.
-/// Receiver, the first half (one thread): posts the offer.
-BRAID_INLINE void postDirectOffer(PeerOp& op) {
-  storeRelaxed(op.conn.offer + 1, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(op.buffer)));
-  storeRelaxed(op.conn.offer + 2, op.bytes);
-  storeRelease(op.conn.offer, op.step + 1);
+///
+/// An offering operation (PeerOp::offers; ranks of different processes whose connection keeps
+/// its slots in the receiver's GPU memory, a message above the LL range) is the same where the
+/// sender maps the receiver's buffer, and an ordinary one where not. The receiver posts an
+/// offer {its buffer's offset in a registered export, bytes, the export's key, bytes and token}
+/// (key 0: not a registered buffer it can export), then receives as usual, except that a
+/// first step marked kStepDirect means that the whole message is in its buffer already. A
+/// sender whose process maps some of this receiver's buffers (nMapped > 0) waits for the
+/// offer: when it names one of them and the message fits, the sender copies the message there
+/// and publishes one step marked kStepDirect; otherwise it sends through the slots. A sender
+/// that maps none does not wait. The sender's host imports the keys it sees offered, for
+/// later operations (the receiver's pid is in the line too, written by its host).
+///
+/// Receiver, one thread: posts the offer. The tag is cleared first, so that a host reading the
+/// line (a seqlock) never takes half of one offer for a whole one.
+BRAID_INLINE void postOffer(PeerOp& op) {
+  uint64_t* line = op.conn.offer;
+  storeRelaxed(line + kOfferTag, uint64_t{0});
+  fenceFull();
+  storeRelaxed(line + kOfferAddress, op.direct ? static_cast<uint64_t>(reinterpret_cast<uintptr_t>(op.buffer)) : op.offerOffset);
+  storeRelaxed(line + kOfferBytes, op.bytes);
+  storeRelaxed(line + kOfferKey, op.offerKey);
+  storeRelaxed(line + kOfferSpan, op.offerSpan);
+  storeRelaxed(line + kOfferToken, op.offerToken);
+  storeRelease(line + kOfferTag, op.step + 1);
   op.offered = true;
 }
-/// Sender: the receiver's buffer once it has posted it for this step, else null; *bytes: what
-/// to copy there (the smaller of the two sizes).
+/// Direct sender: the receiver's buffer once it has posted it for this step, else null; *bytes:
+/// what to copy there (the smaller of the two sizes).
 BRAID_INLINE char* directTarget(const PeerOp& op, uint64_t* bytes) {
-  if (loadAcquire(op.conn.offer) != op.step + 1) return nullptr;
-  const uint64_t room = loadRelaxed(op.conn.offer + 2);
+  if (loadAcquire(op.conn.offer + kOfferTag) != op.step + 1) return nullptr;
+  const uint64_t room = loadRelaxed(op.conn.offer + kOfferBytes);
   *bytes = room < op.bytes ? room : op.bytes;
-  return reinterpret_cast<char*>(static_cast<uintptr_t>(loadRelaxed(op.conn.offer + 1)));
+  return reinterpret_cast<char*>(static_cast<uintptr_t>(loadRelaxed(op.conn.offer + kOfferAddress)));
+}
+/// Offering sender, once the offer for this step is posted (the tag read with acquire): where
+/// to copy the message in the receiver's buffer, or null to send it through the slots. `entry`
+/// is the mapped buffer of the offer's key (found by the caller), or null.
+BRAID_INLINE char* offeredTarget(const PeerOp& op, const MappedBuffer* entry) {
+  if (entry == nullptr) return nullptr;
+  const uint64_t offset = loadRelaxed(op.conn.offer + kOfferAddress);
+  const uint64_t room = loadRelaxed(op.conn.offer + kOfferBytes);
+  if (room < op.bytes || offset > entry->bytes || entry->bytes - offset < op.bytes) return nullptr;
+  return entry->base + offset;
 }
 /// Either end, once the message has moved (sender: copied; receiver: seen tail): ends the step.
+/// An offering sender also marks the step direct, for the receiver.
 BRAID_INLINE void finishDirect(PeerOp& op) {
-  storeRelease(op.isSend ? op.conn.tail : op.conn.head, op.step + 1);
+  if (op.isSend) {
+    if (op.offers) storeRelaxed(op.conn.sizes + op.step % kSteps, kStepDirect);
+    storeRelease(op.conn.tail, op.step + 1);
+  } else {
+    storeRelease(op.conn.head, op.step + 1);
+  }
   op.done = op.bytes;
   ++op.step;
+}
+/// Offering receiver, step `op.step` filled (tail read with acquire): whether the sender wrote
+/// the whole message into the buffer.
+BRAID_INLINE bool arrivedDirect(const PeerOp& op) {
+  return op.done == 0 && (loadRelaxed(op.conn.sizes + op.step % kSteps) & kStepDirect) != 0;
 }
 
 /// Bytes one step of op carries.
@@ -68,7 +136,7 @@ BRAID_INLINE void reportPeerPass(ChannelStatus* status, bool moved, uint32_t spi
   } else if (spins == 64 && stalled != nullptr) {
     storeRelaxed(&status->waitStep, stalled->step);
     storeRelaxed(&status->waitPeer, stalled->conn.peer);
-    storeRelaxed(&status->waitTransport, stalled->conn.transport);
+    storeRelaxed(&status->waitTransport, static_cast<uint32_t>(stalled->conn.transport));
     storeRelease(&status->waitKind, static_cast<uint32_t>(stalled->isSend ? kWaitCredits : kWaitData));
   }
 }
@@ -76,19 +144,33 @@ BRAID_INLINE void reportPeerPass(ChannelStatus* status, bool moved, uint32_t spi
 /// One thread. Tries to move the next slice; returns true if it did.
 BRAID_INLINE bool tryPeerStep(PeerOp& op) {
   if (op.done >= op.bytes) return false;
+  if ((op.direct || op.offers) && !op.isSend && !op.offered) {
+    postOffer(op);
+    return true;
+  }
   if (op.direct) {
     if (op.isSend) {
       uint64_t n = 0;
       char* target = directTarget(op, &n);
       if (target == nullptr) return false;
       memcpy(target, op.buffer, n);
-    } else if (!op.offered) {
-      postDirectOffer(op);
-      return true;
     } else if (loadAcquire(op.conn.tail) <= op.step) {
       return false;
     }
     finishDirect(op);
+    return true;
+  }
+  if (op.offers && op.isSend && op.nMapped > 0 && !op.offered) {
+    if (loadAcquire(op.conn.offer + kOfferTag) != op.step + 1) return false;
+    const uint64_t key = loadRelaxed(op.conn.offer + kOfferKey);
+    const MappedBuffer* entry = nullptr;
+    for (uint32_t i = 0; i < op.nMapped && key != 0; ++i)
+      if (op.mapped[i].key == key) entry = &op.mapped[i];
+    op.offered = true;
+    if (char* target = offeredTarget(op, entry)) {
+      memcpy(target, op.buffer, op.bytes);
+      finishDirect(op);
+    }
     return true;
   }
   const uint64_t slice = peerSliceBytes(op);
@@ -126,6 +208,10 @@ BRAID_INLINE bool tryPeerStep(PeerOp& op) {
       }
     } else {
       if (loadAcquire(op.conn.tail) <= op.step) return false;
+      if (op.offers && arrivedDirect(op)) {
+        finishDirect(op);
+        return true;
+      }
       memcpy(op.buffer + op.done, op.conn.simple + slot * op.conn.simpleStepBytes, n);
     }
     storeRelease(op.conn.head, op.step + 1);

@@ -92,7 +92,9 @@ ncclResult_t pncclCommRegister(const ncclComm_t comm, void* buff, size_t size, v
 BRAID_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* handle);
 ncclResult_t pncclCommDeregister(const ncclComm_t comm, void* handle) {
   return api::guarded("ncclCommDeregister", comm, [&] {
-    communicatorFrom(comm).registrations().remove(handle);
+    Communicator& c = communicatorFrom(comm);
+    const RegistrationTable::Entry ended = c.registrations().remove(handle);
+    if (c.hasDataPath()) c.dataPath().registrationEnded(ended.buffer, ended.size);
     return ncclSuccess;
   });
 }

@@ -110,6 +110,7 @@ void Communicator::completeInit(std::unique_ptr<bootstrap::Bootstrap> channel, c
   bootstrap_ = std::move(channel);
   identity_ = identity;
   dataPath_ = std::move(dataPath);
+  if (dataPath_ != nullptr) dataPath_->setRegistrations(&registrations_);
 }
 
 std::string Communicator::lastError() const {

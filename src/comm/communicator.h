@@ -79,6 +79,7 @@ class Communicator {
                     std::unique_ptr<runtime::host::DataPath> dataPath);
   /// The data path; throws ncclInvalidUsage unless init has completed.
   runtime::host::DataPath& dataPath();
+  bool hasDataPath() const { return dataPath_ != nullptr; }
   RedOpTable& redOps() { return redOps_; }
   RegistrationTable& registrations() { return registrations_; }
   WindowTable& windows() { return windows_; }

@@ -1,5 +1,7 @@
 #include "comm/registrations.h"
 
+#include <cstdint>
+
 #include "core/status.h"
 
 namespace braid {
@@ -15,12 +17,34 @@ void* RegistrationTable::add(void* buffer, size_t size) {
   return handle;
 }
 
-void RegistrationTable::remove(void* handle) {
+RegistrationTable::Entry RegistrationTable::remove(void* handle) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = entries_.find(handle);
   if (it == entries_.end()) fail(ncclInvalidArgument, "handle %p is not a registration of this communicator", handle);
+  const Entry entry = it->second;
   entries_.erase(it);
   ::operator delete(handle);
+  return entry;
+}
+
+bool RegistrationTable::covers(const void* p, size_t bytes) const {
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& [handle, e] : entries_) {
+    const auto start = reinterpret_cast<uintptr_t>(e.buffer);
+    if (at >= start && at - start <= e.size && e.size - (at - start) >= bytes) return true;
+  }
+  return false;
+}
+
+bool RegistrationTable::overlaps(const void* p, size_t bytes) const {
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& [handle, e] : entries_) {
+    const auto start = reinterpret_cast<uintptr_t>(e.buffer);
+    if (e.size > 0 && bytes > 0 && start < at + bytes && at < start + e.size) return true;
+  }
+  return false;
 }
 
 size_t RegistrationTable::size() const {

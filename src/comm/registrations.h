@@ -1,7 +1,7 @@
 // Buffers registered with a communicator (ncclCommRegister) and its memory windows
-// (ncclCommWindowRegister). Both are bookkeeping so far, on either backend: handles are checked,
-// and a buffer's range can be looked up by later optimisations (direct access, symmetric
-// kernels).
+// (ncclCommWindowRegister): handles are checked, and a buffer's range is looked up where it
+// matters (the CUDA backend offers registered receive buffers to senders in other processes:
+// runtime/host/offered_buffers.h).
 #pragma once
 
 #include <nccl.h>
@@ -21,15 +21,20 @@ class RegistrationTable {
   ~RegistrationTable();
   /// Registers [buffer, buffer+size); returns the handle.
   void* add(void* buffer, size_t size);
-  /// Throws ncclInvalidArgument unless handle came from add() on this table and is still live.
-  void remove(void* handle);
-  size_t size() const;
-
- private:
   struct Entry {
     void* buffer;
     size_t size;
   };
+  /// Throws ncclInvalidArgument unless handle came from add() on this table and is still live;
+  /// returns what it registered.
+  Entry remove(void* handle);
+  size_t size() const;
+  /// Whether one live registration holds all of [p, p + bytes).
+  bool covers(const void* p, size_t bytes) const;
+  /// Whether any live registration shares a byte with [p, p + bytes).
+  bool overlaps(const void* p, size_t bytes) const;
+
+ private:
   mutable std::mutex mutex_;
   std::map<void*, Entry> entries_;  // by handle
 };

@@ -63,9 +63,10 @@ class Device {
                                 int nChannels, int nRanks, bool copy, int red, int dtype, void* stream,
                                 const char* call) = 0;
   /// Enqueues a group's sends and receives: queue q is ops[starts[q], starts[q + 1]), run in
-  /// order on its connection.
-  virtual void launchPeers(const kernels::PeerOp* ops, const int* starts, int nQueues, void* stream,
-                           const char* call) = 0;
+  /// order on its connection. An op's `mapped` points into mapped[0, nMapped), copied with the
+  /// ops (the kernel reads the copy).
+  virtual void launchPeers(const kernels::PeerOp* ops, const int* starts, int nQueues,
+                           const kernels::MappedBuffer* mapped, int nMapped, void* stream, const char* call) = 0;
   /// Makes `main` wait for the work enqueued so far on each of `others`, so that one launch on
   /// main can serve a group whose operations name several streams.
   virtual void joinStreams(void* main, const std::vector<void*>& others) = 0;
@@ -75,6 +76,25 @@ class Device {
   virtual void copy(void* dst, const void* src, size_t bytes, void* stream) = 0;
   /// Waits until everything this rank enqueued has finished (or was aborted).
   virtual void synchronize() = 0;
+  /// Where a registered receive buffer lies for a sender in another process of this host to
+  /// map (kernels/algorithms/send_recv.h's offering operations): the allocation holding it.
+  struct BufferExport {
+    uint64_t token;    ///< names the allocation for importBuffer (with this process's pid)
+    const char* base;  ///< its first byte
+    uint64_t bytes;    ///< its size
+  };
+  /// Exports the allocation holding all of [p, p + bytes) (once: the export lives as long as
+  /// the allocation); false when such memory cannot be shared this way (not memory of this
+  /// backend's ncclMemAlloc).
+  virtual bool exportBuffer(const void* p, uint64_t bytes, BufferExport* out) = 0;
+  /// Maps the `bytes` that process `pid` exported as `token`; throws when it cannot.
+  virtual void* importBuffer(int pid, uint64_t token, uint64_t bytes) = 0;
+  /// Unmaps what importBuffer returned.
+  virtual void closeBuffer(void* p) = 0;
+  /// The number of this rank's latest launch not captured into a graph (0: none yet).
+  virtual uint64_t launchMark() = 0;
+  /// Whether every uncaptured launch up to `mark` (launchMark's) has finished running.
+  virtual bool launchesDone(uint64_t mark) = 0;
   /// Whether a kernel of this rank's is running (started and not ended, captured or not;
   /// one still queued behind other work does not count); any thread may ask (the watchdog's
   /// does), and no CUDA call is made.

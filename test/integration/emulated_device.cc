@@ -1,9 +1,16 @@
 #include "integration/emulated_device.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 
 #include "comm/config.h"
+#include "core/fd_exchange.h"
 #include "core/status.h"
 #include "kernels/algorithms/send_recv.h"
 #include "runtime/host/kernel_table.h"
@@ -14,16 +21,139 @@ namespace braid::test {
 
 namespace {
 
-/// The "device memory": host memory, zeroed, the slots apart from the counters as on a GPU.
-/// Process-wide and never destroyed, as the CUDA backend's (FIFOs outlive communicators).
+/// The emulated device's memory that other processes map, as cuMem memory is on a GPU: a
+/// memory file mapped here, offered to other processes (core/fd_exchange.h) at its first
+/// export. Process-wide and never destroyed.
+class MemoryFiles {
+ public:
+  static MemoryFiles& process() {
+    static MemoryFiles* files = new MemoryFiles();
+    return *files;
+  }
+  void* allocate(size_t bytes) {
+    const int fd = memfd_create("braid-emulated-device", MFD_CLOEXEC);
+    if (fd < 0) fail(ncclSystemError, "emulated device: memfd_create: %s", strerror(errno));
+    if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+      close(fd);
+      fail(ncclSystemError, "emulated device: cannot size a memory file to %zu bytes", bytes);
+    }
+    void* p = mapped(fd, bytes);
+    std::lock_guard<std::mutex> lock(mutex_);
+    live_[p] = File{bytes, fd, 0};
+    return p;
+  }
+  /// Maps what another process offered as (pid, token).
+  void* import(int pid, uint64_t token, size_t bytes) {
+    const int fd = fds::fetch(pid, token, std::chrono::seconds(2));
+    void* p = nullptr;
+    try {
+      p = mapped(fd, bytes);
+    } catch (...) {
+      close(fd);
+      throw;
+    }
+    close(fd);
+    std::lock_guard<std::mutex> lock(mutex_);
+    live_[p] = File{bytes, -1, 0};
+    return p;
+  }
+  bool owns(const void* p) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return live_.count(p) != 0;
+  }
+  void release(void* p) {
+    File f{};
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = live_.find(p);
+      if (it == live_.end()) return;
+      f = it->second;
+      live_.erase(it);
+    }
+    if (f.token != 0) fds::withdraw(f.token);
+    if (f.fd >= 0) close(f.fd);
+    munmap(p, f.bytes);
+  }
+  /// The allocation (not an import) holding all of [p, p + bytes).
+  bool find(const void* p, size_t bytes, void** base, size_t* size) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = live_.upper_bound(p);
+    if (it == live_.begin()) return false;
+    --it;
+    const char* start = static_cast<const char*>(it->first);
+    const char* q = static_cast<const char*>(p);
+    if (it->second.fd < 0 || q >= start + it->second.bytes || static_cast<size_t>(start + it->second.bytes - q) < bytes) {
+      return false;
+    }
+    *base = const_cast<void*>(it->first);
+    *size = it->second.bytes;
+    return true;
+  }
+  /// The token other processes fetch allocation `base` by (offered once).
+  uint64_t share(void* base, size_t* bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = live_.find(base);
+    if (it == live_.end() || it->second.fd < 0) fail(ncclInternalError, "emulated device: %p is no allocation", base);
+    if (it->second.token == 0) it->second.token = fds::offer(it->second.fd);
+    *bytes = it->second.bytes;
+    return it->second.token;
+  }
+
+ private:
+  struct File {
+    size_t bytes;
+    int fd;          // -1: an import
+    uint64_t token;  // offered (0: not yet)
+  };
+  static void* mapped(int fd, size_t bytes) {
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) fail(ncclSystemError, "emulated device: cannot map %zu bytes: %s", bytes, strerror(errno));
+    return p;
+  }
+  std::mutex mutex_;
+  std::map<const void*, File> live_;
+};
+
+/// What exportData writes: the owner's pid, the token and the size.
+struct FileHandle {
+  int32_t pid;
+  uint32_t pad;
+  uint64_t token;
+  uint64_t bytes;
+};
+
+/// The "device memory": host memory, zeroed, the slots apart from the counters as on a GPU;
+/// shareable slots in memory files that the peer process maps. Process-wide and never
+/// destroyed, as the CUDA backend's (FIFOs outlive communicators).
 class HostFifoAllocator final : public transport::FifoAllocator {
  public:
   void* allocateControl(size_t bytes) override { return zeroed(bytes); }
   void freeControl(void* p) override { std::free(p); }
-  void* allocateData(size_t bytes, bool) override { return zeroed(bytes); }
-  void freeData(void* p) override { std::free(p); }
+  void* allocateData(size_t bytes, bool shareable) override {
+    return shareable ? MemoryFiles::process().allocate(bytes) : zeroed(bytes);
+  }
+  void freeData(void* p) override {
+    if (MemoryFiles::process().owns(p)) return MemoryFiles::process().release(p);
+    std::free(p);
+  }
   void registerHost(void*, size_t) override {}
   void unregisterHost(void*) override {}
+  bool exportData(void* p, uint8_t* handle) override {
+    if (!MemoryFiles::process().owns(p)) return false;
+    FileHandle h{static_cast<int32_t>(getpid()), 0, 0, 0};
+    size_t bytes = 0;
+    h.token = MemoryFiles::process().share(p, &bytes);
+    h.bytes = bytes;
+    std::memset(handle, 0, kHandleBytes);
+    std::memcpy(handle, &h, sizeof h);
+    return true;
+  }
+  void* importData(const uint8_t* handle) override {
+    FileHandle h{};
+    std::memcpy(&h, handle, sizeof h);
+    return MemoryFiles::process().import(h.pid, h.token, h.bytes);
+  }
+  void closeData(void* p) override { MemoryFiles::process().release(p); }
 
  private:
   static void* zeroed(size_t bytes) {
@@ -38,6 +168,28 @@ class HostFifoAllocator final : public transport::FifoAllocator {
 
 std::atomic<int> EmulatedDevice::launches{0};
 std::atomic<int> EmulatedDevice::works{0};
+std::atomic<uint64_t> EmulatedDevice::sendSteps{0};
+
+void* EmulatedDevice::allocateShareable(size_t bytes) { return MemoryFiles::process().allocate(bytes); }
+void EmulatedDevice::freeShareable(void* p) { MemoryFiles::process().release(p); }
+
+bool EmulatedDevice::exportBuffer(const void* p, uint64_t bytes, BufferExport* out) {
+  void* base = nullptr;
+  size_t size = 0;
+  if (!MemoryFiles::process().find(p, bytes, &base, &size)) return false;
+  out->token = MemoryFiles::process().share(base, &size);
+  out->base = static_cast<const char*>(base);
+  out->bytes = size;
+  return true;
+}
+
+void* EmulatedDevice::importBuffer(int pid, uint64_t token, uint64_t bytes) {
+  return MemoryFiles::process().import(pid, token, bytes);
+}
+
+void EmulatedDevice::closeBuffer(void* p) { MemoryFiles::process().release(p); }
+
+bool EmulatedDevice::launchesDone(uint64_t mark) { return doneLaunch_.load(std::memory_order_acquire) >= mark; }
 
 EmulatedDevice::EmulatedDevice()
     : statuses_(new kernels::ChannelStatus[kMaxChannels]()), abort_(new uint32_t(0)) {
@@ -103,19 +255,33 @@ void EmulatedDevice::launchCollective(const kernels::CollWork* given, int nWorks
       }
       kernels::storeRelease(&statuses_[c].doneSeq, seq);
     });
+    doneLaunch_.store(seq, std::memory_order_release);
   });
 }
 
-void EmulatedDevice::launchPeers(const kernels::PeerOp* ops, const int* starts, int nQueues, void*, const char*) {
+void EmulatedDevice::launchPeers(const kernels::PeerOp* ops, const int* starts, int nQueues,
+                                 const kernels::MappedBuffer* mapped, int nMapped, void*, const char*) {
+  // Copied, the mapped buffers too, as a GPU launch's arguments are.
+  auto table = std::make_shared<std::vector<kernels::MappedBuffer>>(mapped, mapped + nMapped);
   std::vector<std::deque<kernels::PeerOp>> queues(nQueues);
-  for (int q = 0; q < nQueues; ++q)
-    for (int i = starts[q]; i < starts[q + 1]; ++i) queues[q].push_back(ops[i]);
+  for (int q = 0; q < nQueues; ++q) {
+    for (int i = starts[q]; i < starts[q + 1]; ++i) {
+      kernels::PeerOp op = ops[i];
+      if (op.mapped != nullptr) op.mapped = table->data() + (ops[i].mapped - mapped);
+      queues[q].push_back(op);
+    }
+  }
   const uint64_t seq = ++seq_;
   ++launches;
-  enqueue([this, queues = std::move(queues), seq]() mutable {
+  enqueue([this, queues = std::move(queues), table, seq]() mutable {
+    std::vector<std::pair<uint64_t*, uint64_t>> sends;  // each send connection's step word, and its step before
+    for (const auto& q : queues)
+      if (!q.empty() && q.front().isSend) sends.emplace_back(q.front().conn.step, *q.front().conn.step);
     kernels::storeRelease(&statuses_[0].startedSeq, seq);
     runtime::host::drivePeerQueues(queues, statuses_[0], abort_.get());  // (aborted or not, the launch ends)
+    for (const auto& [word, before] : sends) sendSteps += *word - before;
     kernels::storeRelease(&statuses_[0].doneSeq, seq);
+    doneLaunch_.store(seq, std::memory_order_release);
   });
 }
 

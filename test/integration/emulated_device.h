@@ -4,8 +4,10 @@
 // whatever their streams; so stream joins have nothing to do here); a collective launch runs
 // every channel's works in turn on the host kernels, a peer launch runs the group's sends and
 // receives, both marking their channels' statuses started and done as the CUDA kernels do;
-// FIFOs, scratch and statuses are host memory. Installed with comm::setTestDeviceFactory. It
-// counts its launches, so tests can check how a group was enqueued.
+// FIFOs, scratch and statuses are host memory, FIFO slots shared between processes memory
+// files passed as cuMem's descriptors are (core/fd_exchange.h). Installed with
+// comm::setTestDeviceFactory. It counts its launches and its sends' FIFO steps, so tests can
+// check how a group was enqueued and whether a send went straight into the receiver's buffer.
 #pragma once
 
 #include <atomic>
@@ -31,6 +33,11 @@ class EmulatedDevice final : public runtime::Device {
   static std::atomic<int> launches;
   /// Collective works those launches carried.
   static std::atomic<int> works;
+  /// FIFO steps the peer launches' sends took (a direct send takes one).
+  static std::atomic<uint64_t> sendSteps;
+  /// Memory other processes can map (what ncclMemAlloc gives on a GPU): a memory file.
+  static void* allocateShareable(size_t bytes);
+  static void freeShareable(void* p);
 
   int ordinal() const override { return 0; }
   transport::FifoAllocator* fifoAllocator() override;
@@ -38,7 +45,7 @@ class EmulatedDevice final : public runtime::Device {
   uint32_t* abortWord() override { return abort_.get(); }
   void* scratch(uint64_t bytes) override;
   void reachDevice(int) override {}
-  bool reachableFrom(int64_t) override { return false; }
+  bool reachableFrom(int64_t) override { return true; }  // (every process's emulated device is the same "GPU")
   void checkBuffer(const void*, const char*, const char*) override {}
   void checkStream(void* stream, int localDeviceRanks, const char* call) override;
   uint64_t captureId(void*) override { return 0; }
@@ -46,7 +53,13 @@ class EmulatedDevice final : public runtime::Device {
   void restoreCapture(int) override {}
   void launchCollective(const kernels::CollWork* works, int nWorks, const kernels::RingHandle* rings, int nChannels,
                         int nRanks, bool copy, int red, int dtype, void* stream, const char* call) override;
-  void launchPeers(const kernels::PeerOp* ops, const int* starts, int nQueues, void* stream, const char* call) override;
+  void launchPeers(const kernels::PeerOp* ops, const int* starts, int nQueues, const kernels::MappedBuffer* mapped,
+                   int nMapped, void* stream, const char* call) override;
+  bool exportBuffer(const void* p, uint64_t bytes, BufferExport* out) override;
+  void* importBuffer(int pid, uint64_t token, uint64_t bytes) override;
+  void closeBuffer(void* p) override;
+  uint64_t launchMark() override { return seq_; }
+  bool launchesDone(uint64_t mark) override;
   void joinStreams(void* main, const std::vector<void*>& others) override;
   void releaseStreams(void* main, const std::vector<void*>& others) override;
   void copy(void* dst, const void* src, size_t bytes, void* stream) override;
@@ -62,6 +75,7 @@ class EmulatedDevice final : public runtime::Device {
   std::vector<std::unique_ptr<char[]>> scratch_;  // the current block last (older ones kept, as on a GPU)
   uint64_t scratchBytes_ = 0;
   uint64_t seq_ = 0;  // launches made (the statuses' marks)
+  std::atomic<uint64_t> doneLaunch_{0};  // the last launch that ran (they run in order)
   std::unique_ptr<transport::FifoAllocator> allocator_;
   runtime::host::Executor executor_{1};  // the worker's: runs a launch's channels
   std::mutex mutex_;

@@ -292,3 +292,77 @@ TEST_CASE("emulated GPU: sends and receives waiting on a peer process that exits
           EXPECT_OK(ncclGroupEnd());
         }, 5) == "");
 }
+
+TEST_CASE("emulated GPU: sends to another process go straight into its registered buffer until it is deregistered",
+          "[integration][emulated]") {
+  Emulated emulated;
+  const size_t count = 1 << 18;  // 1 MiB of floats: 8 steps of the FIFO, 1 when direct
+  const size_t bytes = count * sizeof(float);
+  const uint64_t fifoSteps = bytes / (128 * 1024);
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  REQUIRE(test::runProcesses(2, [&, id](int rank) {
+    ncclComm_t comm = nullptr;
+    EXPECT_OK(ncclCommInitRank(&comm, 2, id, rank));
+    const cudaStream_t s = streamOf(rank);
+    // Rank 1 receives into memory other processes can map (ncclMemAlloc's on a GPU), 4 KiB in.
+    char* allocation = rank == 1 ? static_cast<char*>(test::EmulatedDevice::allocateShareable(bytes + 8192)) : nullptr;
+    float* registered = reinterpret_cast<float*>(allocation + 4096);
+    std::vector<float> plain(count), out(count);
+    int token = 0;
+    // Rank 0 sends round's pattern to `into` on rank 1; returns the FIFO steps rank 0's send took.
+    auto round = [&](int r, float* into) {
+      const uint64_t before = test::EmulatedDevice::sendSteps.load();
+      if (rank == 0) {
+        for (size_t i = 0; i < count; ++i) out[i] = static_cast<float>((i * 3 + r) % 1000);
+        EXPECT_OK(ncclSend(out.data(), count, ncclFloat, 1, comm, s));
+      } else {
+        std::fill(into, into + count, -1.0f);
+        EXPECT_OK(ncclRecv(into, count, ncclFloat, 0, comm, s));
+      }
+      sync(comm);
+      if (rank == 1) {
+        long wrong = 0;
+        for (size_t i = 0; i < count; ++i) wrong += into[i] != static_cast<float>((i * 3 + r) % 1000);
+        expect(wrong == 0, "round " + std::to_string(r) + ": " + std::to_string(wrong) + " wrong");
+      }
+      return test::EmulatedDevice::sendSteps.load() - before;
+    };
+    // Rank 1 tells rank 0 it got this far (its earlier receives have posted their offers).
+    auto handOver = [&] {
+      if (rank == 1) EXPECT_OK(ncclSend(&token, 1, ncclInt32, 0, comm, s));
+      if (rank == 0) EXPECT_OK(ncclRecv(&token, 1, ncclInt32, 1, comm, s));
+      sync(comm);
+    };
+    void* handle = nullptr;
+    if (rank == 1) EXPECT_OK(ncclCommRegister(comm, allocation, bytes + 8192, &handle));
+    const uint64_t first = round(0, registered);  // rank 0 has not seen the offer yet: the FIFO
+    handOver();
+    const uint64_t direct = round(1, registered);
+    const uint64_t again = round(2, registered);
+    const uint64_t unregistered = round(3, plain.data());  // rank 0 maps the buffer; this one is not it
+    const size_t mappedWhileRegistered = comm->dataPath().mappedBuffers();
+    if (rank == 1) EXPECT_OK(ncclCommDeregister(comm, handle));
+    handOver();
+    const uint64_t revoked = round(4, registered);
+    const uint64_t later = round(5, registered);  // (the mapping is gone once round 4's launch ran)
+    const size_t mappedAfter = comm->dataPath().mappedBuffers();
+    if (rank == 1) EXPECT_OK(ncclCommRegister(comm, allocation, bytes + 8192, &handle));  // a new key
+    round(6, registered);
+    handOver();
+    const uint64_t reregistered = round(7, registered);
+    if (rank == 0) {
+      const std::string steps = std::to_string(first) + " " + std::to_string(direct) + " " + std::to_string(again) + " " +
+                                std::to_string(unregistered) + " " + std::to_string(revoked) + " " +
+                                std::to_string(later) + " " + std::to_string(reregistered);
+      expect(first == fifoSteps && direct == 1 && again == 1 && unregistered == fifoSteps && revoked == fifoSteps &&
+                 later == fifoSteps && reregistered == 1,
+             "FIFO steps of the sends: " + steps);
+      expect(mappedWhileRegistered == 1 && mappedAfter == 0,
+             "mapped buffers " + std::to_string(mappedWhileRegistered) + " then " + std::to_string(mappedAfter));
+    }
+    if (rank == 1) EXPECT_OK(ncclCommDeregister(comm, handle));
+    EXPECT_OK(ncclCommDestroy(comm));
+    if (rank == 1) test::EmulatedDevice::freeShareable(allocation);
+  }, std::chrono::seconds(60)) == "");
+}

@@ -81,6 +81,7 @@ class MappedFifo final : public FifoMemory {
   char* base() const override { return static_cast<char*>(memory_); }
   char* data() const override { return data_ != nullptr ? data_ : base() + fifoControlBytes(); }
   uint64_t hostBytes() const override { return bytes_; }
+  bool slotsShared() const override { return data_ != nullptr; }
   /// The slots are GPU memory from `allocator`: allocated (creator) or imported (importer).
   void setData(char* data, FifoAllocator* allocator) {
     data_ = data;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -508,7 +509,8 @@ class CudaDevice final : public Device {
     check(err, "the collective kernel's launch");
   }
 
-  void launchPeers(const kernels::PeerOp* ops, const int* starts, int nQueues, void* stream, const char* call) override {
+  void launchPeers(const kernels::PeerOp* ops, const int* starts, int nQueues, const kernels::MappedBuffer* mapped,
+                   int nMapped, void* stream, const char* call) override {
     const int nOps = starts[nQueues];
     const size_t shared = kernels::peerSharedBytes(nOps, nQueues);
     if (shared > kMaxSharedBytes - kPeerStaticShared) {
@@ -517,11 +519,16 @@ class CudaDevice final : public Device {
     }
     DeviceGuard guard(ordinal_);
     const cudaStream_t s = static_cast<cudaStream_t>(stream);
-    Args args = argsFor(s, nOps * sizeof(kernels::PeerOp) + (nQueues + 1) * sizeof(int), call);
+    const size_t opBytes = (nOps * sizeof(kernels::PeerOp) + (nQueues + 1) * sizeof(int) + 15) / 16 * 16;
+    Args args = argsFor(s, opBytes + nMapped * sizeof(kernels::MappedBuffer), call);
     auto* o = reinterpret_cast<kernels::PeerOp*>(args.memory);
     auto* q = reinterpret_cast<int*>(o + nOps);
+    auto* m = reinterpret_cast<kernels::MappedBuffer*>(args.memory + opBytes);
     std::memcpy(o, ops, nOps * sizeof(kernels::PeerOp));
     std::memcpy(q, starts, (nQueues + 1) * sizeof(int));
+    if (nMapped > 0) std::memcpy(m, mapped, nMapped * sizeof(kernels::MappedBuffer));
+    for (int i = 0; i < nOps; ++i)
+      if (o[i].mapped != nullptr) o[i].mapped = m + (ops[i].mapped - mapped);
     cudaGetLastError();
     const cudaError_t err =
         cuda::launchPeers(PeerLaunch{dim3(kPeerThreads), shared, s, o, q, nQueues, abort_, statuses_, ++launchSeq_});
@@ -559,6 +566,36 @@ class CudaDevice final : public Device {
     reclaim();
   }
 
+  bool exportBuffer(const void* p, uint64_t bytes, BufferExport* out) override {
+    void* base = nullptr;
+    size_t size = 0;
+    if (!cumemFind(p, bytes, &base, &size)) return false;  // (cudaMalloc, pools: not shareable this way)
+    out->token = cumemShare(base);
+    out->base = static_cast<const char*>(base);
+    out->bytes = size;
+    return true;
+  }
+  void* importBuffer(int pid, uint64_t token, uint64_t bytes) override {
+    DeviceGuard guard(ordinal_);
+    const int fd = fds::fetch(pid, token, std::chrono::seconds(2));
+    try {
+      void* p = cumemImport(ordinal_, fd, bytes);
+      close(fd);
+      return p;
+    } catch (...) {
+      close(fd);
+      throw;
+    }
+  }
+  void closeBuffer(void* p) override {
+    quietlyOn(ordinal_, [p] { cumemFree(p); });
+  }
+  uint64_t launchMark() override { return eagerSeq_; }
+  bool launchesDone(uint64_t mark) override {
+    reclaim();
+    return inFlight_.empty() || inFlight_.front().seq > mark;
+  }
+
   bool busy() override {
     // From the kernels' own marks, without a CUDA call: the watchdog's thread asks, and a CUDA
     // call there would make a context on its current device, could wait behind the driver's
@@ -573,6 +610,7 @@ class CudaDevice final : public Device {
     char* memory = nullptr;
     size_t bytes = 0;
     cudaEvent_t done = nullptr;
+    uint64_t seq = 0;  // the launch that reads it
   };
 
   static void release(Block& b) {
@@ -647,6 +685,7 @@ class CudaDevice final : public Device {
     if (a.graph != nullptr) {
       GraphBlocks::process().attach(a.graph, a.memory, a.size);
     } else {
+      a.block->seq = eagerSeq_ = launchSeq_;
       endOn(s, a.block);
     }
   }
@@ -676,6 +715,7 @@ class CudaDevice final : public Device {
   cudaEvent_t join_ = nullptr;  // joins a group's streams (joinStreams, releaseStreams)
   std::atomic<bool> hasLast_{false};
   uint64_t launchSeq_ = 0;  // kernels launched (their statuses' marks)
+  uint64_t eagerSeq_ = 0;   // the latest of them not captured into a graph
   cudaStream_t lastStream_ = nullptr;
   std::deque<Block> inFlight_;
   std::vector<Block> free_;

@@ -2,12 +2,14 @@
 
 #include <cuda.h>
 #include <cuda_runtime.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <map>
 #include <mutex>
 #include <vector>
 
+#include "core/fd_exchange.h"
 #include "core/log.h"
 #include "core/params.h"
 #include "core/status.h"
@@ -74,6 +76,8 @@ void check(CUresult r, const char* call) {
 struct Mapping {
   CUmemGenericAllocationHandle handle;
   size_t bytes;
+  bool imported = false;  ///< cumemImport's (another process's memory)
+  uint64_t token = 0;     ///< cumemShare's offer (fds), withdrawn when freed
 };
 struct Mappings {
   std::mutex mutex;
@@ -207,6 +211,7 @@ void cumemFree(void* p) {
     m = it->second;
     mappings().live.erase(it);
   }
+  if (m.token != 0) fds::withdraw(m.token);
   const Driver& d = Driver::get();
   const CUdeviceptr ptr = static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p));
   d.unmap(ptr, m.bytes);
@@ -235,12 +240,60 @@ void* cumemImport(int device, int fd, size_t bytes) {
   CUmemGenericAllocationHandle handle = 0;
   check(d.importHandle(&handle, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
         "cuMemImportFromShareableHandle");
+  void* p = nullptr;
   try {
-    return mapHandle(device, handle, bytes, granularityOf(device));
+    p = mapHandle(device, handle, bytes, granularityOf(device));
   } catch (...) {
     d.release(handle);
     throw;
   }
+  std::lock_guard<std::mutex> lock(mappings().mutex);
+  mappings().live[p].imported = true;
+  return p;
+}
+
+bool cumemFind(const void* p, size_t bytes, void** base, size_t* size) {
+  std::lock_guard<std::mutex> lock(mappings().mutex);
+  auto& live = mappings().live;
+  auto it = live.upper_bound(p);  // the first mapping above p: the one before it may hold p
+  if (it == live.begin()) return false;
+  --it;
+  const char* start = static_cast<const char*>(it->first);
+  const char* q = static_cast<const char*>(p);
+  if (it->second.imported || q >= start + it->second.bytes || static_cast<size_t>(start + it->second.bytes - q) < bytes) {
+    return false;
+  }
+  *base = const_cast<void*>(it->first);
+  *size = it->second.bytes;
+  return true;
+}
+
+uint64_t cumemShare(void* base) {
+  {
+    std::lock_guard<std::mutex> lock(mappings().mutex);
+    auto it = mappings().live.find(base);
+    if (it == mappings().live.end()) fail(ncclInternalError, "cuMem share of %p, which Braid did not map", base);
+    if (it->second.token != 0) return it->second.token;
+  }
+  size_t bytes = 0;
+  const int fd = cumemExport(base, &bytes);
+  uint64_t token = 0;
+  try {
+    token = fds::offer(fd);
+  } catch (...) {
+    close(fd);
+    throw;
+  }
+  close(fd);  // (the offer keeps its own)
+  std::lock_guard<std::mutex> lock(mappings().mutex);
+  auto it = mappings().live.find(base);
+  if (it == mappings().live.end() || it->second.token != 0) {  // freed, or shared by another thread meanwhile
+    fds::withdraw(token);
+    if (it == mappings().live.end()) fail(ncclInvalidArgument, "the memory at %p was freed while being shared", base);
+    return it->second.token;
+  }
+  it->second.token = token;
+  return token;
 }
 
 }  // namespace braid::runtime::cuda

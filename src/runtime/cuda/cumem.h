@@ -25,6 +25,13 @@ int cumemExport(void* p, size_t* bytes);
 /// Maps on `device` the `bytes` another process exported as `fd` (the caller closes fd).
 void* cumemImport(int device, int fd, size_t bytes);
 
+/// The allocation of this process's (cumemAllocate's, not an import) that holds all of
+/// [p, p + bytes): its base and size; false when there is none.
+bool cumemFind(const void* p, size_t bytes, void** base, size_t* size);
+/// The token (core/fd_exchange.h) under which other processes fetch the allocation at `base`
+/// (cumemAllocate's): offered at the first call, withdrawn by cumemFree.
+uint64_t cumemShare(void* base);
+
 /// Whether the calling thread has a current CUDA context (true when the driver cannot say).
 /// A thread without one reports device 0 as current, and setting device 0 "back" would make
 /// a context there for nothing (hundreds of MiB of GPU 0 per process).

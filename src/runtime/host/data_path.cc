@@ -7,6 +7,7 @@
 #include <map>
 
 #include "bootstrap/bootstrap.h"
+#include "comm/registrations.h"
 #include "core/log.h"
 #include "core/params.h"
 #include "core/status.h"
@@ -140,6 +141,7 @@ DataPath::DataPath(bootstrap::Bootstrap& channel, int rank, const std::vector<Pe
                    uint64_t commHash, std::function<void(ncclResult_t)> onFailure,
                    std::unique_ptr<runtime::Device> device)
     : device_(std::move(device)),
+      offered_(device_ != nullptr ? std::make_unique<OfferedBuffers>(*device_, rank) : nullptr),
       rank_(rank),
       nRanks_(static_cast<int>(peers.size())),
       settings_(settings),
@@ -520,14 +522,45 @@ void DataPath::enqueuePeers(const std::map<std::pair<int, bool>, std::deque<kern
                             const char* call) {
   std::vector<kernels::PeerOp> flat;
   std::vector<int> starts;
+  std::vector<kernels::MappedBuffer> mapped;  // the offering sends' mapped buffers, a run per connection
+  std::vector<size_t> mappedFrom;             // by flat's index: where its run starts
+  bool captured = false, capturedKnown = false;
   for (const auto& [key, q] : queues) {
     starts.push_back(static_cast<int>(flat.size()));
-    for (const kernels::PeerOp& op : q) flat.push_back(op);  // (done 0, not started: the kernel reads the step)
+    size_t from = 0;
+    uint32_t n = 0;
+    bool prepared = false;
+    for (kernels::PeerOp op : q) {  // (done 0, not started: the kernel reads the step)
+      if (op.offers && !op.isSend) {
+        const bool registered = settings_.peerDirect && registrations_ != nullptr && registrations_->covers(op.buffer, op.bytes);
+        offered_->prepareReceive(op, registered);
+      } else if (op.offers && !prepared) {  // (a launch captured into a graph maps nothing: it may outlive a mapping)
+        if (!capturedKnown) captured = device_->captureId(stream) != 0, capturedKnown = true;
+        from = mapped.size();
+        n = offered_->prepareSend(op.conn, captured, &mapped);
+        prepared = true;
+      }
+      if (op.offers && op.isSend) op.nMapped = n;
+      mappedFrom.push_back(from);
+      flat.push_back(op);
+    }
   }
   starts.push_back(static_cast<int>(flat.size()));
   if (flat.empty()) return;
+  for (size_t i = 0; i < flat.size(); ++i) flat[i].mapped = flat[i].nMapped > 0 ? mapped.data() + mappedFrom[i] : nullptr;
   Watchdog::Operation running(*watchdog_, kernels::OpSignature{}, call, 1);  // (in flight until the kernel ends)
-  device_->launchPeers(flat.data(), starts.data(), static_cast<int>(queues.size()), stream, call);
+  device_->launchPeers(flat.data(), starts.data(), static_cast<int>(queues.size()), mapped.data(),
+                       static_cast<int>(mapped.size()), stream, call);
+}
+
+void DataPath::registrationEnded(const void* buffer, size_t bytes) {
+  if (offered_ == nullptr || registrations_ == nullptr) return;
+  std::vector<transport::RevokeLine*> lines;  // every connection whose receiver may have offered it
+  connector_.forEachEnd([&](const transport::Connector::End& end) {
+    if (!end.isSend && end.memory->slotsShared()) lines.push_back(end.memory->revocations());
+  });
+  offered_->registrationEnded(buffer, bytes, [this](const void* p, size_t n) { return registrations_->overlaps(p, n); },
+                              lines);
 }
 
 void DataPath::runAllToAllDirect(const plan::Task& task) {
@@ -621,6 +654,11 @@ void DataPath::runPeersOn(const std::vector<const plan::Task*>& ops) {
     op.direct = settings_.peerDirect && op.proto == kernels::Proto::kSimple &&
                 op.conn.transport == static_cast<uint32_t>(transport::Kind::kP2p) &&
                 (device_ == nullptr || deviceOf_[t->peer] == device_->ordinal());
+    // Between processes, where the slots are the receiver's GPU memory: the receiver always
+    // offers (key 0 for a buffer it cannot share), so a sender never waits for nothing; a sender
+    // looks at offers unless NCCL_P2P_DIRECT_DISABLE says not to (offered_buffers.h).
+    op.offers = device_ != nullptr && op.conn.slotsShared != 0 && op.proto == kernels::Proto::kSimple &&
+                (!op.isSend || settings_.peerDirect);
     queues[{t->peer, t->isSend}].push_back(op);
   }
   if (device_ != nullptr) return enqueuePeers(queues, ops.front()->stream, ops.front()->name);

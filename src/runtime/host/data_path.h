@@ -21,9 +21,13 @@
 #include "plan/planner.h"
 #include "runtime/device.h"
 #include "runtime/host/executor.h"
+#include "runtime/host/offered_buffers.h"
 #include "runtime/host/watchdog.h"
 #include "transport/connector.h"
 
+namespace braid {
+class RegistrationTable;
+}
 namespace braid::bootstrap {
 class Bootstrap;
 }
@@ -109,6 +113,15 @@ class DataPath {
   /// BRAID_RANKS_PER_NODE for this communicator (0: nodes are hosts); tests set it before the
   /// first collective. Every rank must set the same.
   void setRanksPerNode(int k);
+  /// The communicator's registrations (ncclCommRegister), which outlive this data path: with a
+  /// device, receives into them are offered to senders in other processes (offered_buffers.h).
+  void setRegistrations(const RegistrationTable* table) { registrations_ = table; }
+  /// The registration of [buffer, buffer + bytes) ended (ncclCommDeregister, already removed
+  /// from the table): what no registration covers any more is revoked.
+  void registrationEnded(const void* buffer, size_t bytes);
+  /// Other processes' registered buffers this rank maps for its sends, revoked ones not yet
+  /// unmapped included (tests).
+  size_t mappedBuffers() const { return offered_ != nullptr ? offered_->mappedNow() : 0; }
 
  private:
   void runCollective(const plan::Task& task);
@@ -159,6 +172,8 @@ class DataPath {
   void prepareGrid(int n, kernels::CollWork* works);
 
   std::unique_ptr<runtime::Device> device_;  // first: outlives everything that uses its memory
+  std::unique_ptr<OfferedBuffers> offered_;   // with a device
+  const RegistrationTable* registrations_ = nullptr;
   LaunchBatch pending_;    // with a device: collectives waiting to share one launch
   bool batching_ = false;  // inside execute() with a device: collectives wait in pending_
   const char* pendingName_ = "";  // the call of pending_'s last collective (for errors)
