@@ -558,6 +558,26 @@ void testHostBackend() {
   unsetenv("BRAID_BACKEND");
 }
 
+/// In a forked child: rank k of n on device 0, with a non-blocking stream of its own.
+ncclComm_t childRank(const ncclUniqueId& id, int k, int n, cudaStream_t* s) {
+  CUDA_OK(cudaSetDevice(0));
+  ncclComm_t comm = nullptr;
+  NCCL_OK(ncclCommInitRank(&comm, n, id, k));
+  CUDA_OK(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking));
+  return comm;
+}
+
+/// Waits for the children; returns how many did not exit with 0.
+int reap(const std::vector<pid_t>& children) {
+  int bad = 0;
+  for (pid_t pid : children) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++bad;
+  }
+  return bad;
+}
+
 /// Ranks as processes on the one GPU, forked before this process touches CUDA: AllReduce and
 /// a send/recv exchange at a few counts, exact, with the FIFO slots shared as `how` says:
 /// "cumem" (the default: cuMem memory passed as a file descriptor), "ipc" (NCCL_CUMEM_ENABLE=0:
@@ -576,11 +596,8 @@ int processRound(const std::string& how) {
       continue;
     }
     alarm(50);  // a hung child ends (the parent's own limit is 60 s)
-    CUDA_OK(cudaSetDevice(0));
-    ncclComm_t comm;
-    NCCL_OK(ncclCommInitRank(&comm, n, id, k));
     cudaStream_t s;
-    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    ncclComm_t comm = childRank(id, k, n, &s);
     for (size_t count : {size_t(1), size_t(1000), size_t(1) << 20}) {
       Buffer b(count), got(count);
       for (size_t i = 0; i < count; ++i) b.host[i] = input(k, i);
@@ -604,19 +621,90 @@ int processRound(const std::string& how) {
     ncclCommDestroy(comm);
     _exit(failures == 0 ? 0 : 1);
   }
-  int bad = 0;
-  for (pid_t pid : children) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++bad;
+  return reap(children);
+}
+
+/// Two processes exchange ncclMemAlloc buffers whose receiving ends are registered, 6 rounds,
+/// exact, then once more after deregistration: the sends go straight into the receivers'
+/// buffers once the senders have mapped them, which each child's log (NCCL_DEBUG=INFO, P2P)
+/// must say. The children set their own parameters: rank 0 makes the unique id, passed
+/// through a pipe, so the parent never calls Braid.
+int registeredRound() {
+  int channel[2];
+  if (pipe(channel) != 0) return 1;
+  std::vector<pid_t> children;
+  std::vector<std::string> logs;
+  for (int k = 0; k < 2; ++k) {
+    logs.push_back("/tmp/braid-gpu-registered-" + std::to_string(getpid()) + "-" + std::to_string(k) + ".log");
+    const pid_t pid = fork();
+    if (pid != 0) {
+      children.push_back(pid);
+      continue;
+    }
+    alarm(50);
+    setenv("NCCL_DEBUG", "INFO", 1);
+    setenv("NCCL_DEBUG_SUBSYS", "P2P", 1);
+    setenv("NCCL_DEBUG_FILE", logs[k].c_str(), 1);
+    ncclUniqueId id;
+    if (k == 0) {
+      NCCL_OK(ncclGetUniqueId(&id));
+      if (write(channel[1], &id, sizeof id) != static_cast<ssize_t>(sizeof id)) _exit(1);
+    } else if (read(channel[0], &id, sizeof id) != static_cast<ssize_t>(sizeof id)) {
+      _exit(1);
+    }
+    cudaStream_t s;
+    ncclComm_t comm = childRank(id, k, 2, &s);
+    const size_t count = size_t(1) << 20;
+    void* in = nullptr;
+    void* out = nullptr;
+    void* handle = nullptr;
+    NCCL_OK(ncclMemAlloc(&in, count * sizeof(float)));
+    NCCL_OK(ncclMemAlloc(&out, count * sizeof(float)));
+    NCCL_OK(ncclCommRegister(comm, out, count * sizeof(float), &handle));
+    std::vector<float> host(count);
+    for (int round = 0; round < 7; ++round) {
+      if (round == 6) NCCL_OK(ncclCommDeregister(comm, handle));
+      for (size_t i = 0; i < count; ++i) host[i] = input(k, i) + static_cast<float>(round);
+      CUDA_OK(cudaMemcpy(in, host.data(), count * sizeof(float), cudaMemcpyHostToDevice));
+      NCCL_OK(ncclGroupStart());
+      NCCL_OK(ncclSend(in, count, ncclFloat, 1 - k, comm, s));
+      NCCL_OK(ncclRecv(out, count, ncclFloat, 1 - k, comm, s));
+      NCCL_OK(ncclGroupEnd());
+      CUDA_OK(cudaStreamSynchronize(s));
+      CUDA_OK(cudaMemcpy(host.data(), out, count * sizeof(float), cudaMemcpyDeviceToHost));
+      long wrong = 0;
+      for (size_t i = 0; i < count; ++i) wrong += host[i] != input(1 - k, i) + static_cast<float>(round);
+      EXPECT(wrong == 0, "registered buffers between processes, rank %d, round %d: %ld wrong", k, round, wrong);
+    }
+    ncclCommDestroy(comm);
+    NCCL_OK(ncclMemFree(in));
+    NCCL_OK(ncclMemFree(out));
+    _exit(failures == 0 ? 0 : 1);
   }
+  int bad = reap(children);
+  for (int k = 0; k < 2; ++k) {
+    std::string text;
+    if (FILE* f = std::fopen(logs[k].c_str(), "r")) {
+      char line[512];
+      while (std::fgets(line, sizeof line, f) != nullptr) text += line;
+      std::fclose(f);
+    }
+    std::remove(logs[k].c_str());
+    if (text.find("go straight into its registered buffer") == std::string::npos) {
+      std::fprintf(stderr, "registered buffers between processes: rank %d never mapped its peer's buffer; its log:\n%s\n",
+                   k, text.c_str());
+      ++bad;
+    }
+  }
+  close(channel[0]);
+  close(channel[1]);
   return bad;
 }
 
 /// processRound with each way of sharing the slots, each in a child of its own (Braid reads
-/// its parameters once per process).
+/// its parameters once per process), then registeredRound.
 int testProcesses() {
-  int bad = 0;
+  int bad = registeredRound();
   for (const char* how : {"cumem", "ipc", "host"}) {
     const pid_t pid = fork();
     if (pid == 0) _exit(processRound(how) == 0 && failures == 0 ? 0 : 1);
@@ -698,11 +786,8 @@ int testWatchdog() {
       continue;
     }
     alarm(50);
-    CUDA_OK(cudaSetDevice(0));
-    ncclComm_t comm;
-    NCCL_OK(ncclCommInitRank(&comm, 2, id, k));
     cudaStream_t s;
-    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    ncclComm_t comm = childRank(id, k, 2, &s);
     Buffer a(count);
     NCCL_OK(ncclAllReduce(a.device, a.device, count, ncclFloat, ncclSum, comm, s));
     CUDA_OK(cudaStreamSynchronize(s));
