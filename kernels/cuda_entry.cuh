@@ -101,7 +101,8 @@ __global__ void __launch_bounds__(kMaxBlockThreads) copyKernel(const CollWork* w
 /// tail if direct); a direct sender waits for the offer, then the block copies the whole
 /// message into the receiver's buffer; an offering sender waits for the offer, looks its key up
 /// among the buffers it maps (a thread an entry: they are host memory) and copies the message
-/// there when it can. Returns, to every thread, whether anything happened.
+/// there when it can. Returns, to every thread, whether anything happened. op changes only
+/// after the block's first barrier here: every thread has chosen this path by then.
 __device__ inline bool blockDirectStep(PeerOp& op) {
   __shared__ char* target;
   __shared__ uint64_t bytes;
@@ -125,6 +126,7 @@ __device__ inline bool blockDirectStep(PeerOp& op) {
     }
   }
   __syncthreads();
+  if (threadIdx.x == 0 && state == 2) op.offered = true;
   if (state == 3) {
     const uint64_t k = key;
     for (uint32_t i = threadIdx.x; i < op.nMapped && k != 0; i += blockDim.x)
@@ -170,7 +172,6 @@ __device__ inline bool blockPeerStep(PeerOp& op) {
     if (threadIdx.x == 0) {
       ready = op.isSend ? loadAcquire(op.conn.head) + kSteps > op.step : loadAcquire(op.conn.tail) > op.step;
       whole = ready && !op.isSend && op.offers && arrivedDirect(op);
-      if (whole) finishDirect(op);
     }
   } else {  // an LL receiver: every line of the slice has arrived (each thread checks its own)
     uint32_t payload[2];
@@ -179,8 +180,12 @@ __device__ inline bool blockPeerStep(PeerOp& op) {
   if (!__syncthreads_and(ready)) return false;
   if (!op.isSend && !ll) {
     const bool done = whole;
-    __syncthreads();  // (whole is rewritten by the next call)
-    if (done) return true;
+    __syncthreads();  // (whole is rewritten by the next call; op changes only after every thread read it)
+    if (done) {
+      if (threadIdx.x == 0) finishDirect(op);
+      __syncthreads();
+      return true;
+    }
   }
   if (!ll) {
     copyStrided(op.isSend ? user : simple, op.isSend ? simple : user, nullptr, n, threadIdx.x, blockDim.x);

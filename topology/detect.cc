@@ -15,6 +15,7 @@
 #include "core/interfaces.h"
 #include "core/log.h"
 #include "core/params.h"
+#include "topology/pci_path.h"
 
 namespace braid::topo {
 
@@ -27,11 +28,7 @@ std::string readLine(const std::string& path) {
   return line;
 }
 
-bool isBusId(const std::string& s) {
-  unsigned a, b, c, d;
-  char tail;
-  return s.size() == 12 && sscanf(s.c_str(), "%4x:%2x:%2x.%1x%c", &a, &b, &c, &d, &tail) == 4;
-}
+bool isBusId(const std::string& s) { return isPciBusId(s); }
 
 /// One PCI function on the way to a device.
 struct PciEntry {

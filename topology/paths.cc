@@ -152,20 +152,25 @@ void Paths::markPxn() {
     }
 }
 
+PathType levelFromParams(const char* name, PathType fallback) {
+  const std::string text = params::process().string(name);
+  PathType level = fallback;
+  if (!text.empty() && !parsePathLevel(text, &level)) {
+    BRAID_WARN("%s=\"%s\" is not a path level (LOC, NVL, PIX, PXB, PHB, SYS or 0..4); using %s", name, text.c_str(),
+               pathTypeName(fallback));
+    return fallback;
+  }
+  return level;
+}
+
 PathPolicy PathPolicy::fromParams(const System& system) {
   auto& store = params::process();
   PathPolicy policy;
   std::vector<int> cpus = system.of(NodeType::Cpu);
   bool amd = !cpus.empty() && system.nodes[cpus[0]].vendor == "AuthenticAMD" && system.nodes[cpus[0]].arch == "x86_64";
   if (amd && system.count(NodeType::Gpu) <= 2) policy.p2pLevel = PathType::Sys;
-  auto level = [&](const char* name, PathType* into) {
-    std::string text = store.string(name);
-    if (!text.empty() && !parsePathLevel(text, into))
-      BRAID_WARN("%s=\"%s\" is not a path level (LOC, NVL, PIX, PXB, PHB, SYS or 0..4); using %s", name,
-                 text.c_str(), pathTypeName(*into));
-  };
-  level("NCCL_P2P_LEVEL", &policy.p2pLevel);
-  level("NCCL_NET_GDR_LEVEL", &policy.gdrLevel);
+  policy.p2pLevel = levelFromParams("NCCL_P2P_LEVEL", policy.p2pLevel);
+  policy.gdrLevel = levelFromParams("NCCL_NET_GDR_LEVEL", policy.gdrLevel);
   if (store.integer("NCCL_P2P_DISABLE") == 1) policy.p2pLevel = PathType::Loc;
   policy.shmDisable = store.integer("NCCL_SHM_DISABLE") == 1;
   int64_t cross = store.integer("NCCL_CROSS_NIC");

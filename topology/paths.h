@@ -22,6 +22,9 @@ const char* pathTypeName(PathType type);  ///< "LOC" ... "DIS"
 /// (case-insensitive) or a legacy integer (0 LOC, 1 PIX, 2 PXB, 3 PHB, 4 and above SYS).
 /// Returns false for anything else.
 bool parsePathLevel(const std::string& text, PathType* level);
+/// The level parameter `name` names (NCCL_P2P_LEVEL, NCCL_NET_GDR_LEVEL), `fallback` when unset
+/// or (with a warning) not a level.
+PathType levelFromParams(const char* name, PathType fallback);
 
 struct Path {
   PathType type = PathType::Dis;

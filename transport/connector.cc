@@ -80,6 +80,7 @@ ib::Settings Connector::ibSettings(int hint) const {
   s.timeout = channel_.timeout();
   s.abortFlag = options_.abortFlag;
   s.portHint = hint;
+  s.allocator = options_.allocator;
   return s;
 }
 

@@ -10,15 +10,15 @@ namespace {
 // tail and head (one 64-byte line each), the signature slots, the announcement line, the two
 // fault boxes, the step sizes, the sender's step counter and the receiver's (a line each: each
 // is written by one end only, so neither line moves between the two ends' caches), then the
-// receiver's revocations. Beside the sender's counter: the import state (shm); beside the
+// keys the receiver offers. Beside the sender's counter: the import state (shm); beside the
 // receiver's: its offer.
 constexpr uint64_t kSigOffset = 128;
 constexpr uint64_t kAnnounceOffset = kSigOffset + kernels::kSteps * sizeof(kernels::SigSlot);
 constexpr uint64_t kFaultOffset = kAnnounceOffset + 64;
 constexpr uint64_t kSizesOffset = kFaultOffset + 2 * sizeof(FaultBox);
 constexpr uint64_t kStepsOffset = kSizesOffset + kernels::kSteps * sizeof(uint64_t);
-constexpr uint64_t kRevokeOffset = kStepsOffset + 128;
-constexpr uint64_t kCounterBytes = kRevokeOffset + sizeof(RevokeLine);
+constexpr uint64_t kKeysOffset = kStepsOffset + 128;
+constexpr uint64_t kCounterBytes = kKeysOffset + sizeof(OfferedKeys);
 static_assert(kCounterBytes % 64 == 0);
 }
 
@@ -40,7 +40,7 @@ kernels::ConnHandle FifoMemory::handle(bool isSender) const {
   h.tail = reinterpret_cast<uint64_t*>(b);
   h.head = reinterpret_cast<uint64_t*>(b + 64);
   h.simple = data();
-  h.ll = reinterpret_cast<kernels::LLLine*>(h.simple + uint64_t(kernels::kSteps) * sizes_.simpleStepBytes);
+  h.ll = reinterpret_cast<kernels::LLLine*>(lineSlots());
   h.ll128 = reinterpret_cast<kernels::LL128Line*>(h.ll + uint64_t(kernels::kSteps) * sizes_.llStepLines);
   h.step = stepWord(isSender);
   h.sigs = reinterpret_cast<kernels::SigSlot*>(b + kSigOffset);
@@ -62,10 +62,10 @@ uint32_t* FifoMemory::importStateWord() const {
   return reinterpret_cast<uint32_t*>(base() + kStepsOffset + sizeof(uint64_t));
 }
 
-RevokeLine* FifoMemory::revocations() const { return reinterpret_cast<RevokeLine*>(base() + kRevokeOffset); }
+OfferedKeys* FifoMemory::offeredKeys() const { return reinterpret_cast<OfferedKeys*>(base() + kKeysOffset); }
 
-RevokeLine* revocationsOf(const kernels::ConnHandle& h) {
-  return reinterpret_cast<RevokeLine*>(reinterpret_cast<char*>(h.tail) + kRevokeOffset);  // (tail opens the control part)
+OfferedKeys* offeredKeysOf(const kernels::ConnHandle& h) {
+  return reinterpret_cast<OfferedKeys*>(reinterpret_cast<char*>(h.tail) + kKeysOffset);  // (tail opens the control part)
 }
 
 FaultBox* FifoMemory::faultBox(bool bySender) const {
@@ -107,5 +107,9 @@ void* FifoAllocator::importData(const uint8_t*) {
 }
 
 void FifoAllocator::closeData(void*) {}
+
+int FifoAllocator::dmabufFd(void*, size_t, uint64_t*) { return -1; }
+
+bool FifoAllocator::ordersRemoteWrites() { return false; }
 
 }  // namespace braid::transport

@@ -5,7 +5,7 @@
 // kernels/primitives.h), the sender's announcement of the collective it is in (read by the
 // receiver's watchdog), two fault boxes (one written by each end when its rank fails), the
 // size of each step (written by the sender before tail), each end's step counter (the
-// receiver's with its offer beside it), the receiver's revocations, then kSteps Simple slots,
+// receiver's with its offer beside it), the keys the receiver offers, then kSteps Simple slots,
 // then kSteps LL slots, then kSteps LL128 slots. The slots may live apart from the rest
 // (data()): in device memory when a GPU runs the kernels, while the counters stay in host
 // memory the GPU maps, which the host's watchdog also reads.
@@ -69,6 +69,8 @@ struct Descriptor {
   IbEndpoint ib;                      ///< kIb: the receiver's queue pair and FIFO (the control socket as kSocket's)
   uint32_t dataShared;                ///< kShm: 1 when the slots are in the receiver's GPU memory (dataHandle)
   uint8_t dataHandle[80];             ///< kShm: FifoAllocator::exportData's handle of the slots (kHandleBytes)
+  uint64_t ibSlots;                   ///< kIb: where the Simple slots are (host or GPU memory), for RDMA writes
+  uint32_t ibSlotsRkey;               ///< kIb: their region's rkey
 };
 static_assert(std::is_trivially_copyable_v<Descriptor>);
 
@@ -87,19 +89,19 @@ constexpr uint32_t kFaultRaised = 1;
 /// only while an operation is running, as a peer that exits after its last call is none.
 constexpr uint32_t kFaultLost = 2;
 
-/// Registered buffers the receiver offered that it offers no longer (ncclCommDeregister), so
-/// that the sender unmaps them: count revocations so far, the last kRevokeSlots of them at
-/// keys[i % kRevokeSlots]. Written by the receiver's host (count last, release), read by the
-/// sender's.
-constexpr int kRevokeSlots = 7;
-struct RevokeLine {
+/// The keys of the registered buffers a receiver offers now (kernels/algorithms/send_recv.h,
+/// runtime/host/offered_buffers.h): a sender maps only these, and unmaps what drops out.
+/// Written by the receiver's host as a seqlock: seq odd while the words change.
+constexpr int kOfferedKeys = 30;
+struct OfferedKeys {
+  uint64_t seq;
   uint64_t count;
-  uint64_t keys[kRevokeSlots];
+  uint64_t keys[kOfferedKeys];
 };
-static_assert(sizeof(RevokeLine) == 64);
+static_assert(sizeof(OfferedKeys) == 256);
 
-/// The revocations of the connection whose handle (either end's) is h.
-RevokeLine* revocationsOf(const kernels::ConnHandle& h);
+/// The offered keys of the connection whose handle (either end's) is h.
+OfferedKeys* offeredKeysOf(const kernels::ConnHandle& h);
 
 constexpr uint32_t kImportNone = 0;
 constexpr uint32_t kImportMapped = 1;
@@ -139,6 +141,14 @@ class FifoAllocator {
   virtual void* importData(const uint8_t* handle);
   /// Unmaps what importData returned.
   virtual void closeData(void* p);
+  /// GPU Direct RDMA: a new dma-buf file descriptor (the caller closes it) for data memory
+  /// [p, p + bytes) from allocateData, page-aligned, and p's offset in it; -1 when this backend
+  /// or device cannot export one.
+  virtual int dmabufFd(void* p, size_t bytes, uint64_t* offset);
+  /// Whether the device's kernels see a NIC's writes into its memory in the order the NIC made
+  /// them, so that a receiver may read RDMA-written slots without a flush (CUDA's GPUDirect
+  /// RDMA writes ordering, "owner" or better).
+  virtual bool ordersRemoteWrites();
 };
 
 /// Bytes of a FIFO's control part (counters, signatures, fault boxes, step counters): the
@@ -153,13 +163,15 @@ class FifoMemory {
   virtual char* base() const = 0;
   /// The slots: right after the control part, unless the transport put them elsewhere.
   virtual char* data() const { return base() + fifoControlBytes(); }
+  /// The LL and LL128 slots: after the Simple ones, unless the transport put those elsewhere.
+  virtual char* lineSlots() const { return data() + uint64_t(kernels::kSteps) * sizes_.simpleStepBytes; }
   /// Bytes of host memory at base() (the whole FIFO, unless the slots are elsewhere).
   virtual uint64_t hostBytes() const { return sizes_.bytes(); }
   /// Whether the slots are the receiver's GPU memory that a sender in another process maps:
   /// then the receiver offers its registered buffers (send_recv.h).
   virtual bool slotsShared() const { return false; }
-  /// The receiver's revocations of buffers it offered.
-  RevokeLine* revocations() const;
+  /// The keys of the buffers the receiver offers now.
+  OfferedKeys* offeredKeys() const;
   const FifoSizes& sizes() const { return sizes_; }
   /// The kernel-facing handle for this end (the sender's or the receiver's step counter).
   kernels::ConnHandle handle(bool isSender) const;

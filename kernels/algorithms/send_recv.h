@@ -70,9 +70,10 @@ enum OfferWord : int {
 /// that maps none does not wait. The sender's host imports the keys it sees offered, for
 /// later operations (the receiver's pid is in the line too, written by its host).
 ///
-/// Receiver, one thread: posts the offer. The tag is cleared first, so that a host reading the
-/// line (a seqlock) never takes half of one offer for a whole one.
-BRAID_INLINE void postOffer(PeerOp& op) {
+/// Receiver, one thread: posts the offer (the caller then sets op.offered: on the GPU only once
+/// every thread of the block has read it). The tag is cleared first, so that a host reading
+/// the line (a seqlock) never takes half of one offer for a whole one.
+BRAID_INLINE void postOffer(const PeerOp& op) {
   uint64_t* line = op.conn.offer;
   storeRelaxed(line + kOfferTag, uint64_t{0});
   fenceFull();
@@ -82,7 +83,6 @@ BRAID_INLINE void postOffer(PeerOp& op) {
   storeRelaxed(line + kOfferSpan, op.offerSpan);
   storeRelaxed(line + kOfferToken, op.offerToken);
   storeRelease(line + kOfferTag, op.step + 1);
-  op.offered = true;
 }
 /// Direct sender: the receiver's buffer once it has posted it for this step, else null; *bytes:
 /// what to copy there (the smaller of the two sizes).
@@ -146,6 +146,7 @@ BRAID_INLINE bool tryPeerStep(PeerOp& op) {
   if (op.done >= op.bytes) return false;
   if ((op.direct || op.offers) && !op.isSend && !op.offered) {
     postOffer(op);
+    op.offered = true;
     return true;
   }
   if (op.direct) {

@@ -47,6 +47,9 @@ const std::vector<KnobSpec>& knobTable() {
        "write the log to this file instead of stdout; %h is the host name, %p the process id", true},
       {"NCCL_DEBUG_SUBSYS", KnobType::String, "INIT,BOOTSTRAP,ENV",
        "comma list of log subsystems (INIT, COLL, P2P, ..., ALL); a leading ^ logs all but these", true},
+      {"NCCL_DMABUF_ENABLE", KnobType::Integer, "1",
+       "1: the verbs transport reaches GPU memory through dma-buf (GPU Direct RDMA) where the GPU, the driver, "
+       "libibverbs and NCCL_NET_GDR_LEVEL allow; 0: it stages through host memory", true},
       {"NCCL_GRAPH_DUMP_FILE", KnobType::String, "",
        "write the ring and tree channels found to this file (NCCL's graph XML)", true},
       {"NCCL_GRAPH_DUMP_FILE_RANK", KnobType::Integer, "0",
@@ -135,7 +138,6 @@ const std::vector<const char*>& unhonouredNcclVariables() {
       "NCCL_CUMEM_HOST_ENABLE",
       "NCCL_DEBUG_TIMESTAMP_FORMAT",
       "NCCL_DEBUG_TIMESTAMP_LEVELS",
-      "NCCL_DMABUF_ENABLE",
       "NCCL_ENV_PLUGIN",
       "NCCL_GDRCOPY_ENABLE",
       "NCCL_GDRCOPY_FIFO_ENABLE",

@@ -8,7 +8,8 @@
  *
  * And it carries RDMA between processes of this machine (or threads of one), for the verbs
  * transport's tests: protection domains, memory regions (rkeys checked against the region's
- * bounds and access flags), completion queues and RC queue pairs with the RESET -> INIT -> RTR
+ * bounds and access flags; dma-buf regions reached through the double's own mapping of the file,
+ * as GPU memory would be), completion queues and RC queue pairs with the RESET -> INIT -> RTR
  * -> RTS state machine. Each QP owns an inbound ring in a POSIX shared-memory segment named by
  * its QP number (numbers are unique on the machine: the segment is created exclusively). A
  * peer's QP opens that ring when it moves to RTR with dest_qp_num, and ibv_post_send copies
@@ -172,10 +173,13 @@ int ibv_dealloc_pd(struct ibv_pd* pd) {
 struct fake_mr {
   struct ibv_mr mr;
   int access;
+  char* view;        /* where this process reaches the region's bytes: addr, or a dma-buf's own mapping */
+  size_t view_bytes; /* a dma-buf mapping's length (unmapped at deregistration), else 0 */
   struct fake_mr* next;
 };
 static struct fake_mr* mrs;
 static uint32_t next_key = 0x1200;
+static int dmabuf_regions;
 
 struct ibv_mr* ibv_reg_mr(struct ibv_pd* pd, void* addr, size_t length, int access) {
   if (!pd || (!addr && length)) {
@@ -191,10 +195,52 @@ struct ibv_mr* ibv_reg_mr(struct ibv_pd* pd, void* addr, size_t length, int acce
   m->mr.length = length;
   m->mr.lkey = m->mr.rkey = next_key++;
   m->access = access;
+  m->view = addr;
   m->next = mrs;
   mrs = m;
   pthread_mutex_unlock(&lock);
   return &m->mr;
+}
+
+/* A region of dma-buf `fd` from `offset`, addressed by work requests (and the peer's writes) as
+ * `iova`: the double maps the file itself and moves the region's bytes through that mapping
+ * only, as a NIC reaches GPU memory through the dma-buf and never through the process's
+ * address of it. */
+struct ibv_mr* ibv_reg_dmabuf_mr(struct ibv_pd* pd, uint64_t offset, size_t length, uint64_t iova, int fd, int access) {
+  const long page = sysconf(_SC_PAGESIZE);
+  if (!pd || fd < 0 || length == 0 || offset % (uint64_t)page != 0) {
+    errno = EINVAL;
+    return NULL;
+  }
+  void* view = mmap(NULL, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)offset);
+  if (view == MAP_FAILED) return NULL;
+  struct fake_mr* m = calloc(1, sizeof *m);
+  if (!m) {
+    munmap(view, length);
+    return NULL;
+  }
+  pthread_mutex_lock(&lock);
+  m->mr.context = pd->context;
+  m->mr.pd = pd;
+  m->mr.addr = (void*)(uintptr_t)iova;
+  m->mr.length = length;
+  m->mr.lkey = m->mr.rkey = next_key++;
+  m->access = access;
+  m->view = view;
+  m->view_bytes = length;
+  m->next = mrs;
+  mrs = m;
+  ++dmabuf_regions;
+  pthread_mutex_unlock(&lock);
+  return &m->mr;
+}
+
+/* Dma-buf regions registered and not yet deregistered in this process (tests). */
+int fake_verbs_dmabuf_regions(void) {
+  pthread_mutex_lock(&lock);
+  const int n = dmabuf_regions;
+  pthread_mutex_unlock(&lock);
+  return n;
 }
 
 int ibv_dereg_mr(struct ibv_mr* mr) {
@@ -203,12 +249,21 @@ int ibv_dereg_mr(struct ibv_mr* mr) {
     if (&(*p)->mr == mr) {
       struct fake_mr* m = *p;
       *p = m->next;
+      if (m->view_bytes > 0) {
+        munmap(m->view, m->view_bytes);
+        --dmabuf_regions;
+      }
       free(m);
       break;
     }
   }
   pthread_mutex_unlock(&lock);
   return 0;
+}
+
+/* Where this process reaches the bytes of region m at address addr (inside it). */
+static char* through(const struct fake_mr* m, uint64_t addr) {
+  return m->view + (addr - (uint64_t)(uintptr_t)m->mr.addr);
 }
 
 /* The region `key` names, when [addr, addr + len) lies inside it and it allows `access`. */
@@ -540,7 +595,7 @@ static void drain_ring(struct fake_qp* q) {
       __atomic_store_n(&r->head, tail, __ATOMIC_RELEASE); /* the rest is dropped */
       return;
     }
-    if (m.len > 0) ring_copy_out(r, head + sizeof m, (void*)(uintptr_t)m.raddr, m.len);
+    if (m.len > 0) ring_copy_out(r, head + sizeof m, through(mr, m.raddr), m.len);
     __atomic_store_n(&r->head, head + sizeof m + padded(m.len), __ATOMIC_RELEASE);
     if (imm) {
       struct ibv_wc wc;
@@ -592,8 +647,10 @@ static int fake_post_send(struct ibv_qp* qp, struct ibv_send_wr* wr, struct ibv_
     int ok = 1;
     for (int i = 0; i < wr->num_sge; ++i) {
       const struct ibv_sge* s = &wr->sg_list[i];
-      if (!(wr->send_flags & IBV_SEND_INLINE) && !find_mr(s->lkey, s->addr, s->length, 0)) ok = 0;
-      memcpy(p->data + at, (const void*)(uintptr_t)s->addr, s->length);
+      const struct fake_mr* from = (wr->send_flags & IBV_SEND_INLINE) ? NULL : find_mr(s->lkey, s->addr, s->length, 0);
+      if (!(wr->send_flags & IBV_SEND_INLINE) && !from) ok = 0;
+      if (from || (wr->send_flags & IBV_SEND_INLINE))
+        memcpy(p->data + at, from ? through(from, s->addr) : (const void*)(uintptr_t)s->addr, s->length);
       at += s->length;
     }
     if (!ok) {

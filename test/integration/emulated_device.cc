@@ -89,6 +89,16 @@ class MemoryFiles {
     *size = it->second.bytes;
     return true;
   }
+  /// A new descriptor of the memory file holding [p, p + bytes) (as a GPU's dma-buf), and p's
+  /// offset in it; -1 when no allocation holds it.
+  int descriptorOf(void* p, size_t bytes, uint64_t* offset) {
+    void* base = nullptr;
+    size_t size = 0;
+    if (!find(p, bytes, &base, &size)) return -1;
+    std::lock_guard<std::mutex> lock(mutex_);
+    *offset = static_cast<uint64_t>(static_cast<char*>(p) - static_cast<char*>(base));
+    return dup(live_[base].fd);
+  }
   /// The token other processes fetch allocation `base` by (offered once).
   uint64_t share(void* base, size_t* bytes) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -154,6 +164,10 @@ class HostFifoAllocator final : public transport::FifoAllocator {
     return MemoryFiles::process().import(h.pid, h.token, h.bytes);
   }
   void closeData(void* p) override { MemoryFiles::process().release(p); }
+  int dmabufFd(void* p, size_t bytes, uint64_t* offset) override {
+    return MemoryFiles::process().descriptorOf(p, bytes, offset);
+  }
+  bool ordersRemoteWrites() override { return true; }
 
  private:
   static void* zeroed(size_t bytes) {

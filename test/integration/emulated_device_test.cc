@@ -5,6 +5,8 @@
 // kernels, streams, graphs, IPC) is the gpu suite's.
 #include <catch2/catch.hpp>
 
+#include <dlfcn.h>
+
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -15,6 +17,7 @@
 #include "comm/init.h"
 #include "harness/ranks.h"
 #include "integration/emulated_device.h"
+#include "integration/test_env.h"
 #include "plan/algo_proto.h"
 #include "runtime/host/data_path.h"
 
@@ -365,4 +368,64 @@ TEST_CASE("emulated GPU: sends to another process go straight into its registere
     EXPECT_OK(ncclCommDestroy(comm));
     if (rank == 1) test::EmulatedDevice::freeShareable(allocation);
   }, std::chrono::seconds(60)) == "");
+}
+
+namespace {
+
+/// The dma-buf regions the verbs double holds in this process (-1 without the double).
+int dmabufRegions() {
+  void* h = dlopen(test::verbsDouble().c_str(), RTLD_NOW | RTLD_NOLOAD);
+  auto* count = h != nullptr ? reinterpret_cast<int (*)()>(dlsym(h, "fake_verbs_dmabuf_regions")) : nullptr;
+  const int n = count != nullptr ? count() : -1;
+  if (h != nullptr) dlclose(h);
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("emulated GPU over IB (verbs double): Simple steps go between GPU memories by dma-buf, LL through the host",
+          "[integration][emulated][ib]") {
+  if (test::verbsDouble().empty()) {
+    WARN("skipped: built without the verbs headers, so no verbs double");
+    return;
+  }
+  Emulated emulated;
+  const std::string verbs = test::verbsDouble();
+  for (const bool dmabuf : {true, false}) {
+    ncclUniqueId id;
+    REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+    REQUIRE(test::runProcesses(2, [&, id](int rank) {
+      ncclComm_t comm = nullptr;
+      EXPECT_OK(ncclCommInitRank(&comm, 2, id, rank));
+      transport::ConnectorOptions& o = comm->dataPath().connectorOptions();
+      o.networkOnly = true;
+      o.net = "IB";
+      o.ib.library = verbs;
+      o.ib.dmabuf = dmabuf;
+      o.ib.gdrLevel = topo::PathType::Sys;  // (the double's NICs are unknown to sysfs)
+      const cudaStream_t s = streamOf(rank);
+      for (size_t count : {size_t(7), size_t(100003), size_t(1) << 20}) {  // LL, then Simple
+        std::vector<float> in(count), out(count, -1), got(count, -1);
+        for (size_t i = 0; i < count; ++i) in[i] = input(rank, i);
+        EXPECT_OK(ncclAllReduce(in.data(), out.data(), count, ncclFloat, ncclSum, comm, s));
+        EXPECT_OK(ncclGroupStart());
+        EXPECT_OK(ncclSend(in.data(), count, ncclFloat, 1 - rank, comm, s));
+        EXPECT_OK(ncclRecv(got.data(), count, ncclFloat, 1 - rank, comm, s));
+        EXPECT_OK(ncclGroupEnd());
+        sync(comm);
+        long wrong = 0, wrongRecv = 0;
+        for (size_t i = 0; i < count; ++i) {
+          wrong += out[i] != input(0, i) + input(1, i);
+          wrongRecv += got[i] != input(1 - rank, i);
+        }
+        expect(wrong == 0 && wrongRecv == 0, "count " + std::to_string(count) + ": AllReduce " + std::to_string(wrong) +
+                                                 " wrong, receive " + std::to_string(wrongRecv) + " wrong");
+      }
+      // Every end (each ring channel's two, the send/recv pair's two) keeps its Simple slots in GPU memory.
+      const int regions = dmabufRegions();
+      expect(dmabuf ? regions >= 4 && regions % 2 == 0 : regions == 0, "dma-buf regions: " + std::to_string(regions));
+      EXPECT_OK(ncclCommDestroy(comm));
+      expect(dmabufRegions() == 0, "dma-buf regions after destroy: " + std::to_string(dmabufRegions()));
+    }, std::chrono::seconds(60)) == "");
+  }
 }

@@ -181,6 +181,8 @@ class EndPump : public proxy::Pump {
   /// The FIFO memory of this end; the transport's extra bytes follow at extra().
   char* base() const { return memory_.get(); }
   char* extra() const { return memory_.get() + extraOffset_; }
+  /// The Simple slots when the transport keeps them apart (GPU Direct RDMA), else null.
+  char* slots() const { return slots_; }
 
   void pollSet(std::vector<pollfd>* fds) override;
   void bindHandle(const kernels::ConnHandle& h) { conn_ = h; }
@@ -249,6 +251,7 @@ class EndPump : public proxy::Pump {
   bool write(int k, bool* moved);
 
   LocalMemory memory_;
+  char* slots_ = nullptr;  // see slots()
   uint64_t extraOffset_;
   FifoSizes sizes_;
   bool isSend_;
@@ -289,6 +292,11 @@ class NetFifo final : public FifoMemory {
   NetFifo(const FifoSizes& sizes, std::unique_ptr<EndPump> pump, bool isSend, const uint32_t* abortFlag);
   ~NetFifo() override;
   char* base() const override { return pump_->base(); }
+  char* data() const override { return pump_->slots() != nullptr ? pump_->slots() : FifoMemory::data(); }
+  /// (where the host memory keeps them, whether or not the Simple slots moved)
+  char* lineSlots() const override {
+    return base() + fifoControlBytes() + uint64_t(kernels::kSteps) * sizes_.simpleStepBytes;
+  }
 
  private:
   std::unique_ptr<EndPump> pump_;

@@ -205,6 +205,22 @@ class FifoAllocator final : public transport::FifoAllocator {
     BRAID_CUDA_CHECK(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess));
     return p;
   }
+  int dmabufFd(void* p, size_t bytes, uint64_t* offset) override {
+    DeviceGuard guard(device_);
+    std::string why;
+    const int fd = cuda::dmabufFd(device_, p, bytes, &why);
+    if (fd < 0) BRAID_INFO(log::kInit | log::kNet, "CUDA device %d: no GPU Direct RDMA (%s)", device_, why.c_str());
+    *offset = 0;  // (the descriptor covers [p, p + bytes) exactly)
+    return fd;
+  }
+  bool ordersRemoteWrites() override {
+    int ordering = 0;
+    if (cudaDeviceGetAttribute(&ordering, cudaDevAttrGPUDirectRDMAWritesOrdering, device_) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return ordering >= cudaGPUDirectRDMAWritesOrderingOwner;
+  }
   void closeData(void* p) override {
     quietlyOn(device_, [p] {
       if (cumemOwns(p)) {
@@ -567,6 +583,7 @@ class CudaDevice final : public Device {
   }
 
   bool exportBuffer(const void* p, uint64_t bytes, BufferExport* out) override {
+    DeviceGuard guard(ordinal_);
     void* base = nullptr;
     size_t size = 0;
     if (!cumemFind(p, bytes, &base, &size)) return false;  // (cudaMalloc, pools: not shareable this way)

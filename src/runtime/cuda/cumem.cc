@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "core/fd_exchange.h"
@@ -47,6 +48,7 @@ struct Driver {
   BRAID_CUMEM_FUNCTIONS(BRAID_FIELD)
 #undef BRAID_FIELD
   decltype(&cuGetErrorName) errorName = nullptr;
+  decltype(&cuMemGetHandleForAddressRange) rangeHandle = nullptr;  ///< dma-buf export (CUDA 11.7 and later)
   bool complete = true;  ///< every function of BRAID_CUMEM_FUNCTIONS was found
 
   static const Driver& get() {
@@ -58,6 +60,7 @@ struct Driver {
       BRAID_CUMEM_FUNCTIONS(BRAID_LOAD)
 #undef BRAID_LOAD
       d.errorName = driverFunction<decltype(&cuGetErrorName)>("cuGetErrorName");
+      d.rangeHandle = driverFunction<decltype(&cuMemGetHandleForAddressRange)>("cuMemGetHandleForAddressRange");
       return d;
     }();
     return driver;
@@ -94,6 +97,11 @@ CUmemAllocationProp propertiesFor(int device) {
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = device;
   prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  int rdma = 0;  // (a NIC may then read and write it: GPU Direct RDMA, transport/net/ib)
+  if (Driver::get().attribute(&rdma, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED, device) == CUDA_SUCCESS &&
+      rdma) {
+    prop.allocFlags.gpuDirectRDMACapable = 1;
+  }
   return prop;
 }
 
@@ -250,6 +258,27 @@ void* cumemImport(int device, int fd, size_t bytes) {
   std::lock_guard<std::mutex> lock(mappings().mutex);
   mappings().live[p].imported = true;
   return p;
+}
+
+int dmabufFd(int device, void* p, size_t bytes, std::string* why) {
+  const Driver& d = Driver::get();
+  int supported = 0;
+  if (d.rangeHandle == nullptr || d.attribute == nullptr) {
+    *why = "the driver lacks cuMemGetHandleForAddressRange";
+  } else if (d.attribute(&supported, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, device) != CUDA_SUCCESS || !supported) {
+    *why = "CUDA device " + std::to_string(device) + " cannot export its memory as dma-buf";
+  } else if (reinterpret_cast<uintptr_t>(p) % 4096 != 0 || bytes % 4096 != 0) {
+    *why = "the memory is not page-aligned";
+  } else {
+    int fd = -1;
+    const CUresult r = d.rangeHandle(&fd, static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p)), bytes,
+                                     CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+    if (r == CUDA_SUCCESS) return fd;
+    const char* name = "unknown error";
+    if (d.errorName != nullptr) d.errorName(r, &name);
+    *why = std::string("cuMemGetHandleForAddressRange failed: ") + name;
+  }
+  return -1;
 }
 
 bool cumemFind(const void* p, size_t bytes, void** base, size_t* size) {

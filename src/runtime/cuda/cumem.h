@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace braid::runtime::cuda {
 
@@ -32,6 +33,11 @@ bool cumemFind(const void* p, size_t bytes, void** base, size_t* size);
 /// The token (core/fd_exchange.h) under which other processes fetch the allocation at `base`
 /// (cumemAllocate's): offered at the first call, withdrawn by cumemFree.
 uint64_t cumemShare(void* base);
+
+/// A new dma-buf file descriptor for `bytes` of `device`'s memory at p (page-aligned: cuMem
+/// or cudaMalloc memory), for a NIC to reach it (GPU Direct RDMA); -1 with the reason in `why`
+/// when the driver or device cannot.
+int dmabufFd(int device, void* p, size_t bytes, std::string* why);
 
 /// Whether the calling thread has a current CUDA context (true when the driver cannot say).
 /// A thread without one reports device 0 as current, and setting device 0 "back" would make

@@ -40,12 +40,13 @@ std::vector<transport::PeerPlace> placesOf(const std::vector<PeerInfo>& peers, i
   return places;
 }
 transport::ConnectorOptions optionsFor(const DataPathSettings& s, const std::string& commTag, uint64_t commHash,
-                                       const uint32_t* abortFlag, runtime::Device* device) {
+                                       const uint32_t* abortFlag, runtime::Device* device, int64_t busId) {
   transport::ConnectorOptions o = s.connector;
   o.commHash = commHash;
   o.commTag = commTag;
   o.abortFlag = abortFlag;
   o.allocator = device != nullptr ? device->fifoAllocator() : nullptr;
+  o.ib.gpuBusId = busId;
   return o;
 }
 /// An NCCL_IB_* integer within [low, high]; out of range: a warning and `fallback`.
@@ -65,6 +66,8 @@ transport::ib::Settings ibSettingsFromParams(params::Store& p) {
   ib.serviceLevel = ibKnob(p, "NCCL_IB_SL", -1, 15, -1);
   ib.ackTimeout = ibKnob(p, "NCCL_IB_TIMEOUT", 1, 31, 20);
   ib.retryCount = ibKnob(p, "NCCL_IB_RETRY_CNT", 0, 7, 7);
+  ib.dmabuf = p.integer("NCCL_DMABUF_ENABLE") != 0;
+  ib.gdrLevel = topo::levelFromParams("NCCL_NET_GDR_LEVEL", topo::PathType::Pxb);
   return ib;
 }
 
@@ -146,7 +149,7 @@ DataPath::DataPath(bootstrap::Bootstrap& channel, int rank, const std::vector<Pe
       nRanks_(static_cast<int>(peers.size())),
       settings_(settings),
       abort_(abortWord),
-      connector_(channel, rank, placesOf(peers, rank, device_.get()), optionsFor(settings, commTag, commHash, abortWord, device_.get())),
+      connector_(channel, rank, placesOf(peers, rank, device_.get()), optionsFor(settings, commTag, commHash, abortWord, device_.get(), peers[rank].busId)),
       statuses_(device_ != nullptr ? device_->statuses() : hostStatuses_.data()),
       executor_(settings.threadsPerChannel) {
   for (const PeerInfo& p : peers) deviceOf_.push_back(p.cudaDevice);
@@ -525,6 +528,7 @@ void DataPath::enqueuePeers(const std::map<std::pair<int, bool>, std::deque<kern
   std::vector<kernels::MappedBuffer> mapped;  // the offering sends' mapped buffers, a run per connection
   std::vector<size_t> mappedFrom;             // by flat's index: where its run starts
   bool captured = false, capturedKnown = false;
+  offered_->refresh();
   for (const auto& [key, q] : queues) {
     starts.push_back(static_cast<int>(flat.size()));
     size_t from = 0;
@@ -532,8 +536,9 @@ void DataPath::enqueuePeers(const std::map<std::pair<int, bool>, std::deque<kern
     bool prepared = false;
     for (kernels::PeerOp op : q) {  // (done 0, not started: the kernel reads the step)
       if (op.offers && !op.isSend) {
-        const bool registered = settings_.peerDirect && registrations_ != nullptr && registrations_->covers(op.buffer, op.bytes);
-        offered_->prepareReceive(op, registered);
+        offered_->prepareReceive(op, [&] {
+          return settings_.peerDirect && registrations_ != nullptr && registrations_->covers(op.buffer, op.bytes);
+        });
       } else if (op.offers && !prepared) {  // (a launch captured into a graph maps nothing: it may outlive a mapping)
         if (!capturedKnown) captured = device_->captureId(stream) != 0, capturedKnown = true;
         from = mapped.size();
@@ -555,12 +560,7 @@ void DataPath::enqueuePeers(const std::map<std::pair<int, bool>, std::deque<kern
 
 void DataPath::registrationEnded(const void* buffer, size_t bytes) {
   if (offered_ == nullptr || registrations_ == nullptr) return;
-  std::vector<transport::RevokeLine*> lines;  // every connection whose receiver may have offered it
-  connector_.forEachEnd([&](const transport::Connector::End& end) {
-    if (!end.isSend && end.memory->slotsShared()) lines.push_back(end.memory->revocations());
-  });
-  offered_->registrationEnded(buffer, bytes, [this](const void* p, size_t n) { return registrations_->overlaps(p, n); },
-                              lines);
+  offered_->registrationEnded(buffer, bytes, [this](const void* p, size_t n) { return registrations_->overlaps(p, n); });
 }
 
 void DataPath::runAllToAllDirect(const plan::Task& task) {

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "core/log.h"
 #include "core/status.h"
 
@@ -13,74 +15,133 @@ using kernels::kOfferSpan;
 using kernels::kOfferTag;
 using kernels::kOfferToken;
 
+namespace {
+
+/// The keys a receiver publishes on `line`; false when it was being rewritten (look again later).
+bool readKeys(transport::OfferedKeys* line, std::vector<uint64_t>* keys) {
+  const uint64_t seq = kernels::loadAcquire(&line->seq);
+  if (seq & 1) return false;
+  const uint64_t count = kernels::loadRelaxed(&line->count);
+  if (count > static_cast<uint64_t>(transport::kOfferedKeys)) return false;
+  keys->clear();
+  for (uint64_t i = 0; i < count; ++i) keys->push_back(kernels::loadRelaxed(&line->keys[i]));
+  kernels::fenceFull();
+  return kernels::loadRelaxed(&line->seq) == seq;
+}
+
+bool holds(const std::vector<uint64_t>& keys, uint64_t key) {
+  return std::find(keys.begin(), keys.end(), key) != keys.end();
+}
+
+}  // namespace
+
 OfferedBuffers::~OfferedBuffers() {
   for (auto& [line, s] : sending_)
     for (const Mapping& m : s.live) device_.closeBuffer(m.base);
   for (const Retired& r : retired_) device_.closeBuffer(r.base);
 }
 
-void OfferedBuffers::prepareReceive(kernels::PeerOp& op, bool registered) {
+void OfferedBuffers::prepareReceive(kernels::PeerOp& op, const std::function<bool()>& registered) {
   kernels::storeRelaxed(op.conn.offer + kOfferPid, static_cast<uint64_t>(getpid()));
   op.offerKey = 0;
-  if (!registered || op.bytes == 0) return;
-  Device::BufferExport where{};
-  try {
-    if (!device_.exportBuffer(op.buffer, op.bytes, &where)) return;
-  } catch (const Error& e) {
-    BRAID_INFO(log::kP2p, "rank %d: the registered buffer %p cannot be shared with other processes (%s); senders there "
-               "go through the FIFO", rank_, static_cast<void*>(op.buffer), e.what());
-    return;
-  }
   std::lock_guard<std::mutex> lock(mutex_);
-  const char* base = where.base;
-  auto it = exported_.find(base);
-  if (it == exported_.end() || it->second.where.token != where.token) {  // (new, or the same address allocated again)
-    it = exported_.insert_or_assign(base, Exported{++nextKey_, where}).first;
+  bool changed = lines_.insert(transport::offeredKeysOf(op.conn)).second;  // (a new line gets the keys)
+  Device::BufferExport where{};
+  bool exported = false;
+  if (op.bytes > 0 && registered()) {
+    try {
+      exported = device_.exportBuffer(op.buffer, op.bytes, &where);
+    } catch (const Error& e) {
+      BRAID_INFO(log::kP2p, "rank %d: the registered buffer %p cannot be shared with other processes (%s); senders "
+                 "there go through the FIFO", rank_, static_cast<void*>(op.buffer), e.what());
+    }
   }
-  op.offerKey = it->second.key;
-  op.offerToken = where.token;
-  op.offerOffset = static_cast<uint64_t>(op.buffer - base);
-  op.offerSpan = where.bytes;
+  if (exported) {
+    auto it = exported_.find(where.base);
+    if (it != exported_.end() && it->second.where.token != where.token) {  // the address allocated again
+      exported_.erase(it);
+      it = exported_.end();
+      changed = true;
+    }
+    if (it == exported_.end() && exported_.size() < static_cast<size_t>(transport::kOfferedKeys)) {
+      it = exported_.emplace(where.base, Exported{++nextKey_, where}).first;
+      changed = true;
+    }
+    if (it != exported_.end()) {  // (beyond kOfferedKeys allocations: not offered)
+      op.offerKey = it->second.key;
+      op.offerToken = where.token;
+      op.offerOffset = static_cast<uint64_t>(op.buffer - where.base);
+      op.offerSpan = where.bytes;
+    }
+  }
+  if (changed) publish();
+}
+
+void OfferedBuffers::publish() {
+  for (transport::OfferedKeys* line : lines_) {
+    const uint64_t seq = kernels::loadRelaxed(&line->seq);
+    kernels::storeRelaxed(&line->seq, seq + 1);  // odd: being rewritten
+    kernels::fenceFull();
+    uint64_t n = 0;
+    for (const auto& [base, e] : exported_) kernels::storeRelaxed(&line->keys[n++], e.key);
+    kernels::storeRelaxed(&line->count, n);
+    kernels::storeRelease(&line->seq, seq + 2);
+  }
+}
+
+void OfferedBuffers::registrationEnded(const void* buffer, size_t bytes,
+                                       const std::function<bool(const void*, size_t)>& overlapping) {
+  const char* from = static_cast<const char*>(buffer);
+  std::lock_guard<std::mutex> lock(mutex_);
+  bool changed = false;
+  for (auto it = exported_.begin(); it != exported_.end();) {
+    const Device::BufferExport& w = it->second.where;
+    const bool touches = bytes > 0 && from < w.base + w.bytes && w.base < from + bytes;
+    if (!touches || overlapping(w.base, w.bytes)) {
+      ++it;
+      continue;
+    }
+    it = exported_.erase(it);
+    changed = true;
+  }
+  if (changed) publish();
+}
+
+void OfferedBuffers::refresh() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  sweep();
+  std::vector<uint64_t> offered;
+  for (auto& [line, s] : sending_)
+    if (!s.live.empty() && readKeys(s.keys, &offered)) retireWithdrawn(s, offered);
 }
 
 uint32_t OfferedBuffers::prepareSend(const kernels::ConnHandle& conn, bool captured,
                                      std::vector<kernels::MappedBuffer>* table) {
   std::lock_guard<std::mutex> lock(mutex_);
-  sweep();
   Sending& s = sending_[conn.offer];
-  applyRevocations(conn, s);
-  importOffered(conn, s);
+  s.keys = transport::offeredKeysOf(conn);
+  std::vector<uint64_t> offered;
+  if (readKeys(s.keys, &offered)) {  // (being rewritten: nothing changes until the next launch)
+    retireWithdrawn(s, offered);
+    importOffered(conn, s, offered);
+  }
   if (captured) return 0;
   for (const Mapping& m : s.live) table->push_back(kernels::MappedBuffer{m.key, m.base, m.bytes, 0});
   return static_cast<uint32_t>(s.live.size());
 }
 
-void OfferedBuffers::applyRevocations(const kernels::ConnHandle& conn, Sending& s) {
-  transport::RevokeLine* line = transport::revocationsOf(conn);
-  const uint64_t count = kernels::loadAcquire(&line->count);
-  if (count == s.revocationsSeen) return;
-  std::vector<uint64_t> keys;
-  for (uint64_t i = s.revocationsSeen; i < count && count - s.revocationsSeen < transport::kRevokeSlots; ++i)
-    keys.push_back(kernels::loadRelaxed(&line->keys[i % transport::kRevokeSlots]));
-  kernels::fenceFull();
-  // Too many since the last look (or the receiver wrote more while these were read): which
-  // keys went is unknown, so every mapping goes.
-  const bool all = kernels::loadRelaxed(&line->count) - s.revocationsSeen >= transport::kRevokeSlots;
-  s.revocationsSeen = count;
-  for (uint64_t key : keys) s.refused.insert(key);
+void OfferedBuffers::retireWithdrawn(Sending& s, const std::vector<uint64_t>& offered) {
   for (size_t i = 0; i < s.live.size();) {
-    const Mapping& m = s.live[i];
-    if (!all && s.refused.count(m.key) == 0) {
+    if (holds(offered, s.live[i].key)) {
       ++i;
       continue;
     }
-    s.refused.insert(m.key);
-    retired_.push_back(Retired{m.base, device_.launchMark()});
+    retired_.push_back(Retired{s.live[i].base, device_.launchMark()});
     s.live.erase(s.live.begin() + static_cast<long>(i));
   }
 }
 
-void OfferedBuffers::importOffered(const kernels::ConnHandle& conn, Sending& s) {
+void OfferedBuffers::importOffered(const kernels::ConnHandle& conn, Sending& s, const std::vector<uint64_t>& offered) {
   uint64_t* line = conn.offer;
   const uint64_t tag = kernels::loadAcquire(line + kOfferTag);
   if (tag == 0) return;
@@ -90,7 +151,7 @@ void OfferedBuffers::importOffered(const kernels::ConnHandle& conn, Sending& s) 
   const uint64_t pid = kernels::loadRelaxed(line + kOfferPid);
   kernels::fenceFull();
   if (kernels::loadRelaxed(line + kOfferTag) != tag) return;  // rewritten meanwhile: the next launch looks again
-  if (key == 0 || s.refused.count(key) != 0 || s.live.size() >= kMaxMapped) return;
+  if (key == 0 || !holds(offered, key) || s.refused.count(key) != 0 || s.live.size() >= kMaxMapped) return;
   for (const Mapping& m : s.live)
     if (m.key == key) return;
   try {
@@ -114,27 +175,6 @@ void OfferedBuffers::sweep() {
     }
     device_.closeBuffer(retired_[i].base);
     retired_.erase(retired_.begin() + static_cast<long>(i));
-  }
-}
-
-void OfferedBuffers::registrationEnded(const void* buffer, size_t bytes,
-                                       const std::function<bool(const void*, size_t)>& overlapping,
-                                       const std::vector<transport::RevokeLine*>& lines) {
-  const char* from = static_cast<const char*>(buffer);
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (auto it = exported_.begin(); it != exported_.end();) {
-    const Device::BufferExport& w = it->second.where;
-    const bool touches = bytes > 0 && from < w.base + w.bytes && w.base < from + bytes;
-    if (!touches || overlapping(w.base, w.bytes)) {
-      ++it;
-      continue;
-    }
-    for (transport::RevokeLine* line : lines) {
-      const uint64_t count = kernels::loadRelaxed(&line->count);
-      kernels::storeRelaxed(&line->keys[count % transport::kRevokeSlots], it->second.key);
-      kernels::storeRelease(&line->count, count + 1);
-    }
-    it = exported_.erase(it);
   }
 }
 

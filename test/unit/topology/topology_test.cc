@@ -5,11 +5,14 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <set>
 #include <string>
 
 #include "core/interfaces.h"
 #include "core/status.h"
+#include "topology/pci_path.h"
 #include "topology/topology.h"
 #include "../core/test_env.h"
 
@@ -504,4 +507,43 @@ TEST_CASE("hwloc and sysfs agree on this machine's NUMA nodes", "[topology][dete
     CHECK(bits(sa.children[i].attrOr("affinity", "")) == bits(sb.children[i].attrOr("affinity", "")));
     CHECK_FALSE(bits(sa.children[i].attrOr("affinity", "")).empty());
   }
+}
+
+TEST_CASE("PCI paths from sysfs: one switch is PIX, more bridges PXB, one root complex PHB, NUMA nodes SYS",
+          "[topology]") {
+  namespace fs = std::filesystem;
+  braid::test::TempDir dir;
+  const std::string root = dir.path();
+  const std::string pci = root + "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0";  // root port, switch up
+  // A device dir under `at`, named by its bus id, linked from /sys/bus/pci/devices, on NUMA node `numa`.
+  auto device = [&](const std::string& at, const std::string& busId, int numa) {
+    fs::create_directories(at + "/" + busId);
+    std::ofstream(at + "/" + busId + "/numa_node") << numa << "\n";
+    fs::create_directories(root + "/sys/bus/pci/devices");
+    fs::create_directory_symlink(at + "/" + busId, root + "/sys/bus/pci/devices/" + busId);
+  };
+  auto nic = [&](const std::string& name, const std::string& busId) {
+    fs::create_directories(root + "/sys/class/infiniband/" + name);
+    fs::create_directory_symlink(fs::canonical(root + "/sys/bus/pci/devices/" + busId),
+                                 root + "/sys/class/infiniband/" + name + "/device");
+  };
+  device(pci + "/0000:02:00.0", "0000:03:00.0", 0);                              // the GPU: switch down port A
+  device(pci + "/0000:02:01.0", "0000:04:00.0", 0);                              // switch down port B
+  device(pci + "/0000:02:02.0/0000:05:00.0/0000:06:00.0", "0000:07:00.0", 0);   // a second switch below
+  device(root + "/sys/devices/pci0000:00/0000:00:02.0", "0000:08:00.0", 0);     // another root port
+  device(root + "/sys/devices/pci0000:40/0000:40:01.0", "0000:41:00.0", 0);     // another root complex, node 0
+  device(root + "/sys/devices/pci0000:80/0000:80:01.0", "0000:81:00.0", 1);     // node 1
+  nic("mlx5_0", "0000:04:00.0");
+  const auto gpu = pciChain(busIdText((0x03 << 8) | (0 << 3)), root);
+  REQUIRE(gpu == std::vector<std::string>{"pci0000:00", "0000:00:01.0", "0000:01:00.0", "0000:02:00.0", "0000:03:00.0"});
+  CHECK(pciPathBetween(gpu, ibDeviceChain("mlx5_0", root), root) == PathType::Pix);
+  CHECK(pciPathBetween(gpu, pciChain("0000:07:00.0", root), root) == PathType::Pxb);
+  CHECK(pciPathBetween(gpu, pciChain("0000:08:00.0", root), root) == PathType::Phb);
+  CHECK(pciPathBetween(gpu, pciChain("0000:41:00.0", root), root) == PathType::Phb);
+  CHECK(pciPathBetween(gpu, pciChain("0000:81:00.0", root), root) == PathType::Sys);
+  // Unknown to sysfs: no path.
+  CHECK(pciPathBetween(gpu, ibDeviceChain("mlx5_9", root), root) == PathType::Dis);
+  CHECK(pciPathBetween(pciChain(busIdText(-1), root), gpu, root) == PathType::Dis);
+  CHECK(busIdText((int64_t(1) << 16) | (0x17 << 8) | (2 << 3) | 1) == "0001:17:02.1");
+  fs::remove_all(root + "/sys");
 }

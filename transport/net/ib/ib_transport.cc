@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "core/log.h"
+#include "topology/pci_path.h"
 #include "transport/net/ib/verbs.h"
 #include "transport/net/net_end.h"
 
@@ -81,6 +82,34 @@ Choice choose(const Settings& s, int roce) {
        roce == 1 ? "RoCE" : "InfiniBand", s.hca.empty() ? "" : " (NCCL_IB_HCA=", s.hca.empty() ? "" : (s.hca + ")").c_str());
 }
 
+/// Whether an end on `port` keeps its Simple slots in GPU memory (GPU Direct RDMA by dma-buf);
+/// when not, `why` says why (empty for the host backend, which has no GPU).
+bool gdrWanted(const Settings& s, const Verbs& v, const Port& port, bool receiving, std::string* why) {
+  why->clear();
+  if (s.allocator == nullptr) return false;
+  if (!s.dmabuf) {
+    *why = "NCCL_DMABUF_ENABLE=0";
+    return false;
+  }
+  if (v.regDmabufMr == nullptr) {
+    *why = v.library + " lacks ibv_reg_dmabuf_mr";
+    return false;
+  }
+  const topo::PathType path = topo::pciPathBetween(topo::pciChain(topo::busIdText(s.gpuBusId), s.sysRoot),
+                                                   topo::ibDeviceChain(port.device, s.sysRoot), s.sysRoot);
+  const bool unknown = path == topo::PathType::Dis;
+  if (unknown ? s.gdrLevel < topo::PathType::Sys : path > s.gdrLevel) {
+    *why = std::string("the GPU-NIC path is ") + (unknown ? "unknown to sysfs" : topo::pathTypeName(path)) +
+           ", beyond NCCL_NET_GDR_LEVEL=" + topo::pathTypeName(s.gdrLevel);
+    return false;
+  }
+  if (receiving && !s.allocator->ordersRemoteWrites()) {
+    *why = "the GPU does not order the NIC's writes, so received data would need a flush";
+    return false;
+  }
+  return true;
+}
+
 /// What both ends share: the device, the registered memory, the completion queue and the
 /// queue pair, and how a failed completion is reported.
 class IbEnd : public EndPump {
@@ -101,6 +130,12 @@ class IbEnd : public EndPump {
     }
   }
   ~IbEnd() override { tearDown(); }
+
+  /// Where the Simple slots are, for the peer's RDMA writes: their address and rkey.
+  uint64_t slotsAddress() const {
+    return reinterpret_cast<uint64_t>(gpuSlots_ != nullptr ? gpuSlots_ : base() + fifoControlBytes());
+  }
+  uint32_t slotsRkey() const { return gpuMr_ != nullptr ? gpuMr_->rkey : mr_->rkey; }
 
  protected:
   /// This end's queue pair, with `addr` (the memory the peer writes to) and the region's rkey.
@@ -210,6 +245,8 @@ class IbEnd : public EndPump {
   Settings settings_;
   std::string where_;  // "mlx5_0 port 1"
   ibv_mr* mr_ = nullptr;
+  ibv_mr* gpuMr_ = nullptr;    // GPU Direct RDMA: the Simple slots' region
+  char* gpuSlots_ = nullptr;   // GPU Direct RDMA: the Simple slots (the allocator's device memory)
   ibv_cq* cq_ = nullptr;
   ibv_qp* qp_ = nullptr;
   IbEndpoint local_{};
@@ -217,6 +254,7 @@ class IbEnd : public EndPump {
  private:
   void setUp() {
     mr_ = device_->registerMemory(base(), memory_.bytes(), kAccess);
+    setUpGdr();
     cq_ = v_.createCq(device_->context(), kCqEntries, nullptr, nullptr, 0);
     if (cq_ == nullptr) fail(ncclSystemError, "NET/IB: cannot create a completion queue on %s (%s)", where_.c_str(), strerror(errno));
     ibv_qp_init_attr init{};
@@ -249,13 +287,47 @@ class IbEnd : public EndPump {
     local_.rkey = mr_->rkey;
   }
 
+  /// Moves the Simple slots into GPU memory registered with the NIC, where gdrWanted says so;
+  /// where the device or the library then refuses, they stay in host memory (said at INFO).
+  void setUpGdr() {
+    std::string why;
+    const bool wanted = gdrWanted(settings_, v_, port_, !isSend_, &why);
+    const uint64_t bytes = (uint64_t(kernels::kSteps) * sizes_.simpleStepBytes + 4095) / 4096 * 4096;
+    if (wanted) {
+      gpuSlots_ = static_cast<char*>(settings_.allocator->allocateData(bytes, true));
+      uint64_t offset = 0;
+      const int fd = settings_.allocator->dmabufFd(gpuSlots_, bytes, &offset);
+      try {
+        if (fd < 0) fail(ncclSystemError, "the device cannot export its memory as dma-buf");
+        gpuMr_ = device_->registerDmabuf(fd, offset, bytes, gpuSlots_, kAccess);
+      } catch (const Error& e) {
+        why = e.what();
+      }
+      if (fd >= 0) ::close(fd);
+      if (gpuMr_ == nullptr) {
+        settings_.allocator->freeData(gpuSlots_);
+        gpuSlots_ = nullptr;
+      }
+    }
+    slots_ = gpuSlots_;
+    if (settings_.allocator != nullptr) {
+      BRAID_INFO(log::kNet, "NET/IB: rank %d %s rank %d on %s: %s%s", settings_.rank, isSend_ ? "->" : "<-", peer_,
+                 where_.c_str(), gpuSlots_ != nullptr ? "GPU Direct RDMA (dma-buf)" : "Simple steps stage in host memory: ",
+                 gpuSlots_ != nullptr ? "" : why.c_str());
+    }
+  }
+
   void tearDown() {
     if (qp_ != nullptr) v_.destroyQp(qp_);
     if (cq_ != nullptr) v_.destroyCq(cq_);
     if (mr_ != nullptr) device_->release(mr_);
+    if (gpuMr_ != nullptr) device_->release(gpuMr_);
+    if (gpuSlots_ != nullptr) settings_.allocator->freeData(gpuSlots_);
     qp_ = nullptr;
     cq_ = nullptr;
     mr_ = nullptr;
+    gpuMr_ = nullptr;
+    gpuSlots_ = nullptr;
   }
 
   void completionFailed(const ibv_wc& wc) {
@@ -276,7 +348,8 @@ class IbEnd : public EndPump {
 class SendEnd final : public IbEnd {
  public:
   SendEnd(const FifoSizes& sizes, const Settings& s, int peer, const Descriptor& d)
-      : IbEnd(sizes, true, s, peer, choose(s, d.ib.roce)), remote_(d.ib) {
+      : IbEnd(sizes, true, s, peer, choose(s, d.ib.roce)), remote_(d.ib), remoteSlots_(d.ibSlots),
+        remoteSlotsRkey_(d.ibSlotsRkey) {
     const std::string err = connectQp(remote_);
     if (!err.empty()) {
       fail(ncclSystemError, "NET/IB: rank %d cannot reach rank %d's queue pair from %s: %s", s.rank, peer,
@@ -339,23 +412,27 @@ class SendEnd final : public IbEnd {
     if (!stepHeader(step, record, &payload)) return;
     const bool staged = (record->flags & kFrameFlagged) != 0;
     const uint32_t bytes = record->bytes;
+    // Simple data from this end's slot (GPU memory with GPU Direct RDMA) into the receiver's
+    // (likewise); LL lines from host memory into the receiver's staging.
     const uint64_t remotePayload = staged ? remote_.addr + extraOffset_ + kStagingOffset + slot * stagingCapacity(sizes_)
-                                      : remote_.addr + static_cast<uint64_t>(payload - base());
+                                          : remoteSlots_ + slot * sizes_.simpleStepBytes;
     const uint64_t remoteRecord = remote_.addr + extraOffset_ + kRecordOffset + slot * sizeof(FrameHeader);
     const uint32_t imm = static_cast<uint32_t>(step);
-    ibv_sge payloadSge{reinterpret_cast<uint64_t>(payload), bytes, mr_->lkey};
+    ibv_sge payloadSge{reinterpret_cast<uint64_t>(payload), bytes, staged || gpuMr_ == nullptr ? mr_->lkey : gpuMr_->lkey};
     ibv_send_wr payloadWr{};
     payloadWr.wr_id = kPayloadWr;
     payloadWr.sg_list = &payloadSge;
     payloadWr.num_sge = 1;
     payloadWr.opcode = IBV_WR_RDMA_WRITE;
     payloadWr.wr.rdma.remote_addr = remotePayload;
-    payloadWr.wr.rdma.rkey = remote_.rkey;
+    payloadWr.wr.rdma.rkey = staged ? remote_.rkey : remoteSlotsRkey_;
     postWrite(step, record, sizeof(FrameHeader), remoteRecord, remote_.rkey, true, &imm,
               bytes > 0 ? &payloadWr : nullptr);
   }
 
   IbEndpoint remote_;
+  uint64_t remoteSlots_;      // the receiver's Simple slots
+  uint32_t remoteSlotsRkey_;
   uint64_t next_ = 0;  // the next step to post
   uint64_t head_ = 0;  // steps whose writes completed
 };
@@ -493,6 +570,8 @@ std::unique_ptr<FifoMemory> createReceiver(const FifoSizes& sizes, const Setting
   out->nonce = randomNonce();
   auto pump = std::make_unique<RecvEnd>(sizes, settings, peer, std::move(listener), out->nonce);
   out->ib = pump->endpoint();
+  out->ibSlots = pump->slotsAddress();
+  out->ibSlotsRkey = pump->slotsRkey();
   return std::make_unique<NetFifo>(sizes, std::move(pump), false, settings.abortFlag);
 }
 

@@ -20,6 +20,14 @@
 // peer: ncclRemoteError when the peer or the fabric failed (remote access, retries
 // exhausted), ncclSystemError for a local failure.
 //
+// GPU Direct RDMA: with the CUDA backend, where the GPU and the library can (dma-buf), the
+// GPU-NIC PCI path is at most NCCL_NET_GDR_LEVEL (PXB by default; a NIC sysfs does not place
+// counts as beyond every level but SYS) and NCCL_DMABUF_ENABLE is not 0, an end keeps its
+// Simple slots in GPU memory registered with the NIC (ibv_reg_dmabuf_mr): the sender's NIC reads
+// the kernel's data there and the receiver's writes it there, no host copy in between. A
+// receiver does so only where its GPU orders the NIC's writes (no flush needed); otherwise its
+// slots stay in host memory. LL and LL128 steps always stage in host memory.
+//
 // Ports: the active ones NCCL_IB_HCA allows; connection n of a rank uses port n mod count
 // (ring channel c, or the peer's rank for send/recv), the sender a port of the receiver's
 // link layer. NCCL_IB_GID_INDEX, NCCL_IB_TC, NCCL_IB_SL, NCCL_IB_TIMEOUT and
@@ -30,6 +38,7 @@
 #include <memory>
 #include <string>
 
+#include "topology/paths.h"
 #include "transport/fifo.h"
 
 namespace braid::transport::ib {
@@ -48,6 +57,13 @@ struct Settings {
   int ackTimeout = 20;               ///< NCCL_IB_TIMEOUT: 4.096 us x 2^value
   int retryCount = 7;                ///< NCCL_IB_RETRY_CNT
   int portHint = 0;                  ///< which of the usable ports (modulo their count)
+  /// GPU Direct RDMA: the backend's FIFO memory (null: the host backend, none), NCCL_DMABUF_ENABLE,
+  /// NCCL_NET_GDR_LEVEL, this rank's GPU (runtime::cudaBusId) and the sysfs root (tests).
+  FifoAllocator* allocator = nullptr;
+  bool dmabuf = true;
+  topo::PathType gdrLevel = topo::PathType::Pxb;
+  int64_t gpuBusId = -1;
+  std::string sysRoot;
 };
 
 /// Whether the verbs transport can run here: the library loads and a port is usable. `why`

@@ -61,6 +61,8 @@ const Verbs* loadVerbs(const std::string& library, std::string* why) {
   lookUp(h, "ibv_modify_qp", &v->modifyQp, &missing);
   lookUp(h, "ibv_destroy_qp", &v->destroyQp, &missing);
   lookUp(h, "ibv_wc_status_str", &v->wcStatusStr, &missing);
+  std::string optional;
+  lookUp(h, "ibv_reg_dmabuf_mr", &v->regDmabufMr, &optional);  // (without it: no GPU Direct RDMA)
   if (!missing.empty()) {
     *why = library + " lacks " + missing;
     dlclose(h);
@@ -126,7 +128,7 @@ ibv_mr* Device::registerMemory(void* addr, size_t bytes, int access) {
   const auto begin = reinterpret_cast<uintptr_t>(addr);
   for (Registration& r : registrations_) {
     const auto base = reinterpret_cast<uintptr_t>(r.mr->addr);
-    if (begin >= base && begin + bytes <= base + r.mr->length && (r.access & access) == access) {
+    if (r.access >= 0 && begin >= base && begin + bytes <= base + r.mr->length && (r.access & access) == access) {
       ++r.users;
       return r.mr;
     }
@@ -137,6 +139,20 @@ ibv_mr* Device::registerMemory(void* addr, size_t bytes, int access) {
          strerror(errno));
   }
   registrations_.push_back({mr, access, 1});
+  return mr;
+}
+
+ibv_mr* Device::registerDmabuf(int fd, uint64_t offset, size_t bytes, void* iova, int access) {
+  if (verbs_.regDmabufMr == nullptr) {
+    fail(ncclSystemError, "NET/IB: %s lacks ibv_reg_dmabuf_mr (rdma-core 34 or later has it)", verbs_.library.c_str());
+  }
+  ibv_mr* mr = verbs_.regDmabufMr(pd_, offset, bytes, reinterpret_cast<uint64_t>(iova), fd, access);
+  if (mr == nullptr) {
+    fail(ncclSystemError, "NET/IB: registering %zu bytes of GPU memory at %p (dma-buf) on %s failed (%s)", bytes, iova,
+         name_.c_str(), strerror(errno));
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  registrations_.push_back({mr, -1, 1});  // (access -1: never shared by registerMemory)
   return mr;
 }
 

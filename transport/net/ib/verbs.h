@@ -39,6 +39,8 @@ struct Verbs {
   int (*modifyQp)(ibv_qp*, ibv_qp_attr*, int);
   int (*destroyQp)(ibv_qp*);
   const char* (*wcStatusStr)(ibv_wc_status);
+  /// GPU Direct RDMA through dma-buf (rdma-core 34 and later); null where the library lacks it.
+  ibv_mr* (*regDmabufMr)(ibv_pd*, uint64_t offset, size_t length, uint64_t iova, int fd, int access);
 };
 
 /// `library` loaded and looked up (once per process and name; never unloaded); null with the
@@ -77,8 +79,13 @@ class Device {
   /// registration that covers it is shared (counted), else a new one is made. Throws
   /// ncclSystemError naming the device. Thread-safe.
   ibv_mr* registerMemory(void* addr, size_t bytes, int access);
-  /// Gives back a region of registerMemory(); the last user deregisters it.
+  /// Gives back a region of registerMemory() (the last user deregisters it) or of
+  /// registerDmabuf().
   void release(ibv_mr* mr);
+  /// A new region of `bytes` of device memory exported as dma-buf `fd` from `offset`, which the
+  /// connection addresses as `iova` (its address in this process); never shared. Throws
+  /// ncclSystemError naming the device when the library lacks dma-buf or refuses.
+  ibv_mr* registerDmabuf(int fd, uint64_t offset, size_t bytes, void* iova, int access);
   /// Registrations held (tests).
   size_t registrations() const;
 
