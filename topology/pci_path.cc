@@ -17,8 +17,10 @@ std::vector<std::string> chainOf(const std::string& link) {
   std::vector<std::string> chain;
   std::stringstream parts(real);
   for (std::string part; std::getline(parts, part, '/');) {
-    if (part.rfind("pci", 0) == 0 && part.size() > 3 && chain.empty()) {
-      chain.push_back(part);  // the root complex
+    unsigned domain = 0, bus = 0;
+    char tail = 0;
+    if (chain.empty() && sscanf(part.c_str(), "pci%4x:%2x%c", &domain, &bus, &tail) == 2) {
+      chain.push_back(part);  // the root complex ("pci0000:00")
     } else if (!chain.empty() && isPciBusId(part)) {
       chain.push_back(part);
     }
@@ -42,7 +44,7 @@ bool isPciBusId(const std::string& s) {
 
 std::string busIdText(int64_t busId) {
   if (busId < 0) return "";
-  char text[16];
+  char text[48];
   snprintf(text, sizeof text, "%04llx:%02llx:%02llx.%llx", static_cast<unsigned long long>(busId >> 16),
            static_cast<unsigned long long>((busId >> 8) & 0xff), static_cast<unsigned long long>((busId >> 3) & 0x1f),
            static_cast<unsigned long long>(busId & 7));
@@ -62,8 +64,9 @@ std::vector<std::string> ibDeviceChain(const std::string& name, const std::strin
 PathType pciPathBetween(const std::vector<std::string>& a, const std::vector<std::string>& b, const std::string& sysRoot) {
   if (a.size() < 2 || b.size() < 2) return PathType::Dis;
   if (a.front() != b.front()) {
+    // (no NUMA node on either, as on a machine of one: one CPU)
     const int na = numaNode(a.back(), sysRoot), nb = numaNode(b.back(), sysRoot);
-    return na >= 0 && na == nb ? PathType::Phb : PathType::Sys;
+    return na == nb ? PathType::Phb : PathType::Sys;
   }
   // The bridges both pass through (below the root complex; neither device itself).
   size_t shared = 0;

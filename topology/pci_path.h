@@ -28,7 +28,8 @@ std::vector<std::string> ibDeviceChain(const std::string& name, const std::strin
 /// The path between the devices of two chains: PIX when they hang below one PCI switch (at
 /// most one bridge each below the one they share), PXB when they share bridges further up,
 /// PHB when they share only a root complex, or sit under different root complexes of one NUMA
-/// node, SYS across NUMA nodes; Dis when either chain is empty.
+/// node (or where sysfs gives neither a node), SYS across NUMA nodes; Dis when either chain is
+/// empty.
 PathType pciPathBetween(const std::vector<std::string>& a, const std::vector<std::string>& b,
                         const std::string& sysRoot = "");
 

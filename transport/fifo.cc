@@ -112,4 +112,6 @@ int FifoAllocator::dmabufFd(void*, size_t, uint64_t*) { return -1; }
 
 bool FifoAllocator::ordersRemoteWrites() { return false; }
 
+bool FifoAllocator::nicReadsWell() { return false; }
+
 }  // namespace braid::transport

@@ -149,6 +149,9 @@ class FifoAllocator {
   /// them, so that a receiver may read RDMA-written slots without a flush (CUDA's GPUDirect
   /// RDMA writes ordering, "owner" or better).
   virtual bool ordersRemoteWrites();
+  /// Whether a NIC reading this device's memory (a sender's GPU Direct RDMA) is fast enough to
+  /// be the default (NCCL_NET_GDR_READ unset).
+  virtual bool nicReadsWell();
 };
 
 /// Bytes of a FIFO's control part (counters, signatures, fault boxes, step counters): the

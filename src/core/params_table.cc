@@ -84,6 +84,9 @@ const std::vector<KnobSpec>& knobTable() {
        "network transport between hosts: IB or Socket (default: IB when an RDMA port is active, else Socket)", true},
       {"NCCL_NET_GDR_LEVEL", KnobType::String, "",
        "farthest GPU-NIC path that uses GPU Direct RDMA: LOC, PIX, PXB, PHB, SYS or 0..4 (default PXB)", true},
+      {"NCCL_NET_GDR_READ", KnobType::Integer, "-1",
+       "1: a sender's NIC reads GPU memory (GPU Direct RDMA) wherever it may; 0: its FIFO slots stay in host memory; "
+       "-1: from Ampere on", true},
       {"NCCL_NSOCKS_PERTHREAD", KnobType::Integer, "1",
        "socket transport: sockets per helper thread; a connection uses NCCL_SOCKET_NTHREADS x this many (at most 64)", true},
       {"NCCL_NTHREADS", KnobType::Integer, "-2",
@@ -206,7 +209,6 @@ const std::vector<const char*>& unhonouredNcclVariables() {
       "NCCL_NET_FORCE_FLUSH",
       "NCCL_NET_FORCE_MERGE",
       "NCCL_NET_GDR_C2C",
-      "NCCL_NET_GDR_READ",
       "NCCL_NET_MERGE_LEVEL",
       "NCCL_NET_OPTIONAL_RECV_COMPLETION",
       "NCCL_NET_OVERHEAD",

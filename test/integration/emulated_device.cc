@@ -77,14 +77,8 @@ class MemoryFiles {
   /// The allocation (not an import) holding all of [p, p + bytes).
   bool find(const void* p, size_t bytes, void** base, size_t* size) {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = live_.upper_bound(p);
-    if (it == live_.begin()) return false;
-    --it;
-    const char* start = static_cast<const char*>(it->first);
-    const char* q = static_cast<const char*>(p);
-    if (it->second.fd < 0 || q >= start + it->second.bytes || static_cast<size_t>(start + it->second.bytes - q) < bytes) {
-      return false;
-    }
+    auto it = holding(p, bytes);
+    if (it == live_.end()) return false;
     *base = const_cast<void*>(it->first);
     *size = it->second.bytes;
     return true;
@@ -92,12 +86,11 @@ class MemoryFiles {
   /// A new descriptor of the memory file holding [p, p + bytes) (as a GPU's dma-buf), and p's
   /// offset in it; -1 when no allocation holds it.
   int descriptorOf(void* p, size_t bytes, uint64_t* offset) {
-    void* base = nullptr;
-    size_t size = 0;
-    if (!find(p, bytes, &base, &size)) return -1;
     std::lock_guard<std::mutex> lock(mutex_);
-    *offset = static_cast<uint64_t>(static_cast<char*>(p) - static_cast<char*>(base));
-    return dup(live_[base].fd);
+    auto it = holding(p, bytes);
+    if (it == live_.end()) return -1;
+    *offset = static_cast<uint64_t>(static_cast<char*>(p) - static_cast<const char*>(it->first));
+    return dup(it->second.fd);
   }
   /// The token other processes fetch allocation `base` by (offered once).
   uint64_t share(void* base, size_t* bytes) {
@@ -115,6 +108,16 @@ class MemoryFiles {
     int fd;          // -1: an import
     uint64_t token;  // offered (0: not yet)
   };
+  /// The allocation (not an import) holding all of [p, p + bytes), or live_.end(); under mutex_.
+  std::map<const void*, struct File>::iterator holding(const void* p, size_t bytes) {
+    auto it = live_.upper_bound(p);
+    if (it == live_.begin()) return live_.end();
+    --it;
+    const char* start = static_cast<const char*>(it->first);
+    const char* q = static_cast<const char*>(p);
+    const bool inside = q < start + it->second.bytes && static_cast<size_t>(start + it->second.bytes - q) >= bytes;
+    return it->second.fd >= 0 && inside ? it : live_.end();
+  }
   static void* mapped(int fd, size_t bytes) {
     void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) fail(ncclSystemError, "emulated device: cannot map %zu bytes: %s", bytes, strerror(errno));
@@ -168,6 +171,7 @@ class HostFifoAllocator final : public transport::FifoAllocator {
     return MemoryFiles::process().descriptorOf(p, bytes, offset);
   }
   bool ordersRemoteWrites() override { return true; }
+  bool nicReadsWell() override { return true; }
 
  private:
   static void* zeroed(size_t bytes) {

@@ -208,18 +208,27 @@ class FifoAllocator final : public transport::FifoAllocator {
   int dmabufFd(void* p, size_t bytes, uint64_t* offset) override {
     DeviceGuard guard(device_);
     std::string why;
-    const int fd = cuda::dmabufFd(device_, p, bytes, &why);
+    const int fd = cuda::dmabufFd(device_, p, bytes, offset, &why);
     if (fd < 0) BRAID_INFO(log::kInit | log::kNet, "CUDA device %d: no GPU Direct RDMA (%s)", device_, why.c_str());
-    *offset = 0;  // (the descriptor covers [p, p + bytes) exactly)
     return fd;
   }
+  /// As NCCL decides where a receive needs no flush: Hopper or later, the writes ordering
+  /// attribute at least "owner", and not a GPU attached to its CPU by C2C (Grace: native host
+  /// atomics), where completions and data take different paths.
   bool ordersRemoteWrites() override {
-    int ordering = 0;
-    if (cudaDeviceGetAttribute(&ordering, cudaDevAttrGPUDirectRDMAWritesOrdering, device_) != cudaSuccess) {
-      cudaGetLastError();
-      return false;
-    }
-    return ordering >= cudaGPUDirectRDMAWritesOrderingOwner;
+    int ordering = 0, major = 0, c2c = 0;
+    const bool known = cudaDeviceGetAttribute(&ordering, cudaDevAttrGPUDirectRDMAWritesOrdering, device_) == cudaSuccess &&
+                       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_) == cudaSuccess &&
+                       cudaDeviceGetAttribute(&c2c, cudaDevAttrHostNativeAtomicSupported, device_) == cudaSuccess;
+    cudaGetLastError();
+    return known && major >= 9 && !c2c && ordering >= cudaGPUDirectRDMAWritesOrderingOwner;
+  }
+  /// NCCL_NET_GDR_READ's default: NICs read GPU memory well from Ampere on.
+  bool nicReadsWell() override {
+    int major = 0;
+    const bool known = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_) == cudaSuccess;
+    cudaGetLastError();
+    return known && major >= 8;
   }
   void closeData(void* p) override {
     quietlyOn(device_, [p] {

@@ -260,20 +260,24 @@ void* cumemImport(int device, int fd, size_t bytes) {
   return p;
 }
 
-int dmabufFd(int device, void* p, size_t bytes, std::string* why) {
+int dmabufFd(int device, void* p, size_t bytes, uint64_t* offset, std::string* why) {
   const Driver& d = Driver::get();
   int supported = 0;
   if (d.rangeHandle == nullptr || d.attribute == nullptr) {
     *why = "the driver lacks cuMemGetHandleForAddressRange";
   } else if (d.attribute(&supported, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, device) != CUDA_SUCCESS || !supported) {
     *why = "CUDA device " + std::to_string(device) + " cannot export its memory as dma-buf";
-  } else if (reinterpret_cast<uintptr_t>(p) % 4096 != 0 || bytes % 4096 != 0) {
-    *why = "the memory is not page-aligned";
   } else {
+    // The export covers whole host pages (what the driver asks): those around [p, p + bytes).
+    const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(p) / page * page;
+    const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes + page - 1) / page * page;
     int fd = -1;
-    const CUresult r = d.rangeHandle(&fd, static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p)), bytes,
-                                     CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
-    if (r == CUDA_SUCCESS) return fd;
+    const CUresult r = d.rangeHandle(&fd, static_cast<CUdeviceptr>(begin), end - begin, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+    if (r == CUDA_SUCCESS) {
+      *offset = reinterpret_cast<uintptr_t>(p) - begin;
+      return fd;
+    }
     const char* name = "unknown error";
     if (d.errorName != nullptr) d.errorName(r, &name);
     *why = std::string("cuMemGetHandleForAddressRange failed: ") + name;

@@ -34,10 +34,10 @@ bool cumemFind(const void* p, size_t bytes, void** base, size_t* size);
 /// (cumemAllocate's): offered at the first call, withdrawn by cumemFree.
 uint64_t cumemShare(void* base);
 
-/// A new dma-buf file descriptor for `bytes` of `device`'s memory at p (page-aligned: cuMem
-/// or cudaMalloc memory), for a NIC to reach it (GPU Direct RDMA); -1 with the reason in `why`
-/// when the driver or device cannot.
-int dmabufFd(int device, void* p, size_t bytes, std::string* why);
+/// A new dma-buf file descriptor for the host pages around `bytes` of `device`'s memory at p
+/// (cuMem or cudaMalloc memory), for a NIC to reach it (GPU Direct RDMA), and p's offset in it;
+/// -1 with the reason in `why` when the driver or device cannot.
+int dmabufFd(int device, void* p, size_t bytes, uint64_t* offset, std::string* why);
 
 /// Whether the calling thread has a current CUDA context (true when the driver cannot say).
 /// A thread without one reports device 0 as current, and setting device 0 "back" would make

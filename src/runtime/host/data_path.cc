@@ -67,6 +67,7 @@ transport::ib::Settings ibSettingsFromParams(params::Store& p) {
   ib.ackTimeout = ibKnob(p, "NCCL_IB_TIMEOUT", 1, 31, 20);
   ib.retryCount = ibKnob(p, "NCCL_IB_RETRY_CNT", 0, 7, 7);
   ib.dmabuf = p.integer("NCCL_DMABUF_ENABLE") != 0;
+  ib.gdrRead = ibKnob(p, "NCCL_NET_GDR_READ", -1, 1, -1);
   ib.gdrLevel = topo::levelFromParams("NCCL_NET_GDR_LEVEL", topo::PathType::Pxb);
   return ib;
 }

@@ -104,7 +104,11 @@ bool gdrWanted(const Settings& s, const Verbs& v, const Port& port, bool receivi
     return false;
   }
   if (receiving && !s.allocator->ordersRemoteWrites()) {
-    *why = "the GPU does not order the NIC's writes, so received data would need a flush";
+    *why = "received data would need a flush on this GPU (before Hopper, not ordering the NIC's writes, or C2C)";
+    return false;
+  }
+  if (!receiving && (s.gdrRead == 0 || (s.gdrRead < 0 && !s.allocator->nicReadsWell()))) {
+    *why = s.gdrRead == 0 ? "NCCL_NET_GDR_READ=0" : "the NIC reads this GPU's memory slowly (before Ampere; NCCL_NET_GDR_READ=1 insists)";
     return false;
   }
   return true;
@@ -292,19 +296,22 @@ class IbEnd : public EndPump {
   void setUpGdr() {
     std::string why;
     const bool wanted = gdrWanted(settings_, v_, port_, !isSend_, &why);
-    const uint64_t bytes = (uint64_t(kernels::kSteps) * sizes_.simpleStepBytes + 4095) / 4096 * 4096;
+    const uint64_t bytes = uint64_t(kernels::kSteps) * sizes_.simpleStepBytes;
+    // The sender's NIC only reads its slots; the receiver's is written by the peer's.
+    const int access = isSend_ ? IBV_ACCESS_LOCAL_WRITE : kAccess;
+    int fd = -1;
     if (wanted) {
-      gpuSlots_ = static_cast<char*>(settings_.allocator->allocateData(bytes, true));
-      uint64_t offset = 0;
-      const int fd = settings_.allocator->dmabufFd(gpuSlots_, bytes, &offset);
       try {
+        gpuSlots_ = static_cast<char*>(settings_.allocator->allocateData(bytes, true));
+        uint64_t offset = 0;
+        fd = settings_.allocator->dmabufFd(gpuSlots_, bytes, &offset);
         if (fd < 0) fail(ncclSystemError, "the device cannot export its memory as dma-buf");
-        gpuMr_ = device_->registerDmabuf(fd, offset, bytes, gpuSlots_, kAccess);
-      } catch (const Error& e) {
+        gpuMr_ = device_->registerDmabuf(fd, offset, bytes, gpuSlots_, access);
+      } catch (const std::exception& e) {  // (out of GPU memory, say: the host's slots serve)
         why = e.what();
       }
       if (fd >= 0) ::close(fd);
-      if (gpuMr_ == nullptr) {
+      if (gpuMr_ == nullptr && gpuSlots_ != nullptr) {
         settings_.allocator->freeData(gpuSlots_);
         gpuSlots_ = nullptr;
       }

@@ -25,8 +25,9 @@
 // counts as beyond every level but SYS) and NCCL_DMABUF_ENABLE is not 0, an end keeps its
 // Simple slots in GPU memory registered with the NIC (ibv_reg_dmabuf_mr): the sender's NIC reads
 // the kernel's data there and the receiver's writes it there, no host copy in between. A
-// receiver does so only where its GPU orders the NIC's writes (no flush needed); otherwise its
-// slots stay in host memory. LL and LL128 steps always stage in host memory.
+// receiver does so only where received data needs no flush (Hopper or later, its GPU ordering
+// the NIC's writes, no C2C); a sender only where NCCL_NET_GDR_READ allows (by default from
+// Ampere on). Otherwise the slots stay in host memory. LL and LL128 steps always stage there.
 //
 // Ports: the active ones NCCL_IB_HCA allows; connection n of a rank uses port n mod count
 // (ring channel c, or the peer's rank for send/recv), the sender a port of the receiver's
@@ -58,9 +59,11 @@ struct Settings {
   int retryCount = 7;                ///< NCCL_IB_RETRY_CNT
   int portHint = 0;                  ///< which of the usable ports (modulo their count)
   /// GPU Direct RDMA: the backend's FIFO memory (null: the host backend, none), NCCL_DMABUF_ENABLE,
-  /// NCCL_NET_GDR_LEVEL, this rank's GPU (runtime::cudaBusId) and the sysfs root (tests).
+  /// NCCL_NET_GDR_READ (-1: automatic), NCCL_NET_GDR_LEVEL, this rank's GPU (runtime::cudaBusId)
+  /// and the sysfs root (tests).
   FifoAllocator* allocator = nullptr;
   bool dmabuf = true;
+  int gdrRead = -1;
   topo::PathType gdrLevel = topo::PathType::Pxb;
   int64_t gpuBusId = -1;
   std::string sysRoot;

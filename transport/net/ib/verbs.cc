@@ -152,7 +152,12 @@ ibv_mr* Device::registerDmabuf(int fd, uint64_t offset, size_t bytes, void* iova
          name_.c_str(), strerror(errno));
   }
   std::lock_guard<std::mutex> lock(mutex_);
-  registrations_.push_back({mr, -1, 1});  // (access -1: never shared by registerMemory)
+  try {
+    registrations_.push_back({mr, -1, 1});  // (access -1: never shared by registerMemory)
+  } catch (...) {
+    verbs_.deregMr(mr);
+    throw;
+  }
   return mr;
 }
 
