@@ -27,24 +27,21 @@ RegistrationTable::Entry RegistrationTable::remove(void* handle) {
   return entry;
 }
 
+bool RegistrationTable::any(const std::function<bool(uintptr_t start, size_t size)>& test) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& [handle, e] : entries_)
+    if (test(reinterpret_cast<uintptr_t>(e.buffer), e.size)) return true;
+  return false;
+}
+
 bool RegistrationTable::covers(const void* p, size_t bytes) const {
   const auto at = reinterpret_cast<uintptr_t>(p);
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (const auto& [handle, e] : entries_) {
-    const auto start = reinterpret_cast<uintptr_t>(e.buffer);
-    if (at >= start && at - start <= e.size && e.size - (at - start) >= bytes) return true;
-  }
-  return false;
+  return any([&](uintptr_t start, size_t size) { return at >= start && at - start <= size && size - (at - start) >= bytes; });
 }
 
 bool RegistrationTable::overlaps(const void* p, size_t bytes) const {
   const auto at = reinterpret_cast<uintptr_t>(p);
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (const auto& [handle, e] : entries_) {
-    const auto start = reinterpret_cast<uintptr_t>(e.buffer);
-    if (e.size > 0 && bytes > 0 && start < at + bytes && at < start + e.size) return true;
-  }
-  return false;
+  return any([&](uintptr_t start, size_t size) { return size > 0 && bytes > 0 && start < at + bytes && at < start + size; });
 }
 
 size_t RegistrationTable::size() const {

@@ -7,6 +7,8 @@
 #include <nccl.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -35,6 +37,9 @@ class RegistrationTable {
   bool overlaps(const void* p, size_t bytes) const;
 
  private:
+  /// Whether test(start, size) holds for a live registration.
+  bool any(const std::function<bool(uintptr_t start, size_t size)>& test) const;
+
   mutable std::mutex mutex_;
   std::map<void*, Entry> entries_;  // by handle
 };

@@ -1,0 +1,197 @@
+#include "runtime/cuda/fifo_allocator.h"
+
+#include <cuda_runtime.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/fd_exchange.h"
+#include "core/log.h"
+#include "core/status.h"
+#include "runtime/cuda/cuda_support.h"
+#include "runtime/cuda/cumem.h"
+
+namespace braid::runtime::cuda {
+
+namespace {
+
+class FifoAllocator final : public transport::FifoAllocator {
+ public:
+  explicit FifoAllocator(int device) : device_(device) {}
+  void* allocateControl(size_t bytes) override {
+    DeviceGuard guard(device_);
+    return allocateMapped(bytes, "FIFO counters");
+  }
+  void freeControl(void* p) override { cudaFreeHost(p); }
+  void* allocateData(size_t bytes, bool shareable) override {
+    DeviceGuard guard(device_);
+    void* p = shareable && cumemEnabled(device_) ? cumemAllocate(device_, bytes) : nullptr;
+    if (p == nullptr) BRAID_CUDA_CHECK(cudaMalloc(&p, bytes));
+    // Zeroed before any kernel reads it (stale LL flags would read as data), on a stream of
+    // the allocator's own: the legacy stream would also wait for other ranks' kernels in
+    // blocking streams, which may be waiting for this rank.
+    std::lock_guard<std::mutex> lock(mutex_);
+    cudaError_t err = stream_ == nullptr ? cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking) : cudaSuccess;
+    if (err == cudaSuccess) err = cudaMemsetAsync(p, 0, bytes, stream_);
+    if (err == cudaSuccess) err = cudaStreamSynchronize(stream_);
+    if (err != cudaSuccess) {
+      releaseData(p);
+      check(err, "zeroing FIFO slots (cudaMemsetAsync)");
+    }
+    return p;
+  }
+  void freeData(void* p) override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = offered_.find(p);
+      if (it != offered_.end()) {
+        fds::withdraw(it->second);
+        offered_.erase(it);
+      }
+    }
+    quietlyOn(device_, [this, p] { releaseData(p); });
+  }
+  void registerHost(void* p, size_t bytes) override {
+    DeviceGuard guard(device_);
+    BRAID_CUDA_CHECK(cudaHostRegister(p, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable));
+    try {
+      requireSameAddress(p, "shared FIFO memory");
+    } catch (...) {
+      cudaHostUnregister(p);
+      throw;
+    }
+  }
+  void unregisterHost(void* p) override { cudaHostUnregister(p); }
+  /// A handle's first byte says its kind: a legacy CUDA IPC handle after 8 bytes, or a cuMem
+  /// allocation's descriptor offered by process `pid` under `token` (CumemHandle).
+  enum HandleKind : uint8_t { kLegacyIpc = 1, kCumemFd = 2 };
+  struct CumemHandle {
+    uint8_t kind;
+    uint8_t pad[3];
+    int32_t pid;
+    uint64_t token;
+    uint64_t bytes;
+  };
+  static_assert(8 + sizeof(cudaIpcMemHandle_t) <= kHandleBytes && sizeof(CumemHandle) <= kHandleBytes);
+
+  bool exportData(void* p, uint8_t* handle) override {
+    std::memset(handle, 0, kHandleBytes);
+    if (cumemOwns(p)) {
+      CumemHandle h{};
+      h.kind = kCumemFd;
+      h.pid = static_cast<int32_t>(getpid());
+      const int fd = cumemExport(p, &h.bytes);
+      try {
+        h.token = fds::offer(fd);
+      } catch (...) {
+        close(fd);
+        throw;
+      }
+      close(fd);  // (the offer keeps its own)
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        offered_[p] = h.token;
+      }
+      std::memcpy(handle, &h, sizeof h);
+      return true;
+    }
+    cudaIpcMemHandle_t h{};
+    const cudaError_t err = cudaIpcGetMemHandle(&h, p);
+    if (err != cudaSuccess) {  // (no IPC here, say): the slots stay in host memory
+      cudaGetLastError();
+      BRAID_INFO(log::kInit | log::kShm, "CUDA device %d cannot share FIFO memory with other processes "
+                 "(cudaIpcGetMemHandle: %s); their FIFO slots stay in shared host memory", device_, cudaGetErrorName(err));
+      return false;
+    }
+    handle[0] = kLegacyIpc;
+    std::memcpy(handle + 8, &h, sizeof h);
+    return true;
+  }
+  void* importData(const uint8_t* handle) override {
+    DeviceGuard guard(device_);
+    if (handle[0] == kCumemFd) {
+      CumemHandle h{};
+      std::memcpy(&h, handle, sizeof h);
+      const int fd = fds::fetch(h.pid, h.token);
+      try {
+        void* p = cumemImport(device_, fd, h.bytes);
+        close(fd);
+        return p;
+      } catch (...) {
+        close(fd);
+        throw;
+      }
+    }
+    if (handle[0] != kLegacyIpc) fail(ncclInternalError, "a FIFO memory handle of unknown kind %u", handle[0]);
+    cudaIpcMemHandle_t h{};
+    std::memcpy(&h, handle + 8, sizeof h);
+    void* p = nullptr;
+    BRAID_CUDA_CHECK(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess));
+    return p;
+  }
+  int dmabufFd(void* p, size_t bytes, uint64_t* offset) override {
+    DeviceGuard guard(device_);
+    std::string why;
+    const int fd = cuda::dmabufFd(device_, p, bytes, offset, &why);
+    if (fd < 0) BRAID_INFO(log::kInit | log::kNet, "CUDA device %d: no GPU Direct RDMA (%s)", device_, why.c_str());
+    return fd;
+  }
+  /// As NCCL decides where a receive needs no flush: Hopper or later, the writes ordering
+  /// attribute at least "owner", and not a GPU attached to its CPU by C2C (Grace: native host
+  /// atomics), where completions and data take different paths.
+  bool ordersRemoteWrites() override {
+    int ordering = 0, major = 0, c2c = 0;
+    const bool known = cudaDeviceGetAttribute(&ordering, cudaDevAttrGPUDirectRDMAWritesOrdering, device_) == cudaSuccess &&
+                       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_) == cudaSuccess &&
+                       cudaDeviceGetAttribute(&c2c, cudaDevAttrHostNativeAtomicSupported, device_) == cudaSuccess;
+    cudaGetLastError();
+    return known && major >= 9 && !c2c && ordering >= cudaGPUDirectRDMAWritesOrderingOwner;
+  }
+  /// NCCL_NET_GDR_READ's default: NICs read GPU memory well from Ampere on.
+  bool nicReadsWell() override {
+    int major = 0;
+    const bool known = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_) == cudaSuccess;
+    cudaGetLastError();
+    return known && major >= 8;
+  }
+  void closeData(void* p) override {
+    quietlyOn(device_, [p] {
+      if (cumemOwns(p)) {
+        cumemFree(p);
+      } else {
+        cudaIpcCloseMemHandle(p);
+      }
+    });
+  }
+
+ private:
+  static void releaseData(void* p) {
+    if (cumemOwns(p)) {
+      cumemFree(p);
+    } else {
+      cudaFree(p);
+    }
+  }
+
+  int device_;
+  std::mutex mutex_;
+  cudaStream_t stream_ = nullptr;  // for zeroing slots (never destroyed, as the allocator)
+  std::map<void*, uint64_t> offered_;  // exported cuMem slots: their descriptors' tokens (fds::offer)
+};
+
+}  // namespace
+
+transport::FifoAllocator* fifoAllocatorOf(int device) {
+  static std::mutex mutex;
+  static std::vector<FifoAllocator*>* all = new std::vector<FifoAllocator*>();
+  std::lock_guard<std::mutex> lock(mutex);
+  if (static_cast<int>(all->size()) <= device) all->resize(device + 1, nullptr);
+  if ((*all)[device] == nullptr) (*all)[device] = new FifoAllocator(device);
+  return (*all)[device];
+}
+
+}  // namespace braid::runtime::cuda
