@@ -217,9 +217,11 @@ TEST_CASE("200 init/destroy cycles leak no descriptors or threads", "[integratio
   const int threads = test::liveThreads();
   for (int i = 0; i < 200; ++i) cycle();
   settle();
+  // (a thread of an earlier test may still have been ending at the baseline: fewer is no leak)
+  for (int i = 0; i < 100 && test::liveThreads() > threads; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   CHECK(bootstrap::liveRoots() == 0);
   CHECK(test::openFileDescriptors() == fds);
-  CHECK(test::liveThreads() == threads);
+  CHECK(test::liveThreads() <= threads);
 }
 
 TEST_CASE("NCCL_COMM_ID through the public API: separate programs find each other", "[integration][init]") {
