@@ -117,9 +117,9 @@ class DataPath {
   /// device, receives into them are offered to senders in other processes (offered_buffers.h).
   void setRegistrations(const RegistrationTable* table) { registrations_ = table; }
   /// The registration of [buffer, buffer + bytes) ended (ncclCommDeregister, already removed
-  /// from the table): what no registration covers any more is revoked.
+  /// from the table): the keys of allocations no registration overlaps any more are withdrawn.
   void registrationEnded(const void* buffer, size_t bytes);
-  /// Other processes' registered buffers this rank maps for its sends, revoked ones not yet
+  /// Other processes' registered buffers this rank maps for its sends, retired ones not yet
   /// unmapped included (tests).
   size_t mappedBuffers() const { return offered_ != nullptr ? offered_->mappedNow() : 0; }
 
