@@ -60,8 +60,10 @@ class Budget {
 /// Finds channels one by one at one speed, within one worst path type, reserving as it goes.
 class ChannelFinder {
  public:
-  ChannelFinder(const Paths& paths, const SearchRequest& req, PathType limit, double speed, int crossNic)
-      : paths_(paths), sys_(paths.system()), req_(req), limit_(limit), speed_(speed), crossNic_(crossNic),
+  ChannelFinder(const Paths& paths, const SearchRequest& req, PathType limit, PathType netLimit, double speed,
+                int crossNic)
+      : paths_(paths), sys_(paths.system()), req_(req), limit_(limit), netLimit_(netLimit), speed_(speed),
+        crossNic_(crossNic),
         budget_(sys_) {
     for (int g : sys_.of(NodeType::Gpu)) gpus_.push_back(g);
     std::sort(gpus_.begin(), gpus_.end(), [&](int a, int b) { return sys_.nodes[a].rank < sys_.nodes[b].rank; });
@@ -110,7 +112,8 @@ class ChannelFinder {
   // A hop a->b: a ring uses it one way, a tree both ways (reduce up, broadcast down).
   bool reserve(int a, int b) {
     const Path& ab = paths_.at(a, b);
-    if (ab.type == PathType::Dis || (!isNet(a) && !isNet(b) && ab.type > limit_)) return false;
+    if (ab.type == PathType::Dis) return false;
+    if (isNet(a) || isNet(b) ? ab.type > netLimit_ : ab.type > limit_) return false;
     const Path& ba = paths_.at(b, a);
     if (!budget_.fits(ab, speed_)) return false;
     budget_.take(ab, speed_);
@@ -187,7 +190,8 @@ class ChannelFinder {
   const Paths& paths_;
   const System& sys_;
   const SearchRequest& req_;
-  PathType limit_;
+  PathType limit_;     // the worst GPU-GPU path a channel may take
+  PathType netLimit_;  // the worst GPU-NET path
   double speed_;
   int crossNic_;
   Budget budget_;
@@ -234,35 +238,48 @@ Graph searchGraph(const Paths& paths, const SearchRequest& request) {
   for (int a : gpus)
     for (int b : gpus)
       if (paths.at(a, b).type != PathType::Dis) limits.insert(paths.at(a, b).type);
+  // Across machines, ports nearer the GPUs are tried first (PIX before PXB ...): at equal
+  // bandwidth the first set found stands.
+  std::set<PathType> netLimits = {PathType::Dis};
+  if (multi) {
+    netLimits.clear();
+    for (int g : gpus)
+      for (int n : sys.of(NodeType::Net))
+        if (paths.at(g, n).type != PathType::Dis) netLimits.insert(paths.at(g, n).type);
+    if (netLimits.empty()) netLimits.insert(PathType::Dis);
+  }
   std::vector<int> crossings = {0};
   if (multi && request.policy.crossNic == 1) crossings = {1};
   if (multi && request.policy.crossNic == 2) crossings = {0, 1};
   int maxChannels = std::max(1, request.maxChannels);
   double bestTotal = 0;
   for (PathType limit : limits) {
-    for (double speed : speeds) {
-      if (speed * maxChannels <= bestTotal + kEps) break;
-      for (int cross : crossings) {
-        ChannelFinder finder(paths, request, limit, speed, cross);
-        Graph g = best;
-        g.channels.clear();
-        Channel c;
-        while (static_cast<int>(g.channels.size()) < maxChannels && finder.next(&c, static_cast<int>(g.channels.size()))) {
-          g.channels.push_back(c);
-          if (gpus.size() == 1 && !multi) break;  // nothing to share: one channel says it all
-        }
-        double total = speed * static_cast<double>(g.channels.size());
-        if (g.channels.empty()) continue;
-        measureTypes(paths, g);
-        // More bandwidth wins; at equal bandwidth, nearer network ports (crossing NICs may
-        // let a ring leave from a GPU beside its port).
-        bool better = total > bestTotal + kEps ||
-                      (total > bestTotal - kEps && !best.channels.empty() && g.typeInter < best.typeInter);
-        if (better) {
-          bestTotal = total;
-          g.bwIntra = g.bwInter = speed;
-          g.crossNic = cross;
-          best = std::move(g);
+    for (PathType netLimit : netLimits) {
+      for (double speed : speeds) {
+        if (speed * maxChannels <= bestTotal + kEps) break;
+        for (int cross : crossings) {
+          ChannelFinder finder(paths, request, limit, netLimit, speed, cross);
+          Graph g = best;
+          g.channels.clear();
+          Channel c;
+          while (static_cast<int>(g.channels.size()) < maxChannels &&
+                 finder.next(&c, static_cast<int>(g.channels.size()))) {
+            g.channels.push_back(c);
+            if (gpus.size() == 1 && !multi) break;  // nothing to share: one channel says it all
+          }
+          double total = speed * static_cast<double>(g.channels.size());
+          if (g.channels.empty()) continue;
+          measureTypes(paths, g);
+          // More bandwidth wins; at equal bandwidth, nearer network ports (crossing NICs may
+          // let a ring leave from a GPU beside its port).
+          bool better = total > bestTotal + kEps ||
+                        (total > bestTotal - kEps && !best.channels.empty() && g.typeInter < best.typeInter);
+          if (better) {
+            bestTotal = total;
+            g.bwIntra = g.bwInter = speed;
+            g.crossNic = cross;
+            best = std::move(g);
+          }
         }
       }
     }

@@ -6,7 +6,8 @@
 // further channel fits in the links' remaining bandwidth; the set with the most total bandwidth
 // (channels x speed) wins, ties going to the better path type, then the faster speed. Across
 // machines (nodes > 1) each channel enters and leaves through a network port, spreading
-// channels over the ports. The result reads and writes NCCL's graph dump format
+// channels over the ports; the worst GPU-port path a channel may take is a limit of its own,
+// tried nearest first, so at equal bandwidth channels use the ports nearest their GPUs. The result reads and writes NCCL's graph dump format
 // (NCCL_GRAPH_DUMP_FILE / NCCL_GRAPH_FILE).
 #pragma once
 
@@ -34,6 +35,15 @@ struct Graph {
   PathType typeIntra = PathType::Loc, typeInter = PathType::Loc;
   bool sameChannels = true;
   std::vector<Channel> channels;
+};
+
+/// The network ports ("mlx5_0:1": device and port) a rank's connections to other machines use,
+/// as the graphs place them. Ring channel c receives through the port its graph channel
+/// (c modulo their count) enters by and sends through the one it leaves by; tree channel c
+/// uses its tree channel's port; send/recv and the grid use the ports nearest the rank's GPU.
+/// An empty list leaves the choice to the transport (it spreads connections over its ports).
+struct PortPlan {
+  std::vector<std::string> ringIn, ringOut, tree, near;
 };
 
 struct SearchRequest {

@@ -7,6 +7,7 @@
 
 #include "core/log.h"
 #include "core/params.h"
+#include "core/status.h"
 
 namespace braid::topo {
 
@@ -70,6 +71,42 @@ std::unique_ptr<Topology> loadTopology(const TopologyRequest& request) {
     BRAID_INFO(log::kGraph, "graphs written to %s", request.graphDumpFile.c_str());
   }
   return t;
+}
+
+PortPlan planPorts(const Topology& t, const std::string& busId, int cudaDevice) {
+  const System& sys = t.system;
+  PortPlan plan;
+  bool named = true;  // a port the transport cannot name (a file without names) voids the plan
+  auto nameOf = [&](int node) {
+    const Node& n = sys.nodes[node];
+    if (n.netName.empty()) named = false;
+    return n.netName + ":" + std::to_string(n.port);
+  };
+  auto byDev = [&](int netDev) {
+    const int node = sys.netOfDev(netDev);
+    if (node < 0) fail(ncclInternalError, "the graph names NET/%d, which the system lacks", netDev);
+    return nameOf(node);
+  };
+  for (const Channel& c : t.ring.channels) {
+    if (c.netIn < 0 || c.netOut < 0) continue;
+    plan.ringIn.push_back(byDev(c.netIn));
+    plan.ringOut.push_back(byDev(c.netOut));
+  }
+  for (const Channel& c : t.tree.channels)
+    if (c.netIn >= 0) plan.tree.push_back(byDev(c.netIn));
+  int gpu = -1;
+  for (int g : sys.of(NodeType::Gpu))
+    if ((!busId.empty() && sys.nodes[g].busId == busId) || (busId.empty() && sys.nodes[g].dev == cudaDevice)) gpu = g;
+  const int nearest = gpu >= 0 ? nearestNet(*t.paths, gpu) : -1;
+  if (nearest >= 0) {
+    const Path& best = t.paths->at(gpu, nearest);
+    for (int net : sys.of(NodeType::Net)) {
+      const Path& p = t.paths->at(gpu, net);
+      if (p.type == best.type && p.bw >= best.bw - 1e-9) plan.near.push_back(nameOf(net));
+    }
+  }
+  if (!named) return PortPlan{};
+  return plan;
 }
 
 void logTopology(const Topology& t) {

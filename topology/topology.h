@@ -39,6 +39,11 @@ struct Topology {
 /// an unwritable dump file.
 std::unique_ptr<Topology> loadTopology(const TopologyRequest& request);
 
+/// Where this rank's network connections go (see PortPlan), for the rank whose GPU has bus id
+/// `busId` ("0000:17:00.0"; "" unknown: then the GPU whose dev is cudaDevice; neither: the
+/// graphs alone).
+PortPlan planPorts(const Topology& topology, const std::string& busId, int cudaDevice);
+
 /// The system and the channels at INFO level, subsystem GRAPH.
 void logTopology(const Topology& topology);
 

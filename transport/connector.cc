@@ -59,7 +59,7 @@ Kind Connector::networkKind() {
     fail(ncclInvalidUsage, "NCCL_NET=IB, but NCCL_IB_DISABLE=1 turns the InfiniBand transport off");
   }
   const bool tryIb = wantIb || (net.empty() && !options_.ibDisabled);
-  if (tryIb && ib::available(ibSettings(0), &why, &ports)) {
+  if (tryIb && ib::available(ibSettings(Lane{}), &why, &ports)) {
     networkKind_ = Kind::kIb;
     BRAID_INFO(log::kInit | log::kNet, "NET/IB : Using %s", ports.c_str());
   } else if (wantIb) {
@@ -72,14 +72,35 @@ Kind Connector::networkKind() {
   return networkKind_;
 }
 
-ib::Settings Connector::ibSettings(int hint) const {
+namespace {
+const std::string& entry(const std::vector<std::string>& list, int i) {
+  static const std::string none;
+  return list.empty() ? none : list[static_cast<size_t>(i) % list.size()];
+}
+}  // namespace
+
+Connector::Lane Connector::ringLane(int c, bool send) const {
+  return Lane{"ring" + std::to_string(c), c, entry(send ? options_.ports.ringOut : options_.ports.ringIn, c)};
+}
+
+Connector::Lane Connector::peerLane(int set, int peer) const {
+  const char* kind = set < treeSet(0) ? "p2p" : set < gridSet(0) ? "tree" : "grid";
+  const int c = set % kSetChannels;
+  const std::string& port = set >= treeSet(0) && set < gridSet(0) ? entry(options_.ports.tree, c)
+                                                                   : entry(options_.ports.near, peer + set);
+  return Lane{kind + std::to_string(c), peer + set, port};
+}
+
+ib::Settings Connector::ibSettings(const Lane& lane) const {
   ib::Settings s = options_.ib;
   s.listenAt = channel_.peerAddress(rank_);
   s.commHash = options_.commHash;
   s.rank = rank_;
   s.timeout = channel_.timeout();
   s.abortFlag = options_.abortFlag;
-  s.portHint = hint;
+  s.portHint = lane.hint;
+  s.port = lane.port;
+  s.what = lane.what;
   s.allocator = options_.allocator;
   return s;
 }
@@ -98,8 +119,9 @@ socket::Settings Connector::socketSettings() const {
   return s;
 }
 
-std::unique_ptr<Connector::End> Connector::createReceiver(int peer, const FifoSizes& sizes, const std::string& what,
-                                                          int hint, Descriptor* d) {
+std::unique_ptr<Connector::End> Connector::createReceiver(int peer, const FifoSizes& sizes, const Lane& lane,
+                                                          Descriptor* d) {
+  const std::string& what = lane.what;
   auto end = std::make_unique<End>();
   const Kind kind = route(peer);
   if (kind == Kind::kP2p) {
@@ -108,7 +130,7 @@ std::unique_ptr<Connector::End> Connector::createReceiver(int peer, const FifoSi
     end->memory = shm::create(sizes, options_.commTag + "-" + std::to_string(rank_) + "-" + std::to_string(peer) + "-" + what,
                               options_.allocator, !options_.p2pDisabled && peers_[peer].gpuReachable, d);
   } else if (kind == Kind::kIb) {
-    end->memory = ib::createReceiver(sizes, ibSettings(hint), peer, d);
+    end->memory = ib::createReceiver(sizes, ibSettings(lane), peer, d);
     usesNetwork_ = true;
   } else {
     end->memory = socket::createReceiver(sizes, socketSettings(), peer, d);
@@ -123,7 +145,7 @@ std::unique_ptr<Connector::End> Connector::createReceiver(int peer, const FifoSi
   return end;
 }
 
-std::unique_ptr<Connector::End> Connector::importSender(int peer, const Descriptor& d, int hint) {
+std::unique_ptr<Connector::End> Connector::importSender(int peer, const Descriptor& d, const Lane& lane) {
   auto end = std::make_unique<End>();
   if (d.kind == Kind::kP2p) {
     end->memory = p2p::import(d);
@@ -133,7 +155,7 @@ std::unique_ptr<Connector::End> Connector::importSender(int peer, const Descript
     end->memory = socket::connectSender(d, socketSettings(), peer);
     usesNetwork_ = true;
   } else if (d.kind == Kind::kIb) {
-    end->memory = ib::connectSender(d, ibSettings(hint), peer);
+    end->memory = ib::connectSender(d, ibSettings(lane), peer);
     usesNetwork_ = true;
   } else {
     fail(ncclInternalError, "rank %d sent a connection descriptor of unknown kind %u", peer, static_cast<unsigned>(d.kind));
@@ -158,10 +180,10 @@ void Connector::connectRing(int nChannels) {
   for (int c = 0; c < nChannels; ++c) {
     if (ringSend_.count(c) != 0) continue;
     Descriptor mine, theirs;
-    auto recvEnd = createReceiver(prev, options_.ring, "ring" + std::to_string(c), c, &mine);
+    auto recvEnd = createReceiver(prev, options_.ring, ringLane(c, false), &mine);
     channel_.send(prev, kRingTag + c, &mine, sizeof(mine));
     channel_.recv(next, kRingTag + c, &theirs, sizeof(theirs));
-    auto sendEnd = importSender(next, theirs, c);
+    auto sendEnd = importSender(next, theirs, ringLane(c, true));
     // The receiver keeps its FIFO memory (and, for shm, its name) until the sender has taken
     // hold of it: a rank that finishes early cannot free memory its peer has yet to import.
     channel_.send(next, kRingAckTag + c, &rank_, sizeof(rank_));
@@ -187,15 +209,13 @@ kernels::RingHandle Connector::ring(int channel) const {
 
 void Connector::connectPeers(const std::vector<int>& sendTo, const std::vector<int>& recvFrom, int set) {
   const FifoSizes& sizes = set < treeSet(0) ? options_.p2p : options_.ring;
-  const char* kind = set < treeSet(0) ? "p2p" : set < gridSet(0) ? "tree" : "grid";
-  const std::string what = kind + std::to_string(set % kSetChannels);
   const uint32_t tag = kPeerTag + static_cast<uint32_t>(set), ackTag = kPeerAckTag + static_cast<uint32_t>(set);
   std::vector<std::pair<int, Descriptor>> created;
   for (int peer : recvFrom) {
     const int key = set * nRanks_ + peer;
     if (peer == rank_ || peerRecv_.count(key) != 0) continue;
     Descriptor d;
-    auto end = createReceiver(peer, sizes, what, peer + set, &d);
+    auto end = createReceiver(peer, sizes, peerLane(set, peer), &d);
     {
       std::lock_guard<std::mutex> lock(endsMutex_);
       peerRecv_[key] = std::move(end);
@@ -208,7 +228,7 @@ void Connector::connectPeers(const std::vector<int>& sendTo, const std::vector<i
     if (peer == rank_ || peerSend_.count(key) != 0) continue;
     Descriptor d;
     channel_.recv(peer, tag, &d, sizeof(d));
-    auto end = importSender(peer, d, peer + set);
+    auto end = importSender(peer, d, peerLane(set, peer));
     {
       std::lock_guard<std::mutex> lock(endsMutex_);
       peerSend_[key] = std::move(end);

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "topology/search.h"
 #include "transport/fifo.h"
 #include "transport/net/ib/ib_transport.h"
 #include "transport/net/socket/socket_transport.h"
@@ -55,6 +56,8 @@ struct ConnectorOptions {
   /// The backend's FIFO memory (null: the host's): the in-process transport allocates from it,
   /// and the others' host memory is registered with it, so that the kernels reach every FIFO.
   FifoAllocator* allocator = nullptr;
+  /// The network ports the topology chose for each kind of connection (empty: by number).
+  topo::PortPlan ports;
 };
 
 class Connector {
@@ -103,10 +106,20 @@ class Connector {
   ConnectorOptions& options() { return options_; }
 
  private:
+  /// A connection's name for the log ("ring3", "p2p0") and the RDMA port it prefers: the
+  /// topology's (`port`; "" none), else `hint` spreads connections over the ports (the ring
+  /// channel, or the peer's rank).
+  struct Lane {
+    std::string what;
+    int hint = 0;
+    std::string port;
+  };
+  /// The lanes of ring channel c's ends and of send/recv set `set`'s ends to `peer`.
+  Lane ringLane(int c, bool send) const;
+  Lane peerLane(int set, int peer) const;
   /// Receiver side of a new connection from `peer`: the memory, and the descriptor sent to it.
-  /// `hint` spreads connections over the RDMA ports (the ring channel, or the peer's rank).
-  std::unique_ptr<End> createReceiver(int peer, const FifoSizes& sizes, const std::string& what, int hint, Descriptor* d);
-  std::unique_ptr<End> importSender(int peer, const Descriptor& d, int hint);
+  std::unique_ptr<End> createReceiver(int peer, const FifoSizes& sizes, const Lane& lane, Descriptor* d);
+  std::unique_ptr<End> importSender(int peer, const Descriptor& d, const Lane& lane);
   /// The transport between this rank and `peer`.
   Kind route(int peer);
   /// The network transport of this communicator, chosen at its first network connection
@@ -115,7 +128,7 @@ class Connector {
   Kind networkKind();
   /// The network transports' settings for this communicator.
   socket::Settings socketSettings() const;
-  ib::Settings ibSettings(int hint) const;
+  ib::Settings ibSettings(const Lane& lane) const;
   /// Makes a new end's host memory (shared memory, a network end's copy) reachable by the
   /// backend's kernels.
   void registerEnd(End& end);

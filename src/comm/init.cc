@@ -14,6 +14,7 @@
 #include "core/params.h"
 #include "runtime/device.h"
 #include "runtime/host/data_path.h"
+#include "topology/pci_path.h"
 #include "topology/topology.h"
 #include <cstdio>
 
@@ -103,22 +104,51 @@ namespace {
 
 // The topology is computed when a user asks to see it (a dump file on this rank, GRAPH logging
 // on rank 0) or supplies one (NCCL_TOPO_FILE, NCCL_GRAPH_FILE, checked on every rank so a bad
-// file fails init with its line). The host backend's channels do not come from it yet.
-void reportTopology(const RankIdentity& identity, const std::vector<PeerInfo>& peers) {
+// file fails init with its line), and whenever the communicator spans machines: its graphs
+// choose the network port of each channel (topo::PortPlan). Collectives still run their rings
+// in rank order.
+topo::PortPlan planTopology(const RankIdentity& identity, const std::vector<PeerInfo>& peers) {
   auto& store = params::process();
   topo::TopologyRequest request = topo::TopologyRequest::fromParams();
   const bool dumpTopo = !request.topoDumpFile.empty() && store.integer("NCCL_TOPO_DUMP_FILE_RANK") == identity.rank;
   const bool dumpGraph = !request.graphDumpFile.empty() && store.integer("NCCL_GRAPH_DUMP_FILE_RANK") == identity.rank;
   const bool logIt = identity.rank == 0 && log::enabled(log::Level::Info, log::kGraph);
   const bool given = !request.topoFile.empty() || !request.graphFile.empty();
-  if (!dumpTopo && !dumpGraph && !logIt && !given) return;
-  if (!dumpTopo) request.topoDumpFile.clear();
-  if (!dumpGraph) request.graphDumpFile.clear();
   std::set<uint64_t> hosts;
   for (const PeerInfo& p : peers) hosts.insert(p.hostHash);
   request.nodes = static_cast<int>(hosts.size());
-  auto topology = topo::loadTopology(request);
+  const bool acrossMachines = request.nodes > 1;
+  if (!dumpTopo && !dumpGraph && !logIt && !given && !acrossMachines) return {};
+  if (!dumpTopo) request.topoDumpFile.clear();
+  if (!dumpGraph) request.graphDumpFile.clear();
+  std::unique_ptr<topo::Topology> topology;
+  try {
+    topology = topo::loadTopology(request);
+  } catch (const Error& e) {
+    if (given || dumpTopo || dumpGraph) throw;  // (what the user asked for fails init)
+    BRAID_WARN("rank %d: the topology could not be detected (%s); network ports are chosen by number", identity.rank,
+               e.what());
+    return {};
+  }
   if (identity.rank == 0) topo::logTopology(*topology);
+  if (!acrossMachines) return {};
+  const PeerInfo& mine = peers[identity.rank];
+  const std::string busId = mine.busId >= 0 ? topo::busIdText(mine.busId) : "";
+  topo::PortPlan plan = topo::planPorts(*topology, busId, identity.cudaDevice);
+  auto list = [](const std::vector<std::string>& ports) {
+    std::string text;
+    for (const std::string& p : ports) text += (text.empty() ? "" : " ") + p;
+    return text.empty() ? std::string("by number") : text;
+  };
+  if (plan.ringIn.empty() && plan.tree.empty() && plan.near.empty()) {
+    BRAID_INFO(log::kNet | log::kGraph, "rank %d: the topology places no network port (no GPU in it, or ports "
+               "without names): ports by number", identity.rank);
+  } else {
+    BRAID_INFO(log::kNet | log::kGraph, "rank %d: network ports from the topology: rings in %s, out %s; trees %s; "
+               "send/recv %s", identity.rank, list(plan.ringIn).c_str(), list(plan.ringOut).c_str(),
+               list(plan.tree).c_str(), list(plan.near).c_str());
+  }
+  return plan;
 }
 
 /// Several ranks on one GPU: said at INFO; across processes also a warning, once per process,
@@ -182,14 +212,15 @@ void initRank(Communicator& comm, const ncclUniqueId& uniqueId, const InitSettin
   localPosition(peers, identity.rank, &identity.localRank, &identity.localRanks);
   identity.commHash = id.secret ^ hashString(id.root.toString());
 
-  reportTopology(identity, peers);
+  const topo::PortPlan ports = planTopology(identity, peers);
 
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double boot = std::chrono::duration<double>(bootstrapDone - start).count();
   char tag[32];
   std::snprintf(tag, sizeof(tag), "%016llx", static_cast<unsigned long long>(identity.commHash));
   const bool onDevice = identity.backend == Backend::kCuda;
-  const auto dataSettings = runtime::host::DataPathSettings::fromParams(comm.config(), onDevice);
+  auto dataSettings = runtime::host::DataPathSettings::fromParams(comm.config(), onDevice);
+  dataSettings.connector.ports = ports;
   std::unique_ptr<runtime::Device> device;
   if (onDevice) {
     const int threads = dataSettings.limits.shape.threads;

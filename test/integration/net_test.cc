@@ -15,6 +15,7 @@
 #include "proxy/proxy.h"
 #include "runtime/host/data_path.h"
 #include "test_env.h"
+#include "../unit/core/test_env.h"
 
 using namespace braid;
 using braid::test::expect;
@@ -199,11 +200,67 @@ TEST_CASE("NET/IB over the verbs double: programs on different 'hosts', RoCE, po
                     "allreduce");
   INFO(out);
   CHECK_THAT(out, Catch::Contains("rank 0 of 2 ok") && Catch::Contains("mlx5_1 port 1 (RoCE)") &&
-                      !Catch::Contains("mlx5_0 port"));
+                      !Catch::Contains("over mlx5_0 port"));
   CHECK_THAT(out, Catch::Contains("NCCL_IB_TIMEOUT=40 is outside 1..31; using 20"));
   // A GID index the port does not have is an error naming it.
   out = runPrograms(2, env + " NCCL_IB_HCA==mlx5_1 NCCL_IB_GID_INDEX=7", "allreduce");
   CHECK_THAT(out, Catch::Contains("GID index 7 of mlx5_1 port 1 cannot be read (NCCL_IB_GID_INDEX=7)"));
+}
+
+TEST_CASE("NET/IB: ring channels use the ports the topology's graph gives them; a port of the wrong link layer "
+          "falls back to one by number", "[integration][net][ib][topology]") {
+  if (test::verbsDouble().empty()) {
+    WARN("skipped: built without the verbs headers, so no verbs double");
+    return;
+  }
+  // The verbs double's machine, with a GPU: mlx5_0 (InfiniBand) hangs off the CPU, mlx5_1
+  // (RoCE) shares a PCI switch with the GPU. Port by number would put ring channel 0 on mlx5_0.
+  test::TempDir dir;
+  const std::string topo = dir.write("topo.xml", R"(<system version="1">
+  <cpu numaid="0" affinity="ffffffff" arch="x86_64" vendor="GenuineIntel" familyid="6" modelid="106">
+    <pci busid="0000:01:00.0" class="0x020000" link_speed="16 GT/s" link_width="16">
+      <nic><net name="mlx5_0" dev="0" speed="200000" port="1" latency="0" guid="0x1" maxconn="131072" gdr="1"/></nic>
+    </pci>
+    <pci busid="0000:10:00.0" class="0x060400" link_speed="16 GT/s" link_width="16">
+      <pci busid="0000:11:00.0" class="0x030200" link_speed="16 GT/s" link_width="16"><gpu dev="0" sm="90" rank="0" gdr="1"/></pci>
+      <pci busid="0000:12:00.0" class="0x020000" link_speed="16 GT/s" link_width="16">
+        <nic><net name="mlx5_1" dev="1" speed="400000" port="1" latency="0" guid="0x2" maxconn="131072" gdr="1"/></nic>
+      </pci>
+    </pci>
+  </cpu>
+</system>
+)");
+  auto graph = [&](const std::string& name, int in, int out) {
+    const std::string channel = "<channel><net dev=\"" + std::to_string(in) + "\"/><gpu dev=\"0\"/><net dev=\"" +
+                                std::to_string(out) + "\"/></channel>";
+    return dir.write(name, "<graphs version=\"1\"><graph id=\"0\" pattern=\"4\" crossnic=\"1\" nchannels=\"1\" "
+                           "speedintra=\"24\" speedinter=\"24\" latencyinter=\"0\" typeintra=\"LOC\" typeinter=\"PHB\" "
+                           "samechannels=\"1\">" + channel + "</graph></graphs>\n");
+  };
+  const std::string env = "NCCL_NET=IB NCCL_ALGO=Ring NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=NET BRAID_IBVERBS_LIBRARY=" +
+                          test::verbsDouble() + " NCCL_TOPO_FILE=" + topo;
+  // Runs 3 ranks with `extra`; ring channel 0's ends must be on `in` (receivers) and `out`
+  // (senders, which took it as `how`).
+  auto ring0 = [&](const std::string& extra, const std::string& in, const std::string& out, const std::string& how) {
+    const std::string log = runPrograms(3, env + extra, "allreduce");
+    INFO(log);
+    for (int r = 0; r < 3; ++r) CHECK_THAT(log, Catch::Contains("rank " + std::to_string(r) + " of 3 ok"));
+    CHECK_THAT(log, Catch::Contains("rank 1 <- rank 0 over " + in + " (ring0, the topology's port)"));
+    CHECK_THAT(log, Catch::Contains("rank 0 -> rank 1 over " + out + " (ring0, " + how + ")"));
+    return log;
+  };
+  // The search: the port beside the GPU, in and out.
+  std::string log = ring0("", "mlx5_1 port 1 (RoCE)", "mlx5_1 port 1 (RoCE)", "the topology's port");
+  CHECK_THAT(log, Catch::Contains("rank 1: network ports from the topology: rings in mlx5_1:1, out mlx5_1:1"));
+  CHECK_THAT(log, !Catch::Contains("ring0, port by number"));
+  // A graph file that says mlx5_0.
+  log = ring0(" NCCL_GRAPH_FILE=" + graph("ring-on-0.xml", 0, 0), "mlx5_0 port 1", "mlx5_0 port 1", "the topology's port");
+  CHECK_THAT(log, !Catch::Contains("mlx5_1 port 1 (RoCE) (ring0"));
+  // In by mlx5_0 (InfiniBand), out by mlx5_1 (RoCE): a sender must match its receiver's link
+  // layer, so it says so and takes an InfiniBand port by number.
+  log = ring0(" NCCL_GRAPH_FILE=" + graph("ring-crossing.xml", 0, 1), "mlx5_0 port 1", "mlx5_0 port 1", "port by number");
+  CHECK_THAT(log, Catch::Contains("ring0: rank 0 cannot use the topology's port mlx5_1:1 (not active, left out or of "
+                                  "another link layer than the peer's); choosing by number"));
 }
 
 TEST_CASE("point to point over IB: ring shift, uneven sizes, both directions, threads and processes",

@@ -128,14 +128,26 @@ TEST_CASE("IBM Cloud 8xH100: NVSwitch, 8 NICs, one per GPU switch", "[topology]"
   ring.nodes = 2;
   Graph inter = searchGraph(p, ring);
   checkVisitsAll(s, inter);
-  std::set<int> nics;
+  // NCCL_CROSS_NIC=2 (the default): nearest ports first, so every channel enters beside its
+  // first GPU and leaves beside its last (PIX both), crossing NICs.
+  CHECK(inter.typeInter == PathType::Pix);
+  CHECK(inter.crossNic == 1);
   for (const Channel& c : inter.channels) {
+    CHECK(c.netIn == 7 - c.gpus.front());
+    CHECK(c.netOut == 7 - c.gpus.back());
+  }
+  // NCCL_CROSS_NIC=0: one port per channel, in and out, all ports used.
+  ring.policy.crossNic = 0;
+  Graph same = searchGraph(p, ring);
+  checkVisitsAll(s, same);
+  std::set<int> nics;
+  for (const Channel& c : same.channels) {
     CHECK(c.netIn >= 0);
-    CHECK(c.netOut == c.netIn);  // crossNic 0 found a solution as good
+    CHECK(c.netOut == c.netIn);
     nics.insert(c.netIn);
   }
   CHECK(nics.size() == 8);  // one NIC per channel, all NICs used
-  CHECK(inter.bwInter <= 25);
+  CHECK(same.bwInter <= 25);
 }
 
 TEST_CASE("AWS p4d: PCI-only file, GPUs and EFA NICs assumed", "[topology]") {
@@ -360,6 +372,38 @@ TEST_CASE("Detection on this machine finds its CPUs and interfaces", "[topology]
   // The document is NCCL's format: it survives a write and a read.
   XmlNode again = parseXml(writeXml(doc.children.at(0)), "again");
   CHECK(buildSystem(again, "again").describe() == s.describe());
+}
+
+TEST_CASE("Network ports of a rank's connections follow the graphs; send/recv the GPU's nearest port",
+          "[topology][search]") {
+  TopologyRequest r;
+  r.topoFile = data("ibm-cloud-gx3d-160x1792x8h100-topo.xml");
+  r.detect = false;
+  r.nodes = 2;
+  auto t = loadTopology(r);
+  const System& s = t->system;
+  auto nameOf = [&](int netDev) { return "mlx5_" + std::to_string(netDev) + ":1"; };  // (the file's names)
+  for (int k = 0; k < 8; ++k) {
+    INFO("GPU " << k);
+    const PortPlan byBus = planPorts(*t, s.nodes[gpu(s, k)].busId, -1);
+    REQUIRE(byBus.ringIn.size() == t->ring.channels.size());
+    REQUIRE(byBus.ringOut.size() == t->ring.channels.size());
+    for (size_t c = 0; c < t->ring.channels.size(); ++c) {
+      CHECK(byBus.ringIn[c] == nameOf(t->ring.channels[c].netIn));
+      CHECK(byBus.ringOut[c] == nameOf(t->ring.channels[c].netOut));
+    }
+    REQUIRE(byBus.tree.size() == t->tree.channels.size());
+    for (size_t c = 0; c < t->tree.channels.size(); ++c) CHECK(byBus.tree[c] == nameOf(t->tree.channels[c].netIn));
+    CHECK(byBus.near == std::vector<std::string>{nameOf(7 - k)});  // the port on the GPU's own switch
+    CHECK(planPorts(*t, "", k).near == byBus.near);                 // no bus id: the GPU of that dev
+  }
+  // A rank whose GPU the file lacks: the graphs' ports, none preferred for send/recv.
+  const PortPlan none = planPorts(*t, "0000:01:00.0", -1);
+  CHECK(none.near.empty());
+  CHECK(none.ringIn.size() == t->ring.channels.size());
+  // One machine: no channel crosses a port.
+  r.nodes = 1;
+  CHECK(planPorts(*loadTopology(r), s.nodes[gpu(s, 0)].busId, -1).ringIn.empty());
 }
 
 TEST_CASE("Detection through NVML and verbs doubles", "[topology][detect]") {

@@ -55,14 +55,17 @@ const Verbs& verbsOf(const Settings& s) {
   return *v;
 }
 
-/// The port a connection uses, its device (opened) and GID index.
+/// The port a connection uses, its device (opened) and GID index; `planned` when it is the
+/// topology's choice.
 struct Choice {
   Port port;
   std::shared_ptr<Device> device;
   int gidIndex = 0;
+  bool planned = false;
 };
 
-/// ports[hint mod n], or the first after it whose link layer is `roce` (when >= 0).
+/// The topology's port (s.port) when it is usable and of link layer `roce` (when >= 0: 1 RoCE,
+/// 0 InfiniBand); otherwise ports[hint mod n], or the first after it of that link layer.
 Choice choose(const Settings& s, int roce) {
   const Verbs& v = verbsOf(s);
   const std::vector<Port> ports = usablePorts(v, s.hca);
@@ -70,13 +73,23 @@ Choice choose(const Settings& s, int roce) {
     fail(ncclSystemError, "NET/IB: rank %d has no active port%s%s", s.rank,
          s.hca.empty() ? "" : " that NCCL_IB_HCA allows: NCCL_IB_HCA=", s.hca.c_str());
   }
+  auto fits = [roce](const Port& p) { return roce < 0 || p.roce == (roce == 1); };
+  auto make = [&](const Port& p, bool planned) {
+    Choice c{p, openDevice(v, p.device), 0, planned};
+    c.gidIndex = chooseGidIndex(*c.device, p, s.gidIndex);
+    return c;
+  };
+  if (!s.port.empty()) {
+    for (const Port& p : ports)
+      if (p.device + ":" + std::to_string(p.port) == s.port && fits(p)) return make(p, true);
+    BRAID_INFO(log::kNet, "NET/IB: %s: rank %d cannot use the topology's port %s (%s); choosing by number", s.what.c_str(),
+               s.rank, s.port.c_str(), roce >= 0 ? "not active, left out or of another link layer than the peer's"
+                                                 : "not active or left out by NCCL_IB_HCA");
+  }
   const size_t n = ports.size();
   for (size_t i = 0; i < n; ++i) {
     const Port& p = ports[(static_cast<size_t>(std::max(s.portHint, 0)) + i) % n];
-    if (roce >= 0 && p.roce != (roce == 1)) continue;
-    Choice c{p, openDevice(v, p.device), 0};
-    c.gidIndex = chooseGidIndex(*c.device, p, s.gidIndex);
-    return c;
+    if (fits(p)) return make(p, false);
   }
   fail(ncclSystemError, "NET/IB: rank %d has no active %s port to reach its peer's%s%s", s.rank,
        roce == 1 ? "RoCE" : "InfiniBand", s.hca.empty() ? "" : " (NCCL_IB_HCA=", s.hca.empty() ? "" : (s.hca + ")").c_str());
@@ -125,7 +138,8 @@ class IbEnd : public EndPump {
         port_(choice.port),
         gidIndex_(choice.gidIndex),
         settings_(s),
-        where_(port_.device + " port " + std::to_string(port_.port)) {
+        where_(port_.device + " port " + std::to_string(port_.port)),
+        why_(s.what + (choice.planned ? ", the topology's port" : ", port by number")) {
     try {
       setUp();
     } catch (...) {
@@ -248,6 +262,7 @@ class IbEnd : public EndPump {
   int gidIndex_;
   Settings settings_;
   std::string where_;  // "mlx5_0 port 1"
+  std::string why_;    // "ring3, the topology's port": the connection and how its port was chosen
   ibv_mr* mr_ = nullptr;
   ibv_mr* gpuMr_ = nullptr;    // GPU Direct RDMA: the Simple slots' region
   char* gpuSlots_ = nullptr;   // GPU Direct RDMA: the Simple slots (the allocator's device memory)
@@ -373,8 +388,8 @@ class SendEnd final : public IbEnd {
     std::vector<net::Socket> sockets;
     sockets.push_back(std::move(sock));
     adoptSockets(std::move(sockets));
-    BRAID_INFO(log::kNet, "NET/IB: rank %d -> rank %d over %s%s, queue pair %u -> %u (control %s)", s.rank, peer,
-               where_.c_str(), port_.roce ? " (RoCE)" : "", local_.qpn, remote_.qpn, peerName_.c_str());
+    BRAID_INFO(log::kNet, "NET/IB: rank %d -> rank %d over %s%s (%s), queue pair %u -> %u (control %s)", s.rank, peer,
+               where_.c_str(), port_.roce ? " (RoCE)" : "", why_.c_str(), local_.qpn, remote_.qpn, peerName_.c_str());
   }
 
   bool progress(const pollfd* polled) override {
@@ -492,8 +507,9 @@ class RecvEnd final : public IbEnd {
         lost("failed on " + where_ + ": " + err, true, ncclSystemError);
       } else {
         startReady();  // the sender writes from now on
-        BRAID_INFO(log::kNet, "NET/IB: rank %d <- rank %d over %s%s, queue pair %u <- %u (control %s)", rank_, peer_,
-                   where_.c_str(), port_.roce ? " (RoCE)" : "", local_.qpn, remote_.qpn, peerName_.c_str());
+        BRAID_INFO(log::kNet, "NET/IB: rank %d <- rank %d over %s%s (%s), queue pair %u <- %u (control %s)", rank_,
+                   peer_, where_.c_str(), port_.roce ? " (RoCE)" : "", why_.c_str(), local_.qpn, remote_.qpn,
+                   peerName_.c_str());
       }
     }
     return moved;

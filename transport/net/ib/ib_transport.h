@@ -29,9 +29,10 @@
 // the NIC's writes, no C2C); a sender only where NCCL_NET_GDR_READ allows (by default from
 // Ampere on). Otherwise the slots stay in host memory. LL and LL128 steps always stage there.
 //
-// Ports: the active ones NCCL_IB_HCA allows; connection n of a rank uses port n mod count
-// (ring channel c, or the peer's rank for send/recv), the sender a port of the receiver's
-// link layer. NCCL_IB_GID_INDEX, NCCL_IB_TC, NCCL_IB_SL, NCCL_IB_TIMEOUT and
+// Ports: the active ones NCCL_IB_HCA allows. A connection uses the port the topology chose for
+// it (topo::PortPlan) when that port is usable and, for a sender, of the receiver's link
+// layer; otherwise connection n of a rank uses port n mod count (ring channel c, or the peer's
+// rank for send/recv), the sender a port of the receiver's link layer. NCCL_IB_GID_INDEX, NCCL_IB_TC, NCCL_IB_SL, NCCL_IB_TIMEOUT and
 // NCCL_IB_RETRY_CNT set the queue pairs' attributes as in NCCL.
 #pragma once
 
@@ -58,6 +59,8 @@ struct Settings {
   int ackTimeout = 20;               ///< NCCL_IB_TIMEOUT: 4.096 us x 2^value
   int retryCount = 7;                ///< NCCL_IB_RETRY_CNT
   int portHint = 0;                  ///< which of the usable ports (modulo their count)
+  std::string port;                  ///< the port the topology chose ("mlx5_0:1"; "": by portHint)
+  std::string what;                  ///< the connection, for the log ("ring3", "p2p0")
   /// GPU Direct RDMA: the backend's FIFO memory (null: the host backend, none), NCCL_DMABUF_ENABLE,
   /// NCCL_NET_GDR_READ (-1: automatic), NCCL_NET_GDR_LEVEL, this rank's GPU (runtime::cudaBusId)
   /// and the sysfs root (tests).
