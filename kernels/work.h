@@ -97,6 +97,10 @@ constexpr uint64_t kStepLL128 = uint64_t(1) << 33;
 /// A send's whole message went straight into the receiver's buffer, which it had offered
 /// (send_recv.h): the step carries no slot data.
 constexpr uint64_t kStepDirect = uint64_t(1) << 34;
+/// A host send's Simple step whose slot holds the address of its bytes in the sender's own
+/// memory instead of the bytes: the network proxy sends them from there (send_recv.h,
+/// PeerOp::byReference).
+constexpr uint64_t kStepReference = uint64_t(1) << 35;
 BRAID_INLINE uint64_t stepInfo(uint64_t bytes, bool ll) { return bytes | (ll ? kStepLL : 0); }
 
 /// One end of a connection as a kernel sees it. The FIFO memory lives wherever the transport

@@ -38,6 +38,7 @@ struct PeerOp {
   bool direct;       ///< zero-copy: the sender writes straight into the receiver's buffer (one step; both ends agree)
   bool offers;       ///< an offering operation (below)
   bool offered;      ///< receiver: its offer is posted; offering sender: it has read the offer
+  bool byReference;  ///< the host over sockets: a send's slots carry its bytes' address, a receive offers its buffer (below)
 };
 
 /// The words of a receiver's offer line (ConnHandle::offer): the tag (its step + 1) last.
@@ -77,7 +78,8 @@ BRAID_INLINE void postOffer(const PeerOp& op) {
   uint64_t* line = op.conn.offer;
   storeRelaxed(line + kOfferTag, uint64_t{0});
   fenceFull();
-  storeRelaxed(line + kOfferAddress, op.direct ? static_cast<uint64_t>(reinterpret_cast<uintptr_t>(op.buffer)) : op.offerOffset);
+  const bool address = op.direct || op.byReference;
+  storeRelaxed(line + kOfferAddress, address ? static_cast<uint64_t>(reinterpret_cast<uintptr_t>(op.buffer)) : op.offerOffset);
   storeRelaxed(line + kOfferBytes, op.bytes);
   storeRelaxed(line + kOfferKey, op.offerKey);
   storeRelaxed(line + kOfferSpan, op.offerSpan);
@@ -120,6 +122,21 @@ BRAID_INLINE bool arrivedDirect(const PeerOp& op) {
   return op.done == 0 && (loadRelaxed(op.conn.sizes + op.step % kSteps) & kStepDirect) != 0;
 }
 
+/// A send by reference (PeerOp::byReference: the host backend, a socket connection, Simple)
+/// copies nothing: each step's slot holds the address of its bytes in op.buffer, marked
+/// kStepReference, and the proxy writes them to the socket from there. The buffer is the
+/// user's again only once every step has left, so the operation ends when head reaches its
+/// last step rather than when the last step is published.
+///
+/// A receive by reference posts its buffer as an offer (address, bytes, tagged with its first
+/// step + 1), and the proxy reads each step of the operation whose header arrives after that
+/// straight into its place in the buffer, marking the step kStepDirect in conn.sizes (it
+/// writes every step's size there); steps that arrived earlier sit in their slots and are
+/// copied as usual.
+BRAID_INLINE bool peerOpDone(const PeerOp& op) {
+  return op.done >= op.bytes && (!op.byReference || loadAcquire(op.conn.head) >= op.step);
+}
+
 /// Bytes one step of op carries.
 BRAID_INLINE uint64_t peerSliceBytes(const PeerOp& op) {
   return op.proto == Proto::kLL ? uint64_t(op.conn.llStepLines) * 8 : op.conn.simpleStepBytes;
@@ -144,7 +161,7 @@ BRAID_INLINE void reportPeerPass(ChannelStatus* status, bool moved, uint32_t spi
 /// One thread. Tries to move the next slice; returns true if it did.
 BRAID_INLINE bool tryPeerStep(PeerOp& op) {
   if (op.done >= op.bytes) return false;
-  if ((op.direct || op.offers) && !op.isSend && !op.offered) {
+  if ((op.direct || op.offers || op.byReference) && !op.isSend && !op.offered) {
     postOffer(op);
     op.offered = true;
     return true;
@@ -189,6 +206,10 @@ BRAID_INLINE bool tryPeerStep(PeerOp& op) {
         writeLLLine(lines + l, payload, flag);
       }
       publishStep(op.conn, op.step, stepInfo((n + 7) / 8 * sizeof(LLLine), true));
+    } else if (op.byReference) {
+      const char* from = op.buffer + op.done;
+      memcpy(op.conn.simple + slot * op.conn.simpleStepBytes, &from, sizeof from);
+      publishStep(op.conn, op.step, stepInfo(n, false) | kStepReference);
     } else {
       memcpy(op.conn.simple + slot * op.conn.simpleStepBytes, op.buffer + op.done, n);
       publishStep(op.conn, op.step, stepInfo(n, false));
@@ -213,7 +234,9 @@ BRAID_INLINE bool tryPeerStep(PeerOp& op) {
         finishDirect(op);
         return true;
       }
-      memcpy(op.buffer + op.done, op.conn.simple + slot * op.conn.simpleStepBytes, n);
+      if (!op.byReference || (loadRelaxed(op.conn.sizes + slot) & kStepDirect) == 0) {
+        memcpy(op.buffer + op.done, op.conn.simple + slot * op.conn.simpleStepBytes, n);
+      }
     }
     storeRelease(op.conn.head, op.step + 1);
   }

@@ -4,6 +4,8 @@
 // point-to-point, failures, leaks and the transport's knobs. Suite netns runs the same across
 // network namespaces.
 #include <catch2/catch.hpp>
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <functional>
 #include <string>
@@ -15,6 +17,7 @@
 #include "proxy/proxy.h"
 #include "runtime/host/data_path.h"
 #include "test_env.h"
+#include "transport/net/net_end.h"
 #include "../unit/core/test_env.h"
 
 using namespace braid;
@@ -79,6 +82,44 @@ std::string ringShiftOverNetwork(std::vector<size_t> sizes,
 TEST_CASE("point to point over sockets: ring shift, uneven sizes, LL and Simple sizes, both directions",
           "[integration][net][p2p]") {
   REQUIRE(ringShiftOverNetwork({1, 4096, 3 << 20}, [](transport::ConnectorOptions&) {}) == "");
+}
+
+TEST_CASE("sockets: sends leave from the user's buffer and return once their bytes left; receives land in theirs",
+          "[integration][net][p2p]") {
+  // The receiver starts late, so the sender's bytes sit in its FIFO (by reference) until then;
+  // the sender overwrites its buffer as soon as ncclSend returns. A send that returned with
+  // steps still to go would deliver the overwritten bytes. The receive finds its first 8
+  // steps in the slots (copied) and has the proxy read the rest into its buffer.
+  const size_t bytes = (6 << 20) + 12345;
+  auto makeBody = [&] {
+    ncclUniqueId id;
+    REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+    return [id, bytes](int rank) {
+      ncclComm_t comm = nullptr;
+      EXPECT_OK(ncclCommInitRank(&comm, 2, id, rank));
+      comm->dataPath().connectorOptions().networkOnly = true;
+      const uint64_t before = transport::netend::referenceSteps(), landed = transport::netend::directSteps();
+      std::vector<uint8_t> buffer(bytes);
+      for (int round = 0; round < 3; ++round) {
+        if (rank == 0) {
+          for (size_t i = 0; i < bytes; ++i) buffer[i] = static_cast<uint8_t>(i * 13 + round);
+          EXPECT_OK(ncclSend(buffer.data(), bytes, ncclUint8, 1, comm, nullptr));
+          std::fill(buffer.begin(), buffer.end(), uint8_t{0xee});
+        } else {
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+          EXPECT_OK(ncclRecv(buffer.data(), bytes, ncclUint8, 0, comm, nullptr));
+          size_t wrong = 0;
+          for (size_t i = 0; i < bytes; ++i) wrong += buffer[i] != static_cast<uint8_t>(i * 13 + round);
+          expect(wrong == 0, "round " + std::to_string(round) + ": " + std::to_string(wrong) + " bytes wrong");
+        }
+      }
+      // (threads share the count: at least rank 0's 3 x 13 steps of 512 KiB)
+      if (rank == 0) expect(transport::netend::referenceSteps() - before >= 39, "sends went by reference");
+      if (rank == 1) expect(transport::netend::directSteps() - landed >= 15, "steps landed in the receive buffer");
+      EXPECT_OK(ncclCommDestroy(comm));
+    };
+  };
+  REQUIRE(test::runBoth(2, makeBody) == "");
 }
 
 TEST_CASE("sockets: a communicator's life leaves no proxy thread, socket or thread behind", "[integration][net][leak]") {

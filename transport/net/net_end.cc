@@ -341,6 +341,14 @@ bool EndPump::readControl() {
                     [](int, const FrameHeader&) {});
 }
 
+namespace {
+std::atomic<uint64_t> referenceStepCount{0}, directStepCount{0};
+}  // namespace
+
+uint64_t referenceSteps() { return referenceStepCount.load(std::memory_order_relaxed); }
+uint64_t directSteps() { return directStepCount.load(std::memory_order_relaxed); }
+void noteDirectStep() { directStepCount.fetch_add(1, std::memory_order_relaxed); }
+
 bool EndPump::stepHeader(uint64_t step, FrameHeader* h, const char** payload) {
   const uint64_t slot = step % kernels::kSteps;
   const uint64_t info = kernels::loadRelaxed(conn_.sizes + slot);
@@ -350,6 +358,15 @@ bool EndPump::stepHeader(uint64_t step, FrameHeader* h, const char** payload) {
     lost("was to carry a step of " + std::to_string(bytes) + " bytes, more than a slot holds (internal error)", true,
          ncclInternalError);
     return false;
+  }
+  const char* referenced = nullptr;
+  if (info & kernels::kStepReference) {
+    if (!acceptsReferences_ || kind != 0) {
+      lost("was to carry a step by reference, which this transport cannot (internal error)", true, ncclInternalError);
+      return false;
+    }
+    std::memcpy(&referenced, conn_.simple + slot * conn_.simpleStepBytes, sizeof referenced);
+    referenceStepCount.fetch_add(1, std::memory_order_relaxed);
   }
   *h = frame(kData);
   h->step = step;
@@ -363,7 +380,8 @@ bool EndPump::stepHeader(uint64_t step, FrameHeader* h, const char** payload) {
     h->sig.sig.words[0] = kernels::loadRelaxed(const_cast<uint64_t*>(&sig.sig.words[0]));
     h->sig.sig.words[1] = kernels::loadRelaxed(const_cast<uint64_t*>(&sig.sig.words[1]));
   }
-  *payload = kind == kFrameLL      ? reinterpret_cast<const char*>(conn_.ll + slot * conn_.llStepLines)
+  *payload = referenced != nullptr ? referenced
+             : kind == kFrameLL      ? reinterpret_cast<const char*>(conn_.ll + slot * conn_.llStepLines)
              : kind == kFrameLL128 ? reinterpret_cast<const char*>(conn_.ll128 + slot * conn_.ll128StepLines)
                                    : conn_.simple + slot * conn_.simpleStepBytes;
   return true;

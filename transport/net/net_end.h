@@ -82,6 +82,13 @@ ssize_t readSome(int fd, void* into, size_t size);
 
 uint64_t randomNonce();
 
+/// Data steps this process's senders have written by reference (from the user's buffer) and
+/// its receivers have read straight into an offered buffer (kernels/algorithms/send_recv.h),
+/// for tests; noteDirectStep counts one of the latter.
+uint64_t referenceSteps();
+uint64_t directSteps();
+void noteDirectStep();
+
 /// One end's FIFO memory (and `extraBytes` after it for the transport), on this process's heap.
 class LocalMemory {
  public:
@@ -237,8 +244,9 @@ class EndPump : public proxy::Pump {
   bool readControl();
 
   /// Sender: the header of data step `step` as the kernel published it (size, protocol, and its
-  /// signature when the kernel wrote one), and where its payload lies; false after reporting a
-  /// size that does not fit a slot.
+  /// signature when the kernel wrote one), and where its payload lies (its slot, or the
+  /// sender's buffer for a step by reference: kStepReference); false after reporting a size
+  /// that does not fit a slot, or a reference where acceptsReferences_ is false.
   bool stepHeader(uint64_t step, FrameHeader* h, const char** payload);
   /// Receiver: whether h is step `due`, fits a slot and carries a consistent signature (and
   /// `consistent` holds); false after reporting what arrived `how` ("on socket 2", ...).
@@ -270,6 +278,7 @@ class EndPump : public proxy::Pump {
   std::atomic<bool> broken_{false};  // read by drain() on the destroying thread
   static constexpr int kByeNone = 0, kByeWanted = 1, kByeSending = 2, kByeDone = 3;
   std::atomic<int> bye_{kByeNone};  // asked for by sayGoodbye(), sent by the proxy
+  bool acceptsReferences_ = false;  // sender: steps by reference may come (the socket transport)
   bool orphaned_ = false;
   bool byeReceived_ = false;
   bool readyReceived_ = false;

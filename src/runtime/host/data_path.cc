@@ -95,6 +95,10 @@ DataPathSettings DataPathSettings::fromParams(const CommConfig& config, bool onD
   s.connector.p2p.simpleStepBytes = kP2pSimpleStepBytes;
   s.connector.p2p.llStepLines = kP2pLLStepLines;
   s.connector.p2p.ll128StepLines = kP2pLL128StepLines;
+  // Through the network NCCL's send/recv buffers are NCCL_BUFFSIZE, as a ring's: more bytes in
+  // flight for the proxy to keep the link busy (the LL sizes stay, as they only carry small sends).
+  s.connector.p2pNet = s.connector.p2p;
+  s.connector.p2pNet.simpleStepBytes = std::max(kP2pSimpleStepBytes, s.connector.ring.simpleStepBytes);
   s.connector.shmDisabled = p.integer("NCCL_SHM_DISABLE") == 1;
   s.connector.p2pDisabled = p.integer("NCCL_P2P_DISABLE") == 1;
   s.connector.net = p.string("NCCL_NET");
@@ -660,6 +664,10 @@ void DataPath::runPeersOn(const std::vector<const plan::Task*>& ops) {
     // looks at offers unless NCCL_P2P_DIRECT_DISABLE says not to (offered_buffers.h).
     op.offers = device_ != nullptr && op.conn.slotsShared != 0 && op.proto == kernels::Proto::kSimple &&
                 (!op.isSend || settings_.peerDirect);
+    // The host over sockets: the proxy writes a send's bytes to the socket from the user's
+    // buffer and reads a receive's into it (send_recv.h, byReference), two copies fewer.
+    op.byReference = device_ == nullptr && settings_.peerDirect && op.proto == kernels::Proto::kSimple &&
+                     op.conn.transport == static_cast<uint32_t>(transport::Kind::kSocket);
     queues[{t->peer, t->isSend}].push_back(op);
   }
   if (device_ != nullptr) return enqueuePeers(queues, ops.front()->stream, ops.front()->name);

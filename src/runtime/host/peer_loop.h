@@ -23,7 +23,7 @@ bool drivePeerQueues(Queues& queues, kernels::ChannelStatus& status, const uint3
       while (!q.empty()) {
         kernels::PeerOp& op = q.front();
         for (int i = 0; i < kernels::kSteps && kernels::tryPeerStep(op); ++i) moved = true;
-        if (op.done < op.bytes) break;
+        if (!kernels::peerOpDone(op)) break;
         *op.conn.step = op.step;  // (for the connection's next operation)
         q.pop_front();
         if (!q.empty()) q.front().step = *q.front().conn.step;
@@ -35,7 +35,14 @@ bool drivePeerQueues(Queues& queues, kernels::ChannelStatus& status, const uint3
     if (all) return true;
     spins = moved ? 0 : spins + 1;
     kernels::reportPeerPass(&status, moved, spins, stalled);
-    if ((spins & 63) == 63 && kernels::loadRelaxed(const_cast<uint32_t*>(abortFlag)) != 0) return false;
+    if ((spins & 63) == 63 && kernels::loadRelaxed(const_cast<uint32_t*>(abortFlag)) != 0) {
+      // The proxy reads no further step into a buffer this call gives back (send_recv.h,
+      // byReference; a step it has begun still lands).
+      for (auto& q : queues)
+        if (!q.empty() && q.front().byReference && !q.front().isSend && q.front().offered)
+          kernels::storeRelease(q.front().conn.offer + kernels::kOfferTag, uint64_t{0});
+      return false;
+    }
     kernels::backOff(spins);
   }
 }

@@ -9,6 +9,7 @@
 
 #include "core/log.h"
 #include "core/status.h"
+#include "kernels/algorithms/send_recv.h"
 #include "transport/net/net_end.h"
 
 namespace braid::transport::socket {
@@ -23,6 +24,7 @@ class SendPump final : public EndPump {
       : EndPump(sizes, 0, true, rank, peer, std::move(peerName)) {
     adoptSockets(std::move(sockets));
     for (size_t k = 0; k < sockets_.size(); ++k) next_.push_back(k);
+    acceptsReferences_ = true;  // the host's sends: written from the user's buffer (send_recv.h)
   }
 
   bool progress(const pollfd* polled) override {
@@ -124,13 +126,35 @@ class RecvPump final : public EndPump {
     if (!checkStep(h, next_[k], "on socket " + std::to_string(k))) return false;
     if (kernels::loadAcquire(conn_.head) + kernels::kSteps <= h.step) return false;  // the kernel still reads it
     const uint64_t slot = h.step % kernels::kSteps;
-    r.payload = (h.flags & kFrameFlagged) ? staging_[k].data() : conn_.simple + slot * conn_.simpleStepBytes;
+    direct_[k] = (h.flags & kFrameFlagged) == 0 ? offeredPlace(h) : nullptr;
+    r.payload = (h.flags & kFrameFlagged) ? staging_[k].data()
+                : direct_[k] != nullptr     ? direct_[k]
+                                            : conn_.simple + slot * conn_.simpleStepBytes;
     return true;
+  }
+
+  /// Where Simple step h lands in the buffer its receive offers (send_recv.h, byReference):
+  /// the offer is read as a seqlock (tag, words, tag again) and must cover the whole step;
+  /// null when there is none.
+  char* offeredPlace(const FrameHeader& h) const {
+    const uint64_t tag = kernels::loadAcquire(conn_.offer + kernels::kOfferTag);
+    if (tag == 0 || h.step + 1 < tag) return nullptr;
+    const uint64_t address = kernels::loadRelaxed(conn_.offer + kernels::kOfferAddress);
+    const uint64_t bytes = kernels::loadRelaxed(conn_.offer + kernels::kOfferBytes);
+    kernels::fenceFull();
+    if (kernels::loadRelaxed(conn_.offer + kernels::kOfferTag) != tag) return nullptr;
+    const uint64_t offset = (h.step + 1 - tag) * conn_.simpleStepBytes;
+    if (offset >= bytes || bytes - offset < h.bytes) return nullptr;
+    return reinterpret_cast<char*>(static_cast<uintptr_t>(address)) + offset;
   }
 
   /// Step h.step is here: its signature and LL lines, then tail, in step order across the sockets.
   void landData(int k, const FrameHeader& h) {
     landStep(h, staging_[k].data());
+    if ((h.flags & kFrameFlagged) == 0) {  // (read by a receive by reference, once tail says so)
+      kernels::storeRelaxed(conn_.sizes + h.step % kernels::kSteps, h.bytes | (direct_[k] != nullptr ? kernels::kStepDirect : 0));
+      if (direct_[k] != nullptr) noteDirectStep();
+    }
     arrived_[h.step % kernels::kSteps] = h.step + 1;
     next_[k] += sockets_.size();
     while (arrived_[tail_ % kernels::kSteps] == tail_ + 1) ++tail_;
@@ -140,6 +164,7 @@ class RecvPump final : public EndPump {
   Acceptor acceptor_;
   std::vector<std::vector<char>> staging_;  // per socket: LL lines until they are complete
   std::vector<uint64_t> next_;
+  std::array<char*, kMaxSockets> direct_{};  // per socket: where the frame in progress lands in an offered buffer
   std::array<uint64_t, kernels::kSteps> arrived_{};
   uint64_t tail_ = 0;
 };
