@@ -288,6 +288,12 @@ bool EndPump::startFault() {
 bool EndPump::startAnnounce() {
   kernels::OpSignature sig;
   if (!readAnnouncement(conn_.announce, &sig) || sig.seq == announced_) return false;
+  const auto now = std::chrono::steady_clock::now();
+  if (sig.seq != pendingAnnounce_) {
+    pendingAnnounce_ = sig.seq;
+    pendingSince_ = now;
+  }
+  if (now - pendingSince_ < kAnnounceDelay) return false;
   announced_ = sig.seq;
   FrameHeader h = frame(kAnnounce);
   h.sig.sig = sig;

@@ -231,8 +231,12 @@ class EndPump : public proxy::Pump {
   void noteByeWritten();
   /// Socket 0, when idle: this end's own fault notice, once.
   bool startFault();
-  /// Socket 0, when idle (sender): the kernel's announcement, when it changed.
+  /// Socket 0, when idle (sender): the kernel's announcement, once it has stood unchanged for
+  /// kAnnounceDelay. A collective that ends sooner needs none (its data steps carry their
+  /// signatures), which keeps a frame and its syscalls off every small collective; one that
+  /// waits is announced within about a millisecond more.
   bool startAnnounce();
+  static constexpr std::chrono::microseconds kAnnounceDelay{1000};
   /// Socket 0 (receiver): "ready", once.
   void startReady() { writers_[0].start(frame(kReady), nullptr); }
 
@@ -284,6 +288,8 @@ class EndPump : public proxy::Pump {
   bool readyReceived_ = false;
   bool faultSent_ = false;
   uint64_t announced_ = 0;
+  uint64_t pendingAnnounce_ = 0;  // the announcement seen last, not sent yet, and since when
+  std::chrono::steady_clock::time_point pendingSince_{};
   FaultBox faultOut_{};
   FaultBox faultIn_{};
 
