@@ -208,14 +208,15 @@ kernels::RingHandle Connector::ring(int channel) const {
 }
 
 void Connector::connectPeers(const std::vector<int>& sendTo, const std::vector<int>& recvFrom, int set) {
+  // (One size for every peer set's connection, network or not: a collective may send to one
+  // peer and receive from another in lockstep slices, kernels/algorithms/peer_transfer.h.)
+  const FifoSizes& sizes = set < treeSet(0) ? options_.p2p : options_.ring;
   const uint32_t tag = kPeerTag + static_cast<uint32_t>(set), ackTag = kPeerAckTag + static_cast<uint32_t>(set);
   std::vector<std::pair<int, Descriptor>> created;
   for (int peer : recvFrom) {
     const int key = set * nRanks_ + peer;
     if (peer == rank_ || peerRecv_.count(key) != 0) continue;
     Descriptor d;
-    const bool network = route(peer) == Kind::kSocket || route(peer) == Kind::kIb;
-    const FifoSizes& sizes = set >= treeSet(0) ? options_.ring : network ? options_.p2pNet : options_.p2p;
     auto end = createReceiver(peer, sizes, peerLane(set, peer), &d);
     {
       std::lock_guard<std::mutex> lock(endsMutex_);

@@ -43,7 +43,6 @@ struct PeerPlace {
 struct ConnectorOptions {
   FifoSizes ring;      ///< FIFOs of collective (ring) connections
   FifoSizes p2p;       ///< FIFOs of send/recv connections
-  FifoSizes p2pNet;    ///< FIFOs of send/recv connections through the network (as NCCL: bigger)
   bool shmDisabled = false;  ///< NCCL_SHM_DISABLE
   bool p2pDisabled = false;  ///< NCCL_P2P_DISABLE
   bool networkOnly = false;  ///< every peer through the network transport (tests)

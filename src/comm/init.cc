@@ -124,7 +124,7 @@ topo::PortPlan planTopology(const RankIdentity& identity, const std::vector<Peer
   std::unique_ptr<topo::Topology> topology;
   try {
     topology = topo::loadTopology(request);
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {
     if (given || dumpTopo || dumpGraph) throw;  // (what the user asked for fails init)
     BRAID_WARN("rank %d: the topology could not be detected (%s); network ports are chosen by number", identity.rank,
                e.what());

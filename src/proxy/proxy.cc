@@ -198,6 +198,11 @@ void kick() {
   }  // full (it never is in practice) or closed: the proxy wakes on its timeout anyway
 }
 
+void waitForPass() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.pumps);  // (the thread holds it for one pass)
+}
+
 int attachedCount() {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.pumps);

@@ -42,6 +42,9 @@ void attach(Pump* pump);
 void detach(Pump* pump);
 /// How many pumps are attached (tests: nothing is left behind).
 int attachedCount();
+/// Returns once the pass over the pumps in progress (if any) has ended: a pass that starts
+/// later sees whatever the caller wrote before.
+void waitForPass();
 /// CPUs the proxy thread should run on (those near the NIC it serves); the first non-empty
 /// hint of the process wins, intersected with the CPUs the process may use. Applied when the
 /// thread starts, or at its next pass.

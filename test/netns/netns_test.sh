@@ -84,6 +84,12 @@ for tool in all_reduce all_gather reduce_scatter broadcast reduce alltoall sendr
   run_job 3 1 120 "" -- "$perf/${tool}_perf" -b 1 -e 256K -f 64 -n 2 -w 1 -c 1 -d all
   check "$tool 3x1 every type" grep -q "Out of bounds values : 0 OK" "$out/0"
 done
+# AlltoAll algorithms that send to one peer while receiving from another in lockstep slices,
+# one of them on this host and one on another (connections of both kinds at once).
+run_job 4 2 120 "NCCL_ALGO=AlltoAll:Bruck NCCL_PROTO=Simple" -- "$perf/alltoall_perf" -b 8 -e 8M -f 32 -n 2 -w 1 -c 1
+check "alltoall 2x2 Bruck (a local and a remote partner at once)" grep -q "Out of bounds values : 0 OK" "$out/0"
+run_job 6 2 120 "NCCL_ALGO=AlltoAll:Pairwise NCCL_PROTO=Simple" -- "$perf/alltoall_perf" -b 8 -e 8M -f 32 -n 2 -w 1 -c 1
+check "alltoall 3x2 Pairwise (a local and a remote partner at once)" grep -q "Out of bounds values : 0 OK" "$out/0"
 run_job 4 1 120 "NCCL_SOCKET_NTHREADS=2 NCCL_NSOCKS_PERTHREAD=2" -- "$perf/all_reduce_perf" -b 4 -e 16M -f 16 -n 3 -c 1
 check "all_reduce 4 hosts, 4 sockets per connection" grep -q "Out of bounds values : 0 OK" "$out/0"
 run_job 2 1 60 "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=NET" -- "$perf/sendrecv_perf" -b 1M -e 1M -c 1

@@ -355,7 +355,7 @@ uint64_t referenceSteps() { return referenceStepCount.load(std::memory_order_rel
 uint64_t directSteps() { return directStepCount.load(std::memory_order_relaxed); }
 void noteDirectStep() { directStepCount.fetch_add(1, std::memory_order_relaxed); }
 
-bool EndPump::stepHeader(uint64_t step, FrameHeader* h, const char** payload) {
+bool EndPump::stepHeader(uint64_t step, FrameHeader* h, const char** payload, bool* byReference) {
   const uint64_t slot = step % kernels::kSteps;
   const uint64_t info = kernels::loadRelaxed(conn_.sizes + slot);
   const uint32_t kind = (info & kernels::kStepLL) ? kFrameLL : (info & kernels::kStepLL128) ? kFrameLL128 : 0u;
@@ -386,6 +386,7 @@ bool EndPump::stepHeader(uint64_t step, FrameHeader* h, const char** payload) {
     h->sig.sig.words[0] = kernels::loadRelaxed(const_cast<uint64_t*>(&sig.sig.words[0]));
     h->sig.sig.words[1] = kernels::loadRelaxed(const_cast<uint64_t*>(&sig.sig.words[1]));
   }
+  if (byReference != nullptr) *byReference = referenced != nullptr;
   *payload = referenced != nullptr ? referenced
              : kind == kFrameLL      ? reinterpret_cast<const char*>(conn_.ll + slot * conn_.llStepLines)
              : kind == kFrameLL128 ? reinterpret_cast<const char*>(conn_.ll128 + slot * conn_.ll128StepLines)
@@ -439,6 +440,7 @@ bool EndPump::write(int k, bool* moved) {
 NetFifo::NetFifo(const FifoSizes& sizes, std::unique_ptr<EndPump> pump, bool isSend, const uint32_t* abortFlag)
     : FifoMemory(sizes), pump_(std::move(pump)), abortFlag_(abortFlag) {
   pump_->bindHandle(handle(true));
+  pump_->setAbortFlag(abortFlag);
   pump_->setFaultBoxes(faultBox(isSend), faultBox(!isSend));
   proxy::attach(pump_.get());
 }

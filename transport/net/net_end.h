@@ -193,6 +193,9 @@ class EndPump : public proxy::Pump {
 
   void pollSet(std::vector<pollfd>* fds) override;
   void bindHandle(const kernels::ConnHandle& h) { conn_ = h; }
+  /// The communicator's abort flag: once it is raised, an end stops touching users' buffers
+  /// (steps by reference, receives landing in an offered buffer).
+  void setAbortFlag(const uint32_t* flag) { abortFlag_ = flag; }
   void setFaultBoxes(FaultBox* mine, FaultBox* theirs) {
     mine_ = mine;
     theirs_ = theirs;
@@ -249,9 +252,10 @@ class EndPump : public proxy::Pump {
 
   /// Sender: the header of data step `step` as the kernel published it (size, protocol, and its
   /// signature when the kernel wrote one), and where its payload lies (its slot, or the
-  /// sender's buffer for a step by reference: kStepReference); false after reporting a size
-  /// that does not fit a slot, or a reference where acceptsReferences_ is false.
-  bool stepHeader(uint64_t step, FrameHeader* h, const char** payload);
+  /// sender's buffer for a step by reference: kStepReference, said in *byReference); false
+  /// after reporting a size that does not fit a slot, or a reference where acceptsReferences_
+  /// is false.
+  bool stepHeader(uint64_t step, FrameHeader* h, const char** payload, bool* byReference = nullptr);
   /// Receiver: whether h is step `due`, fits a slot and carries a consistent signature (and
   /// `consistent` holds); false after reporting what arrived `how` ("on socket 2", ...).
   bool checkStep(const FrameHeader& h, uint64_t due, const std::string& how, bool consistent = true);
@@ -283,6 +287,8 @@ class EndPump : public proxy::Pump {
   static constexpr int kByeNone = 0, kByeWanted = 1, kByeSending = 2, kByeDone = 3;
   std::atomic<int> bye_{kByeNone};  // asked for by sayGoodbye(), sent by the proxy
   bool acceptsReferences_ = false;  // sender: steps by reference may come (the socket transport)
+  const uint32_t* abortFlag_ = nullptr;
+  bool aborted() const { return abortFlag_ != nullptr && kernels::loadRelaxed(const_cast<uint32_t*>(abortFlag_)) != 0; }
   bool orphaned_ = false;
   bool byeReceived_ = false;
   bool readyReceived_ = false;

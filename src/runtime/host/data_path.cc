@@ -95,10 +95,6 @@ DataPathSettings DataPathSettings::fromParams(const CommConfig& config, bool onD
   s.connector.p2p.simpleStepBytes = kP2pSimpleStepBytes;
   s.connector.p2p.llStepLines = kP2pLLStepLines;
   s.connector.p2p.ll128StepLines = kP2pLL128StepLines;
-  // Through the network NCCL's send/recv buffers are NCCL_BUFFSIZE, as a ring's: more bytes in
-  // flight for the proxy to keep the link busy (the LL sizes stay, as they only carry small sends).
-  s.connector.p2pNet = s.connector.p2p;
-  s.connector.p2pNet.simpleStepBytes = std::max(kP2pSimpleStepBytes, s.connector.ring.simpleStepBytes);
   s.connector.shmDisabled = p.integer("NCCL_SHM_DISABLE") == 1;
   s.connector.p2pDisabled = p.integer("NCCL_P2P_DISABLE") == 1;
   s.connector.net = p.string("NCCL_NET");
@@ -675,7 +671,10 @@ void DataPath::runPeersOn(const std::vector<const plan::Task*>& ops) {
   std::vector<std::deque<kernels::PeerOp>> ordered;  // (the map's order: by peer, then direction)
   for (auto& [key, q] : queues) ordered.push_back(std::move(q));
   Watchdog::Operation running(*watchdog_, kernels::OpSignature{}, ops.front()->name, 1);
-  if (!drivePeerQueues(ordered, statuses_[0], abort_)) failAborted("send/receive");
+  if (!drivePeerQueues(ordered, statuses_[0], abort_)) {
+    if (connector_.usesNetwork()) proxy::waitForPass();  // no longer in the buffers (send_recv.h, byReference)
+    failAborted("send/receive");
+  }
 }
 
 }  // namespace braid::runtime::host

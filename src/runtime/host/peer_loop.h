@@ -37,7 +37,8 @@ bool drivePeerQueues(Queues& queues, kernels::ChannelStatus& status, const uint3
     kernels::reportPeerPass(&status, moved, spins, stalled);
     if ((spins & 63) == 63 && kernels::loadRelaxed(const_cast<uint32_t*>(abortFlag)) != 0) {
       // The proxy reads no further step into a buffer this call gives back (send_recv.h,
-      // byReference; a step it has begun still lands).
+      // byReference); the caller waits for its pass in progress (proxy::waitForPass), after
+      // which the raised flag keeps it off the buffers.
       for (auto& q : queues)
         if (!q.empty() && q.front().byReference && !q.front().isSend && q.front().offered)
           kernels::storeRelease(q.front().conn.offer + kernels::kOfferTag, uint64_t{0});

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -14,6 +15,7 @@
 
 #include "core/socket.h"
 #include "core/status.h"
+#include "kernels/algorithms/send_recv.h"
 #include "kernels/primitives.h"
 #include "proxy/proxy.h"
 #include "transport/net/socket/socket_transport.h"
@@ -38,13 +40,35 @@ transport::socket::Settings settingsFor(int rank, int nSockets, std::chrono::sec
 }
 
 struct Pair : test::StepPair {
-  explicit Pair(int nSockets, transport::FifoSizes sizes = {64 * 1024, 512, 64}) {
+  explicit Pair(int nSockets, transport::FifoSizes sizes = {64 * 1024, 512, 64}, const uint32_t* sendAbort = nullptr,
+                const uint32_t* recvAbort = nullptr) {
     transport::Descriptor d;
-    recv = transport::socket::createReceiver(sizes, settingsFor(1, nSockets), 0, &d);
-    send = transport::socket::connectSender(d, settingsFor(0, nSockets), 1);
+    transport::socket::Settings rs = settingsFor(1, nSockets), ss = settingsFor(0, nSockets);
+    rs.abortFlag = recvAbort;
+    ss.abortFlag = sendAbort;
+    recv = transport::socket::createReceiver(sizes, rs, 0, &d);
+    send = transport::socket::connectSender(d, ss, 1);
     bind();
   }
 };
+
+/// The sender's side of a Simple step by reference: its slot holds `from` (send_recv.h).
+void sendByReference(test::StepPair& p, const char* from, uint32_t bytes) {
+  std::memcpy(p.s.simple + (p.sendStep % kernels::kSteps) * p.s.simpleStepBytes, &from, sizeof from);
+  kernels::publishStep(p.s, p.sendStep, kernels::stepInfo(bytes, false) | kernels::kStepReference);
+  ++p.sendStep;
+}
+
+/// The receiver's offer of `buffer` for the steps from its next one on.
+void offer(test::StepPair& p, char* buffer, uint64_t bytes) {
+  kernels::PeerOp op{};
+  op.conn = p.r;
+  op.buffer = buffer;
+  op.bytes = bytes;
+  op.step = p.recvStep;
+  op.byReference = true;
+  kernels::postOffer(op);
+}
 
 }  // namespace
 
@@ -54,6 +78,43 @@ TEST_CASE("socket transport: Simple steps of every size arrive whole and in orde
     INFO(nSockets << " sockets");
     Pair p(nSockets);
     CHECK(test::roundTrip(p, {0, 1, 7, 4096, 65535, 64 * 1024}, 300) == "");
+  }
+  CHECK(proxy::attachedCount() == 0);
+}
+
+TEST_CASE("socket transport: steps by reference leave from the sender's buffer and land in the receiver's offered "
+          "one; once a side is aborted it leaves those buffers alone", "[unit][transport][socket]") {
+  const uint32_t steps = 3, step = 64 * 1024, total = 2 * step + 1000;
+  std::vector<char> from(total), to(total, 0);
+  for (uint32_t i = 0; i < total; ++i) from[i] = static_cast<char>(i * 7 + 1);
+  {
+    Pair p(2);
+    offer(p, to.data(), total);
+    for (uint32_t k = 0; k < steps; ++k) sendByReference(p, from.data() + k * step, k + 1 < steps ? step : 1000);
+    REQUIRE(eventually([&] { return kernels::loadAcquire(p.r.tail) >= steps; }));
+    for (uint32_t k = 0; k < steps; ++k) CHECK((kernels::loadRelaxed(p.r.sizes + k) & kernels::kStepDirect) != 0);
+    CHECK(std::memcmp(from.data(), to.data(), total) == 0);
+    CHECK(eventually([&] { return kernels::loadAcquire(p.s.head) >= steps; }));  // (every byte has left)
+  }
+  {
+    uint32_t sendAborted = 1;  // a reference published after the abort never leaves
+    Pair p(1, {64 * 1024, 512, 64}, &sendAborted, nullptr);
+    sendByReference(p, from.data(), 1000);
+    std::this_thread::sleep_for(200ms);
+    CHECK(kernels::loadAcquire(p.r.tail) == 0);
+    CHECK(kernels::loadAcquire(p.s.head) == 0);
+  }
+  {
+    uint32_t recvAborted = 0;  // an aborted receiver lands new steps in its slots, not the offer
+    Pair p(1, {64 * 1024, 512, 64}, nullptr, &recvAborted);
+    std::fill(to.begin(), to.end(), 0);
+    offer(p, to.data(), total);
+    recvAborted = 1;
+    sendByReference(p, from.data(), 1000);
+    REQUIRE(eventually([&] { return kernels::loadAcquire(p.r.tail) >= 1; }));
+    CHECK((kernels::loadRelaxed(p.r.sizes) & kernels::kStepDirect) == 0);
+    CHECK(std::memcmp(p.r.simple, from.data(), 1000) == 0);
+    CHECK(std::count(to.begin(), to.end(), 0) == static_cast<long>(total));
   }
   CHECK(proxy::attachedCount() == 0);
 }

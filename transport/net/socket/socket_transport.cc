@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <string>
@@ -35,6 +36,11 @@ class SendPump final : public EndPump {
     if (broken_) return true;
     const uint64_t tail = kernels::loadAcquire(conn_.tail);
     const int n = static_cast<int>(sockets_.size());
+    if (aborted() && (std::find(referenced_.begin(), referenced_.begin() + n, true) != referenced_.begin() + n ||
+                      pendingReference(tail))) {
+      broken_ = true;  // the buffers those steps point into are their users' again (send_recv.h)
+      return true;
+    }
     for (int k = 0; k < n && !broken_; ++k) {
       FrameWriter& w = writers_[k];
       if (!w.busy() && k == 0) {
@@ -46,6 +52,7 @@ class SendPump final : public EndPump {
       if (k == 0) noteByeWritten();
       if (!w.busy() && w.header().type == kData && inFlight_[k]) {
         inFlight_[k] = false;
+        referenced_[k] = false;
         sent_[w.header().step % kernels::kSteps] = w.header().step + 1;
         next_[k] += n;
         while (sent_[head_ % kernels::kSteps] == head_ + 1) ++head_;
@@ -60,13 +67,24 @@ class SendPump final : public EndPump {
   void startData(int k) {
     FrameHeader h;
     const char* payload = nullptr;
-    if (!stepHeader(next_[k], &h, &payload)) return;
+    bool byReference = false;
+    if (!stepHeader(next_[k], &h, &payload, &byReference)) return;
     writers_[k].start(h, payload);
     inFlight_[k] = true;
+    referenced_[k] = byReference;
+  }
+
+  /// Whether a step published but not yet started is by reference.
+  bool pendingReference(uint64_t tail) const {
+    for (uint64_t step : next_)
+      for (uint64_t s = step; s < tail; s += next_.size())
+        if (kernels::loadRelaxed(conn_.sizes + s % kernels::kSteps) & kernels::kStepReference) return true;
+    return false;
   }
 
   std::vector<uint64_t> next_;  // per socket: the next step it carries
   std::array<bool, kMaxSockets> inFlight_{};
+  std::array<bool, kMaxSockets> referenced_{};  // per socket: its frame in flight is by reference
   std::array<uint64_t, kernels::kSteps> sent_{};  // per slot: step + 1 once in the socket
   uint64_t head_ = 0;
 };
@@ -91,6 +109,11 @@ class RecvPump final : public EndPump {
     if (acceptor_.listening()) return progressAccept();
     bool moved = false;
     const int n = static_cast<int>(sockets_.size());
+    if (aborted() && std::find_if(direct_.begin(), direct_.begin() + n, [](char* at) { return at != nullptr; }) !=
+                         direct_.begin() + n) {
+      broken_ = true;  // the offered buffer is its user's again (send_recv.h)
+      return true;
+    }
     for (int k = 0; k < n && !broken_; ++k) {
       moved |= readFrames(
           k, [this](int s, FrameReader& r) { return placeData(s, r); },
@@ -126,7 +149,7 @@ class RecvPump final : public EndPump {
     if (!checkStep(h, next_[k], "on socket " + std::to_string(k))) return false;
     if (kernels::loadAcquire(conn_.head) + kernels::kSteps <= h.step) return false;  // the kernel still reads it
     const uint64_t slot = h.step % kernels::kSteps;
-    direct_[k] = (h.flags & kFrameFlagged) == 0 ? offeredPlace(h) : nullptr;
+    direct_[k] = (h.flags & kFrameFlagged) == 0 && !aborted() ? offeredPlace(h) : nullptr;
     r.payload = (h.flags & kFrameFlagged) ? staging_[k].data()
                 : direct_[k] != nullptr     ? direct_[k]
                                             : conn_.simple + slot * conn_.simpleStepBytes;
@@ -155,6 +178,7 @@ class RecvPump final : public EndPump {
       kernels::storeRelaxed(conn_.sizes + h.step % kernels::kSteps, h.bytes | (direct_[k] != nullptr ? kernels::kStepDirect : 0));
       if (direct_[k] != nullptr) noteDirectStep();
     }
+    direct_[k] = nullptr;
     arrived_[h.step % kernels::kSteps] = h.step + 1;
     next_[k] += sockets_.size();
     while (arrived_[tail_ % kernels::kSteps] == tail_ + 1) ++tail_;
