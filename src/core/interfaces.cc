@@ -124,11 +124,13 @@ std::string interfaceHolding(const SocketAddress& address) {
   return "";
 }
 
-std::vector<int> cpusNearInterface(const std::string& interfaceName, const std::string& sysRoot) {
+namespace {
+/// The CPUs of the NUMA node of the device behind <sysRoot>/sys/class/<sysClass>/<name>.
+std::vector<int> cpusNearClassDevice(const std::string& sysClass, const std::string& name, const std::string& sysRoot) {
   std::vector<int> cpus;
-  if (interfaceName.empty() || interfaceName.find('/') != std::string::npos) return cpus;
+  if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") return cpus;
   int node = -1;
-  std::ifstream(sysRoot + "/sys/class/net/" + interfaceName + "/device/numa_node") >> node;
+  std::ifstream(sysRoot + "/sys/class/" + sysClass + "/" + name + "/device/numa_node") >> node;
   if (node < 0) return cpus;
   std::string list;
   std::ifstream(sysRoot + "/sys/devices/system/node/node" + std::to_string(node) + "/cpulist") >> list;
@@ -142,6 +144,15 @@ std::vector<int> cpusNearInterface(const std::string& interfaceName, const std::
     for (int c = first; c <= last && c < 4096; ++c) cpus.push_back(c);
   }
   return cpus;
+}
+}  // namespace
+
+std::vector<int> cpusNearInterface(const std::string& interfaceName, const std::string& sysRoot) {
+  return cpusNearClassDevice("net", interfaceName, sysRoot);
+}
+
+std::vector<int> cpusNearRdmaDevice(const std::string& deviceName, const std::string& sysRoot) {
+  return cpusNearClassDevice("infiniband", deviceName, sysRoot);
 }
 
 namespace {

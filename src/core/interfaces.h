@@ -72,6 +72,8 @@ std::string interfaceHolding(const SocketAddress& address);
 /// (<sysRoot>/sys/class/net/IF/device/numa_node, then .../node/nodeN/cpulist); empty when the
 /// interface has no device (loopback, veth) or the node is unknown.
 std::vector<int> cpusNearInterface(const std::string& interfaceName, const std::string& sysRoot = "");
+/// The same for an RDMA device (<sysRoot>/sys/class/infiniband/DEV/device/numa_node).
+std::vector<int> cpusNearRdmaDevice(const std::string& deviceName, const std::string& sysRoot = "");
 
 /// The family named by NCCL_SOCKET_FAMILY text (AF_UNSPEC for ""); throws on other text.
 int parseFamily(const std::string& text);

@@ -234,7 +234,7 @@ TEST_CASE("interface selection follows NCCL_SOCKET_IFNAME and NCCL's default ord
   CHECK_THROWS_WITH(names(req), Catch::Contains("NCCL_SOCKET_FAMILY is 'AF_BOGUS'"));
 }
 
-TEST_CASE("the CPUs near a network interface come from its device's NUMA node", "[unit][net]") {
+TEST_CASE("the CPUs near a network interface or an RDMA device come from its device's NUMA node", "[unit][net]") {
   char root[] = "/tmp/braid-sysfs-XXXXXX";
   REQUIRE(mkdtemp(root) != nullptr);
   const std::string r = root;
@@ -252,6 +252,10 @@ TEST_CASE("the CPUs near a network interface come from its device's NUMA node", 
   CHECK(net::cpusNearInterface("eth8", r).empty());   // no NUMA node known
   CHECK(net::cpusNearInterface("veth0", r).empty());  // no device at all
   CHECK(net::cpusNearInterface("../../etc", r).empty());
+  write("/sys/class/infiniband/mlx5_3/device/numa_node", "1\n");
+  CHECK(net::cpusNearRdmaDevice("mlx5_3", r) == std::vector<int>{2, 3, 6, 9, 10});
+  CHECK(net::cpusNearRdmaDevice("mlx5_4", r).empty());
+  CHECK(net::cpusNearRdmaDevice("..", r).empty());
   CHECK(net::interfaceHolding(net::SocketAddress::parse("127.0.0.1:1")) == "lo");
   CHECK(net::interfaceHolding(net::SocketAddress::parse("192.0.2.77:1")) == "");
   std::system(("rm -rf " + r).c_str());

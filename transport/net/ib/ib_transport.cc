@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/interfaces.h"
 #include "core/log.h"
 #include "topology/pci_path.h"
 #include "transport/net/ib/verbs.h"
@@ -140,6 +141,8 @@ class IbEnd : public EndPump {
         settings_(s),
         where_(port_.device + " port " + std::to_string(port_.port)),
         why_(s.what + (choice.planned ? ", the topology's port" : ", port by number")) {
+    // The proxy thread runs best near the device it drives (when sysfs knows its node).
+    proxy::preferCpus(net::cpusNearRdmaDevice(port_.device, s.sysRoot), port_.device);
     try {
       setUp();
     } catch (...) {
