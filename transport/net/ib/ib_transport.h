@@ -32,8 +32,9 @@
 // Ports: the active ones NCCL_IB_HCA allows. A connection uses the port the topology chose for
 // it (topo::PortPlan) when that port is usable and, for a sender, of the receiver's link
 // layer; otherwise connection n of a rank uses port n mod count (ring channel c, or the peer's
-// rank for send/recv), the sender a port of the receiver's link layer. NCCL_IB_GID_INDEX, NCCL_IB_TC, NCCL_IB_SL, NCCL_IB_TIMEOUT and
-// NCCL_IB_RETRY_CNT set the queue pairs' attributes as in NCCL.
+// rank for send/recv), the sender a port of the receiver's link layer. NCCL_IB_GID_INDEX,
+// NCCL_IB_TC, NCCL_IB_SL, NCCL_IB_TIMEOUT and NCCL_IB_RETRY_CNT set the queue pairs'
+// attributes as in NCCL.
 #pragma once
 
 #include <chrono>
