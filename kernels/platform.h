@@ -45,6 +45,78 @@ constexpr bool kStridedShares = true;
 constexpr bool kStridedShares = false;
 #endif
 
+/// Paired arithmetic on two 16-bit floats in one 32-bit word (the low half the first element),
+/// rounded to nearest even: add.rn / mul.rn .f16x2 (sm_53 on) and .bf16x2 (sm_90 on). Callers
+/// test kNativeHalfPairs / kNativeBf16Pairs (with `if constexpr`) before calling; elsewhere
+/// the functions are declared only. Their results are the bits reduce.h's float arithmetic
+/// gives (a sum or product of two such floats rounded to float and then to 16 bits is rounded
+/// once: float's 24 bits are at least twice 11, plus 2), but for the bits of a NaN and for
+/// bfloat16 products outside float's normal range (where float itself rounds to infinity or to
+/// fewer bits). test/unit/kernels/reduce_copy_test.cc checks the claim.
+#if defined(__CUDA_ARCH__)
+constexpr bool kNativeHalfPairs = __CUDA_ARCH__ >= 530;
+constexpr bool kNativeBf16Pairs = __CUDA_ARCH__ >= 900;
+template <bool kBf16>
+__device__ __forceinline__ uint32_t pairAdd(uint32_t a, uint32_t b) {
+  uint32_t r;
+  if constexpr (kBf16) {
+    asm("add.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  } else {
+    asm("add.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  }
+  return r;
+}
+template <bool kBf16>
+__device__ __forceinline__ uint32_t pairMul(uint32_t a, uint32_t b) {
+  uint32_t r;
+  if constexpr (kBf16) {
+    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  } else {
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  }
+  return r;
+}
+/// Two fp8 values (e4m3, or e5m2 with kE5m2) in 16 bits to two halves in 32 bits, and back
+/// rounded to nearest even, saturating to the largest finite value (sm_89 on: kNativeFp8Pairs).
+/// A sum or product of two fp8 values computed in half and rounded to fp8 is the one computed
+/// in float (half's 11 bits are at least twice fp8's 4, plus 2), so fp8 reduces through these.
+constexpr bool kNativeFp8Pairs = __CUDA_ARCH__ >= 890;
+template <bool kE5m2>
+__device__ __forceinline__ uint32_t fp8PairToHalves(uint16_t v) {
+  uint32_t r;
+  if constexpr (kE5m2) {
+    asm("cvt.rn.f16x2.e5m2x2 %0, %1;" : "=r"(r) : "h"(v));
+  } else {
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(r) : "h"(v));
+  }
+  return r;
+}
+template <bool kE5m2>
+__device__ __forceinline__ uint16_t halvesToFp8Pair(uint32_t v) {
+  uint16_t r;
+  if constexpr (kE5m2) {
+    asm("cvt.rn.satfinite.e5m2x2.f16x2 %0, %1;" : "=h"(r) : "r"(v));
+  } else {
+    asm("cvt.rn.satfinite.e4m3x2.f16x2 %0, %1;" : "=h"(r) : "r"(v));
+  }
+  return r;
+}
+#else
+// Without the instructions: never called (callers test the constants), defined only so that
+// every compiler pass sees a body; they stop the program if that rule is ever broken.
+constexpr bool kNativeHalfPairs = false;
+constexpr bool kNativeBf16Pairs = false;
+constexpr bool kNativeFp8Pairs = false;
+template <bool kBf16>
+BRAID_INLINE uint32_t pairAdd(uint32_t, uint32_t) { __builtin_trap(); }
+template <bool kBf16>
+BRAID_INLINE uint32_t pairMul(uint32_t, uint32_t) { __builtin_trap(); }
+template <bool kE5m2>
+BRAID_INLINE uint32_t fp8PairToHalves(uint16_t) { __builtin_trap(); }
+template <bool kE5m2>
+BRAID_INLINE uint16_t halvesToFp8Pair(uint32_t) { __builtin_trap(); }
+#endif
+
 /// Atomic accesses to memory another rank (thread, process or GPU) reads or writes.
 /// Every flag and counter shared between ranks goes through these.
 template <typename T>

@@ -26,11 +26,10 @@
 // after the line's 15 data words; the reader acquires the flag, then reads the data.
 #pragma once
 
+#include "kernels/reduce_copy.h"
 #include "kernels/work.h"
 
 namespace braid::kernels {
-
-enum StepFlags : uint32_t { kRecv = 1, kSend = 2, kInput = 4, kOutput = 8, kPost = 16, kPartial = 32, kMineFirst = 64 };
 
 /// The slow half of waitReporting: out of line, so the step code around it stays small.
 template <typename Ready>
@@ -90,31 +89,6 @@ BRAID_OUTLINE WaitResult checkSignature(const ConnHandle& conn, uint64_t firstSt
   return WaitResult::kAborted;
 }
 
-/// Thread `rank` of `size`: its strided share of copying `bytes` from `from` to a and b (either
-/// may be null), 16 bytes at a time where all three pointers allow. For the GPU, where a warp's
-/// neighbouring accesses then coalesce (kStridedShares).
-BRAID_INLINE void copyStrided(const char* from, char* a, char* b, uint64_t bytes, uint64_t rank, uint64_t size) {
-  struct alignas(16) Word {
-    uint64_t w[2];
-  };
-  const uintptr_t misaligned =
-      (reinterpret_cast<uintptr_t>(from) | reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b)) & 15;
-  uint64_t done = 0;
-  if (misaligned == 0) {
-    const Word* f = reinterpret_cast<const Word*>(from);
-    for (uint64_t i = rank; i < bytes / 16; i += size) {
-      const Word v = f[i];
-      if (a != nullptr) reinterpret_cast<Word*>(a)[i] = v;
-      if (b != nullptr) reinterpret_cast<Word*>(b)[i] = v;
-    }
-    done = bytes / 16 * 16;
-  }
-  for (uint64_t i = done + rank; i < bytes; i += size) {
-    if (a != nullptr) a[i] = from[i];
-    if (b != nullptr) b[i] = from[i];
-  }
-}
-
 template <typename T, typename Red, typename Group>
 class Primitives {
  public:
@@ -159,14 +133,10 @@ class Primitives {
   }
 
  private:
-  /// The element arithmetic shared by both protocols: v is the received value (if kRecv).
+  /// The element arithmetic shared by every protocol (reduce_copy.h's): v is the received
+  /// value (if kRecv), input[i] this rank's (read only with kInput or kPartial).
   BRAID_INLINE T combine(uint32_t flags, T v, const T* input, uint64_t i) const {
-    if (flags & (kInput | kPartial)) {
-      const T x = (Red::kHasPre && (flags & kInput)) ? red_.pre(input[i]) : input[i];
-      v = (flags & kRecv) ? ((flags & kMineFirst) ? red_.reduce(x, v) : red_.reduce(v, x)) : x;
-    }
-    if (Red::kHasPost && (flags & kPost)) v = red_.post(v);
-    return v;
+    return combineValue<T>(red_, flags, v, (flags & (kInput | kPartial)) ? input[i] : T{});
   }
 
   /// Whether a step with these flags computes anything (else it copies what it reads).
@@ -268,8 +238,8 @@ class Primitives {
     publish(flags, stepInfo(n * sizeof(T), false));
   }
 
-  /// stepSimple's data movement on the GPU: thread t takes elements t, t + size, ... (a pure
-  /// copy: 16-byte words where every pointer allows, so a warp moves 512 contiguous bytes).
+  /// stepSimple's data movement on the GPU: thread t of s takes 16-byte packs t, t + s, ...,
+  /// several per pass (reduce_copy.h); a pure copy in the widest words the pointers allow.
   BRAID_INLINE void stepSimpleStrided(uint32_t flags, const T* in, T* out, const T* input, T* output, uint64_t n) {
     const uint64_t rank = g_.rank(), size = g_.size();
     if (!arithmetic(flags)) {
@@ -280,11 +250,8 @@ class Primitives {
                   n * sizeof(T), rank, size);  // (kernels::copyStrided)
       return;
     }
-    for (uint64_t i = rank; i < n; i += size) {
-      const T v = combine(flags, (flags & kRecv) ? in[i] : T{}, input, i);
-      if (flags & kOutput) output[i] = v;
-      if (flags & kSend) out[i] = v;
-    }
+    reduceCopyStrided<T>(red_, flags, (flags & kRecv) ? in : nullptr, (flags & (kInput | kPartial)) ? input : nullptr,
+                         (flags & kOutput) ? output : nullptr, (flags & kSend) ? out : nullptr, n, rank, size);
   }
 
   /// Out of line (as stepLL128): a step is called at dozens of places in each algorithm, and

@@ -8,7 +8,9 @@
 // rank's scalar first (it also implements Avg on floating types, with scalar 1/nranks).
 // SumPostDiv divides the final sum by nranks (Avg on integer types, truncating as NCCL does).
 // Signed integers add and multiply as their unsigned twins (two's complement wrap, no UB);
-// half, bfloat16 and fp8 compute in float and round once per operation.
+// half, bfloat16 and fp8 compute in float and round once per operation. kReduceIsAdd and
+// kReduceIsMul say what reduce is, for the GPU's paired half/bfloat16 instructions
+// (reduce_copy.h), which give the same bits.
 #pragma once
 
 #include "kernels/types.h"
@@ -82,6 +84,7 @@ struct FuncSum {
   BRAID_INLINE T reduce(T a, T b) const { return Arith<T>::add(a, b); }
   BRAID_INLINE T post(T x) const { return x; }
   static constexpr bool kHasPre = false, kHasPost = false;
+  static constexpr bool kReduceIsAdd = true, kReduceIsMul = false;
 };
 
 template <typename T>
@@ -91,6 +94,7 @@ struct FuncProd {
   BRAID_INLINE T reduce(T a, T b) const { return Arith<T>::mul(a, b); }
   BRAID_INLINE T post(T x) const { return x; }
   static constexpr bool kHasPre = false, kHasPost = false;
+  static constexpr bool kReduceIsAdd = false, kReduceIsMul = true;
 };
 
 template <typename T>
@@ -100,6 +104,7 @@ struct FuncMax {
   BRAID_INLINE T reduce(T a, T b) const { return Arith<T>::max(a, b); }
   BRAID_INLINE T post(T x) const { return x; }
   static constexpr bool kHasPre = false, kHasPost = false;
+  static constexpr bool kReduceIsAdd = false, kReduceIsMul = false;
 };
 
 template <typename T>
@@ -109,6 +114,7 @@ struct FuncMin {
   BRAID_INLINE T reduce(T a, T b) const { return Arith<T>::min(a, b); }
   BRAID_INLINE T post(T x) const { return x; }
   static constexpr bool kHasPre = false, kHasPost = false;
+  static constexpr bool kReduceIsAdd = false, kReduceIsMul = false;
 };
 
 template <typename T>
@@ -119,6 +125,7 @@ struct FuncPreMulSum {
   BRAID_INLINE T reduce(T a, T b) const { return Arith<T>::add(a, b); }
   BRAID_INLINE T post(T x) const { return x; }
   static constexpr bool kHasPre = true, kHasPost = false;
+  static constexpr bool kReduceIsAdd = true, kReduceIsMul = false;
 };
 
 template <typename T>
@@ -129,6 +136,7 @@ struct FuncSumPostDiv {
   BRAID_INLINE T reduce(T a, T b) const { return Arith<T>::add(a, b); }
   BRAID_INLINE T post(T x) const { return Arith<T>::div(x, nRanks); }
   static constexpr bool kHasPre = false, kHasPost = true;
+  static constexpr bool kReduceIsAdd = true, kReduceIsMul = false;
 };
 
 

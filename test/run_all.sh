@@ -1,6 +1,7 @@
 #!/bin/bash
-# The whole test suite, as CI runs it: build, every meson test suite, then the unit suite
-# and integration suites again under AddressSanitizer + UndefinedBehaviorSanitizer, then a
+# The whole test suite, as CI runs it: build, every meson test suite, the PTX report of the
+# GPU's data loops (perf/ptx_report.sh, where nvcc is), then the unit suite and integration
+# suites again under AddressSanitizer + UndefinedBehaviorSanitizer, then a
 # short run of every libFuzzer target (clang; skipped with the reason when clang is absent).
 # Prints each stage's time and a closing line "N passed, N failed, N skipped". A test that fails is
 # run once more: a repeated failure fails the run; a test that then passes is listed as FLAKY
@@ -89,6 +90,21 @@ end build
 begin tests
 run_tests "$build" --print-errorlogs --num-processes "$jobs" || status=1
 end tests
+
+begin ptx
+# The GPU's data loops read from their PTX (16-byte accesses, loads in flight, paired 16-bit
+# arithmetic, no spills) and ptxas's figures for this build's kernels: where nvcc is.
+ptx_status=0
+perf/ptx_report.sh "$build" || ptx_status=$?
+if [ "$ptx_status" = 0 ]; then
+  passed=$((passed + 1))
+elif [ "$ptx_status" = 77 ]; then
+  skipped=$((skipped + 1))
+else
+  failed=$((failed + 1))
+  status=1
+fi
+end ptx
 
 begin sanitizers
 # Only the kernels the non-sweep tests call (the sweeps run in the normal build): float with

@@ -16,7 +16,7 @@ namespace braid::kernels {
 /// All threads of the group, on this channel's piece of every block. Returns false when the
 /// communicator was aborted.
 template <typename T, typename Red, typename Group>
-BRAID_INLINE bool allGatherHalvingDoubling(Group& g, const CollWork& w, const RingHandle& ring,
+BRAID_OUTLINE bool allGatherHalvingDoubling(Group& g, const CollWork& w, const RingHandle& ring,
                                            const uint32_t* abortFlag) {
   HalvingDoubling<T, Red, Group> hd(g, w, ring, abortFlag, blockPieces(w));
   const T* in = advance(static_cast<const T*>(w.sendbuff), w.channelOffset);

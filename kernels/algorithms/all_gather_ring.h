@@ -12,7 +12,7 @@
 namespace braid::kernels {
 
 template <typename T, typename Red, typename Group>
-BRAID_INLINE bool allGatherRing(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag) {
+BRAID_OUTLINE bool allGatherRing(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag) {
   const int n = ring.nRanks;
   const int me = ring.index;
   const T* in = advance(static_cast<const T*>(w.sendbuff), w.channelOffset);

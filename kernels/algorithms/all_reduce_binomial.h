@@ -11,7 +11,7 @@ namespace braid::kernels {
 /// All threads of the group, on this channel's slice of the data. Returns false when the
 /// communicator was aborted.
 template <typename T, typename Red, typename Group>
-BRAID_INLINE bool allReduceBinomial(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag) {
+BRAID_OUTLINE bool allReduceBinomial(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag) {
   const BinomialTree tree(ring.nRanks, ring.index, 0);
   const T* in = advance(static_cast<const T*>(w.sendbuff), w.channelOffset);
   T* out = advance(static_cast<T*>(w.recvbuff), w.channelOffset);

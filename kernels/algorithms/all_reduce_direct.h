@@ -15,7 +15,7 @@ namespace braid::kernels {
 /// Thread 0 only (the data is at most one LL step), on this channel's slice of it. Returns
 /// false when aborted.
 template <typename T, typename Red, typename Group>
-BRAID_INLINE bool allReduceDirect(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag) {
+BRAID_OUTLINE bool allReduceDirect(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag) {
   if (g.rank() != 0) return true;
   const Red red(w.opArgs);
   const int n = ring.nRanks;

@@ -19,7 +19,7 @@ namespace braid::kernels {
 
 /// All threads of the group. Returns false when the communicator was aborted.
 template <typename T, typename Red, typename Group>
-BRAID_INLINE bool allReduceHalvingDoubling(Group& g, const CollWork& w, const RingHandle& ring,
+BRAID_OUTLINE bool allReduceHalvingDoubling(Group& g, const CollWork& w, const RingHandle& ring,
                                            const uint32_t* abortFlag) {
   HalvingDoubling<T, Red, Group> hd(g, w, ring, abortFlag);
   const T* in = advance(static_cast<const T*>(w.sendbuff), w.channelOffset);

@@ -32,11 +32,12 @@ BRAID_INLINE bool allReduceHier2D(Group& g, const CollWork& w, const RingHandle&
   Primitives<T, Red, Group> col(g, rows > 1 ? &w.peerSend[grid.colNext] : nullptr,
                                 rows > 1 ? &w.peerRecv[grid.colPrev] : nullptr, w.proto, Red(w.opArgs), abortFlag, &w);
   const uint64_t rowSlice = row.sliceElements(), colSlice = col.sliceElements();
-  const uint64_t chunk = rowSlice < colSlice ? rowSlice : colSlice;
+  // (whole 512-byte runs, so that the column's chunks below fit one step: ringChunk)
+  const uint64_t chunk = wholeRuns<T>(rowSlice < colSlice ? rowSlice : colSlice);
   bool ok = true;
-  for (uint64_t base = 0; base < total && ok; base += cols * chunk) {
-    const uint64_t rest = total - base;
-    const RingChunks at{base, chunk < (rest + cols - 1) / cols ? chunk : (rest + cols - 1) / cols, total};
+  for (uint64_t base = 0; base < total && ok;) {
+    const RingChunks at{base, ringChunk<T>(chunk, total - base, cols), total};
+    base += cols * at.per;
     uint64_t mineOff;
     const uint64_t mineCount = at(grid.rowIndex, &mineOff);
     // The row's reduce-scatter: chunk rowIndex, summed over the row, into the output.
@@ -45,7 +46,7 @@ BRAID_INLINE bool allReduceHier2D(Group& g, const CollWork& w, const RingHandle&
     // The column's all-reduce of that chunk, in place.
     T* mine = advance(out, mineOff);
     if (rows > 1) {
-      const RingChunks sub{0, (mineCount + rows - 1) / rows, mineCount};
+      const RingChunks sub{0, ringChunk<T>(chunk, mineCount, rows), mineCount};
       ok = ok && ringReduceSteps(col, rows, grid.colIndex, kPartial, mine, mine, kPost | kOutput | kSend, sub) &&
            ringGatherSteps(col, rows, grid.colIndex, mine, sub);
     } else {

@@ -27,7 +27,7 @@ namespace braid::kernels {
 
 /// All threads of the group. Returns false when the communicator was aborted.
 template <typename T, typename Red, typename Group>
-BRAID_INLINE bool allReduceRecDoubling(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag) {
+BRAID_OUTLINE bool allReduceRecDoubling(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag) {
   using Prims = Primitives<T, Red, Group>;
   const T* in = advance(static_cast<const T*>(w.sendbuff), w.channelOffset);
   T* out = advance(static_cast<T*>(w.recvbuff), w.channelOffset);

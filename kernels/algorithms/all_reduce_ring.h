@@ -19,7 +19,7 @@
 namespace braid::kernels {
 
 template <typename T, typename Red, typename Group>
-BRAID_INLINE bool allReduceRing(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag) {
+BRAID_OUTLINE bool allReduceRing(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag) {
   const T* in = advance(static_cast<const T*>(w.sendbuff), w.channelOffset);
   T* out = advance(static_cast<T*>(w.recvbuff), w.channelOffset);
   const uint64_t total = w.channelCount;
@@ -32,11 +32,11 @@ BRAID_INLINE bool allReduceRing(Group& g, const CollWork& w, const RingHandle& r
   }
   Primitives<T, Red, Group> prims(g, &ring.send, &ring.recv, w.proto, Red(w.opArgs), abortFlag, &w);
   const uint64_t chunk = prims.sliceElements();
-  for (uint64_t base = 0; base < total && ok; base += n * chunk) {
-    const uint64_t rest = total - base;
-    const RingChunks at{base, chunk < (rest + n - 1) / n ? chunk : (rest + n - 1) / n, total};
+  for (uint64_t base = 0; base < total && ok;) {
+    const RingChunks at{base, ringChunk<T>(chunk, total - base, n), total};
     ok = ringReduceSteps(prims, n, me, kInput, in, out, kPost | kOutput | kSend, at) &&
          ringGatherSteps(prims, n, me, out, at);
+    base += n * at.per;
   }
   prims.finish();
   return ok;

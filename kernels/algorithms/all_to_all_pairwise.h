@@ -22,7 +22,7 @@ namespace braid::kernels {
 /// All threads of the group, on this channel's piece of every block. Returns false when the
 /// communicator was aborted.
 template <typename T, typename Red, typename Group>
-BRAID_INLINE bool allToAllPairwise(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag) {
+BRAID_OUTLINE bool allToAllPairwise(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag) {
   const T* in = advance(static_cast<const T*>(w.sendbuff), w.channelOffset);
   T* out = advance(static_cast<T*>(w.recvbuff), w.channelOffset);
   const uint64_t block = w.blockCount, piece = w.channelCount;

@@ -11,7 +11,7 @@
 namespace braid::kernels {
 
 template <typename T, typename Red, typename Group>
-BRAID_INLINE bool broadcastRing(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag) {
+BRAID_OUTLINE bool broadcastRing(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag) {
   const int n = ring.nRanks;
   const int fromRoot = (ring.index - w.rootIndex + n) % n;
   const T* in = advance(static_cast<const T*>(w.sendbuff), w.channelOffset);

@@ -13,7 +13,7 @@ namespace braid::kernels {
 /// All threads of the group, on this channel's slice of the data. Returns false when the
 /// communicator was aborted.
 template <typename T, typename Red, typename Group>
-BRAID_INLINE bool reduceBinomial(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag) {
+BRAID_OUTLINE bool reduceBinomial(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag) {
   const BinomialTree tree(ring.nRanks, ring.index, w.rootIndex);
   T* acc = advance(tree.parent < 0 ? static_cast<T*>(w.recvbuff) : static_cast<T*>(w.scratch), w.channelOffset);
   return binomialReduce<T, Red, Group>(g, w, abortFlag, tree, advance(static_cast<const T*>(w.sendbuff), w.channelOffset),

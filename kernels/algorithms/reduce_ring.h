@@ -21,7 +21,7 @@ BRAID_INLINE bool reduceRingSlices(Prims& prims, const T* in, T* out, uint64_t t
 }
 
 template <typename T, typename Red, typename Group>
-BRAID_INLINE bool reduceRing(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag) {
+BRAID_OUTLINE bool reduceRing(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag) {
   const int n = ring.nRanks;
   const int fromRoot = (ring.index - w.rootIndex + n) % n;
   const T* in = advance(static_cast<const T*>(w.sendbuff), w.channelOffset);

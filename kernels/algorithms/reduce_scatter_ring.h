@@ -13,7 +13,7 @@
 namespace braid::kernels {
 
 template <typename T, typename Red, typename Group>
-BRAID_INLINE bool reduceScatterRing(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag) {
+BRAID_OUTLINE bool reduceScatterRing(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag) {
   const int n = ring.nRanks;
   const int me = ring.index;
   const T* in = static_cast<const T*>(w.sendbuff);

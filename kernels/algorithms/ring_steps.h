@@ -39,6 +39,25 @@ BRAID_INLINE bool ringGatherSteps(Prims& p, int n, int me, T* out, Chunk chunk) 
   return ok && p.step(kRecv | kOutput, nullptr, advance(out, off), cnt);
 }
 
+/// Elements of one ring chunk: a pass over `rest` elements on n ranks cuts it into n chunks of
+/// rest/n rounded up to whole 512-byte runs, so that every chunk starts 512 bytes apart from
+/// the channel's start (the GPU's 16-byte path then takes whole chunks: reduce_copy.h), and at
+/// most `slice` (one FIFO step) cut down to whole runs. The last chunks may be shorter or
+/// empty. Both ends compute it from the same numbers.
+template <typename T>
+constexpr uint64_t kChunkRun = 512 / sizeof(T);
+template <typename T>
+BRAID_INLINE uint64_t wholeRuns(uint64_t slice) {
+  return slice >= kChunkRun<T> ? slice / kChunkRun<T> * kChunkRun<T> : slice;
+}
+template <typename T>
+BRAID_INLINE uint64_t ringChunk(uint64_t slice, uint64_t rest, int n) {
+  uint64_t per = (rest + n - 1) / n;
+  per = (per + kChunkRun<T> - 1) / kChunkRun<T> * kChunkRun<T>;
+  const uint64_t most = wholeRuns<T>(slice);
+  return per < most ? per : most;
+}
+
 /// Cuts [base, total) into n chunks of `per` (the last ones shorter or empty): the chunk
 /// function both halves take.
 struct RingChunks {

@@ -1,0 +1,190 @@
+#!/bin/bash
+# The PTX report: compiles the GPU's Simple element loops (perf/ptx_probe.cu, one kernel per
+# loop over kernels/reduce_copy.h) for sm_90 and reports, for the reduce loops of f32, f16 and
+# bf16 and for the copy loop, the width of their global loads and stores, the 16-byte loads a
+# thread issues before its first store (the loads in flight per pass), the paired 16-bit
+# arithmetic, and ptxas's registers, stack and spills per thread. With a build folder it also
+# reports ptxas's figures for the real collective kernels of that build (its generated
+# cuda_f32.cu and cuda_copy.cu units).
+#
+# Fails (exit 1) when a loop lost its 16-byte accesses, issues fewer than 4 loads per pass,
+# a 16-bit reduce lost its paired instructions, or anything spills. Skips (exit 77, with the
+# reason) where nvcc is absent. Needs nothing but nvcc and python3; writes only to a temporary
+# folder. CI runs it where nvcc is present (test/run_all.sh).
+#
+#   perf/ptx_report.sh [BUILD_DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="/usr/local/cuda/bin:$PATH"
+if ! command -v nvcc > /dev/null; then
+  echo "ptx_report: skipped: nvcc is not installed (on PATH or at /usr/local/cuda/bin)"
+  exit 77
+fi
+build=${1:-}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+flags=(-std=c++20 --expt-relaxed-constexpr -arch=sm_90 -I. -Isrc)
+nvcc "${flags[@]}" -ptx perf/ptx_probe.cu -o "$tmp/probe.ptx"
+nvcc "${flags[@]}" -cubin -Xptxas -v perf/ptx_probe.cu -o "$tmp/probe.cubin" 2> "$tmp/probe.ptxas"
+kernel_logs=()
+if [ -n "$build" ]; then
+  for unit in cuda_f32.cu cuda_copy.cu; do
+    src=$(find "$build/kernels" -maxdepth 1 -name "$unit" | head -1)
+    if [ -z "$src" ]; then
+      echo "ptx_report: $build has no generated $unit (a CUDA build of Braid?): its kernels are not reported"
+      continue
+    fi
+    nvcc "${flags[@]}" -cubin -Xptxas -v "$src" -o "$tmp/$unit.cubin" 2> "$tmp/$unit.ptxas"
+    kernel_logs+=("$tmp/$unit.ptxas")
+  done
+fi
+
+python3 - "$tmp/probe.ptx" "$tmp/probe.ptxas" "${kernel_logs[@]}" <<'PY'
+import re, subprocess, sys
+
+ptx = open(sys.argv[1]).read()
+probe_log = open(sys.argv[2]).read()
+kernel_logs = sys.argv[3:]
+
+# Function bodies by name (.entry kernels and .func functions with a body).
+bodies = {}
+for m in re.finditer(r'^(?:\.visible |\.weak )?\.(?:entry|func)\s+(?:\([^)]*\)\s*)?(\w+)\(.*?^\{(.*?)^\}', ptx, re.S | re.M):
+    bodies[m.group(1)] = m.group(2)
+
+WIDE_LOAD = re.compile(r'^\s*ld\.global(?:\.[a-z]+)*\.(?:v2\.(?:u64|b64|s64|f64)|v4\.(?:u32|b32|s32|f32))\s', re.M)
+WIDE_STORE = re.compile(r'^\s*st\.global(?:\.[a-z]+)*\.(?:v2\.(?:u64|b64|s64|f64)|v4\.(?:u32|b32|s32|f32))\s', re.M)
+ANY_STORE = re.compile(r'^\s*st\.global', re.M)
+ACCESS = re.compile(r'^\s*(ld|st)\.global(\S*)', re.M)
+
+def loads_before_store(body):
+    """The longest run of 16-byte loads with no global store between them: the loads a thread
+    has in flight in the unrolled pass."""
+    best = run = 0
+    for kind, suffix in ACCESS.findall(body):
+        if kind == 'st':
+            run = 0
+        elif WIDE_LOAD.match('ld.global' + suffix + ' '):
+            run += 1
+            best = max(best, run)
+    return best
+
+def resources(log):
+    """ptxas -v's figures by function: {name: [registers or None, stack bytes, spill bytes]}.
+    Registers are given for entry functions (a called function's count is in its caller's)."""
+    found, entry, current = {}, None, None
+    for line in log.splitlines():
+        m = re.search(r"Compiling entry function '(\w+)'", line)
+        if m:
+            entry = m.group(1)
+            found.setdefault(entry, [None, 0, 0])
+        m = re.search(r"Function properties for (\w+)", line)
+        if m:
+            current = m.group(1)
+            found.setdefault(current, [None, 0, 0])
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m and current:
+            found[current][1] = int(m.group(1))
+            found[current][2] = int(m.group(2)) + int(m.group(3))
+        m = re.search(r"Used (\d+) registers", line)
+        if m and entry:
+            found[entry][0] = int(m.group(1))
+    return found
+
+def plainName(pretty):
+    """A demangled name without namespaces, template arguments, parameters or return type."""
+    text, depth, out = pretty.replace("braid::kernels::", "").split("(")[0], 0, []
+    for ch in text:
+        depth += ch == "<"
+        if depth == 0:
+            out.append(ch)
+        depth -= ch == ">"
+    return "".join(out).split()[-1] if "".join(out).split() else pretty
+
+def demangle(names):
+    try:
+        return subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True).stdout.split("\n")
+    except OSError:
+        return list(names)
+
+failures = []
+probe_figures = resources(probe_log)
+print("%-26s %8s %8s %10s %8s %6s %6s %7s" % ("loop", "16B ld", "16B st", "ld/pass", "paired", "regs", "stack", "spills"))
+# The loops are functions of their own (BRAID_OUTLINE): reduceCopyStrided<T, FuncSum<T>> for
+# each type, and copyStrided.
+TYPES = {"f32": "float", "f16": "Half", "bf16": "BFloat16", "f8e4m3": "Fp8E4M3", "f8e5m2": "Fp8E5M2"}
+mangled = sorted(bodies)
+pretty = dict(zip(mangled, demangle(mangled)))
+rows = []
+for kind, cname in TYPES.items():
+    want = "reduceCopyStrided<%s, braid::kernels::FuncSum<%s" % (cname if kind == "f32" else "braid::kernels::" + cname,
+                                                                cname if kind == "f32" else "braid::kernels::" + cname)
+    match = next((n for n in mangled if pretty[n].startswith("void braid::kernels::" + want)), None)
+    if match is None:
+        failures.append("the reduce loop of %s (reduceCopyStrided) is missing from the probe's PTX" % kind)
+    else:
+        rows.append((match, kind))
+copy_name = next((n for n in mangled if plainName(pretty[n]) == "copyStrided"), None)
+if copy_name is None:
+    failures.append("the copy loop (copyStrided) is missing from the probe's PTX")
+else:
+    rows.append((copy_name, "copy"))
+for name, kind in rows:
+    body = bodies.get(name)
+    if body is None:
+        failures.append("%s: not in the PTX" % name)
+        continue
+    wide_ld, wide_st = len(WIDE_LOAD.findall(body)), len(WIDE_STORE.findall(body))
+    in_flight = loads_before_store(body)
+    paired = len(re.findall(r'\b(?:add|mul)\.rn\.(?:f16x2|bf16x2)\b', body))
+    if kind.startswith("f8"):  # fp8 adds in pairs of halves, converted in hardware both ways
+        converts = len(re.findall(r'\bcvt\.rn\.satfinite\.e[45]m[23]x2\.f16x2\b', body))
+        paired = paired if converts else 0
+    regs, stack, spills = probe_figures.get(name, [None, 0, 0])
+    # (a called function's registers are counted in its probe kernel's)
+    regs = probe_figures.get("probe_copy" if kind == "copy" else "probe_reduce_" + kind, [None])[0]
+    label = "copyStrided" if kind == "copy" else "reduceCopyStrided " + kind
+    print("%-26s %8d %8d %10d %8s %6s %6d %7d" % (label, wide_ld, wide_st, in_flight,
+                                                  paired if kind not in ("f32", "copy") else "-",
+                                                  regs if regs is not None else "?", stack, spills))
+    if wide_ld == 0 or wide_st == 0:
+        failures.append("%s: no 16-byte global loads or stores" % label)
+    if in_flight < 4:
+        failures.append("%s: only %d 16-byte loads issued before a store (want 4 or more)" % (label, in_flight))
+    if kind not in ("f32", "copy") and paired == 0:
+        failures.append("%s: no paired 16-bit arithmetic (add.rn.f16x2 / bf16x2, fp8 through halves)" % label)
+    if spills:
+        failures.append("%s: %d bytes of spills" % (label, spills))
+
+# The real kernels: ptxas's figures per function, grouped by name across the units' types and
+# ops (the largest of each). Spills in the loops that move the data fail the report; spills
+# in the algorithms' control code (once a step, not once a pack) are only reported.
+HOT = ("reduceCopyStrided", "copyStrided", "stepLL")
+if kernel_logs:
+    print()
+    print("%-26s %6s %6s %7s   %s" % ("kernel function", "regs", "stack", "spills", "units"))
+for log_path in kernel_logs:
+    unit = log_path.rsplit("/", 1)[-1].replace(".ptxas", "")
+    figures = resources(open(log_path).read())
+    names = sorted(figures)
+    plain = demangle(names)
+    groups = {}
+    for name, pretty in zip(names, plain):
+        short = plainName(pretty)
+        g = groups.setdefault(short, [None, 0, 0])
+        regs, stack, spills = figures[name]
+        if regs is not None:
+            g[0] = max(g[0] or 0, regs)
+        g[1], g[2] = max(g[1], stack), max(g[2], spills)
+    for short, (regs, stack, spills) in sorted(groups.items()):
+        print("%-26s %6s %6d %7d   %s" % (short[:26], regs if regs is not None else "-", stack, spills, unit))
+        hot = short.split("::")[-1] in HOT
+        if spills and hot:
+            failures.append("%s (%s): %d bytes of spills in a data loop" % (short, unit, spills))
+
+if failures:
+    print("ptx_report: FAIL")
+    for f in failures:
+        print("  " + f)
+    sys.exit(1)
+print("ptx_report: OK (16-byte loads and stores in every loop, 4+ loads in flight, paired 16-bit arithmetic, no spills)")
+PY
