@@ -107,9 +107,9 @@ def cuda_type(type_name, filters):
            '#include "runtime/cuda/kernel_table.h"', "", "namespace braid::runtime::cuda {",
            "using namespace braid::kernels;", ""]
     if type_name == "copy":
-        out += ["cudaError_t preload_copy(size_t* maxLocalBytes) {",
-                "  cudaError_t err = preloadOne(reinterpret_cast<const void*>(&copyKernel<void>), maxLocalBytes);",
-                "  return err != cudaSuccess ? err : preloadOne(reinterpret_cast<const void*>(&peerKernel<void>), maxLocalBytes);",
+        out += ["cudaError_t preload_copy(KernelFacts* facts) {",
+                "  cudaError_t err = preloadOne(reinterpret_cast<const void*>(&copyKernel<void>), facts);",
+                "  return err != cudaSuccess ? err : preloadOne(reinterpret_cast<const void*>(&peerKernel<void>), facts);",
                 "}", "",
                 "cudaError_t launchCopy(const CollLaunch& l) {",
                 "  copyKernel<void><<<l.grid, l.block, l.sharedBytes, l.stream>>>(l.works, l.nWorks, l.rings, l.abortFlag, l.statuses, l.seq);",
@@ -130,13 +130,13 @@ def cuda_type(type_name, filters):
                        "l.rings, l.abortFlag, l.statuses, l.seq);" % (cty, functor, cty))
             out.append("      return cudaGetLastError();")
     out += ["    default: return cudaErrorNotSupported;", "  }", "}", ""]
-    out.append("cudaError_t preload_%s(size_t* maxLocalBytes) {" % type_name)
-    out.append("  (void)maxLocalBytes;  // (a filter may leave no kernel)")
+    out.append("cudaError_t preload_%s(KernelFacts* facts) {" % type_name)
+    out.append("  (void)facts;  // (a filter may leave no kernel)")
     out.append("  cudaError_t err = cudaSuccess;")
     for oi, op, functor in OPS:
         if wanted(filters, op, type_name):
             out.append("  if (err == cudaSuccess) err = preloadOne(reinterpret_cast<const void*>(&collectiveKernel<%s, %s<%s>>), "
-                       "maxLocalBytes);" % (cty, functor, cty))
+                       "facts);" % (cty, functor, cty))
     out += ["  return err;", "}", "", "}  // namespace braid::runtime::cuda", ""]
     return "\n".join(out)
 
@@ -150,13 +150,13 @@ def cuda_table(filters):
     for _, ty, _ in TYPES:
         out.append("cudaError_t %s(int red, const CollLaunch& l);" % launcher(ty))
     for _, ty, _ in TYPES:
-        out.append("cudaError_t preload_%s(size_t* maxLocalBytes);" % ty)
-    out.append("cudaError_t preload_copy(size_t* maxLocalBytes);")
-    out += ["", "cudaError_t preloadKernels(size_t* maxLocalBytes) {",
-            "  cudaError_t err = preload_copy(maxLocalBytes);"]
+        out.append("cudaError_t preload_%s(KernelFacts* facts);" % ty)
+    out.append("cudaError_t preload_copy(KernelFacts* facts);")
+    out += ["", "cudaError_t preloadKernels(KernelFacts* facts) {",
+            "  cudaError_t err = preload_copy(facts);"]
     for _, ty, _ in TYPES:
         if any(wanted(filters, op, ty) for _, op, _ in OPS):
-            out.append("  if (err == cudaSuccess) err = preload_%s(maxLocalBytes);" % ty)
+            out.append("  if (err == cudaSuccess) err = preload_%s(facts);" % ty)
     out += ["  return err;", "}"]
     out += ["", "cudaError_t launchReduction(int red, int dtype, const CollLaunch& l) {", "  switch (dtype) {"]
     for idx, ty, _ in TYPES:

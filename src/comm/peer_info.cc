@@ -42,6 +42,12 @@ void checkPeers(const std::vector<PeerInfo>& peers) {
   }
 }
 
+bool sameGpu(const PeerInfo& a, const PeerInfo& b) {
+  if (a.hostHash != b.hostHash || a.cudaDevice < 0 || b.cudaDevice < 0) return false;
+  if (a.busId >= 0 && b.busId >= 0) return a.busId == b.busId;
+  return a.pid == b.pid && a.cudaDevice == b.cudaDevice;
+}
+
 void localPosition(const std::vector<PeerInfo>& peers, int rank, int* localRank, int* localRanks) {
   *localRank = 0;
   *localRanks = 0;

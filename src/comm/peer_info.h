@@ -33,6 +33,10 @@ uint64_t hashString(const std::string& s);
 /// throws ncclInvalidUsage naming both ranks and what differs.
 void checkPeers(const std::vector<PeerInfo>& peers);
 
+/// Whether ranks a and b run on one GPU: one host and the same PCI bus id (whatever each
+/// process numbers the device), or, where a bus id is unknown, one process and one ordinal.
+bool sameGpu(const PeerInfo& a, const PeerInfo& b);
+
 /// This rank's index among the ranks on its host, and how many ranks that host has.
 void localPosition(const std::vector<PeerInfo>& peers, int rank, int* localRank, int* localRanks);
 

@@ -21,6 +21,11 @@ class Device {
   virtual ~Device() = default;
   /// The device's ordinal (cudaSetDevice's).
   virtual int ordinal() const = 0;
+  /// Blocks of Braid's collective kernels (at their most threads and shared memory) the whole
+  /// device runs at once: the ranks sharing it split these between their channels, so that
+  /// every rank's blocks are resident together (a rank spinning on a peer whose block waits
+  /// for a free multiprocessor would hang). 0 when unknown.
+  virtual int residentBlocks() const = 0;
   /// Where the connections' FIFOs come from (process-wide per device: FIFOs may outlive this).
   virtual transport::FifoAllocator* fifoAllocator() = 0;
   /// kMaxChannels channel statuses, written by the kernels and read by the watchdog.

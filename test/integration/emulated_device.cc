@@ -187,6 +187,8 @@ class HostFifoAllocator final : public transport::FifoAllocator {
 std::atomic<int> EmulatedDevice::launches{0};
 std::atomic<int> EmulatedDevice::works{0};
 std::atomic<uint64_t> EmulatedDevice::sendSteps{0};
+std::atomic<int> EmulatedDevice::residentBlocksAll{1024};
+std::atomic<int> EmulatedDevice::maxLaunchChannels{0};
 
 void* EmulatedDevice::allocateShareable(size_t bytes) { return MemoryFiles::process().allocate(bytes); }
 void EmulatedDevice::freeShareable(void* p) { MemoryFiles::process().release(p); }
@@ -248,6 +250,8 @@ void EmulatedDevice::launchCollective(const kernels::CollWork* given, int nWorks
   using runtime::host::HostCollectiveFn;
   const HostCollectiveFn fn = copy ? runtime::host::kCopyFunction : runtime::host::kReductionTable[red][dtype];
   if (fn == nullptr) fail(ncclInvalidUsage, "%s: not instantiated in this build", call);
+  for (int seen = maxLaunchChannels.load(); nChannels > seen && !maxLaunchChannels.compare_exchange_weak(seen, nChannels);) {
+  }
   // The arguments are copied, the connection handles too, as a GPU launch's are.
   const int n = nWorks * nChannels;
   auto w = std::make_shared<std::vector<kernels::CollWork>>(given, given + n);

@@ -35,11 +35,17 @@ class EmulatedDevice final : public runtime::Device {
   static std::atomic<int> works;
   /// FIFO steps the peer launches' sends took (a direct send takes one).
   static std::atomic<uint64_t> sendSteps;
+  /// The blocks every emulated device says it holds at once (Device::residentBlocks; 1024
+  /// unless a test sets it before creating communicators).
+  static std::atomic<int> residentBlocksAll;
+  /// The most channels a collective launch of any emulated device has had so far.
+  static std::atomic<int> maxLaunchChannels;
   /// Memory other processes can map (what ncclMemAlloc gives on a GPU): a memory file.
   static void* allocateShareable(size_t bytes);
   static void freeShareable(void* p);
 
   int ordinal() const override { return 0; }
+  int residentBlocks() const override { return residentBlocksAll.load(); }
   transport::FifoAllocator* fifoAllocator() override;
   kernels::ChannelStatus* statuses() override { return statuses_.get(); }
   uint32_t* abortWord() override { return abort_.get(); }

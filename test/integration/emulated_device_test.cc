@@ -429,3 +429,48 @@ TEST_CASE("emulated GPU over IB (verbs double): Simple steps go between GPU memo
     }, std::chrono::seconds(60)) == "");
   }
 }
+
+TEST_CASE("emulated GPU: ranks sharing a device split the blocks it keeps resident between their channels",
+          "[integration][emulated]") {
+  Emulated emulated;
+  const int n = 4;
+  const size_t count = size_t(1) << 20;  // 4 MiB of floats: the tuner wants every channel it may have
+  // largest: the most channels the ranks' launches used, the device keeping `resident` blocks
+  // and the config asking for minCTAs channels at least (0: not set).
+  auto largest = [&](int resident, int minCTAs) {
+    test::EmulatedDevice::residentBlocksAll = resident;
+    test::EmulatedDevice::maxLaunchChannels = 0;
+    std::vector<ncclComm_t> comms(n);
+    ncclUniqueId id;
+    REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+    REQUIRE(ncclGroupStart() == ncclSuccess);
+    for (int r = 0; r < n; ++r) {
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      if (minCTAs > 0) config.minCTAs = minCTAs;
+      REQUIRE(ncclCommInitRankConfig(&comms[r], n, id, r, &config) == ncclSuccess);
+    }
+    REQUIRE(ncclGroupEnd() == ncclSuccess);
+    std::vector<std::vector<float>> buf(n, std::vector<float>(count));
+    for (int r = 0; r < n; ++r)
+      for (size_t i = 0; i < count; ++i) buf[r][i] = input(r, i);
+    REQUIRE(ncclGroupStart() == ncclSuccess);
+    for (int r = 0; r < n; ++r)
+      REQUIRE(ncclAllReduce(buf[r].data(), buf[r].data(), count, ncclFloat, ncclSum, comms[r], streamOf(r)) == ncclSuccess);
+    REQUIRE(ncclGroupEnd() == ncclSuccess);
+    for (auto comm : comms) sync(comm);
+    for (int r = 0; r < n; ++r) {
+      for (size_t i : {size_t(0), size_t(12345), count - 1}) {
+        float want = 0;
+        for (int q = 0; q < n; ++q) want += input(q, i);
+        CHECK(buf[r][i] == want);
+      }
+    }
+    for (auto comm : comms) REQUIRE(ncclCommDestroy(comm) == ncclSuccess);
+    return test::EmulatedDevice::maxLaunchChannels.load();
+  };
+  CHECK(largest(8, 0) == 2);     // 8 blocks over 4 ranks
+  CHECK(largest(1024, 0) > 2);   // the cap, not the tuner, held the first one down
+  CHECK(largest(1024, 5) >= 5);  // a minimum within the share is kept
+  CHECK(largest(6, 4) == 1);     // a minimum beyond it gives way (with a warning)
+  test::EmulatedDevice::residentBlocksAll = 1024;
+}

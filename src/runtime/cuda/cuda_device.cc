@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -109,23 +110,30 @@ constexpr int kPeerThreads = 512;
 /// Once per device and process, before any of Braid's kernels runs there: every kernel loaded
 /// and the per-thread stack large enough for all of them. Either, left to a kernel's first
 /// launch, makes the driver wait for the whole device, where other ranks' kernels may be
-/// spinning until this rank's runs.
-void prepareDevice(int device) {
+/// spinning until this rank's runs. Returns the blocks of Braid's kernels the whole device
+/// holds at once (occupancy x multiprocessors), for the channel cap of ranks sharing it.
+int prepareDevice(int device) {
   static std::mutex mutex;
-  static std::vector<bool>* prepared = new std::vector<bool>();
+  static std::vector<int>* resident = new std::vector<int>();  // per device; 0: not prepared yet
   std::lock_guard<std::mutex> lock(mutex);
-  if (static_cast<int>(prepared->size()) <= device) prepared->resize(device + 1, false);
-  if ((*prepared)[device]) return;
-  size_t local = 0;
-  check(preloadKernels(&local), "loading Braid's kernels (cudaFuncGetAttributes)");
+  if (static_cast<int>(resident->size()) <= device) resident->resize(device + 1, 0);
+  if ((*resident)[device] != 0) return (*resident)[device];
+  KernelFacts facts;
+  check(preloadKernels(&facts), "loading Braid's kernels (cudaFuncGetAttributes, cudaOccupancy...)");
   size_t stack = 0;
   check(cudaDeviceGetLimit(&stack, cudaLimitStackSize), "cudaDeviceGetLimit(cudaLimitStackSize)");
-  if (local > stack) {
-    check(cudaDeviceSetLimit(cudaLimitStackSize, (local + 255) / 256 * 256), "cudaDeviceSetLimit(cudaLimitStackSize)");
+  if (facts.maxLocalBytes > stack) {
+    check(cudaDeviceSetLimit(cudaLimitStackSize, (facts.maxLocalBytes + 255) / 256 * 256),
+          "cudaDeviceSetLimit(cudaLimitStackSize)");
   }
-  BRAID_INFO(log::kInit, "CUDA device %d: kernels loaded, %zu bytes of local memory a thread at most (stack limit %zu)",
-             device, local, stack);
-  (*prepared)[device] = true;
+  int sms = 0;
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute(SM count)");
+  const int blocks = std::max(1, facts.minBlocksPerSm) * std::max(1, sms);
+  BRAID_INFO(log::kInit, "CUDA device %d: kernels loaded, %zu bytes of local memory a thread at most (stack limit "
+             "%zu); %d blocks of %d threads resident at once (%d per multiprocessor x %d)", device,
+             facts.maxLocalBytes, stack, blocks, kernels::kMaxBlockThreads, facts.minBlocksPerSm, sms);
+  (*resident)[device] = blocks;
+  return blocks;
 }
 constexpr size_t kMaxSharedBytes = 48 * 1024;  // shared memory without opting in
 constexpr size_t kPeerStaticShared = 256;      // the peer kernel's own __shared__ variables, at most
@@ -135,7 +143,7 @@ class CudaDevice final : public Device {
   CudaDevice(int ordinal, int threadsPerBlock)
       : ordinal_(ordinal), threads_(threadsPerBlock), allocator_(fifoAllocatorOf(ordinal)) {
     DeviceGuard guard(ordinal_);
-    prepareDevice(ordinal_);
+    residentBlocks_ = prepareDevice(ordinal_);
     statuses_ = static_cast<kernels::ChannelStatus*>(
         allocateMapped(sizeof(kernels::ChannelStatus) * kMaxChannels, "channel statuses"));
     abort_ = static_cast<uint32_t*>(allocateMapped(64, "the abort word"));
@@ -162,6 +170,7 @@ class CudaDevice final : public Device {
   }
 
   int ordinal() const override { return ordinal_; }
+  int residentBlocks() const override { return residentBlocks_; }
   transport::FifoAllocator* fifoAllocator() override { return allocator_; }
   kernels::ChannelStatus* statuses() override { return statuses_; }
   uint32_t* abortWord() override { return abort_; }
@@ -494,6 +503,7 @@ class CudaDevice final : public Device {
 
   int ordinal_;
   int threads_;
+  int residentBlocks_ = 0;
   transport::FifoAllocator* allocator_;
   kernels::ChannelStatus* statuses_ = nullptr;
   uint32_t* abort_ = nullptr;

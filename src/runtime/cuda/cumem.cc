@@ -41,7 +41,8 @@ F driverFunction(const char* name) {
   X(create, cuMemCreate) X(release, cuMemRelease) X(reserve, cuMemAddressReserve)                      \
   X(addressFree, cuMemAddressFree) X(map, cuMemMap) X(unmap, cuMemUnmap) X(setAccess, cuMemSetAccess)  \
   X(granularity, cuMemGetAllocationGranularity) X(exportHandle, cuMemExportToShareableHandle)          \
-  X(importHandle, cuMemImportFromShareableHandle) X(attribute, cuDeviceGetAttribute)
+  X(importHandle, cuMemImportFromShareableHandle) X(attribute, cuDeviceGetAttribute)                  \
+  X(handleProperties, cuMemGetAllocationPropertiesFromHandle)
 
 struct Driver {
 #define BRAID_FIELD(field, symbol) decltype(&symbol) field = nullptr;
@@ -250,7 +251,23 @@ void* cumemImport(int device, int fd, size_t bytes) {
         "cuMemImportFromShareableHandle");
   void* p = nullptr;
   try {
-    p = mapHandle(device, handle, bytes, granularityOf(device));
+    // Access goes by the memory's own device (the owner's, in this process's numbering):
+    // that device and every one that reaches it, which must include `device`.
+    CUmemAllocationProp prop{};
+    int owner = device;
+    if (d.handleProperties(&prop, handle) == CUDA_SUCCESS && prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
+      owner = prop.location.id;
+    }
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || owner < 0 || owner >= count) owner = device;  // (not ours to see)
+    int reach = owner == device ? 1 : 0;
+    if (owner != device && cudaDeviceCanAccessPeer(&reach, device, owner) != cudaSuccess) reach = 0;
+    cudaGetLastError();
+    if (!reach) {
+      fail(ncclInvalidUsage, "CUDA device %d cannot reach the memory another process shared from device %d (no peer "
+                             "access): FIFO slots in that GPU are out of this rank's reach", device, owner);
+    }
+    p = mapHandle(owner, handle, bytes, granularityOf(owner));
   } catch (...) {
     d.release(handle);
     throw;

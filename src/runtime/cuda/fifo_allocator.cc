@@ -29,7 +29,15 @@ class FifoAllocator final : public transport::FifoAllocator {
   void freeControl(void* p) override { cudaFreeHost(p); }
   void* allocateData(size_t bytes, bool shareable) override {
     DeviceGuard guard(device_);
-    void* p = shareable && cumemEnabled(device_) ? cumemAllocate(device_, bytes) : nullptr;
+    void* p = nullptr;
+    if (shareable && cumemEnabled(device_)) {
+      try {
+        p = cumemAllocate(device_, bytes);
+      } catch (const Error& e) {  // (containers and sandboxes may refuse cuMem's shareable memory)
+        BRAID_INFO(log::kInit | log::kAlloc, "CUDA device %d: no cuMem memory for FIFO slots (%s); legacy CUDA IPC "
+                   "instead", device_, e.what());
+      }
+    }
     if (p == nullptr) BRAID_CUDA_CHECK(cudaMalloc(&p, bytes));
     // Zeroed before any kernel reads it (stale LL flags would read as data), on a stream of
     // the allocator's own: the legacy stream would also wait for other ranks' kernels in
@@ -84,12 +92,15 @@ class FifoAllocator final : public transport::FifoAllocator {
       CumemHandle h{};
       h.kind = kCumemFd;
       h.pid = static_cast<int32_t>(getpid());
-      const int fd = cumemExport(p, &h.bytes);
+      int fd = -1;
       try {
+        fd = cumemExport(p, &h.bytes);
         h.token = fds::offer(fd);
-      } catch (...) {
-        close(fd);
-        throw;
+      } catch (const Error& e) {  // (no descriptor to pass: the slots stay in shared host memory)
+        if (fd >= 0) close(fd);
+        BRAID_INFO(log::kInit | log::kShm, "CUDA device %d cannot share cuMem FIFO memory with other processes (%s); "
+                   "their FIFO slots stay in shared host memory", device_, e.what());
+        return false;
       }
       close(fd);  // (the offer keeps its own)
       {

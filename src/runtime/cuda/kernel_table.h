@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/algorithms/send_recv.h"
+#include "kernels/launch_sizes.h"
 #include "kernels/work.h"
 
 namespace braid::runtime::cuda {
@@ -43,17 +44,33 @@ cudaError_t launchReduction(int red, int dtype, const CollLaunch& l);
 cudaError_t launchCopy(const CollLaunch& l);
 /// The point-to-point kernel.
 cudaError_t launchPeers(const PeerLaunch& l);
+/// What loading the kernels tells about them (preloadKernels).
+struct KernelFacts {
+  size_t maxLocalBytes = 0;  ///< the most local memory a thread of any kernel uses
+  /// The fewest blocks of kMaxBlockThreads threads (with the most dynamic shared memory a
+  /// collective launch asks) that any kernel fits on one multiprocessor at once; 0 if none
+  /// was measured.
+  int minBlocksPerSm = 0;
+};
+
 /// Loads every instantiated kernel now (cudaFuncGetAttributes; lazy loading would do it at a
 /// kernel's first launch, which can wait for the whole device, other ranks' spinning kernels
-/// included) and raises *maxLocalBytes to the most local memory a thread of any of them uses.
-cudaError_t preloadKernels(size_t* maxLocalBytes);
+/// included) and fills facts.
+cudaError_t preloadKernels(KernelFacts* facts);
 
-/// Used by the generated preload functions: loads one kernel, noting its local memory.
-inline cudaError_t preloadOne(const void* kernel, size_t* maxLocalBytes) {
+/// Used by the generated preload functions: loads one kernel, noting its local memory and how
+/// many of its blocks one multiprocessor holds.
+inline cudaError_t preloadOne(const void* kernel, KernelFacts* facts) {
   cudaFuncAttributes a{};
-  const cudaError_t err = cudaFuncGetAttributes(&a, kernel);
-  if (err == cudaSuccess && a.localSizeBytes > *maxLocalBytes) *maxLocalBytes = a.localSizeBytes;
-  return err;
+  cudaError_t err = cudaFuncGetAttributes(&a, kernel);
+  if (err != cudaSuccess) return err;
+  if (a.localSizeBytes > facts->maxLocalBytes) facts->maxLocalBytes = a.localSizeBytes;
+  int blocks = 0;
+  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kernels::kMaxBlockThreads,
+                                                      kernels::collectiveSharedBytes(kernels::kSharedPeerRanks));
+  if (err != cudaSuccess) return err;
+  if (facts->minBlocksPerSm == 0 || blocks < facts->minBlocksPerSm) facts->minBlocksPerSm = blocks;
+  return cudaSuccess;
 }
 
 /// The filter the CUDA units were generated with ("" for all).

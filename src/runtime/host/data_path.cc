@@ -23,7 +23,9 @@ namespace braid::runtime::host {
 
 namespace {
 constexpr int kHostDefaultMaxChannels = 2;
-constexpr int kDeviceDefaultMaxChannels = 8;  // a block each: the tuner gives small messages fewer
+// A block each; the tuner gives small messages fewer. NCCL's rings on Hopper's NVLink take
+// 16-32 channels; ranks that share a GPU split what it keeps resident (capChannels).
+constexpr int kDeviceDefaultMaxChannels = 32;
 static_assert(transport::kSetChannels == kMaxChannels, "a connection set for every channel");
 constexpr uint32_t kP2pSimpleStepBytes = 128 * 1024;
 constexpr uint32_t kP2pLLStepLines = 2048;  // 16 KiB of payload per step
@@ -164,6 +166,7 @@ DataPath::DataPath(bootstrap::Bootstrap& channel, int rank, const std::vector<Pe
         device_->reachDevice(p.cudaDevice);  // threads on other GPUs: FIFO slots in their memory
       }
     }
+    capChannels(peers, rank);
   }
   topo::CostShape& shape = settings_.limits.shape;
   shape.cpusPerNode = 0;  // (GPU kernels do not share the CPUs: never oversubscribed)
@@ -179,6 +182,26 @@ DataPath::DataPath(bootstrap::Bootstrap& channel, int rank, const std::vector<Pe
   if (device_ != nullptr) busy = [d = device_.get()] { return d->busy(); };
   watchdog_ = std::make_unique<Watchdog>(rank, nRanks_, commHash, std::move(watched), connector_, statuses_,
                                          kMaxChannels, std::move(onFailure), settings.watchdog, std::move(busy));
+}
+
+void DataPath::capChannels(const std::vector<PeerInfo>& peers, int rank) {
+  int sharing = 0;  // ranks of any process on this rank's GPU, itself included
+  for (const PeerInfo& p : peers) sharing += sameGpu(p, peers[rank]) ? 1 : 0;
+  const int resident = device_->residentBlocks();
+  if (resident <= 0 || sharing <= 0) return;
+  const int cap = std::max(1, resident / sharing);
+  plan::PlanLimits& limits = settings_.limits;
+  if (limits.minChannels > cap) {
+    BRAID_WARN("rank %d: at least %d channels were asked for (NCCL_MIN_NCHANNELS or the config's minCTAs), but the %d "
+               "ranks on CUDA device %d can keep only %d blocks resident at once: each gets %d channels, so that all "
+               "of their blocks run together", rank, limits.minChannels, sharing, device_->ordinal(), resident, cap);
+    limits.minChannels = cap;
+  }
+  if (limits.maxChannels > cap) {
+    BRAID_INFO(log::kInit | log::kTuning, "rank %d: %d ranks share CUDA device %d, which keeps %d blocks resident: at "
+               "most %d channels each (not %d)", rank, sharing, device_->ordinal(), resident, cap, limits.maxChannels);
+    limits.maxChannels = cap;
+  }
 }
 
 DataPath::~DataPath() {

@@ -124,6 +124,10 @@ class DataPath {
   size_t mappedBuffers() const { return offered_ != nullptr ? offered_->mappedNow() : 0; }
 
  private:
+  /// The CUDA backend: caps the channels (blocks) of this rank at its share of the blocks its
+  /// GPU keeps resident, split between every rank on that GPU (Device::residentBlocks).
+  void capChannels(const std::vector<PeerInfo>& peers, int rank);
+
   void runCollective(const plan::Task& task);
   /// After an operation ended early: throws the watchdog's (or a kernel's) reason.
   [[noreturn]] void failAborted(const char* what);
