@@ -7,7 +7,7 @@
 namespace braid::transport {
 
 namespace {
-// tail and head (one 64-byte line each), the signature slots, the announcement line, the two
+// tail and head (one 64-byte line each; FifoMemory::counters may put them elsewhere), the signature slots, the announcement line, the two
 // fault boxes, the step sizes, the sender's step counter and the receiver's (a line each: each
 // is written by one end only, so neither line moves between the two ends' caches), then the
 // keys the receiver offers. Beside the sender's counter: the import state (shm); beside the
@@ -37,8 +37,8 @@ uint64_t* FifoMemory::stepWord(bool isSender) const {
 kernels::ConnHandle FifoMemory::handle(bool isSender) const {
   kernels::ConnHandle h{};
   char* b = base();
-  h.tail = reinterpret_cast<uint64_t*>(b);
-  h.head = reinterpret_cast<uint64_t*>(b + 64);
+  h.tail = counters();
+  h.head = counters() + 64 / sizeof(uint64_t);
   h.simple = data();
   h.ll = reinterpret_cast<kernels::LLLine*>(lineSlots());
   h.ll128 = reinterpret_cast<kernels::LL128Line*>(h.ll + uint64_t(kernels::kSteps) * sizes_.llStepLines);
@@ -65,7 +65,7 @@ uint32_t* FifoMemory::importStateWord() const {
 OfferedKeys* FifoMemory::offeredKeys() const { return reinterpret_cast<OfferedKeys*>(base() + kKeysOffset); }
 
 OfferedKeys* offeredKeysOf(const kernels::ConnHandle& h) {
-  return reinterpret_cast<OfferedKeys*>(reinterpret_cast<char*>(h.tail) + kKeysOffset);  // (tail opens the control part)
+  return reinterpret_cast<OfferedKeys*>(reinterpret_cast<char*>(h.sigs) - kSigOffset + kKeysOffset);
 }
 
 FaultBox* FifoMemory::faultBox(bool bySender) const {

@@ -173,6 +173,9 @@ class FifoMemory {
   /// Whether the slots are the receiver's GPU memory that a sender in another process maps:
   /// then the receiver offers its registered buffers (send_recv.h).
   virtual bool slotsShared() const { return false; }
+  /// tail (here) and head (64 bytes on): at the start of the control part, unless the
+  /// transport put them where the kernels poll them faster (p2p: the receiver's GPU memory).
+  virtual uint64_t* counters() const { return reinterpret_cast<uint64_t*>(base()); }
   /// The keys of the buffers the receiver offers now.
   OfferedKeys* offeredKeys() const;
   const FifoSizes& sizes() const { return sizes_; }

@@ -22,7 +22,14 @@ struct Prefix {
   std::atomic<int> count;
   FifoAllocator* allocator;  // null: the heap
   char* data;                // the slots: after the control part, or the allocator's data memory
+  char* counters;            // tail and head: the control part's, or the allocator's data memory
 };
+
+// With an allocator (a GPU), tail and head live in its data memory beside the slots (the
+// receiver's GPU): the receiver polls tail there, not across the bus in mapped host memory;
+// the sender writes tail and reads head there over peer access (its own GPU for ranks that
+// share one). Nothing on the host reads them for this transport.
+constexpr size_t kCounterBlock = 128;
 static_assert(sizeof(Prefix) <= kPrefix);
 
 Prefix* prefixOf(char* base) { return reinterpret_cast<Prefix*>(base - kPrefix); }
@@ -32,12 +39,14 @@ void release(char* base) {
   if (prefix->count.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   FifoAllocator* allocator = prefix->allocator;
   char* data = prefix->data;
+  char* counters = prefix->counters;
   prefix->~Prefix();
   if (allocator == nullptr) {
     std::free(base - kPrefix);
     return;
   }
   allocator->freeData(data);
+  allocator->freeData(counters);
   allocator->freeControl(base - kPrefix);
 }
 
@@ -51,6 +60,7 @@ class HeapFifo final : public FifoMemory {
     if (block == nullptr) fail(ncclSystemError, "cannot allocate %llu bytes of FIFO memory", (unsigned long long)sizes.bytes());
     memory_ = block + kPrefix;
     char* data = memory_ + fifoControlBytes();
+    char* counters = memory_;
     if (allocator != nullptr) {
       try {
         data = static_cast<char*>(allocator->allocateData(sizes.bytes() - fifoControlBytes(), false));
@@ -58,14 +68,22 @@ class HeapFifo final : public FifoMemory {
         allocator->freeControl(block);
         throw;
       }
+      try {
+        counters = static_cast<char*>(allocator->allocateData(kCounterBlock, false));
+      } catch (...) {
+        allocator->freeData(data);
+        allocator->freeControl(block);
+        throw;
+      }
     } else {
       std::memset(memory_, 0, sizes.bytes());
     }
-    new (block) Prefix{{1}, allocator, data};
+    new (block) Prefix{{1}, allocator, data, counters};
   }
   ~HeapFifo() override { release(memory_); }
   char* base() const override { return memory_; }
   char* data() const override { return prefixOf(memory_)->data; }
+  uint64_t* counters() const override { return reinterpret_cast<uint64_t*>(prefixOf(memory_)->counters); }
 
  private:
   char* memory_;
@@ -79,6 +97,7 @@ class BorrowedFifo final : public FifoMemory {
   ~BorrowedFifo() override { release(memory_); }
   char* base() const override { return memory_; }
   char* data() const override { return prefixOf(memory_)->data; }
+  uint64_t* counters() const override { return reinterpret_cast<uint64_t*>(prefixOf(memory_)->counters); }
 
  private:
   char* memory_;
