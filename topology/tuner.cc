@@ -140,7 +140,7 @@ bool Tuner::implemented(Func f, Algo a, Proto p) {
   switch (a) {
     case Algo::kRing: return true;
     case Algo::kTree: return f == Func::kAllReduce;
-    case Algo::kDirect: return f == Func::kAllReduce && p == Proto::kLL;
+    case Algo::kDirect: return f == Func::kAllReduce && p != Proto::kLL128;  // (Simple: CostShape::directExchanges)
     case Algo::kRecDoubling: return f == Func::kAllReduce;
     case Algo::kHalvingDoubling: return f == Func::kAllReduce || f == Func::kReduceScatter || f == Func::kAllGather;
     case Algo::kBinomial: return f == Func::kAllReduce || f == Func::kReduce || f == Func::kBroadcast;
@@ -194,8 +194,11 @@ bool Tuner::terms(Func f, Algo a, Proto p, int c, uint64_t bytes, Terms* out) co
   const Proto moving = a == Algo::kDirect && allToAll ? peerProtocol(bytes / n) : p;
   const int pi = static_cast<int>(moving);
   if (a == Algo::kDirect && allToAll && c != 1) return false;  // sends and receives: one thread, one channel
-  // AllReduce's Direct: each channel's slice one LL step (slices are whole multiples of 64 bytes).
-  if (a == Algo::kDirect && !allToAll && bytes > s.directMaxBytes * static_cast<uint64_t>(c)) return false;
+  // AllReduce's Direct: one-shot, each channel's slice one LL step (slices are whole multiples
+  // of 64 bytes); beyond that, and with Simple, two exchanges, where the user named Direct.
+  const bool exchanges = a == Algo::kDirect && !allToAll &&
+                         (p == Proto::kSimple || bytes > s.directMaxBytes * static_cast<uint64_t>(c));
+  if (exchanges && !s.directExchanges) return false;
 
   // Threads per CPU on the busiest node: above 1, a step waits for its peer to be scheduled,
   // longer the more threads share each CPU (the table's figure is for 2).
@@ -235,6 +238,11 @@ bool Tuner::terms(Func f, Algo a, Proto p, int c, uint64_t bytes, Terms* out) co
       steps = allToAll && oversubscribed ? n : 1;
       interSteps = nodes > 1 ? 1 : 0;
       moved = allToAll ? busFactor(f, n) : n - 1;
+      if (exchanges) {  // 2(n-1) exchanges of a chunk each: the ring's bytes
+        steps = 2 * (n - 1);
+        interSteps = nodes > 1 ? 2 * (n - 1) : 0;
+        moved = busFactor(f, n);
+      }
       break;
     case Algo::kPairwise: {  // one peer per step; the steps to other nodes cross the network
       const int perNode = (n + nodes - 1) / nodes;

@@ -78,7 +78,10 @@ struct CostShape {
   int minChannels = 1, maxChannels = 1;
   int threads = 512;                 ///< per channel (NCCL_NTHREADS)
   int cpuThreadsPerChannel = 1;      ///< host backend: CPU threads running one channel of one rank
-  uint64_t directMaxBytes = 16384;   ///< the most AllReduce's Direct carries per channel (one LL step of a peer connection)
+  uint64_t directMaxBytes = 16384;   ///< the most AllReduce's one-shot Direct carries per channel (one LL step of a peer connection)
+  /// AllReduce's Direct also beyond one LL step and with Simple (its two-exchange form: a
+  /// connection to every rank): only where NCCL_ALGO names Direct for AllReduce (tunerFor).
+  bool directExchanges = false;
   int64_t peerLLMaxBytes = -1;       ///< NCCL_P2P_LL_THRESHOLD: sends and receives up to this size move as LL (-1: the table's)
 };
 

@@ -1,4 +1,4 @@
-// Direct (one-shot) AllReduce, for the smallest messages.
+// Direct AllReduce: one-shot for the smallest messages, two exchanges beyond them.
 //
 // Every rank applies the op's pre step to its input and sends the whole result to every
 // other rank as one LL step on their point-to-point connection; then each rank folds the
@@ -9,11 +9,70 @@
 // whole group moves the lines (on a GPU neighbouring threads take neighbouring lines, so a
 // warp writes and polls 512 contiguous bytes); one thread only waits for credits, publishes
 // steps and compares signatures, between barriers.
+//
+// Beyond one LL step, or with another protocol (NCCL_ALGO=allreduce:direct at any size), the
+// two-exchange form: the channel's range is cut into n chunks (512-byte runs), chunk q owned by
+// rank q. A reduce-scatter of n-1 exchanges: in exchange j each rank sends chunk me+j of its
+// input (pre step applied) to rank me+j and receives its own chunk from rank me-j, folding it
+// into its output (the received value first, then every later one after the partial result,
+// the post step with the last); then an all-gather of n-1 exchanges: the owner's final chunk to
+// rank me+j, chunk me-j from rank me-j. Each chunk crosses one link to its owner and one back
+// (the ring's bytes in 2(n-1) exchanges of direct connections); each exchange interleaves its
+// send and its receive slice by slice (peerSwap). The owner alone reduces its chunk and every
+// rank copies it, so the bits are the same everywhere.
 #pragma once
 
-#include "kernels/primitives.h"
+#include "kernels/algorithms/peer_transfer.h"
+#include "kernels/algorithms/ring_steps.h"
 
 namespace braid::kernels {
+
+/// All threads of the group: the two-exchange form (above) on this channel's range.
+template <typename T, typename Red, typename Group>
+BRAID_OUTLINE bool allReduceDirectExchanges(Group& g, const CollWork& w, const RingHandle& ring,
+                                            const uint32_t* abortFlag) {
+  const int n = ring.nRanks;
+  const int me = ring.index;
+  const T* in = advance(static_cast<const T*>(w.sendbuff), w.channelOffset);
+  T* out = advance(static_cast<T*>(w.recvbuff), w.channelOffset);
+  const uint64_t total = w.channelCount;
+  if (n == 1) return localStep<T, Red, Group>(g, w, abortFlag, kInput | kPost, in, out, total);
+  uint64_t per = (total + n - 1) / n;
+  per = (per + kChunkRun<T> - 1) / kChunkRun<T> * kChunkRun<T>;
+  auto begin = [&](int q) { return q * per < total ? q * per : total; };  // (begin(n) is total)
+  auto count = [&](int q) { return begin(q + 1) - begin(q); };
+  const uint64_t mine = begin(me);
+  for (int j = 1; j < n; ++j) {  // reduce-scatter: chunk me+j out, chunk me in, folded
+    const int to = (me + j) % n, from = (me + n - j) % n;
+    const uint32_t fold = (j == 1 ? kInput : kPartial | kMineFirst) | (j == n - 1 ? kPost : 0);
+    const T* partial = j == 1 ? advance(in, mine) : advance(out, mine);
+    if (!peerSwap<T, Red, Group>(g, w, abortFlag, to, kInput, advance(in, begin(to)), count(to), from, fold, partial,
+                                 advance(out, mine), count(me)))
+      return false;
+  }
+  for (int j = 1; j < n; ++j) {  // all-gather: chunk me out, chunk me-j in
+    const int to = (me + j) % n, from = (me + n - j) % n;
+    if (!peerSwap<T, Red, Group>(g, w, abortFlag, to, kPartial, advance(out, mine), count(me), from, 0, nullptr,
+                                 advance(out, begin(from)), count(from)))
+      return false;
+  }
+  return true;
+}
+
+/// All threads of the group: the one-shot form where this channel's slice fits one LL step
+/// of the peer connections, else the two exchanges.
+template <typename T, typename Red, typename Group>
+BRAID_OUTLINE bool allReduceDirectOneShot(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag);
+
+template <typename T, typename Red, typename Group>
+BRAID_OUTLINE bool allReduceDirect(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag) {
+  constexpr uint64_t kPerLine = 8 / sizeof(T);
+  const uint64_t lines = (w.channelCount + kPerLine - 1) / kPerLine;
+  const int other = ring.index == 0 ? 1 : 0;  // (every peer connection has the same sizes)
+  const bool oneShot = w.proto == Proto::kLL && (ring.nRanks == 1 || lines <= w.peerSend[other].llStepLines);
+  return oneShot ? allReduceDirectOneShot<T, Red, Group>(g, w, ring, abortFlag)
+                 : allReduceDirectExchanges<T, Red, Group>(g, w, ring, abortFlag);
+}
 
 /// All threads of the group (the data is at most one LL step), on this channel's slice of it:
 /// thread 0 waits for every send connection's credits and writes the signatures, the group
@@ -21,7 +80,7 @@ namespace braid::kernels {
 /// checks the peers' signatures, then each thread folds its share of the lines, waiting on
 /// their flags itself, and thread 0 frees the receive slots. Returns false when aborted.
 template <typename T, typename Red, typename Group>
-BRAID_OUTLINE bool allReduceDirect(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag) {
+BRAID_OUTLINE bool allReduceDirectOneShot(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag) {
   const Red red(w.opArgs);
   const int n = ring.nRanks;
   const int me = ring.index;

@@ -55,6 +55,10 @@ topo::Tuner tunerFor(int nRanks, const PlanLimits& limits) {
   s.nNodes = std::clamp(s.nNodes, 1, std::max(1, nRanks));
   s.minChannels = limits.minChannels;
   s.maxChannels = std::max(limits.minChannels, limits.maxChannels);
+  // Direct's two exchanges (a connection to every rank) only where NCCL_ALGO names Direct.
+  const int allReduce = static_cast<int>(EnvFunc::kAllReduce);
+  const uint32_t named = limits.mask.algos[allReduce];
+  s.directExchanges = named != AlgoProtoMask::all().algos[allReduce] && (named & (1u << static_cast<int>(EnvAlgo::kDirect)));
   return tuner;
 }
 
@@ -69,8 +73,8 @@ topo::Choice chooseFor(const Task& task, int nRanks, const PlanLimits& limits) {
   if (!tuner.choose(task.func, bytes, tunerAlgos(limits.mask.algos[static_cast<int>(f)]), protos, forced, &choice)) {
     fail(ncclInvalidUsage,
          "NCCL_ALGO/NCCL_PROTO leave no algorithm and protocol Braid implements for %s of %llu bytes on %d ranks "
-         "(Braid implements Ring with LL and Simple for every collective but AlltoAll; for AllReduce also Tree, Direct with LL up "
-         "to %llu bytes a channel, RecDoubling and Hier2D; HalvingDoubling for AllReduce, ReduceScatter and AllGather; Binomial for "
+         "(Braid implements Ring with LL and Simple for every collective but AlltoAll; for AllReduce also Tree, Direct (LL up to %llu "
+         "bytes a channel, beyond it and with Simple where NCCL_ALGO names Direct), RecDoubling and Hier2D; HalvingDoubling for AllReduce, ReduceScatter and AllGather; Binomial for "
          "AllReduce, Reduce and Broadcast; for AlltoAll Direct, Pairwise and Bruck, filtered only by an "
          "'AlltoAll:' entry)",
          envFuncName(f), static_cast<unsigned long long>(bytes), nRanks,

@@ -347,11 +347,11 @@ TEST_CASE("RecDoubling AllReduce, HalvingDoubling AllReduce, ReduceScatter and A
   for (const auto& [coll, algo] : kinds) {
     int cases = 0;
     const bool perRankBlocks = coll != Coll::kAllReduce;  // n blocks of the count: the largest on 3 ranks only
-    const bool direct = algo == plan::EnvAlgo::kDirect;   // LL only, up to 16 KiB a channel
+    // (Direct: one-shot with LL up to 16 KiB a channel, two exchanges beyond and with Simple)
     for (int ranks = 1; ranks <= 9; ++ranks) {
       for (int count = 0; count < 5; ++count) {
-        if (count == 4 && (direct || (ranks != 3 && (perRankBlocks || ranks != 8)))) continue;  // 1M+3: one folded, one power of two
-        for (int proto = 0; proto < (direct ? 1 : 2); ++proto) {
+        if (count == 4 && ranks != 3 && (perRankBlocks || ranks != 8)) continue;  // 1M+3: one folded, one power of two
+        for (int proto = 0; proto < 2; ++proto) {
           // Types, ops and channels rotate with the other dimensions; processes for every other case.
           const int k = ranks * 10 + count * 2 + proto;
           Case c{static_cast<int>(coll), k % ncclNumTypes, k % 6, count, 0, k % 2, (k / 2) % 2, proto, 0};
@@ -366,7 +366,7 @@ TEST_CASE("RecDoubling AllReduce, HalvingDoubling AllReduce, ReduceScatter and A
     }
     for (int t = 0; t < ncclNumTypes; ++t) {  // every type and op on 5 ranks (one folded in and out)
       for (int op = 0; op < 6; ++op) {
-        Case c{static_cast<int>(coll), t, op, 3 /*1000*/, 0, 0, op % 2, direct ? 0 : (t + op) % 2, 0};
+        Case c{static_cast<int>(coll), t, op, 3 /*1000*/, 0, 0, op % 2, (t + op) % 2, 0};
         c.algo = static_cast<int>(algo);
         c.rankCount = 5;
         c.channelCount = 1 + (t + op) % 2;
@@ -375,7 +375,7 @@ TEST_CASE("RecDoubling AllReduce, HalvingDoubling AllReduce, ReduceScatter and A
         ++cases;
       }
     }
-    CHECK(cases == (direct ? 108 : perRankBlocks ? 146 : 148));
+    CHECK(cases == (perRankBlocks ? 146 : 148));
   }
 }
 
@@ -731,7 +731,8 @@ TEST_CASE("ncclCommAbort from another thread ends a collective that waits for a 
   REQUIRE(ncclCommDestroy(comms[1]) == ncclSuccess);
 }
 
-TEST_CASE("small AllReduce gives the same bits Direct and Ring; Direct alone refuses a large one", "[integration][collectives]") {
+TEST_CASE("small AllReduce gives the same bits Direct and Ring; Direct alone carries a large one in two exchanges",
+          "[integration][collectives]") {
   const int n = 4;
   const size_t count = 333;  // 1332 bytes: within Direct's limit
   std::vector<std::vector<float>> results(2 * n);
@@ -748,10 +749,20 @@ TEST_CASE("small AllReduce gives the same bits Direct and Ring; Direct alone ref
       results[pass * n + rank].resize(count);
       EXPECT_OK(ncclAllReduce(in.data(), results[pass * n + rank].data(), count, ncclFloat, ncclSum, comm, nullptr));
       if (pass == 0) {
-        // Direct alone cannot carry a large message: the planner says why.
-        std::vector<float> big(100000, 1.0f);
-        expect(ncclAllReduce(big.data(), big.data(), big.size(), ncclFloat, ncclSum, comm, nullptr) == ncclInvalidUsage,
-               "Direct-only large AllReduce must be refused");
+        // Beyond one LL step Direct runs as two exchanges (Simple), exact; LL128 it refuses.
+        std::vector<float> big(100003);
+        for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>((i + rank) % 7);
+        EXPECT_OK(ncclAllReduce(big.data(), big.data(), big.size(), ncclFloat, ncclSum, comm, nullptr));
+        bool exact = true;
+        for (size_t i = 0; i < big.size(); ++i) {
+          float want = 0;
+          for (int q = 0; q < n; ++q) want += static_cast<float>((i + q) % 7);
+          exact = exact && big[i] == want;
+        }
+        expect(exact, "Direct-only large AllReduce: wrong result");
+        for (auto& p : limits.mask.protos) p = 1u << 1;  // LL128 alone (another size: choices are kept per size)
+        expect(ncclAllReduce(big.data(), big.data(), big.size() - 1, ncclFloat, ncclSum, comm, nullptr) == ncclInvalidUsage,
+               "Direct with LL128 must be refused");
         expect(std::string(ncclGetLastError(nullptr)).find("leave no algorithm and protocol Braid implements for AllReduce") != std::string::npos,
                ncclGetLastError(nullptr));
       }

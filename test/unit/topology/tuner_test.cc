@@ -253,6 +253,19 @@ TEST_CASE("Filters, bounds and what is not a candidate", "[tuner]") {
   CHECK(tuner.predict(Func::kAllReduce, Algo::kDirect, Proto::kLL, 1, tuner.shape().directMaxBytes + 1) < 0);
   CHECK_FALSE(tuner.choose(Func::kAllReduce, 1 << 20, direct, kAllProtos, 0, &c));
   CHECK_FALSE(tuner.choose(Func::kAllReduce, 8, direct, 1u << kSimple, 1u << kSimple, &c));
+  // Where NCCL_ALGO names Direct, Simple runs it as two exchanges at any size: the ring's bytes
+  // in 2(n-1) steps, never predicted faster than the ring (which also pipelines across
+  // oversubscribed CPUs).
+  CostShape named = tuner.shape();
+  named.directExchanges = true;
+  Tuner exchanges(kHostCostTable, named);
+  REQUIRE(exchanges.choose(Func::kAllReduce, 1 << 20, direct, kAllProtos, 0, &c));
+  CHECK((c.algo == Algo::kDirect && c.proto == Proto::kSimple));
+  CHECK(exchanges.predict(Func::kAllReduce, Algo::kDirect, Proto::kSimple, 1, 1 << 20) >=
+        exchanges.predict(Func::kAllReduce, Algo::kRing, Proto::kSimple, 1, 1 << 20));
+  CHECK(exchanges.predict(Func::kAllReduce, Algo::kDirect, Proto::kLL, 1, named.directMaxBytes + 1) > 0);
+  REQUIRE(exchanges.choose(Func::kAllReduce, 1 << 20, kAllAlgos, kAllProtos, 0, &c));
+  CHECK(c.algo != Algo::kDirect);
   // Tree, Direct and RecDoubling serve AllReduce only, HalvingDoubling ReduceScatter and
   // AllGather too; LL128 has no kernel.
   const uint32_t hd = 1u << static_cast<int>(Algo::kHalvingDoubling), binomial = 1u << static_cast<int>(Algo::kBinomial);
