@@ -14,7 +14,8 @@
 # PyTorch (torch.distributed.run, 2 ranks on the GPU, Braid in LD_PRELOAD) against one process.
 # Standard output is the one-screen summary (repeated whole at the end); the details go to
 # files (at most 8, for the device tool): summary.txt, build.log, gpu-suite.log, perf.log
-# (every *_perf table), nvidia.log, torch.log.
+# (every *_perf table), nvidia.log, torch.log, gpu-tuning.txt (the GPU tuner's figures as
+# measured: base and hop latency, bandwidth per channel).
 #
 #   perf/gpu-check.sh            # or: OUT=/some/folder BRAID_GPU_CHECK_MAX=1G perf/gpu-check.sh
 set -uo pipefail
@@ -218,6 +219,35 @@ done
 say ""
 say "columns: time of the smallest size (8 B, or the tool's least); busbw at the largest size, $max_size (algbw for 1 rank,"
 say "where busbw is 0); x ranks/copy: ranks x busbw over the copy bandwidth (the ranks share one GPU's memory; target 0.5)."
+
+# ---- the GPU tuner's figures, as measured here (topology/tuner.cc's kGpuCostTable) ---------------
+# Ring AllReduce on n ranks of one GPU costs base + 2(n-1) hops at 8 bytes (the LL latency the
+# table models), and moves bytes at channels x the per-channel bandwidth: the 2- and 4-rank
+# 8-byte times give the hop and the base; one run at the largest size, logging its choice,
+# gives the channels behind the busbw. Written to gpu-tuning.txt, for a session to put into the
+# table (with the run's date and commit), not applied by itself.
+tuning="$out/gpu-tuning.txt"
+if left 25; then
+  read -r t2 _ bus2 _ <<< "${row["braid all_reduce 2"]:-? ? ? ?}"
+  read -r t4 _ _ _ <<< "${row["braid all_reduce 4"]:-? ? ? ?}"
+  channels=$(timeout 20 "${braid_env[@]}" env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL "$build/perf/all_reduce_perf" --threads \
+             --ranks 2 -b "$max_size" -e "$max_size" -n 2 -w 1 -c 0 2>&1 | grep -o '[0-9]* channel(s)' | head -1 | awk '{print $1}')
+  awk -v t2="$t2" -v t4="$t4" -v bus="$bus2" -v c="${channels:-?}" -v size="$max_size" -v when="$(date -u +%F)" \
+      -v commit="$(git rev-parse --short HEAD 2>/dev/null || echo '?')" 'BEGIN {
+    print "# Braid GPU tuner figures measured by perf/gpu-check.sh on " when ", commit " commit
+    print "# (ranks of one GPU, Ring AllReduce; compare topology/tuner.cc kGpuCostTable)"
+    if (t2 + 0 > 0 && t4 + 0 > 0) {
+      hop = (t4 - t2) / 4; base = t2 - 2 * hop
+      printf "baseLatency ring LL (us): %.2f\nhopLatency within a GPU, LL (us): %.2f\n", base, hop
+      if (base < 0 || hop < 0) print "(a negative figure: the 2- and 4-rank times do not fit base + 2(n-1) hops; measure again)"
+    } else print "latency: not measured (8-byte all_reduce on 2 and 4 ranks missing)"
+    if (bus + 0 > 0 && c + 0 > 0) printf "channelBandwidth within a GPU, Simple (GB/s a channel): %.1f (busbw %s GB/s at %s on %s channels, 2 ranks)\n", bus / c, bus, size, c
+    else print "channel bandwidth: not measured (busbw " bus ", channels " c ")"
+  }' > "$tuning"
+  while read -r line; do say "tuning: $line"; done < "$tuning"
+else
+  say "tuning: not measured (out of time)"
+fi
 say "total: $(elapsed) s"
 echo
 echo "=== the summary again, whole (summary.txt)"
