@@ -44,7 +44,7 @@ BRAID_OUTLINE bool allReduceDirectExchanges(Group& g, const CollWork& w, const R
   const uint64_t mine = begin(me);
   for (int j = 1; j < n; ++j) {  // reduce-scatter: chunk me+j out, chunk me in, folded
     const int to = (me + j) % n, from = (me + n - j) % n;
-    const uint32_t fold = (j == 1 ? kInput : kPartial | kMineFirst) | (j == n - 1 ? kPost : 0);
+    const uint32_t fold = (j == 1 ? uint32_t(kInput) : uint32_t(kPartial | kMineFirst)) | (j == n - 1 ? uint32_t(kPost) : 0u);
     const T* partial = j == 1 ? advance(in, mine) : advance(out, mine);
     if (!peerSwap<T, Red, Group>(g, w, abortFlag, to, kInput, advance(in, begin(to)), count(to), from, fold, partial,
                                  advance(out, mine), count(me)))
@@ -57,21 +57,6 @@ BRAID_OUTLINE bool allReduceDirectExchanges(Group& g, const CollWork& w, const R
       return false;
   }
   return true;
-}
-
-/// All threads of the group: the one-shot form where this channel's slice fits one LL step
-/// of the peer connections, else the two exchanges.
-template <typename T, typename Red, typename Group>
-BRAID_OUTLINE bool allReduceDirectOneShot(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag);
-
-template <typename T, typename Red, typename Group>
-BRAID_OUTLINE bool allReduceDirect(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag) {
-  constexpr uint64_t kPerLine = 8 / sizeof(T);
-  const uint64_t lines = (w.channelCount + kPerLine - 1) / kPerLine;
-  const int other = ring.index == 0 ? 1 : 0;  // (every peer connection has the same sizes)
-  const bool oneShot = w.proto == Proto::kLL && (ring.nRanks == 1 || lines <= w.peerSend[other].llStepLines);
-  return oneShot ? allReduceDirectOneShot<T, Red, Group>(g, w, ring, abortFlag)
-                 : allReduceDirectExchanges<T, Red, Group>(g, w, ring, abortFlag);
 }
 
 /// All threads of the group (the data is at most one LL step), on this channel's slice of it:
@@ -172,6 +157,18 @@ BRAID_OUTLINE bool allReduceDirectOneShot(Group& g, const CollWork& w, const Rin
   }
   g.sync();  // (the steps as thread 0 left them, for whatever the group runs next)
   return true;
+}
+
+/// All threads of the group: the one-shot form where this channel's slice fits one LL step
+/// of the peer connections, else the two exchanges.
+template <typename T, typename Red, typename Group>
+BRAID_OUTLINE bool allReduceDirect(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag) {
+  constexpr uint64_t kPerLine = 8 / sizeof(T);
+  const uint64_t lines = (w.channelCount + kPerLine - 1) / kPerLine;
+  const int other = ring.index == 0 ? 1 : 0;  // (every peer connection has the same sizes)
+  const bool oneShot = w.proto == Proto::kLL && (ring.nRanks == 1 || lines <= w.peerSend[other].llStepLines);
+  return oneShot ? allReduceDirectOneShot<T, Red, Group>(g, w, ring, abortFlag)
+                 : allReduceDirectExchanges<T, Red, Group>(g, w, ring, abortFlag);
 }
 
 }  // namespace braid::kernels
