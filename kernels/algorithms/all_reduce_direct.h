@@ -123,27 +123,37 @@ BRAID_OUTLINE bool allReduceDirectOneShot(Group& g, const CollWork& w, const Rin
     }
   }
   if (g.syncAny(aborted)) return false;
-  // Fold every rank's contribution in rank order, each thread its lines.
-  for (uint64_t l = share.begin; l < share.end && !aborted; l += share.stride) {
-    T acc[kPerLine] = {};
+  // Fold every rank's contribution in rank order, each thread its lines, kFoldLines of them a
+  // pass: a peer's step (host memory on a GPU) is read once a pass, not once a line.
+  constexpr int kFoldLines = 4;
+  for (uint64_t first = share.begin; first < share.end && !aborted; first += kFoldLines * share.stride) {
+    T acc[kFoldLines][kPerLine] = {};
     for (int r = 0; r < n && !aborted; ++r) {
-      T vals[kPerLine] = {};
-      if (r == me) {
-        mine(l, vals);
-      } else {
-        const ConnHandle& c = w.peerRecv[r];
-        const uint64_t step = *c.step;
-        const LLLine* line = c.ll + (step % kSteps) * c.llStepLines + l;
-        const uint32_t flag = static_cast<uint32_t>(step + 1);
-        uint32_t payload[2];
-        aborted = waitReporting(g.rank() == 0 ? w.status : nullptr, kWaitData, &c, step,
-                                [&] { return readLLLine(line, flag, payload); }, abortFlag) == WaitResult::kAborted;
-        memcpy(vals, payload, sizeof(payload));
+      const ConnHandle& c = w.peerRecv[r];  // (unused for r == me)
+      const uint64_t step = r == me ? 0 : *c.step;
+      const uint32_t flag = static_cast<uint32_t>(step + 1);
+      for (int k = 0; k < kFoldLines && !aborted; ++k) {
+        const uint64_t l = first + k * share.stride;
+        if (l >= share.end) break;
+        T vals[kPerLine] = {};
+        if (r == me) {
+          mine(l, vals);
+        } else {
+          const LLLine* line = c.ll + (step % kSteps) * c.llStepLines + l;
+          uint32_t payload[2];
+          aborted = waitReporting(g.rank() == 0 ? w.status : nullptr, kWaitData, &c, step,
+                                  [&] { return readLLLine(line, flag, payload); }, abortFlag) == WaitResult::kAborted;
+          memcpy(vals, payload, sizeof(payload));
+        }
+        for (uint64_t j = 0; j < kPerLine; ++j) acc[k][j] = r == 0 ? vals[j] : red.reduce(acc[k][j], vals[j]);
       }
-      for (uint64_t j = 0; j < kPerLine; ++j) acc[j] = r == 0 ? vals[j] : red.reduce(acc[j], vals[j]);
     }
-    for (uint64_t j = 0; j < kPerLine && l * kPerLine + j < count && !aborted; ++j) {
-      out[l * kPerLine + j] = Red::kHasPost ? red.post(acc[j]) : acc[j];
+    for (int k = 0; k < kFoldLines && !aborted; ++k) {
+      const uint64_t l = first + k * share.stride;
+      if (l >= share.end) break;
+      for (uint64_t j = 0; j < kPerLine && l * kPerLine + j < count; ++j) {
+        out[l * kPerLine + j] = Red::kHasPost ? red.post(acc[k][j]) : acc[k][j];
+      }
     }
   }
   if (g.syncAny(aborted)) return false;

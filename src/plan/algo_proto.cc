@@ -38,9 +38,10 @@ int lookup(const char* const (&names)[N], const std::string& token) {
   return -1;
 }
 
-/// One "elems" list as a bit mask over `names`.
+/// One "elems" list as a bit mask over `names`; *named gets the names listed to be used (none
+/// for a '^' list).
 template <size_t N>
-uint32_t parseElems(const char* variable, const char* const (&names)[N], std::string elems) {
+uint32_t parseElems(const char* variable, const char* const (&names)[N], std::string elems, uint32_t* named) {
   bool invert = false;
   if (!elems.empty() && elems[0] == '^') {
     invert = true;
@@ -54,23 +55,30 @@ uint32_t parseElems(const char* variable, const char* const (&names)[N], std::st
     mask |= 1u << bit;
   }
   const uint32_t all = (1u << N) - 1;
+  *named = invert ? 0 : mask;
   return invert ? all & ~mask : mask;
 }
 
 template <size_t N>
-void parseVariable(const char* variable, const char* const (&names)[N], const std::string& text, uint32_t* perFunc) {
+void parseVariable(const char* variable, const char* const (&names)[N], const std::string& text, uint32_t* perFunc,
+                   uint32_t* namedPerFunc) {
   if (text.empty()) return;
+  uint32_t named = 0;
   bool first = true;
   for (const std::string& entry : split(text, ';')) {
     const auto colon = entry.find(':');
     if (colon == std::string::npos) {
       if (!first) fail(ncclInvalidUsage, "%s: only the first entry may omit 'function:' (in '%s')", variable, entry.c_str());
-      const uint32_t mask = parseElems(variable, names, entry);
-      for (int f = 0; f < kNcclEnvFuncs; ++f) perFunc[f] = mask;
+      const uint32_t mask = parseElems(variable, names, entry, &named);
+      for (int f = 0; f < kNcclEnvFuncs; ++f) {
+        perFunc[f] = mask;
+        namedPerFunc[f] = named;
+      }
     } else {
       const int f = lookup(kFuncNames, entry.substr(0, colon));
       if (f < 0) fail(ncclInvalidUsage, "%s: unknown function '%s'", variable, entry.substr(0, colon).c_str());
-      perFunc[f] = parseElems(variable, names, entry.substr(colon + 1));
+      perFunc[f] = parseElems(variable, names, entry.substr(colon + 1), &named);
+      namedPerFunc[f] = named;
     }
     first = false;
   }
@@ -83,14 +91,16 @@ AlgoProtoMask AlgoProtoMask::all() {
   for (int f = 0; f < static_cast<int>(EnvFunc::kCount); ++f) {
     m.algos[f] = (1u << static_cast<int>(EnvAlgo::kCount)) - 1;
     m.protos[f] = (1u << static_cast<int>(kernels::Proto::kCount)) - 1;
+    m.namedAlgos[f] = 0;
   }
   return m;
 }
 
 AlgoProtoMask parseAlgoProto(const std::string& algo, const std::string& proto) {
   AlgoProtoMask m = AlgoProtoMask::all();
-  parseVariable("NCCL_ALGO", kAlgoNames, algo, m.algos);
-  parseVariable("NCCL_PROTO", kProtoNames, proto, m.protos);
+  uint32_t namedProtos[static_cast<int>(EnvFunc::kCount)] = {};
+  parseVariable("NCCL_ALGO", kAlgoNames, algo, m.algos, m.namedAlgos);
+  parseVariable("NCCL_PROTO", kProtoNames, proto, m.protos, namedProtos);
   return m;
 }
 

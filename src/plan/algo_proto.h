@@ -27,6 +27,8 @@ enum class EnvAlgo : int {
 struct AlgoProtoMask {
   uint32_t algos[static_cast<int>(EnvFunc::kCount)];   ///< bit EnvAlgo allowed
   uint32_t protos[static_cast<int>(EnvFunc::kCount)];  ///< bit kernels::Proto allowed
+  /// bit EnvAlgo named in a list of what to use (not in a '^' list of what to leave out)
+  uint32_t namedAlgos[static_cast<int>(EnvFunc::kCount)];
   static AlgoProtoMask all();
 };
 

@@ -55,10 +55,12 @@ topo::Tuner tunerFor(int nRanks, const PlanLimits& limits) {
   s.nNodes = std::clamp(s.nNodes, 1, std::max(1, nRanks));
   s.minChannels = limits.minChannels;
   s.maxChannels = std::max(limits.minChannels, limits.maxChannels);
-  // Direct's two exchanges (a connection to every rank) only where NCCL_ALGO names Direct.
+  // Direct's two exchanges (a connection to every rank) only where NCCL_ALGO names Direct for
+  // AllReduce, or leaves nothing else (not for a '^' list that merely keeps it).
   const int allReduce = static_cast<int>(EnvFunc::kAllReduce);
-  const uint32_t named = limits.mask.algos[allReduce];
-  s.directExchanges = named != AlgoProtoMask::all().algos[allReduce] && (named & (1u << static_cast<int>(EnvAlgo::kDirect)));
+  const uint32_t direct = 1u << static_cast<int>(EnvAlgo::kDirect);
+  const uint32_t allowed = limits.mask.algos[allReduce];
+  s.directExchanges = (allowed & direct) && ((limits.mask.namedAlgos[allReduce] & direct) || allowed == direct);
   return tuner;
 }
 

@@ -1,7 +1,7 @@
 // The backends' FIFO memory (transport::FifoAllocator): what the CUDA backend passes so that its
 // kernels reach every FIFO, played here by an allocator of host memory that keeps the slots
 // apart from the counters and counts every call. Ranks as threads take their FIFOs from it
-// (slots separate, as device memory would be); ranks as processes and over sockets register
+// (slots, and tail and head, separate, as device memory would be); ranks as processes and over sockets register
 // their shared or staged memory with it; everything is given back when the ranks are destroyed.
 #include <catch2/catch.hpp>
 
@@ -103,7 +103,7 @@ TEST_CASE("FIFO allocator: threads take slots apart from the counters; all given
   const std::string failures = test::runThreads(3, [&](int rank) { collectivesWith(allocator, id, rank, false); });
   CHECK(failures == "");
   CHECK(allocator.controls.load() > 0);
-  CHECK(allocator.datas.load() == allocator.controls.load());  // every in-process FIFO's slots apart
+  CHECK(allocator.datas.load() == 2 * allocator.controls.load());  // every in-process FIFO's slots and tail/head apart
   CHECK(allocator.registrations.load() == 0);                  // nothing else to register
   CHECK(allocator.live() == 0);
 }

@@ -114,10 +114,10 @@ constexpr int kPeerThreads = 512;
 /// holds at once (occupancy x multiprocessors), for the channel cap of ranks sharing it.
 int prepareDevice(int device) {
   static std::mutex mutex;
-  static std::vector<int>* resident = new std::vector<int>();  // per device; 0: not prepared yet
+  static std::vector<int>* resident = new std::vector<int>();  // per device; 0: not prepared yet, -1: unknown
   std::lock_guard<std::mutex> lock(mutex);
   if (static_cast<int>(resident->size()) <= device) resident->resize(device + 1, 0);
-  if ((*resident)[device] != 0) return (*resident)[device];
+  if ((*resident)[device] != 0) return std::max(0, (*resident)[device]);
   KernelFacts facts;
   check(preloadKernels(&facts), "loading Braid's kernels (cudaFuncGetAttributes, cudaOccupancy...)");
   size_t stack = 0;
@@ -128,11 +128,13 @@ int prepareDevice(int device) {
   }
   int sms = 0;
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute(SM count)");
-  const int blocks = std::max(1, facts.minBlocksPerSm) * std::max(1, sms);
+  // (unknown, when no kernel was measured: no cap; a kernel that fits no block of 512 threads
+  // leaves one a rank, and its launches fail with CUDA's reason)
+  const int blocks = facts.minBlocksPerSm < 0 ? 0 : std::max(1, facts.minBlocksPerSm * std::max(1, sms));
   BRAID_INFO(log::kInit, "CUDA device %d: kernels loaded, %zu bytes of local memory a thread at most (stack limit "
              "%zu); %d blocks of %d threads resident at once (%d per multiprocessor x %d)", device,
              facts.maxLocalBytes, stack, blocks, kernels::kMaxBlockThreads, facts.minBlocksPerSm, sms);
-  (*resident)[device] = blocks;
+  (*resident)[device] = blocks > 0 ? blocks : -1;
   return blocks;
 }
 constexpr size_t kMaxSharedBytes = 48 * 1024;  // shared memory without opting in

@@ -101,6 +101,9 @@ class FifoAllocator final : public transport::FifoAllocator {
         BRAID_INFO(log::kInit | log::kShm, "CUDA device %d cannot share cuMem FIFO memory with other processes (%s); "
                    "their FIFO slots stay in shared host memory", device_, e.what());
         return false;
+      } catch (...) {
+        if (fd >= 0) close(fd);
+        throw;
       }
       close(fd);  // (the offer keeps its own)
       {

@@ -48,9 +48,9 @@ cudaError_t launchPeers(const PeerLaunch& l);
 struct KernelFacts {
   size_t maxLocalBytes = 0;  ///< the most local memory a thread of any kernel uses
   /// The fewest blocks of kMaxBlockThreads threads (with the most dynamic shared memory a
-  /// collective launch asks) that any kernel fits on one multiprocessor at once; 0 if none
+  /// collective launch asks) that any kernel fits on one multiprocessor at once; -1 if none
   /// was measured.
-  int minBlocksPerSm = 0;
+  int minBlocksPerSm = -1;
 };
 
 /// Loads every instantiated kernel now (cudaFuncGetAttributes; lazy loading would do it at a
@@ -69,7 +69,7 @@ inline cudaError_t preloadOne(const void* kernel, KernelFacts* facts) {
   err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kernels::kMaxBlockThreads,
                                                       kernels::collectiveSharedBytes(kernels::kSharedPeerRanks));
   if (err != cudaSuccess) return err;
-  if (facts->minBlocksPerSm == 0 || blocks < facts->minBlocksPerSm) facts->minBlocksPerSm = blocks;
+  if (facts->minBlocksPerSm < 0 || blocks < facts->minBlocksPerSm) facts->minBlocksPerSm = blocks;
   return cudaSuccess;
 }
 

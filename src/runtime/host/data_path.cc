@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <map>
 
 #include "bootstrap/bootstrap.h"
@@ -166,7 +167,7 @@ DataPath::DataPath(bootstrap::Bootstrap& channel, int rank, const std::vector<Pe
         device_->reachDevice(p.cudaDevice);  // threads on other GPUs: FIFO slots in their memory
       }
     }
-    capChannels(peers, rank);
+    capChannels(channel, peers, rank);
   }
   topo::CostShape& shape = settings_.limits.shape;
   shape.cpusPerNode = 0;  // (GPU kernels do not share the CPUs: never oversubscribed)
@@ -184,22 +185,32 @@ DataPath::DataPath(bootstrap::Bootstrap& channel, int rank, const std::vector<Pe
                                          kMaxChannels, std::move(onFailure), settings.watchdog, std::move(busy));
 }
 
-void DataPath::capChannels(const std::vector<PeerInfo>& peers, int rank) {
+void DataPath::capChannels(bootstrap::Bootstrap& channel, const std::vector<PeerInfo>& peers, int rank) {
   int sharing = 0;  // ranks of any process on this rank's GPU, itself included
   for (const PeerInfo& p : peers) sharing += sameGpu(p, peers[rank]) ? 1 : 0;
   const int resident = device_->residentBlocks();
-  if (resident <= 0 || sharing <= 0) return;
-  const int cap = std::max(1, resident / sharing);
+  constexpr int32_t kNoCap = std::numeric_limits<int32_t>::max();
+  // Every rank must plan a collective on the same channels: the cap is the least any GPU of
+  // the communicator allows its ranks (each rank knows only its own GPU's).
+  std::vector<int32_t> caps(peers.size(), kNoCap);
+  caps[rank] = resident > 0 && sharing > 0 ? std::max(1, resident / sharing) : kNoCap;
+  channel.allGather(caps.data(), sizeof(int32_t));
+  const auto least = std::min_element(caps.begin(), caps.end());
+  if (*least == kNoCap) return;
+  const int cap = std::max<int32_t>(1, *least);
+  const int where = static_cast<int>(least - caps.begin());
   plan::PlanLimits& limits = settings_.limits;
   if (limits.minChannels > cap) {
-    BRAID_WARN("rank %d: at least %d channels were asked for (NCCL_MIN_NCHANNELS or the config's minCTAs), but the %d "
-               "ranks on CUDA device %d can keep only %d blocks resident at once: each gets %d channels, so that all "
-               "of their blocks run together", rank, limits.minChannels, sharing, device_->ordinal(), resident, cap);
+    BRAID_WARN("rank %d: at least %d channels were asked for (NCCL_MIN_NCHANNELS or the config's minCTAs), but rank "
+               "%d's GPU keeps only enough blocks resident for %d channels of each rank on it (this rank's: %d ranks "
+               "on CUDA device %d, %d blocks): every rank gets %d, so that all of their blocks run together", rank,
+               limits.minChannels, where, cap, sharing, device_->ordinal(), resident, cap);
     limits.minChannels = cap;
   }
   if (limits.maxChannels > cap) {
-    BRAID_INFO(log::kInit | log::kTuning, "rank %d: %d ranks share CUDA device %d, which keeps %d blocks resident: at "
-               "most %d channels each (not %d)", rank, sharing, device_->ordinal(), resident, cap, limits.maxChannels);
+    BRAID_INFO(log::kInit | log::kTuning, "rank %d: at most %d channels (not %d): rank %d's GPU keeps enough blocks "
+               "resident for that many of each rank on it (this rank's: %d ranks on CUDA device %d, %d blocks)", rank,
+               cap, limits.maxChannels, where, sharing, device_->ordinal(), resident);
     limits.maxChannels = cap;
   }
 }

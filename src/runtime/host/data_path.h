@@ -124,9 +124,11 @@ class DataPath {
   size_t mappedBuffers() const { return offered_ != nullptr ? offered_->mappedNow() : 0; }
 
  private:
-  /// The CUDA backend: caps the channels (blocks) of this rank at its share of the blocks its
-  /// GPU keeps resident, split between every rank on that GPU (Device::residentBlocks).
-  void capChannels(const std::vector<PeerInfo>& peers, int rank);
+  /// The CUDA backend, every rank at init: caps the channels (blocks) of every rank at the
+  /// least share any GPU of the communicator gives each of its ranks of the blocks it keeps
+  /// resident (Device::residentBlocks split between the ranks on it), so that every rank's
+  /// blocks run together and every rank plans the same channels.
+  void capChannels(bootstrap::Bootstrap& channel, const std::vector<PeerInfo>& peers, int rank);
 
   void runCollective(const plan::Task& task);
   /// After an operation ended early: throws the watchdog's (or a kernel's) reason.

@@ -426,6 +426,16 @@ TEST_CASE("The planner's choice honours NCCL_ALGO and names the collective it ca
   }
   limits.mask = plan::parseAlgoProto("^NVLS", "");  // what PyTorch sets
   CHECK_NOTHROW(plan::planCollective(task, 4, limits));
+  // Direct's two exchanges (a connection to every rank) only where NCCL_ALGO names Direct, or
+  // leaves nothing else: not for a '^' list that merely keeps it.
+  CHECK_FALSE(plan::tunerFor(4, limits).shape().directExchanges);
+  limits.mask = plan::parseAlgoProto("^Ring,Tree", "");
+  CHECK_FALSE(plan::tunerFor(4, limits).shape().directExchanges);
+  limits.mask = plan::parseAlgoProto("allreduce:Direct,Ring", "");
+  CHECK(plan::tunerFor(4, limits).shape().directExchanges);
+  limits.mask = plan::AlgoProtoMask::all();
+  for (auto& a : limits.mask.algos) a = 1u << static_cast<int>(plan::EnvAlgo::kDirect);
+  CHECK(plan::tunerFor(4, limits).shape().directExchanges);
 }
 
 TEST_CASE("NCCL_ALGO and NCCL_PROTO filter AlltoAll only through an 'AlltoAll:' entry", "[tuner]") {
