@@ -235,8 +235,8 @@ namespace {
 /// The 16-bit float (a Half or BFloat16 code, by toFloat/toX) nearest to `exact`, ties to the
 /// even code: found among the neighbours of the float-rounded guess, comparing in double
 /// (exact for these values). Infinity past the largest finite value's rounding range.
-template <typename T>
-T nearestOf(double exact, T (*fromF)(float)) {
+template <typename T, typename From>
+T nearestOf(double exact, From fromF) {
   const T guess = fromF(static_cast<float>(exact));
   uint16_t g;
   memcpy(&g, &guess, 2);
@@ -259,6 +259,10 @@ T nearestOf(double exact, T (*fromF)(float)) {
   return best;
 }
 
+// The conversions as callables (they are always inlined: no function pointers to them).
+const auto kToHalf = [](float f) { return toHalf(f); };
+const auto kToBFloat16 = [](float f) { return toBFloat16(f); };
+
 }  // namespace
 
 // Why the GPU may add and multiply half, bfloat16 and fp8 a word at a time (reduce_copy.h,
@@ -276,7 +280,7 @@ TEST_CASE("paired 16-bit and fp8 arithmetic: one rounding gives reduce.h's bits"
         if (x != x || y != y) continue;
         for (int mul = 0; mul < 2; ++mul) {
           const float exact = mul ? x * y : x + y;  // exact in float for two fp8 values
-          const float viaHalf = toFloat(nearestOf<Half>(static_cast<double>(exact), toHalf));
+          const float viaHalf = toFloat(nearestOf<Half>(static_cast<double>(exact), kToHalf));
           const uint8_t direct = e5m2 ? toFp8E5M2(exact).bits : toFp8E4M3(exact).bits;
           const uint8_t twice = e5m2 ? toFp8E5M2(viaHalf).bits : toFp8E4M3(viaHalf).bits;
           if (direct != twice && ++differ <= 3)
@@ -295,7 +299,7 @@ TEST_CASE("paired 16-bit and fp8 arithmetic: one rounding gives reduce.h's bits"
     for (int mul = 0; mul < 2; ++mul) {
       const double hx = toFloat(ha), hy = toFloat(hb), bx = toFloat(ba), by = toFloat(bb);
       if (hx == hx && hy == hy) {  // half: exact in double
-        const Half once = nearestOf<Half>(mul ? hx * hy : hx + hy, toHalf);
+        const Half once = nearestOf<Half>(mul ? hx * hy : hx + hy, kToHalf);
         const Half twice = toHalf(static_cast<float>(mul ? hx * hy : hx + hy));
         if (std::abs(mul ? hx * hy : hx + hy) < 65520.0 && once.bits != twice.bits && ++differ)
           FAIL_CHECK("half " << ha.bits << (mul ? " * " : " + ") << hb.bits);
@@ -304,7 +308,7 @@ TEST_CASE("paired 16-bit and fp8 arithmetic: one rounding gives reduce.h's bits"
       if (bx == bx && by == by && std::abs(bExact) < 3.3e38 && (bExact == 0 || std::abs(bExact) > 1.2e-38)) {
         // bfloat16, whose results in double are exact and, here, within float's normal range
         // (beyond it float rounds to infinity, or below it to fewer bits: see platform.h)
-        const BFloat16 once = nearestOf<BFloat16>(bExact, toBFloat16);
+        const BFloat16 once = nearestOf<BFloat16>(bExact, kToBFloat16);
         const BFloat16 twice = toBFloat16(static_cast<float>(mul ? bx * by : bx + by));
         if (once.bits != twice.bits && ++differ) FAIL_CHECK("bfloat16 " << ba.bits << (mul ? " * " : " + ") << bb.bits);
       }
