@@ -69,17 +69,23 @@ std::unique_ptr<Bootstrap> Bootstrap::join(const UniqueId& id, int rank, int nRa
     const auto code = static_cast<ncclResult_t>(answer.header.tag);
     fail(code == ncclSuccess ? ncclSystemError : code, "bootstrap: %s", reason.c_str());
   }
-  if (answer.header.type != MessageType::kTable ||
-      answer.payload.size() != static_cast<size_t>(nRanks) * sizeof(net::SocketAddress::Packed)) {
-    fail(ncclSystemError, "bootstrap: the root %s sent an unexpected answer (type %#x, %zu bytes)",
-         id.root.toString().c_str(), static_cast<unsigned>(answer.header.type), answer.payload.size());
+  TableHead head{};
+  if (answer.payload.size() >= sizeof(head)) std::memcpy(&head, answer.payload.data(), sizeof(head));
+  if (answer.header.type != MessageType::kTable || head.nRanks != nRanks ||
+      answer.payload.size() != sizeof(head) + static_cast<size_t>(nRanks) * sizeof(net::SocketAddress::Packed)) {
+    fail(ncclSystemError, "bootstrap: the root %s sent an unexpected answer (type %#x, %zu bytes, %d ranks)",
+         id.root.toString().c_str(), static_cast<unsigned>(answer.header.type), answer.payload.size(), head.nRanks);
   }
   b->peers_.resize(nRanks);
   for (int r = 0; r < nRanks; ++r) {
     net::SocketAddress::Packed p;
-    std::memcpy(&p, answer.payload.data() + r * sizeof(p), sizeof(p));
+    std::memcpy(&p, answer.payload.data() + sizeof(head) + r * sizeof(p), sizeof(p));
     b->peers_[r] = net::SocketAddress::unpack(p);
   }
+  // From here on the ranks talk with the root's session key (wire.h).
+  b->commId_ = head.commId;
+  b->secret_ = head.sessionKey;
+  b->listener_.rekey(head.sessionKey);
   b->formRing();
   return b;
 }
@@ -107,6 +113,7 @@ Message Bootstrap::await(MessageType type, int from, uint32_t tag, const char* w
     if (matches(*it)) {
       Message m = std::move(*it);
       unexpected_.erase(it);
+      unexpectedBytes_ -= m.payload.size();
       return m;
     }
   }
@@ -124,8 +131,19 @@ Message Bootstrap::await(MessageType type, int from, uint32_t tag, const char* w
       continue;
     }
     if (matches(m)) return m;
-    unexpected_.push_back(std::move(m));
+    queueUnexpected(std::move(m));
   }
+}
+
+void Bootstrap::queueUnexpected(Message m) {
+  if (m.header.type != MessageType::kRing) m.socket = net::Socket();  // (one connection a message: done)
+  if (unexpected_.size() >= kMaxUnexpected || unexpectedBytes_ + m.payload.size() > kMaxUnexpectedBytes) {
+    fail(ncclSystemError, "bootstrap: rank %d holds %zu messages (%zu bytes) that nothing waits for yet; rank %d's "
+         "message (tag %u, %zu bytes) is one too many: do all ranks make the same calls in the same order?",
+         rank_, unexpected_.size(), unexpectedBytes_, m.header.rank, m.header.tag, m.payload.size());
+  }
+  unexpectedBytes_ += m.payload.size();
+  unexpected_.push_back(std::move(m));
 }
 
 void Bootstrap::allGather(void* data, size_t bytesPerRank) {

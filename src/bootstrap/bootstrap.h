@@ -30,6 +30,13 @@ class Bootstrap {
                                          const std::atomic<bool>* abortFlag);
 
   int rank() const { return rank_; }
+  /// The communicator's id, drawn at random by the root: the same on every rank, and nothing
+  /// of the unique id's secret (so it may appear in logs and shared-memory names).
+  uint64_t commId() const { return commId_; }
+  /// Messages received before anything waits for them are held, up to these bounds (beyond
+  /// them the wait fails, naming the sender: the ranks' calls do not match).
+  static constexpr size_t kMaxUnexpected = 4096;
+  static constexpr size_t kMaxUnexpectedBytes = size_t(256) << 20;
   int nRanks() const { return static_cast<int>(peers_.size()); }
   const net::SocketAddress& peerAddress(int rank) const { return peers_[rank]; }
   /// How long any wait on a peer may take (BRAID_BOOTSTRAP_TIMEOUT).
@@ -54,16 +61,20 @@ class Bootstrap {
   net::Clock::time_point deadline() const { return net::Clock::now() + timeout_; }
   /// Waits for a message matching (type, from, tag); queues the others.
   Message await(MessageType type, int from, uint32_t tag, const char* what);
+  /// Holds a message nothing waits for yet (its connection closed, unless a ring link).
+  void queueUnexpected(Message m);
   void formRing();
 
   int rank_;
-  uint64_t secret_;
+  uint64_t secret_;  ///< the id's secret until the table came, then the session key
+  uint64_t commId_ = 0;
   std::chrono::seconds timeout_;
   const std::atomic<bool>* abortFlag_;
   std::vector<net::SocketAddress> peers_;
   std::mutex listenMutex_;
   Listener listener_;
   std::deque<Message> unexpected_;
+  size_t unexpectedBytes_ = 0;
   std::mutex ringMutex_;
   net::Socket next_;
   net::Socket prev_;

@@ -9,6 +9,7 @@
 
 #include <pthread.h>
 
+#include "bootstrap/unique_id.h"
 #include "bootstrap/wire.h"
 #include "core/log.h"
 #include "core/status.h"
@@ -16,16 +17,17 @@
 
 namespace braid::bootstrap {
 
-std::string describeRanks(const std::vector<int>& ranks) {
+std::string describeRanks(const std::vector<int>& ranks, size_t total) {
+  total = std::max(total, ranks.size());
   if (ranks.empty()) return "no ranks";
-  if (ranks.size() == 1) return "rank " + std::to_string(ranks[0]);
+  if (total == 1) return "rank " + std::to_string(ranks[0]);
   std::string s = "ranks ";
   const size_t shown = std::min<size_t>(ranks.size(), 8);
   for (size_t i = 0; i < shown; ++i) {
-    if (i > 0) s += (i + 1 == ranks.size()) ? " and " : ", ";
+    if (i > 0) s += (i + 1 == total) ? " and " : ", ";
     s += std::to_string(ranks[i]);
   }
-  if (shown < ranks.size()) s += ", ... (" + std::to_string(ranks.size()) + " in all)";
+  if (shown < total) s += ", ... (" + std::to_string(total) + " in all)";
   return s;
 }
 
@@ -38,6 +40,8 @@ class Root {
       : address_(listening.localAddress()),
         listener_(std::move(listening), secret, "root " + address_.toString()),
         secret_(secret),
+        commId_(randomSecret()),
+        sessionKey_(randomSecret()),
         timeout_(timeout),
         stop_(stop) {}
 
@@ -52,7 +56,7 @@ class Root {
       Message m;
       if (!listener_.poll(100, &m)) continue;
       if (m.header.type != MessageType::kRegister || m.payload.size() != sizeof(Registration)) {
-        BRAID_WARN("bootstrap: root %s ignored a message of type %#x from %s", address_.toString().c_str(),
+        BRAID_WARN_STRANGER("bootstrap: root %s ignored a message of type %#x from %s", address_.toString().c_str(),
                    static_cast<unsigned>(m.header.type), m.socket.peerAddress().toString().c_str());
         continue;
       }
@@ -79,6 +83,13 @@ class Root {
   };
 
   void admit(int rank, const Registration& r, net::Socket socket) {
+    if (r.nRanks < 1 || r.nRanks > kMaxRanks) {  // (before it sizes anything)
+      errorCode_ = ncclInvalidUsage;
+      error_ = "rank " + std::to_string(rank) + " called init with nranks=" + std::to_string(r.nRanks) +
+               "; a communicator has 1 to " + std::to_string(kMaxRanks) + " ranks";
+      extra_.push_back(std::move(socket));
+      return;
+    }
     if (nRanks_ < 0) {
       nRanks_ = r.nRanks;
       firstRank_ = rank;
@@ -105,13 +116,16 @@ class Root {
   }
 
   std::string timeoutText() const {
-    std::vector<int> missing;
+    std::vector<int> missing;  // (the first few, and how many: describeRanks shows 8)
+    int nMissing = 0;
     for (int r = 0; r < nRanks_; ++r) {
-      if (ranks_.count(r) == 0) missing.push_back(r);
+      if (ranks_.count(r) != 0) continue;
+      if (++nMissing <= 8) missing.push_back(r);
     }
-    return "waited " + std::to_string(timeout_.count()) + " s for " + describeRanks(missing) + " of " +
-           std::to_string(nRanks_) + " at root " + address_.toString() +
-           "; were all ranks given the same unique id?";
+    return "waited " + std::to_string(timeout_.count()) + " s for " + describeRanks(missing, nMissing) + " of " +
+           std::to_string(nRanks_) +
+           " at root " + address_.toString() + "; were all ranks given the same unique id (and the same "
+           "BRAID_COMM_SECRET)?";
   }
 
   void reply(net::Socket& s, const std::string& text) {
@@ -139,9 +153,14 @@ class Root {
   }
 
   void sendTables() {
-    std::vector<net::SocketAddress::Packed> table(nRanks_);
-    for (auto& [rank, a] : ranks_) table[rank] = a.registration.listenAddress;
-    const uint32_t bytes = static_cast<uint32_t>(table.size() * sizeof(table[0]));
+    const TableHead head{commId_, sessionKey_, nRanks_, 0};
+    std::vector<char> table(sizeof(head) + static_cast<size_t>(nRanks_) * sizeof(net::SocketAddress::Packed));
+    std::memcpy(table.data(), &head, sizeof(head));
+    for (auto& [rank, a] : ranks_) {
+      std::memcpy(table.data() + sizeof(head) + static_cast<size_t>(rank) * sizeof(net::SocketAddress::Packed),
+                  &a.registration.listenAddress, sizeof(net::SocketAddress::Packed));
+    }
+    const uint32_t bytes = static_cast<uint32_t>(table.size());
     for (auto& [rank, a] : ranks_) {
       try {
         sendMessage(a.socket, secret_, MessageType::kTable, -1, 0, table.data(), bytes,
@@ -157,6 +176,8 @@ class Root {
   net::SocketAddress address_;
   Listener listener_;
   uint64_t secret_;
+  uint64_t commId_;      // (both random, never derived from the secret: see TableHead)
+  uint64_t sessionKey_;
   std::chrono::seconds timeout_;
   const std::atomic<bool>* stop_;
   int nRanks_ = -1;

@@ -22,7 +22,8 @@ void startRoot(net::Socket listening, uint64_t secret, std::chrono::seconds time
 /// Number of root threads currently alive in this process (for leak tests).
 int liveRoots();
 
-/// "rank 3", "ranks 3 and 5", "ranks 1, 2 and 5", shortened for long lists.
-std::string describeRanks(const std::vector<int>& ranks);
+/// "rank 3", "ranks 3 and 5", "ranks 1, 2 and 5", shortened for long lists; `total` (when
+/// more than ranks.size()) says how many there are of which `ranks` are the first.
+std::string describeRanks(const std::vector<int>& ranks, size_t total = 0);
 
 }  // namespace braid::bootstrap

@@ -71,4 +71,21 @@ uint64_t secretForAddress(const std::string& commId) {
   return h;
 }
 
+namespace {
+/// A 64-bit finaliser (the one of splitmix64): every input bit changes about half the output.
+uint64_t mix(uint64_t x) {
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+}  // namespace
+
+uint64_t keyedSecret(uint64_t idSecret, const std::string& passphrase) {
+  if (passphrase.empty()) return idSecret;
+  uint64_t h = mix(idSecret ^ 0x627261696400ull);  // "braid"
+  for (unsigned char c : passphrase) h = mix(h ^ c);
+  h = mix(h ^ passphrase.size());
+  return h == 0 ? 1 : h;
+}
+
 }  // namespace braid::bootstrap

@@ -25,7 +25,13 @@ struct UniqueId {
 /// A fresh random 64-bit secret.
 uint64_t randomSecret();
 
-/// The fixed secret of an NCCL_COMM_ID address (every rank computes the same one).
+/// The fixed secret of an NCCL_COMM_ID address (every rank computes the same one). Public:
+/// anyone who knows the address computes it too.
 uint64_t secretForAddress(const std::string& commId);
+
+/// The secret connections present: the id's own, keyed with BRAID_COMM_SECRET when that is set
+/// (`passphrase`; "" leaves the id's secret as it is). Every rank and the root must use the
+/// same passphrase.
+uint64_t keyedSecret(uint64_t idSecret, const std::string& passphrase);
 
 }  // namespace braid::bootstrap

@@ -2,6 +2,7 @@
 
 #include <poll.h>
 
+#include <cerrno>
 #include <cstring>
 
 #include "core/log.h"
@@ -13,6 +14,10 @@ namespace {
 
 /// How long an accepted connection may take to deliver its first message.
 constexpr auto kFirstMessageTime = std::chrono::seconds(10);
+/// How many closed strangers' connections a listener logs.
+constexpr int kStrangerWarnings = 16;
+/// How long accepting pauses when the process has no descriptor left.
+constexpr auto kAcceptPause = std::chrono::milliseconds(100);
 
 bool knownType(MessageType t) {
   switch (t) {
@@ -82,15 +87,46 @@ bool Listener::advance(Pending& p) {
   return true;
 }
 
+void Listener::acceptAll() {
+  if (net::Clock::now() < acceptPausedUntil_) return;
+  for (;;) {
+    int error = 0;
+    net::Socket s = listening_.tryAccept(&error);
+    if (!s.valid()) {
+      if (error == EMFILE || error == ENFILE) {
+        // Out of descriptors: free the longest-waiting stranger's and pause accepting, or poll
+        // would find the listening socket readable at once and spin.
+        if (!exhaustionWarned_) {
+          BRAID_WARN_STRANGER("bootstrap: %s cannot accept connections: %s (%zu connections wait for a first message); "
+                     "closing the oldest and pausing %lld ms each time", owner_.c_str(), strerror(error),
+                     pending_.size(), static_cast<long long>(kAcceptPause.count()));
+          exhaustionWarned_ = true;
+        }
+        if (!pending_.empty()) pending_.erase(pending_.begin());
+        acceptPausedUntil_ = net::Clock::now() + kAcceptPause;
+      }
+      return;
+    }
+    if (pending_.size() >= kMaxPending) {
+      if (!evictionWarned_) {
+        BRAID_WARN_STRANGER("bootstrap: %s has %zu connections waiting for a first message; closing the oldest (%s) for "
+                   "each new one", owner_.c_str(), pending_.size(),
+                   pending_.front().socket.peerAddress().toString().c_str());
+        evictionWarned_ = true;
+      }
+      pending_.erase(pending_.begin());
+    }
+    Pending p;
+    p.socket = std::move(s);
+    p.deadline = net::Clock::now() + kFirstMessageTime;
+    pending_.push_back(std::move(p));
+  }
+}
+
 bool Listener::poll(int timeoutMs, Message* out) {
   const auto until = net::Clock::now() + std::chrono::milliseconds(timeoutMs);
   for (;;) {
-    for (net::Socket s = listening_.tryAccept(); s.valid(); s = listening_.tryAccept()) {
-      Pending p;
-      p.socket = std::move(s);
-      p.deadline = net::Clock::now() + kFirstMessageTime;
-      pending_.push_back(std::move(p));
-    }
+    acceptAll();
     const auto now = net::Clock::now();
     for (size_t i = 0; i < pending_.size();) {
       Pending& p = pending_[i];
@@ -103,8 +139,11 @@ bool Listener::poll(int timeoutMs, Message* out) {
         problem = e.what();
       }
       if (!problem.empty()) {
-        BRAID_WARN("bootstrap: %s closed a connection from %s that %s", owner_.c_str(),
-                   p.socket.peerAddress().toString().c_str(), problem.c_str());
+        if (++strangerWarnings_ <= kStrangerWarnings) {
+          BRAID_WARN_STRANGER("bootstrap: %s closed a connection from %s that %s%s", owner_.c_str(),
+                              p.socket.peerAddress().toString().c_str(), problem.c_str(),
+                              strangerWarnings_ == kStrangerWarnings ? " (further ones are not logged)" : "");
+        }
         pending_.erase(pending_.begin() + static_cast<long>(i));
         continue;
       }
@@ -122,7 +161,7 @@ bool Listener::poll(int timeoutMs, Message* out) {
     // (a member, kept: an idle root's thread allocates nothing, so a process forking beside it
     // does not copy an allocator lock it held)
     pollFds_.clear();
-    pollFds_.push_back({listening_.fd(), POLLIN, 0});
+    pollFds_.push_back({listening_.fd(), static_cast<short>(now < acceptPausedUntil_ ? 0 : POLLIN), 0});
     for (const auto& p : pending_) pollFds_.push_back({p.socket.fd(), POLLIN, 0});
     ::poll(pollFds_.data(), pollFds_.size(), static_cast<int>(std::min<long long>(left, 50)));
   }

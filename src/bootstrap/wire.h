@@ -1,6 +1,11 @@
-// Bootstrap messages on the wire. Every connection starts with a header carrying the
-// communicator's secret; a connection whose first bytes are not a valid header with the
-// right secret is closed and logged. Payload lengths are bounded before any allocation.
+// Bootstrap messages on the wire. Every connection starts with a header carrying a key; a
+// connection whose first bytes are not a valid header with the right key is closed and logged.
+// Payload lengths are bounded before any allocation.
+//
+// Two keys: registration at the root presents the unique id's secret; the root answers the
+// ranks it admitted with a session key of its own (random), and every later message between
+// ranks presents that key instead. Whoever learns the id's secret after the table went out
+// (NCCL_COMM_ID makes it public) cannot talk to the ranks.
 #pragma once
 
 #include <poll.h>
@@ -16,7 +21,7 @@ namespace braid::bootstrap {
 
 enum class MessageType : uint32_t {
   kRegister = 0x52454731,  ///< rank -> root: Registration
-  kTable = 0x54424c31,     ///< root -> rank: the listening address of every rank
+  kTable = 0x54424c31,     ///< root -> rank: TableHead, then the listening address of every rank
   kError = 0x45525231,     ///< root -> rank: init failed; payload is the reason
   kRing = 0x52494e31,      ///< rank -> next rank: this connection is the ring link
   kPeer = 0x50325031,      ///< rank -> rank: one tagged message
@@ -26,7 +31,7 @@ enum class MessageType : uint32_t {
 constexpr uint32_t kMaxPayloadBytes = 64u << 20;
 
 struct MessageHeader {
-  uint64_t secret;
+  uint64_t secret;  ///< the id's secret (to and from the root), else the session key
   MessageType type;
   int32_t rank;  ///< sender's rank (-1 for the root)
   uint32_t tag;
@@ -42,6 +47,18 @@ struct Registration {
   char braidVersion[16];
 };
 static_assert(std::is_trivially_copyable_v<Registration>);
+
+/// What the root's table starts with; the listening addresses follow, one Packed per rank.
+struct TableHead {
+  uint64_t commId;      ///< random: names the communicator in logs and shared-memory names
+  uint64_t sessionKey;  ///< random: what every message between ranks presents from now on
+  int32_t nRanks;
+  uint32_t reserved;
+};
+static_assert(sizeof(TableHead) == 24 && std::is_trivially_copyable_v<TableHead>);
+
+/// The most ranks a communicator may have: its table fits one message.
+constexpr int32_t kMaxRanks = static_cast<int32_t>((kMaxPayloadBytes - sizeof(TableHead)) / sizeof(net::SocketAddress::Packed));
 
 /// A complete message received by a Listener, with its connection (for replies or the ring).
 struct Message {
@@ -67,6 +84,12 @@ class Listener {
 
   /// Waits up to timeoutMs for one complete, valid message; returns false when none came.
   bool poll(int timeoutMs, Message* out);
+  /// From now on connections must present `secret` (the session key, once the table came).
+  void rekey(uint64_t secret) { secret_ = secret; }
+  /// At most this many connections wait at once for their first message: beyond it the one
+  /// that has waited longest is closed (a flood of silent connections cannot take every
+  /// descriptor of the process, and a real peer's message completes within a poll or two).
+  static constexpr size_t kMaxPending = 256;
   const net::Socket& socket() const { return listening_; }
 
  private:
@@ -80,12 +103,20 @@ class Listener {
   };
   /// Reads what is available on p; true when its message is complete. Throws to drop it.
   bool advance(Pending& p);
+  /// Accepts what waits on the listening socket, within kMaxPending and the descriptors left.
+  void acceptAll();
 
   net::Socket listening_;
   uint64_t secret_;
   std::string owner_;  ///< "root 1.2.3.4:5" or "rank 3", for log messages
   std::vector<Pending> pending_;
   std::vector<pollfd> pollFds_;  // poll()'s descriptors, reused
+  /// Until when accepting is paused (the process ran out of descriptors: accept failed with
+  /// EMFILE/ENFILE and poll would report the listening socket readable at once, forever).
+  net::Clock::time_point acceptPausedUntil_{};
+  bool evictionWarned_ = false;
+  bool exhaustionWarned_ = false;
+  int strangerWarnings_ = 0;
 };
 
 }  // namespace braid::bootstrap

@@ -32,6 +32,7 @@ InitSettings InitSettings::fromParams() {
   const int64_t timeout = p.integer("BRAID_BOOTSTRAP_TIMEOUT");
   s.net.timeout = std::chrono::seconds(timeout > 0 ? timeout : 300);
   s.commIdEnv = p.string("NCCL_COMM_ID");
+  s.commSecret = p.string("BRAID_COMM_SECRET");
   s.hostId = p.string("NCCL_HOSTID");
   s.defaultBlocking = p.integer("NCCL_COMM_BLOCKING") != 0;
   s.backend = p.string("BRAID_BACKEND");
@@ -52,12 +53,16 @@ ncclUniqueId makeUniqueId(const InitSettings& settings) {
   id.secret = bootstrap::randomSecret();
   BRAID_INFO(log::kBootstrap | log::kInit, "bootstrap: root listening on %s (interface %s)",
              id.root.toString().c_str(), iface.name.c_str());
-  bootstrap::startRoot(std::move(listening), id.secret, settings.net.timeout);
+  bootstrap::startRoot(std::move(listening), bootstrap::keyedSecret(id.secret, settings.commSecret),
+                       settings.net.timeout);
   return id.encode();
 }
 
 void checkInitArguments(int nRanks, int rank) {
   if (nRanks < 1) fail(ncclInvalidArgument, "nranks is %d; it must be at least 1", nRanks);
+  if (nRanks > bootstrap::kMaxRanks) {
+    fail(ncclInvalidArgument, "nranks is %d; Braid's communicators have at most %d ranks", nRanks, bootstrap::kMaxRanks);
+  }
   if (rank < 0 || rank >= nRanks) {
     fail(ncclInvalidArgument, "rank is %d; it must be between 0 and nranks-1 = %d", rank, nRanks - 1);
   }
@@ -219,12 +224,20 @@ void initRank(Communicator& comm, const ncclUniqueId& uniqueId, const InitSettin
     identity.cudaDevice = 0;
   }
   if (identity.backend == Backend::kHost) identity.cudaDevice = -1;
-  const bootstrap::UniqueId id = bootstrap::UniqueId::decode(uniqueId);
+  bootstrap::UniqueId id = bootstrap::UniqueId::decode(uniqueId);
+  id.secret = bootstrap::keyedSecret(id.secret, settings.commSecret);
 
   // With NCCL_COMM_ID nobody has started the root: rank 0 does, at the named address.
-  if (id.rootStartedByRank0 && identity.rank == 0) {
-    net::SocketAddress bindAt = id.root;
-    bootstrap::startRoot(net::Socket::listen(bindAt), id.secret, settings.net.timeout);
+  if (id.rootStartedByRank0) {
+    if (identity.rank == 0) {
+      net::SocketAddress bindAt = id.root;
+      bootstrap::startRoot(net::Socket::listen(bindAt), id.secret, settings.net.timeout);
+    }
+    if (settings.commSecret.empty()) {
+      BRAID_INFO(log::kInit | log::kBootstrap, "rank %d: NCCL_COMM_ID makes the unique id public: whoever reaches %s "
+                 "may join this job (as with NCCL, the network is its only protection); set the same "
+                 "BRAID_COMM_SECRET on every rank to require a passphrase", identity.rank, id.root.toString().c_str());
+    }
   }
 
   auto channel = bootstrap::Bootstrap::join(id, identity.rank, identity.nRanks, settings.net, &comm.abortFlag());
@@ -246,7 +259,7 @@ void initRank(Communicator& comm, const ncclUniqueId& uniqueId, const InitSettin
   channel->allGather(peers.data(), sizeof(PeerInfo));
   checkPeers(peers);
   localPosition(peers, identity.rank, &identity.localRank, &identity.localRanks);
-  identity.commHash = id.secret ^ hashString(id.root.toString());
+  identity.commHash = channel->commId();  // (random: reveals nothing of the secret)
 
   const topo::PortPlan ports = planTopology(identity, peers);
 

@@ -17,6 +17,7 @@ namespace braid::comm {
 struct InitSettings {
   bootstrap::NetSettings net;
   std::string commIdEnv;  ///< NCCL_COMM_ID
+  std::string commSecret;  ///< BRAID_COMM_SECRET: every rank must present the same
   std::string hostId;     ///< NCCL_HOSTID
   bool defaultBlocking = true;
   std::string backend;  ///< BRAID_BACKEND: auto, host or cuda

@@ -72,6 +72,7 @@ int main(int argc, char** argv) {
     if (onlySet && s.origin == params::Origin::Default) continue;
     std::string value = s.text;
     if (knob.type == params::KnobType::Integer) value = std::to_string(store.integer(knob.name));
+    if (std::strcmp(knob.name, "BRAID_COMM_SECRET") == 0 && !value.empty()) value = "(set; not shown)";
     std::printf("%-22s = %-20s [%s]%s\n    %s\n", knob.name, value.empty() ? "\"\"" : value.c_str(),
                 origin(s).c_str(), knob.honoured ? "" : " (not used by this build yet)", knob.help);
     int64_t parsed = 0;

@@ -172,7 +172,6 @@ void reconfigure() {
 void setThreadDevice(int device) { tlsDevice = device; }
 
 void write(Level level, uint64_t subsys, const char* file, int line, const char* format, ...) {
-  (void)subsys;
   char message[2048];
   va_list args;
   va_start(args, format);
@@ -194,7 +193,8 @@ void write(Level level, uint64_t subsys, const char* file, int line, const char*
             level == Level::Trace ? "TRACE" : "INFO", message);
   }
   fflush(out.out);
-  if (level == Level::Warn && gLevel.load(std::memory_order_relaxed) == static_cast<int>(Level::Abort)) {
+  if (level == Level::Warn && subsys != kStranger &&
+      gLevel.load(std::memory_order_relaxed) == static_cast<int>(Level::Abort)) {
     fprintf(out.out, "%s:%ld:%ld [%d] NCCL INFO NCCL_DEBUG=ABORT: aborting after the warning above\n",
             out.host.c_str(), out.pid, tid, tlsDevice);
     fflush(out.out);

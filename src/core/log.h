@@ -36,6 +36,8 @@ enum Subsys : uint64_t {
   kReg = 0x2000,
   kProfile = 0x4000,
   kRas = 0x8000,
+  /// Not a subsystem: marks a warning about what a stranger sent (BRAID_WARN_STRANGER).
+  kStranger = uint64_t(1) << 62,
   kAll = ~uint64_t(0),
 };
 
@@ -91,6 +93,10 @@ void setThreadDevice(int device);
 
 /// A warning: printed at NCCL_DEBUG=WARN and above, whatever the subsystem mask.
 #define BRAID_WARN(...) BRAID_LOG_AT(::braid::log::Level::Warn, ::braid::log::kAll, __VA_ARGS__)
+/// A warning about input from outside the job (a connection without the key, say): printed
+/// as a WARN, but NCCL_DEBUG=ABORT does not abort on it, or anyone who can connect could kill
+/// the process.
+#define BRAID_WARN_STRANGER(...) BRAID_LOG_AT(::braid::log::Level::Warn, ::braid::log::kStranger, __VA_ARGS__)
 /// Information for subsystem mask bits `subsys` (e.g. braid::log::kInit).
 #define BRAID_INFO(subsys, ...) BRAID_LOG_AT(::braid::log::Level::Info, subsys, __VA_ARGS__)
 /// Per-call tracing.

@@ -12,6 +12,8 @@ const std::vector<KnobSpec>& knobTable() {
        "seconds init waits for all ranks to reach the bootstrap root before failing with their names", true},
       {"BRAID_CHECK_MISMATCH", KnobType::Integer, "1",
        "1: ranks compare each collective's signature (op, count, type, root, sequence) and fail on a mismatch; must be the same on all ranks", true},
+      {"BRAID_COMM_SECRET", KnobType::String, "",
+       "a passphrase every rank of a job must present at init (the same on all): with NCCL_COMM_ID, keeps out whoever else reaches the root's address", true},
       {"BRAID_DUMP_ON_SIGNAL", KnobType::String, "",
        "a signal (e.g. SIGUSR1) that makes every communicator log what it is waiting for, without stopping it", true},
       {"BRAID_HOST_THREADS_PER_CHANNEL", KnobType::Integer, "1",

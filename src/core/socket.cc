@@ -222,9 +222,12 @@ SocketAddress Socket::peerAddress() const {
   return SocketAddress::fromSockaddr(reinterpret_cast<sockaddr*>(&ss));
 }
 
-Socket Socket::tryAccept() const {
+Socket Socket::tryAccept(int* error) const {
   const int fd = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-  if (fd < 0) return Socket();
+  if (fd < 0) {
+    if (error != nullptr) *error = errno == EWOULDBLOCK ? EAGAIN : errno;
+    return Socket();
+  }
   const int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   return Socket(fd);

@@ -85,8 +85,10 @@ class Socket {
   SocketAddress localAddress() const;
   SocketAddress peerAddress() const;
 
-  /// Accepts one connection if one is pending (non-blocking); an invalid Socket otherwise.
-  Socket tryAccept() const;
+  /// Accepts one connection if one is pending (non-blocking); an invalid Socket otherwise,
+  /// with accept's errno in *error when asked (EAGAIN: none pending; EMFILE/ENFILE: out of
+  /// descriptors, while the connection stays pending).
+  Socket tryAccept(int* error = nullptr) const;
   /// Sends all bytes, waiting in poll slices. Throws on timeout, abort or a broken connection.
   void sendAll(const void* data, size_t size, Clock::time_point deadline, const std::atomic<bool>* abortFlag);
   /// Receives exactly size bytes (same rules; a closed peer is an error naming the peer).

@@ -158,7 +158,7 @@ bool Acceptor::admit(Pending& p) {
                   h.from == peer_ && h.to == rank_ && h.count == static_cast<uint32_t>(expected_) &&
                   h.index < h.count && !accepted_[h.index].valid();
   if (!ok) {
-    BRAID_WARN("rank %d: dropped a connection from %s that did not present this connection's credentials", rank_,
+    BRAID_WARN_STRANGER("rank %d: dropped a connection from %s that did not present this connection's credentials", rank_,
                p.socket.peerAddress().toString().c_str());
     return false;
   }
