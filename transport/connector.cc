@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "core/status.h"
 #include "proxy/proxy.h"
+#include "transport/descriptor_check.h"
 #include "transport/net/socket/socket_transport.h"
 #include "transport/p2p/p2p_transport.h"
 #include "transport/shm/shm_transport.h"
@@ -127,8 +128,8 @@ std::unique_ptr<Connector::End> Connector::createReceiver(int peer, const FifoSi
   if (kind == Kind::kP2p) {
     end->memory = p2p::create(sizes, options_.allocator, d);
   } else if (kind == Kind::kShm) {
-    end->memory = shm::create(sizes, options_.commTag + "-" + std::to_string(rank_) + "-" + std::to_string(peer) + "-" + what,
-                              options_.allocator, !options_.p2pDisabled && peers_[peer].gpuReachable, d);
+    end->memory = shm::create(sizes, shmUniqueName(rank_, peer, lane), options_.allocator,
+                              !options_.p2pDisabled && peers_[peer].gpuReachable, d);
   } else if (kind == Kind::kIb) {
     end->memory = ib::createReceiver(sizes, ibSettings(lane), peer, d);
     usesNetwork_ = true;
@@ -145,7 +146,24 @@ std::unique_ptr<Connector::End> Connector::createReceiver(int peer, const FifoSi
   return end;
 }
 
-std::unique_ptr<Connector::End> Connector::importSender(int peer, const Descriptor& d, const Lane& lane) {
+std::string Connector::shmUniqueName(int receiver, int sender, const Lane& lane) const {
+  return options_.commTag + "-" + std::to_string(receiver) + "-" + std::to_string(sender) + "-" + lane.what;
+}
+
+std::unique_ptr<Connector::End> Connector::importSender(int peer, const Descriptor& d, const Lane& lane,
+                                                        const FifoSizes& sizes) {
+  DescriptorExpectation expected;
+  expected.peer = peer;
+  expected.sameProcess = peers_[peer].sameProcess;
+  expected.sameHost = peers_[peer].sameHost;
+  expected.sizes = sizes;
+  expected.shmName = shm::segmentName(shmUniqueName(peer, rank_, lane));
+  expected.peerAddress = channel_.peerAddress(peer);
+  const std::string wrong = checkDescriptor(d, expected);
+  if (!wrong.empty()) {
+    fail(ncclSystemError, "rank %d refused rank %d's descriptor for connection %s: %s", rank_, peer, lane.what.c_str(),
+         wrong.c_str());
+  }
   auto end = std::make_unique<End>();
   if (d.kind == Kind::kP2p) {
     end->memory = p2p::import(d);
@@ -183,7 +201,7 @@ void Connector::connectRing(int nChannels) {
     auto recvEnd = createReceiver(prev, options_.ring, ringLane(c, false), &mine);
     channel_.send(prev, kRingTag + c, &mine, sizeof(mine));
     channel_.recv(next, kRingTag + c, &theirs, sizeof(theirs));
-    auto sendEnd = importSender(next, theirs, ringLane(c, true));
+    auto sendEnd = importSender(next, theirs, ringLane(c, true), options_.ring);
     // The receiver keeps its FIFO memory (and, for shm, its name) until the sender has taken
     // hold of it: a rank that finishes early cannot free memory its peer has yet to import.
     channel_.send(next, kRingAckTag + c, &rank_, sizeof(rank_));
@@ -230,7 +248,7 @@ void Connector::connectPeers(const std::vector<int>& sendTo, const std::vector<i
     if (peer == rank_ || peerSend_.count(key) != 0) continue;
     Descriptor d;
     channel_.recv(peer, tag, &d, sizeof(d));
-    auto end = importSender(peer, d, peerLane(set, peer));
+    auto end = importSender(peer, d, peerLane(set, peer), sizes);
     {
       std::lock_guard<std::mutex> lock(endsMutex_);
       peerSend_[key] = std::move(end);

@@ -119,7 +119,11 @@ class Connector {
   Lane peerLane(int set, int peer) const;
   /// Receiver side of a new connection from `peer`: the memory, and the descriptor sent to it.
   std::unique_ptr<End> createReceiver(int peer, const FifoSizes& sizes, const Lane& lane, Descriptor* d);
-  std::unique_ptr<End> importSender(int peer, const Descriptor& d, const Lane& lane);
+  /// Sender side: checks `peer`'s descriptor against what this rank expects (transport/
+  /// descriptor_check.h; `sizes` are this rank's for the connection), then takes hold of it.
+  std::unique_ptr<End> importSender(int peer, const Descriptor& d, const Lane& lane, const FifoSizes& sizes);
+  /// The unique part of the shared-memory name of `receiver`'s FIFO from `sender` on `lane`.
+  std::string shmUniqueName(int receiver, int sender, const Lane& lane) const;
   /// The transport between this rank and `peer`.
   Kind route(int peer);
   /// The network transport of this communicator, chosen at its first network connection

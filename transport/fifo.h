@@ -59,7 +59,7 @@ static_assert(sizeof(IbEndpoint) == 48 && std::is_trivially_copyable_v<IbEndpoin
 struct Descriptor {
   Kind kind;
   int32_t ownerPid;
-  uint64_t address;  ///< kP2p: the memory's address in the (shared) process
+  uint64_t address;  ///< kP2p: the token under which the receiver's process offers the memory (never an address)
   uint64_t bytes;
   FifoSizes sizes;
   char shmName[64];  ///< kShm: the segment's name

@@ -77,6 +77,7 @@ std::unique_ptr<Bootstrap> Bootstrap::join(const UniqueId& id, int rank, int nRa
          id.root.toString().c_str(), static_cast<unsigned>(answer.header.type), answer.payload.size(), head.nRanks);
   }
   b->peers_.resize(nRanks);
+  b->maxUnexpected_ = 4096 + 64 * static_cast<size_t>(nRanks);
   for (int r = 0; r < nRanks; ++r) {
     net::SocketAddress::Packed p;
     std::memcpy(&p, answer.payload.data() + sizeof(head) + r * sizeof(p), sizeof(p));
@@ -137,7 +138,7 @@ Message Bootstrap::await(MessageType type, int from, uint32_t tag, const char* w
 
 void Bootstrap::queueUnexpected(Message m) {
   if (m.header.type != MessageType::kRing) m.socket = net::Socket();  // (one connection a message: done)
-  if (unexpected_.size() >= kMaxUnexpected || unexpectedBytes_ + m.payload.size() > kMaxUnexpectedBytes) {
+  if (unexpected_.size() >= maxUnexpected_ || unexpectedBytes_ + m.payload.size() > maxUnexpectedBytes_) {
     fail(ncclSystemError, "bootstrap: rank %d holds %zu messages (%zu bytes) that nothing waits for yet; rank %d's "
          "message (tag %u, %zu bytes) is one too many: do all ranks make the same calls in the same order?",
          rank_, unexpected_.size(), unexpectedBytes_, m.header.rank, m.header.tag, m.payload.size());

@@ -33,10 +33,13 @@ class Bootstrap {
   /// The communicator's id, drawn at random by the root: the same on every rank, and nothing
   /// of the unique id's secret (so it may appear in logs and shared-memory names).
   uint64_t commId() const { return commId_; }
-  /// Messages received before anything waits for them are held, up to these bounds (beyond
-  /// them the wait fails, naming the sender: the ranks' calls do not match).
-  static constexpr size_t kMaxUnexpected = 4096;
-  static constexpr size_t kMaxUnexpectedBytes = size_t(256) << 20;
+  /// Messages received before anything waits for them are held, up to bounds (beyond them
+  /// the wait fails, naming the sender: the ranks' calls do not match): by default 4096 + 64
+  /// per rank (every peer's descriptors of many connection sets) and 256 MiB. Tests lower them.
+  void limitUnexpected(size_t messages, size_t bytes) {
+    maxUnexpected_ = messages;
+    maxUnexpectedBytes_ = bytes;
+  }
   int nRanks() const { return static_cast<int>(peers_.size()); }
   const net::SocketAddress& peerAddress(int rank) const { return peers_[rank]; }
   /// How long any wait on a peer may take (BRAID_BOOTSTRAP_TIMEOUT).
@@ -75,6 +78,8 @@ class Bootstrap {
   Listener listener_;
   std::deque<Message> unexpected_;
   size_t unexpectedBytes_ = 0;
+  size_t maxUnexpected_ = 4096;
+  size_t maxUnexpectedBytes_ = size_t(256) << 20;
   std::mutex ringMutex_;
   net::Socket next_;
   net::Socket prev_;

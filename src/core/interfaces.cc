@@ -5,6 +5,7 @@
 #include <strings.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -98,7 +99,10 @@ int parseFamily(const std::string& text) {
 std::vector<Interface> listInterfaces() {
   std::vector<Interface> out;
   ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) return out;
+  if (getifaddrs(&list) != 0) {
+    // (not "no interface matches": out of descriptors, say, is a different problem)
+    fail(ncclSystemError, "cannot list the network interfaces: getifaddrs: %s", strerror(errno));
+  }
   for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
     if (i->ifa_addr == nullptr || (i->ifa_flags & IFF_UP) == 0) continue;
     const int family = i->ifa_addr->sa_family;
@@ -115,7 +119,13 @@ std::vector<Interface> listInterfaces() {
 }
 
 std::string interfaceHolding(const SocketAddress& address) {
-  for (const Interface& i : listInterfaces()) {
+  std::vector<Interface> all;
+  try {
+    all = listInterfaces();
+  } catch (const Error&) {
+    return "";  // (a hint only: unknown)
+  }
+  for (const Interface& i : all) {
     if (i.address.family() == address.family() &&
         std::memcmp(i.address.addressBytes(), address.addressBytes(), address.addressSize()) == 0) {
       return i.name;

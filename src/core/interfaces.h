@@ -57,6 +57,7 @@ struct InterfaceRequest {
 };
 
 /// All up interfaces with an IPv4 or IPv6 address (link-local IPv6 skipped), in kernel order.
+/// Throws ncclSystemError with the reason when the kernel cannot list them (EMFILE, say).
 std::vector<Interface> listInterfaces();
 
 /// The interfaces `request` allows, best first. `all` is listInterfaces() (injectable for tests).

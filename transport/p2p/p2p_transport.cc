@@ -1,11 +1,14 @@
 #include "transport/p2p/p2p_transport.h"
 
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <new>
+#include <unordered_map>
 
 #include "core/status.h"
 
@@ -103,24 +106,86 @@ class BorrowedFifo final : public FifoMemory {
   char* memory_;
 };
 
+/// The receivers' FIFOs of this process by token: a descriptor names its memory by a random
+/// token, looked up here, so that a descriptor from the wire can never make this process use
+/// an address it did not hand out. Process-wide, never destroyed.
+class Offers {
+ public:
+  static Offers& process() {
+    static Offers* offers = new Offers();
+    return *offers;
+  }
+  uint64_t add(char* base, const FifoSizes& sizes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    uint64_t token = 0;
+    while (token == 0 || byToken_.count(token) != 0) {
+      if (getrandom(&token, sizeof(token), 0) != sizeof(token)) token = ++fallback_ * 0x9e3779b97f4a7c15ull;
+    }
+    byToken_[token] = {base, sizes};
+    return token;
+  }
+  void remove(uint64_t token) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    byToken_.erase(token);
+  }
+  /// The sender's end of the FIFO offered under token (null when none is): its memory held
+  /// (the count raised under the lock, so the receiver cannot free it in between).
+  std::unique_ptr<FifoMemory> borrow(uint64_t token);
+
+ private:
+  struct Offer {
+    char* base;
+    FifoSizes sizes;
+  };
+  std::mutex mutex_;
+  std::unordered_map<uint64_t, Offer> byToken_;
+  uint64_t fallback_ = 0;
+};
+
+std::unique_ptr<FifoMemory> Offers::borrow(uint64_t token) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = byToken_.find(token);
+  if (it == byToken_.end()) return nullptr;
+  return std::make_unique<BorrowedFifo>(it->second.sizes, it->second.base);
+}
+
+/// The receiver's end: withdraws its offer before letting go of the memory.
+class OfferedFifo final : public FifoMemory {
+ public:
+  OfferedFifo(const FifoSizes& sizes, FifoAllocator* allocator)
+      : FifoMemory(sizes), heap_(sizes, allocator), token_(Offers::process().add(heap_.base(), sizes)) {}
+  ~OfferedFifo() override { Offers::process().remove(token_); }
+  char* base() const override { return heap_.base(); }
+  char* data() const override { return heap_.data(); }
+  uint64_t* counters() const override { return heap_.counters(); }
+  uint64_t token() const { return token_; }
+
+ private:
+  HeapFifo heap_;
+  uint64_t token_;
+};
+
 }  // namespace
 
 std::unique_ptr<FifoMemory> create(const FifoSizes& sizes, FifoAllocator* allocator, Descriptor* out) {
-  auto memory = std::make_unique<HeapFifo>(sizes, allocator);
+  auto memory = std::make_unique<OfferedFifo>(sizes, allocator);
   std::memset(out, 0, sizeof(*out));
   out->kind = Kind::kP2p;
   out->ownerPid = static_cast<int32_t>(getpid());
-  out->address = reinterpret_cast<uint64_t>(memory->base());
+  out->address = memory->token();
   out->bytes = sizes.bytes();
   out->sizes = sizes;
   return memory;
 }
 
 std::unique_ptr<FifoMemory> import(const Descriptor& d) {
-  if (d.ownerPid != static_cast<int32_t>(getpid())) {
-    fail(ncclInternalError, "p2p transport: FIFO of process %d cannot be used by process %d", d.ownerPid, getpid());
+  std::unique_ptr<FifoMemory> memory = Offers::process().borrow(d.address);
+  if (memory == nullptr) {
+    fail(ncclInvalidUsage, "p2p transport: the descriptor names FIFO %#llx, which this process (%d) does not offer "
+                           "(a forged descriptor, or ranks of different processes taken for one)",
+         static_cast<unsigned long long>(d.address), static_cast<int>(getpid()));
   }
-  return std::make_unique<BorrowedFifo>(d.sizes, reinterpret_cast<char*>(d.address));
+  return memory;
 }
 
 }  // namespace braid::transport::p2p

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -107,7 +108,7 @@ void* mapFd(int fd, size_t bytes, const char* name) {
 std::unique_ptr<FifoMemory> create(const FifoSizes& sizes, const std::string& uniqueName, FifoAllocator* allocator,
                                    bool deviceData, Descriptor* out) {
   std::memset(out, 0, sizeof(*out));
-  const std::string name = "/braid-" + uniqueName;
+  const std::string name = segmentName(uniqueName);
   if (name.size() >= sizeof(out->shmName)) fail(ncclInternalError, "shm segment name %s is too long", name.c_str());
   // The slots first, in GPU memory where the backend can share it.
   char* data = nullptr;
@@ -156,9 +157,21 @@ std::unique_ptr<FifoMemory> create(const FifoSizes& sizes, const std::string& un
   return memory;
 }
 
+std::string segmentName(const std::string& uniqueName) { return "/braid-" + uniqueName; }
+
 std::unique_ptr<FifoMemory> import(const Descriptor& d, FifoAllocator* allocator) {
-  const int fd = shm_open(d.shmName, O_RDWR | O_CLOEXEC, 0600);
+  const int fd = shm_open(d.shmName, O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) fail(ncclSystemError, "shm: cannot open %s of process %d: %s", d.shmName, d.ownerPid, strerror(errno));
+  // Only a segment of this user, as large as the FIFO: mapping a shorter one would fault on
+  // first touch (SIGBUS), and someone else's could be rewritten under us.
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+      static_cast<uint64_t>(st.st_size) < d.bytes) {
+    close(fd);
+    fail(ncclSystemError, "shm: segment %s of process %d is not this user's FIFO of %llu bytes (owner uid %u, %lld "
+                          "bytes)", d.shmName, d.ownerPid, static_cast<unsigned long long>(d.bytes),
+         static_cast<unsigned>(st.st_uid), static_cast<long long>(st.st_size));
+  }
   void* p = nullptr;
   try {
     p = mapFd(fd, d.bytes, d.shmName);

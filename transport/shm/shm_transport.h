@@ -18,6 +18,9 @@ namespace braid::transport::shm {
 /// backend's, or null on the host).
 std::unique_ptr<FifoMemory> create(const FifoSizes& sizes, const std::string& uniqueName, FifoAllocator* allocator,
                                    bool deviceData, Descriptor* out);
+/// The name of the segment create() makes for `uniqueName` (a sender derives it to check the
+/// receiver's descriptor).
+std::string segmentName(const std::string& uniqueName);
 /// Sender side: maps the receiver's segment (and its slots, through `allocator`, when they are
 /// in its GPU's memory).
 std::unique_ptr<FifoMemory> import(const Descriptor& d, FifoAllocator* allocator);

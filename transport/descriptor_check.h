@@ -1,0 +1,28 @@
+// What a peer's connection descriptor may say. A descriptor arrives over the bootstrap from
+// another process: nothing in it is used before it matches what this rank derived itself for
+// that peer (the transport its route allows, the FIFO sizes this rank uses, the segment name
+// it would give the receiver's memory, the peer's own address). An in-process FIFO is named
+// by a token this process issued (transport/p2p), never by an address.
+#pragma once
+
+#include <string>
+
+#include "core/socket.h"
+#include "transport/fifo.h"
+
+namespace braid::transport {
+
+/// What this rank expects of the descriptor `peer` sends for one connection.
+struct DescriptorExpectation {
+  int peer = -1;
+  bool sameProcess = false;  ///< the peer is a thread of this process (kP2p allowed)
+  bool sameHost = false;     ///< the peer is a process of this host (kShm allowed)
+  FifoSizes sizes{};         ///< the FIFO sizes this rank uses for the connection
+  std::string shmName;       ///< the segment name this rank derives for the receiver's memory
+  net::SocketAddress peerAddress;  ///< the peer's bootstrap address: network ends listen on its host
+};
+
+/// "" when `d` is what `e` allows; otherwise why not (for an error naming the peer).
+std::string checkDescriptor(const Descriptor& d, const DescriptorExpectation& e);
+
+}  // namespace braid::transport
