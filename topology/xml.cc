@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/files.h"
 #include "core/status.h"
 
 namespace braid::topo {
@@ -253,10 +254,15 @@ std::string writeXml(const XmlNode& element, int indent) {
 void writeXmlFile(const std::string& path, const XmlNode& document) {
   std::string text;
   for (const auto& c : document.children) text += writeXml(c);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) fail(ncclSystemError, "cannot write %s: %s", path.c_str(), strerror(errno));
-  out << text;
-  if (!out.flush()) fail(ncclSystemError, "cannot write %s: %s", path.c_str(), strerror(errno));
+  FILE* out = files::openOutput(path);
+  if (out == nullptr && errno == ELOOP) {
+    fail(ncclSystemError, "refusing to write %s: it is a symbolic link, which Braid does not follow (the file it "
+                          "points to is left as it is)", path.c_str());
+  }
+  if (out == nullptr) fail(ncclSystemError, "cannot write %s: %s", path.c_str(), strerror(errno));
+  const bool written = fwrite(text.data(), 1, text.size(), out) == text.size();
+  const int err = errno;
+  if (fclose(out) != 0 || !written) fail(ncclSystemError, "cannot write %s: %s", path.c_str(), strerror(written ? errno : err));
 }
 
 }  // namespace braid::topo

@@ -1,5 +1,7 @@
 // Topology: NCCL XML files of real machines, paths, decisions, the channel search, graph
 // files, detection (this machine, and NVML/verbs doubles) and braid-topo.
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -7,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <string>
 
@@ -306,6 +309,27 @@ TEST_CASE("Malformed topology files give the line and the reason", "[topology]")
     CHECK(e.code() == ncclSystemError);
     CHECK_THAT(e.what(), Catch::Contains("missing.xml"));
   }
+}
+
+TEST_CASE("Dump files: a symbolic link is refused and what it points to left as it is", "[topology]") {
+  braid::test::TempDir dir;
+  const std::string target = dir.write("precious.txt", "keep me\n");
+  const std::string link = dir.file("dump.xml");
+  REQUIRE(symlink(target.c_str(), link.c_str()) == 0);
+  const XmlNode document = parseXml("<system version=\"1\"><cpu numaid=\"0\"/></system>", "t.xml");
+  try {
+    writeXmlFile(link, document);
+    FAIL("a symbolic link was written through");
+  } catch (const braid::Error& e) {
+    CHECK(e.code() == ncclSystemError);
+    CHECK_THAT(e.what(), Catch::Contains(link) && Catch::Contains("symbolic link"));
+  }
+  std::ifstream in(target);
+  std::string kept((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(kept == "keep me\n");
+  const std::string plain = dir.file("plain.xml");  // (a plain file is written, and read back)
+  writeXmlFile(plain, document);
+  CHECK(readXmlFile(plain).children.at(0).name == "system");
 }
 
 TEST_CASE("Path levels parse as NCCL's names and legacy integers", "[topology]") {
