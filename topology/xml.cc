@@ -4,7 +4,10 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <string_view>
+#include <unordered_set>
 
+#include "core/files.h"
 #include "core/status.h"
 
 namespace braid::topo {
@@ -85,11 +88,14 @@ class Parser {
     return isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' || c == ':';
   }
 
-  std::string name(const char* what) {
+  std::string name(const char* what) { return std::string(nameView(what)); }
+
+  /// The name at pos_, as a view into the input (stable while the parser lives).
+  std::string_view nameView(const char* what) {
     size_t start = pos_;
     while (pos_ < text_.size() && nameChar(text_[pos_])) ++pos_;
     if (pos_ == start) error(std::string("expected ") + what);
-    return std::string(text_.substr(start, pos_ - start));
+    return text_.substr(start, pos_ - start);
   }
 
   std::string decode(std::string_view raw) {
@@ -120,13 +126,17 @@ class Parser {
     return out;
   }
 
+  // Repeated names are found in a hash set of the names seen (views into the input): linear in
+  // the number of attributes, where comparing each with those before it was quadratic.
   void parseAttributes(XmlNode& node) {
+    std::unordered_set<std::string_view> seen;
     for (;;) {
       skipSpace();
       if (pos_ >= text_.size()) error("unterminated tag <" + node.name + ">");
       char c = text_[pos_];
       if (c == '/' || c == '>') return;
-      std::string key = name("attribute name");
+      const std::string_view keyView = nameView("attribute name");
+      std::string key(keyView);
       skipSpace();
       if (!startsWith("=")) error("attribute '" + key + "' of <" + node.name + "> has no value");
       advance(1);
@@ -138,7 +148,7 @@ class Parser {
       if (end == std::string_view::npos) error("unterminated value of attribute '" + key + "'");
       std::string value = decode(text_.substr(pos_ + 1, end - pos_ - 1));
       advance(end + 1 - pos_);
-      if (node.attr(key)) error("attribute '" + key + "' repeated in <" + node.name + ">");
+      if (!seen.insert(keyView).second) error("attribute '" + key + "' repeated in <" + node.name + ">");
       node.attrs.emplace_back(std::move(key), std::move(value));
     }
   }
@@ -253,10 +263,15 @@ std::string writeXml(const XmlNode& element, int indent) {
 void writeXmlFile(const std::string& path, const XmlNode& document) {
   std::string text;
   for (const auto& c : document.children) text += writeXml(c);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) fail(ncclSystemError, "cannot write %s: %s", path.c_str(), strerror(errno));
-  out << text;
-  if (!out.flush()) fail(ncclSystemError, "cannot write %s: %s", path.c_str(), strerror(errno));
+  FILE* out = files::openOutput(path);
+  if (out == nullptr && errno == ELOOP) {
+    fail(ncclSystemError, "refusing to write %s: it is a symbolic link, which Braid does not follow (the file it "
+                          "points to is left as it is)", path.c_str());
+  }
+  if (out == nullptr) fail(ncclSystemError, "cannot write %s: %s", path.c_str(), strerror(errno));
+  const bool written = fwrite(text.data(), 1, text.size(), out) == text.size();
+  const int err = errno;
+  if (fclose(out) != 0 || !written) fail(ncclSystemError, "cannot write %s: %s", path.c_str(), strerror(written ? errno : err));
 }
 
 }  // namespace braid::topo

@@ -53,7 +53,9 @@ XmlNode readXmlFile(const std::string& path, const XmlLimits& limits = {});
 /// Writes element (and its subtree) indented by two spaces per level, one element a line.
 std::string writeXml(const XmlNode& element, int indent = 0);
 
-/// Writes a whole document (its top-level elements) to path; throws ncclSystemError on failure.
+/// Writes a whole document (its top-level elements) to path (created 0644, truncated, closed on
+/// exec); throws ncclSystemError on failure, and for a path whose last component is a symbolic
+/// link (never followed: what it points to is left as it is).
 void writeXmlFile(const std::string& path, const XmlNode& document);
 
 }  // namespace braid::topo

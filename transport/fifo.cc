@@ -17,7 +17,7 @@ constexpr uint64_t kAnnounceOffset = kSigOffset + kernels::kSteps * sizeof(kerne
 constexpr uint64_t kFaultOffset = kAnnounceOffset + 64;
 constexpr uint64_t kSizesOffset = kFaultOffset + 2 * sizeof(FaultBox);
 constexpr uint64_t kStepsOffset = kSizesOffset + kernels::kSteps * sizeof(uint64_t);
-constexpr uint64_t kKeysOffset = kStepsOffset + 128;
+constexpr uint64_t kKeysOffset = kStepsOffset + 192;  // (the receiver's line and its offer: 128 bytes)
 constexpr uint64_t kCounterBytes = kKeysOffset + sizeof(OfferedKeys);
 static_assert(kCounterBytes % 64 == 0);
 }

@@ -30,7 +30,7 @@ struct PeerOp {
   uint64_t offerKey;     ///< offering receiver: its buffer's registration as exported (0: none)
   uint64_t offerOffset;  ///< offering receiver: where the buffer starts in that export
   uint64_t offerSpan;    ///< offering receiver: the export's bytes
-  uint64_t offerToken;   ///< offering receiver: the export's token (runtime::Device::importBuffer's)
+  uint64_t offerToken[2];  ///< offering receiver: the export's 128-bit token (runtime::Device::importBuffer's)
   uint32_t nMapped;
   Proto proto;
   bool isSend;
@@ -48,8 +48,9 @@ enum OfferWord : int {
   kOfferBytes = 2,
   kOfferKey = 3,
   kOfferSpan = 4,
-  kOfferPid = 5,      ///< written by the receiver's host
-  kOfferToken = 6,
+  kOfferServer = 5,   ///< written by the receiver's host: its process's descriptor server (core/fd_exchange.h)
+  kOfferToken = 6,    ///< two words
+  kOfferPid = 8,      ///< written by the receiver's host (for messages)
 };
 
 /// A direct operation (PeerOp::direct; ranks that reach each other's memory, a message above
@@ -69,7 +70,7 @@ enum OfferWord : int {
 /// offer: when it names one of them and the message fits, the sender copies the message there
 /// and publishes one step marked kStepDirect; otherwise it sends through the slots. A sender
 /// that maps none does not wait. The sender's host imports the keys it sees offered, for
-/// later operations (the receiver's pid is in the line too, written by its host).
+/// later operations (the receiver's server id and pid are in the line too, written by its host).
 ///
 /// Receiver, one thread: posts the offer (the caller then sets op.offered: on the GPU only once
 /// every thread of the block has read it). The tag is cleared first, so that a host reading
@@ -83,7 +84,8 @@ BRAID_INLINE void postOffer(const PeerOp& op) {
   storeRelaxed(line + kOfferBytes, op.bytes);
   storeRelaxed(line + kOfferKey, op.offerKey);
   storeRelaxed(line + kOfferSpan, op.offerSpan);
-  storeRelaxed(line + kOfferToken, op.offerToken);
+  storeRelaxed(line + kOfferToken, op.offerToken[0]);
+  storeRelaxed(line + kOfferToken + 1, op.offerToken[1]);
   storeRelease(line + kOfferTag, op.step + 1);
 }
 /// Direct sender: the receiver's buffer once it has posted it for this step, else null; *bytes:

@@ -4,11 +4,14 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 
+#include "core/files.h"
 #include "core/params.h"
 
 namespace braid::log {
@@ -37,11 +40,42 @@ struct Sink {
   bool ownsFile = false;
   std::string host;
   long pid = 0;
+  std::string pattern;  // NCCL_DEBUG_FILE as given, when the file is open
 };
 
 Sink& sink() {
   static Sink* s = new Sink();  // never destroyed: threads may log during exit
   return *s;
+}
+
+/// Opens `path` as the log file (never through a symbolic link, closed on exec); on failure
+/// leaves the sink as it is and says why. Under out.mutex.
+void openFileLocked(Sink& out, const std::string& path, std::string* why) {
+  FILE* f = files::openOutput(path);
+  if (f == nullptr) {
+    *why = errno == ELOOP ? "it is a symbolic link, which Braid does not follow" : strerror(errno);
+    return;
+  }
+  setvbuf(f, nullptr, _IOLBF, 0);
+  out.out = f;
+  out.ownsFile = true;
+}
+
+/// A forked child's first line: its own pid in the prefix and, when NCCL_DEBUG_FILE names the
+/// pid (%p), a file of its own (the parent's stays the parent's; stdout when it cannot be
+/// opened). Under out.mutex.
+void forkedLocked(Sink& out, long pid) {
+  const long parent = out.pid;
+  out.pid = pid;
+  if (!out.ownsFile) return;
+  const std::string path = expandFileName(out.pattern, out.host, pid);
+  if (path == expandFileName(out.pattern, out.host, parent)) return;  // (no %p: the same file)
+  fclose(out.out);  // (the child's copy of the parent's descriptor; nothing is left buffered)
+  out.out = stdout;
+  out.ownsFile = false;
+  std::string why;
+  openFileLocked(out, path, &why);
+  if (!out.ownsFile) out.pattern.clear();
 }
 
 std::once_flag configureOnce;
@@ -121,33 +155,31 @@ Settings readSettings(params::Store& store, const std::string& host, long pid) {
   s.mask = parseSubsysMask(store.string("NCCL_DEBUG_SUBSYS"), &s.problems);
   const std::string file = store.string("NCCL_DEBUG_FILE");
   if (!file.empty()) s.file = expandFileName(file, host, pid);
+  s.filePattern = file;
   for (auto& p : store.takeProblems()) s.problems.push_back(p.text);
   return s;
 }
 
 void apply(const Settings& settings) {
   Sink& out = sink();
+  std::string why;
   {
     std::lock_guard<std::mutex> lock(out.mutex);
-    if (out.host.empty()) {
-      out.host = shortHostName();
-      out.pid = static_cast<long>(getpid());
-    }
+    if (out.host.empty()) out.host = shortHostName();
+    out.pid = static_cast<long>(getpid());
     if (out.ownsFile) fclose(out.out);
     out.out = stdout;
     out.ownsFile = false;
+    out.pattern.clear();
     if (!settings.file.empty()) {
-      if (FILE* f = fopen(settings.file.c_str(), "w"); f != nullptr) {
-        setvbuf(f, nullptr, _IOLBF, 0);
-        out.out = f;
-        out.ownsFile = true;
-      }
+      openFileLocked(out, settings.file, &why);
+      if (out.ownsFile) out.pattern = settings.filePattern;
     }
     gMask.store(settings.mask, std::memory_order_relaxed);
     gLevel.store(static_cast<int>(settings.level), std::memory_order_release);
   }
   if (!settings.file.empty() && !out.ownsFile) {
-    BRAID_WARN("cannot open NCCL_DEBUG_FILE '%s'; logging to stdout", settings.file.c_str());
+    BRAID_WARN("cannot open NCCL_DEBUG_FILE '%s' (%s); logging to stdout", settings.file.c_str(), why.c_str());
   }
   for (const auto& p : settings.problems) BRAID_WARN("%s", p.c_str());
 }
@@ -185,6 +217,7 @@ void write(Level level, uint64_t subsys, const char* file, int line, const char*
     if (*p == '/') base = p + 1;
   }
   std::lock_guard<std::mutex> lock(out.mutex);
+  if (const long pid = static_cast<long>(getpid()); out.pid != 0 && pid != out.pid) forkedLocked(out, pid);
   if (level == Level::Warn) {
     fprintf(out.out, "\n%s:%ld:%ld [%d] %s:%d NCCL WARN %s\n", out.host.c_str(), out.pid, tid,
             tlsDevice, base, line, message);

@@ -46,6 +46,7 @@ struct Settings {
   Level level = Level::None;
   uint64_t mask = kInit | kBootstrap | kEnv;
   std::string file;                   ///< expanded path; "" means stdout
+  std::string filePattern;            ///< NCCL_DEBUG_FILE as given (a forked child expands %p again)
   std::vector<std::string> problems;  ///< unknown level or subsystem names, to WARN about
 };
 

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
-#include <fstream>
 
+#include "core/files.h"
 #include "core/status.h"
 
 namespace braid::params {
@@ -49,19 +49,39 @@ Store::Store(Sources sources) : sources_(std::move(sources)) {
 }
 
 void Store::readFile(const std::string& path, std::map<std::string, std::string>& into) {
-  std::ifstream in(path);
-  if (!in) return;  // an absent file is normal
-  std::string line;
-  int lineNo = 0;
-  while (std::getline(in, line)) {
+  std::string text, why;
+  switch (files::readRegular(path, kConfigMaxBytes, &text, &why)) {
+    case files::ReadResult::kAbsent: return;  // an absent file is normal
+    case files::ReadResult::kRefused:
+      problems_.push_back({"ignoring config file " + path + ": " + why});
+      return;
+    case files::ReadResult::kRead: break;
+  }
+  parseConfig(text, path, into, &problems_);
+}
+
+void parseConfig(std::string_view text, const std::string& path, std::map<std::string, std::string>& into,
+                 std::vector<Problem>* problems) {
+  size_t lineNo = 0;
+  for (size_t start = 0; start < text.size();) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view raw = text.substr(start, end - start);
+    start = end + 1;
     ++lineNo;
+    if (raw.size() > kConfigMaxLine) {
+      problems->push_back({path + ":" + std::to_string(lineNo) + ": ignoring a line of " + std::to_string(raw.size()) +
+                           " bytes (at most " + std::to_string(kConfigMaxLine) + ")"});
+      continue;
+    }
+    std::string line(raw);
     if (const auto hash = line.find('#'); hash != std::string::npos) line.erase(hash);
     line = trim(line);
     if (line.empty()) continue;
     const auto eq = line.find('=');
     const std::string name = eq == std::string::npos ? "" : trim(line.substr(0, eq));
     if (name.empty() || name.find_first_of(" \t") != std::string::npos) {
-      problems_.push_back({path + ":" + std::to_string(lineNo) + ": ignoring line '" + line +
+      problems->push_back({path + ":" + std::to_string(lineNo) + ": ignoring line '" + line +
                            "' (expected NAME=value)"});
       continue;
     }

@@ -6,11 +6,13 @@
 // knob's default. Config files hold lines "NAME=value"; '#' starts a comment.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace braid::params {
@@ -85,6 +87,17 @@ class Store {
   std::map<std::string, std::string> strings_;
   std::vector<Problem> problems_;
 };
+
+/// The largest config file read (a larger one is ignored with a warning), and the longest line
+/// (a longer one is skipped with a warning naming the file and line).
+constexpr size_t kConfigMaxBytes = size_t{1} << 20;
+constexpr size_t kConfigMaxLine = 4096;
+
+/// Parses the text of a config file: "NAME=value" lines, '#' comments, the first definition of
+/// a name winning; each bad or overlong line is skipped and named (`path`:line) in *problems.
+/// Pure (test/fuzz/env_parsers_fuzz.cc).
+void parseConfig(std::string_view text, const std::string& path, std::map<std::string, std::string>& into,
+                 std::vector<Problem>* problems);
 
 /// Parses an integer the way NCCL does (decimal, 0x hex, 0 octal), but rejects trailing junk.
 bool parseInteger(const std::string& text, int64_t* out);

@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/fd_exchange.h"
 #include "kernels/algorithms/send_recv.h"
 #include "kernels/work.h"
 #include "transport/fifo.h"
@@ -84,7 +85,7 @@ class Device {
   /// Where a registered receive buffer lies for a sender in another process of this host to
   /// map (kernels/algorithms/send_recv.h's offering operations): the allocation holding it.
   struct BufferExport {
-    uint64_t token;    ///< names the allocation for importBuffer (with this process's pid)
+    fds::Offer offer;  ///< where importBuffer fetches the allocation
     const char* base;  ///< its first byte
     uint64_t bytes;    ///< its size
   };
@@ -92,8 +93,8 @@ class Device {
   /// the allocation); false when such memory cannot be shared this way (not memory of this
   /// backend's ncclMemAlloc).
   virtual bool exportBuffer(const void* p, uint64_t bytes, BufferExport* out) = 0;
-  /// Maps the `bytes` that process `pid` exported as `token`; throws when it cannot.
-  virtual void* importBuffer(int pid, uint64_t token, uint64_t bytes) = 0;
+  /// Maps the `bytes` another process exported as `from`; throws when it cannot.
+  virtual void* importBuffer(const fds::Offer& from, uint64_t bytes) = 0;
   /// Unmaps what importBuffer returned.
   virtual void closeBuffer(void* p) = 0;
   /// The number of this rank's latest launch not captured into a graph (0: none yet).

@@ -1,10 +1,15 @@
 // libFuzzer target: the parsers of NCCL_ALGO / NCCL_PROTO, NCCL_SOCKET_IFNAME, NCCL_IB_HCA and
-// the path levels (NCCL_P2P_LEVEL, NCCL_NET_GDR_LEVEL). The input is split at its first newline.
+// the path levels (NCCL_P2P_LEVEL, NCCL_NET_GDR_LEVEL), split at the input's first newline; and
+// the whole input as a config file (NCCL_CONF_FILE: every value kept is a bounded line's).
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "core/interfaces.h"
+#include "core/params.h"
 #include "core/status.h"
 #include "plan/algo_proto.h"
 #include "topology/paths.h"
@@ -29,5 +34,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   braid::topo::PathType level;
   braid::topo::parsePathLevel(first, &level);
+  std::map<std::string, std::string> conf;
+  std::vector<braid::params::Problem> problems;
+  braid::params::parseConfig(input, "fuzz.conf", conf, &problems);
+  for (const auto& [name, value] : conf) {
+    if (name.empty() || name.size() + value.size() > braid::params::kConfigMaxLine) std::abort();
+  }
   return 0;
 }

@@ -39,12 +39,12 @@ class MemoryFiles {
     }
     void* p = mapped(fd, bytes);
     std::lock_guard<std::mutex> lock(mutex_);
-    live_[p] = File{bytes, fd, 0};
+    live_[p] = File{bytes, fd, {}};
     return p;
   }
-  /// Maps what another process offered as (pid, token).
-  void* import(int pid, uint64_t token, size_t bytes) {
-    const int fd = fds::fetch(pid, token, std::chrono::seconds(2));
+  /// Maps what another process offered.
+  void* import(const fds::Offer& from, size_t bytes) {
+    const int fd = fds::fetch(from, std::chrono::seconds(2));
     void* p = nullptr;
     try {
       p = mapped(fd, bytes);
@@ -54,7 +54,7 @@ class MemoryFiles {
     }
     close(fd);
     std::lock_guard<std::mutex> lock(mutex_);
-    live_[p] = File{bytes, -1, 0};
+    live_[p] = File{bytes, -1, {}};
     return p;
   }
   bool owns(const void* p) {
@@ -70,7 +70,7 @@ class MemoryFiles {
       f = it->second;
       live_.erase(it);
     }
-    if (f.token != 0) fds::withdraw(f.token);
+    if (!f.offer.token.empty()) fds::withdraw(f.offer.token);
     if (f.fd >= 0) close(f.fd);
     munmap(p, f.bytes);
   }
@@ -92,21 +92,21 @@ class MemoryFiles {
     *offset = static_cast<uint64_t>(static_cast<char*>(p) - static_cast<const char*>(it->first));
     return dup(it->second.fd);
   }
-  /// The token other processes fetch allocation `base` by (offered once).
-  uint64_t share(void* base, size_t* bytes) {
+  /// Where other processes fetch allocation `base` (offered once).
+  fds::Offer share(void* base, size_t* bytes) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = live_.find(base);
     if (it == live_.end() || it->second.fd < 0) fail(ncclInternalError, "emulated device: %p is no allocation", base);
-    if (it->second.token == 0) it->second.token = fds::offer(it->second.fd);
+    if (it->second.offer.token.empty()) it->second.offer = fds::offer(it->second.fd);
     *bytes = it->second.bytes;
-    return it->second.token;
+    return it->second.offer;
   }
 
  private:
   struct File {
     size_t bytes;
     int fd;          // -1: an import
-    uint64_t token;  // offered (0: not yet)
+    fds::Offer offer;  // offered (an empty token: not yet)
   };
   /// The allocation (not an import) holding all of [p, p + bytes), or live_.end(); under mutex_.
   std::map<const void*, struct File>::iterator holding(const void* p, size_t bytes) {
@@ -127,11 +127,9 @@ class MemoryFiles {
   std::map<const void*, File> live_;
 };
 
-/// What exportData writes: the owner's pid, the token and the size.
+/// What exportData writes: where to fetch the file, and its size.
 struct FileHandle {
-  int32_t pid;
-  uint32_t pad;
-  uint64_t token;
+  fds::Offer offer;
   uint64_t bytes;
 };
 
@@ -153,9 +151,9 @@ class HostFifoAllocator final : public transport::FifoAllocator {
   void unregisterHost(void*) override {}
   bool exportData(void* p, uint8_t* handle) override {
     if (!MemoryFiles::process().owns(p)) return false;
-    FileHandle h{static_cast<int32_t>(getpid()), 0, 0, 0};
+    FileHandle h{};
     size_t bytes = 0;
-    h.token = MemoryFiles::process().share(p, &bytes);
+    h.offer = MemoryFiles::process().share(p, &bytes);
     h.bytes = bytes;
     std::memset(handle, 0, kHandleBytes);
     std::memcpy(handle, &h, sizeof h);
@@ -164,7 +162,7 @@ class HostFifoAllocator final : public transport::FifoAllocator {
   void* importData(const uint8_t* handle) override {
     FileHandle h{};
     std::memcpy(&h, handle, sizeof h);
-    return MemoryFiles::process().import(h.pid, h.token, h.bytes);
+    return MemoryFiles::process().import(h.offer, h.bytes);
   }
   void closeData(void* p) override { MemoryFiles::process().release(p); }
   int dmabufFd(void* p, size_t bytes, uint64_t* offset) override {
@@ -197,14 +195,14 @@ bool EmulatedDevice::exportBuffer(const void* p, uint64_t bytes, BufferExport* o
   void* base = nullptr;
   size_t size = 0;
   if (!MemoryFiles::process().find(p, bytes, &base, &size)) return false;
-  out->token = MemoryFiles::process().share(base, &size);
+  out->offer = MemoryFiles::process().share(base, &size);
   out->base = static_cast<const char*>(base);
   out->bytes = size;
   return true;
 }
 
-void* EmulatedDevice::importBuffer(int pid, uint64_t token, uint64_t bytes) {
-  return MemoryFiles::process().import(pid, token, bytes);
+void* EmulatedDevice::importBuffer(const fds::Offer& from, uint64_t bytes) {
+  return MemoryFiles::process().import(from, bytes);
 }
 
 void EmulatedDevice::closeBuffer(void* p) { MemoryFiles::process().release(p); }

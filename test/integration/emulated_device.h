@@ -62,7 +62,7 @@ class EmulatedDevice final : public runtime::Device {
   void launchPeers(const kernels::PeerOp* ops, const int* starts, int nQueues, const kernels::MappedBuffer* mapped,
                    int nMapped, void* stream, const char* call) override;
   bool exportBuffer(const void* p, uint64_t bytes, BufferExport* out) override;
-  void* importBuffer(int pid, uint64_t token, uint64_t bytes) override;
+  void* importBuffer(const fds::Offer& from, uint64_t bytes) override;
   void closeBuffer(void* p) override;
   uint64_t launchMark() override { return seq_; }
   bool launchesDone(uint64_t mark) override;

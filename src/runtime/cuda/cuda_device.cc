@@ -370,14 +370,14 @@ class CudaDevice final : public Device {
     void* base = nullptr;
     size_t size = 0;
     if (!cumemFind(p, bytes, &base, &size)) return false;  // (cudaMalloc, pools: not shareable this way)
-    out->token = cumemShare(base);
+    out->offer = cumemShare(base);
     out->base = static_cast<const char*>(base);
     out->bytes = size;
     return true;
   }
-  void* importBuffer(int pid, uint64_t token, uint64_t bytes) override {
+  void* importBuffer(const fds::Offer& from, uint64_t bytes) override {
     DeviceGuard guard(ordinal_);
-    const int fd = fds::fetch(pid, token, std::chrono::seconds(2));
+    const int fd = fds::fetch(from, std::chrono::seconds(2));
     try {
       void* p = cumemImport(ordinal_, fd, bytes);
       close(fd);

@@ -81,7 +81,7 @@ struct Mapping {
   CUmemGenericAllocationHandle handle;
   size_t bytes;
   bool imported = false;  ///< cumemImport's (another process's memory)
-  uint64_t token = 0;     ///< cumemShare's offer (fds), withdrawn when freed
+  fds::Offer offer{};     ///< cumemShare's (an empty token: not shared), withdrawn when freed
 };
 struct Mappings {
   std::mutex mutex;
@@ -220,7 +220,7 @@ void cumemFree(void* p) {
     m = it->second;
     mappings().live.erase(it);
   }
-  if (m.token != 0) fds::withdraw(m.token);
+  if (!m.offer.token.empty()) fds::withdraw(m.offer.token);
   const Driver& d = Driver::get();
   const CUdeviceptr ptr = static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p));
   d.unmap(ptr, m.bytes);
@@ -318,18 +318,18 @@ bool cumemFind(const void* p, size_t bytes, void** base, size_t* size) {
   return true;
 }
 
-uint64_t cumemShare(void* base) {
+fds::Offer cumemShare(void* base) {
   {
     std::lock_guard<std::mutex> lock(mappings().mutex);
     auto it = mappings().live.find(base);
     if (it == mappings().live.end()) fail(ncclInternalError, "cuMem share of %p, which Braid did not map", base);
-    if (it->second.token != 0) return it->second.token;
+    if (!it->second.offer.token.empty()) return it->second.offer;
   }
   size_t bytes = 0;
   const int fd = cumemExport(base, &bytes);
-  uint64_t token = 0;
+  fds::Offer offered{};
   try {
-    token = fds::offer(fd);
+    offered = fds::offer(fd);
   } catch (...) {
     close(fd);
     throw;
@@ -337,13 +337,13 @@ uint64_t cumemShare(void* base) {
   close(fd);  // (the offer keeps its own)
   std::lock_guard<std::mutex> lock(mappings().mutex);
   auto it = mappings().live.find(base);
-  if (it == mappings().live.end() || it->second.token != 0) {  // freed, or shared by another thread meanwhile
-    fds::withdraw(token);
+  if (it == mappings().live.end() || !it->second.offer.token.empty()) {  // freed, or shared by another thread meanwhile
+    fds::withdraw(offered.token);
     if (it == mappings().live.end()) fail(ncclInvalidArgument, "the memory at %p was freed while being shared", base);
-    return it->second.token;
+    return it->second.offer;
   }
-  it->second.token = token;
-  return token;
+  it->second.offer = offered;
+  return offered;
 }
 
 }  // namespace braid::runtime::cuda

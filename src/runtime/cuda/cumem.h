@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <string>
 
+#include "core/fd_exchange.h"
+
 namespace braid::runtime::cuda {
 
 /// Whether cuMem memory is used on `device`: NCCL_CUMEM_ENABLE (1 by default), the driver's
@@ -30,9 +32,9 @@ void* cumemImport(int device, int fd, size_t bytes);
 /// The allocation of this process's (cumemAllocate's, not an import) that holds all of
 /// [p, p + bytes): its base and size; false when there is none.
 bool cumemFind(const void* p, size_t bytes, void** base, size_t* size);
-/// The token (core/fd_exchange.h) under which other processes fetch the allocation at `base`
-/// (cumemAllocate's): offered at the first call, withdrawn by cumemFree.
-uint64_t cumemShare(void* base);
+/// Where (core/fd_exchange.h) other processes fetch the allocation at `base` (cumemAllocate's):
+/// offered at the first call, withdrawn by cumemFree.
+fds::Offer cumemShare(void* base);
 
 /// A new dma-buf file descriptor for the host pages around `bytes` of `device`'s memory at p
 /// (cuMem or cudaMalloc memory), for a NIC to reach it (GPU Direct RDMA), and p's offset in it;

@@ -75,13 +75,12 @@ class FifoAllocator final : public transport::FifoAllocator {
   }
   void unregisterHost(void* p) override { cudaHostUnregister(p); }
   /// A handle's first byte says its kind: a legacy CUDA IPC handle after 8 bytes, or a cuMem
-  /// allocation's descriptor offered by process `pid` under `token` (CumemHandle).
+  /// allocation's descriptor offered by another process (CumemHandle: where to fetch it).
   enum HandleKind : uint8_t { kLegacyIpc = 1, kCumemFd = 2 };
   struct CumemHandle {
     uint8_t kind;
-    uint8_t pad[3];
-    int32_t pid;
-    uint64_t token;
+    uint8_t pad[7];
+    fds::Offer offer;
     uint64_t bytes;
   };
   static_assert(8 + sizeof(cudaIpcMemHandle_t) <= kHandleBytes && sizeof(CumemHandle) <= kHandleBytes);
@@ -91,11 +90,10 @@ class FifoAllocator final : public transport::FifoAllocator {
     if (cumemOwns(p)) {
       CumemHandle h{};
       h.kind = kCumemFd;
-      h.pid = static_cast<int32_t>(getpid());
       int fd = -1;
       try {
         fd = cumemExport(p, &h.bytes);
-        h.token = fds::offer(fd);
+        h.offer = fds::offer(fd);
       } catch (const Error& e) {  // (no descriptor to pass: the slots stay in shared host memory)
         if (fd >= 0) close(fd);
         BRAID_INFO(log::kInit | log::kShm, "CUDA device %d cannot share cuMem FIFO memory with other processes (%s); "
@@ -108,7 +106,7 @@ class FifoAllocator final : public transport::FifoAllocator {
       close(fd);  // (the offer keeps its own)
       {
         std::lock_guard<std::mutex> lock(mutex_);
-        offered_[p] = h.token;
+        offered_[p] = h.offer.token;
       }
       std::memcpy(handle, &h, sizeof h);
       return true;
@@ -130,7 +128,7 @@ class FifoAllocator final : public transport::FifoAllocator {
     if (handle[0] == kCumemFd) {
       CumemHandle h{};
       std::memcpy(&h, handle, sizeof h);
-      const int fd = fds::fetch(h.pid, h.token);
+      const int fd = fds::fetch(h.offer);
       try {
         void* p = cumemImport(device_, fd, h.bytes);
         close(fd);
@@ -194,7 +192,7 @@ class FifoAllocator final : public transport::FifoAllocator {
   int device_;
   std::mutex mutex_;
   cudaStream_t stream_ = nullptr;  // for zeroing slots (never destroyed, as the allocator)
-  std::map<void*, uint64_t> offered_;  // exported cuMem slots: their descriptors' tokens (fds::offer)
+  std::map<void*, fds::Token> offered_;  // exported cuMem slots: their descriptors' tokens (fds::offer)
 };
 
 }  // namespace

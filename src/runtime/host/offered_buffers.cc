@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "core/fd_exchange.h"
 #include "core/log.h"
 #include "core/status.h"
 
@@ -11,6 +12,7 @@ namespace braid::runtime::host {
 
 using kernels::kOfferKey;
 using kernels::kOfferPid;
+using kernels::kOfferServer;
 using kernels::kOfferSpan;
 using kernels::kOfferTag;
 using kernels::kOfferToken;
@@ -42,6 +44,7 @@ OfferedBuffers::~OfferedBuffers() {
 }
 
 void OfferedBuffers::prepareReceive(kernels::PeerOp& op, const std::function<bool()>& registered) {
+  kernels::storeRelaxed(op.conn.offer + kOfferServer, fds::serverId());
   kernels::storeRelaxed(op.conn.offer + kOfferPid, static_cast<uint64_t>(getpid()));
   op.offerKey = 0;
   std::lock_guard<std::mutex> lock(mutex_);
@@ -58,7 +61,7 @@ void OfferedBuffers::prepareReceive(kernels::PeerOp& op, const std::function<boo
   }
   if (exported) {
     auto it = exported_.find(where.base);
-    if (it != exported_.end() && it->second.where.token != where.token) {  // the address allocated again
+    if (it != exported_.end() && it->second.where.offer.token != where.offer.token) {  // the address allocated again
       exported_.erase(it);
       it = exported_.end();
       changed = true;
@@ -69,7 +72,8 @@ void OfferedBuffers::prepareReceive(kernels::PeerOp& op, const std::function<boo
     }
     if (it != exported_.end()) {  // (beyond kOfferedKeys allocations: not offered)
       op.offerKey = it->second.key;
-      op.offerToken = where.token;
+      op.offerToken[0] = where.offer.token.word[0];
+      op.offerToken[1] = where.offer.token.word[1];
       op.offerOffset = static_cast<uint64_t>(op.buffer - where.base);
       op.offerSpan = where.bytes;
     }
@@ -146,20 +150,23 @@ void OfferedBuffers::importOffered(const kernels::ConnHandle& conn, Sending& s, 
   const uint64_t tag = kernels::loadAcquire(line + kOfferTag);
   if (tag == 0) return;
   const uint64_t key = kernels::loadRelaxed(line + kOfferKey);
-  const uint64_t token = kernels::loadRelaxed(line + kOfferToken);
+  fds::Offer from{};
+  from.server = kernels::loadRelaxed(line + kOfferServer);
+  from.token.word[0] = kernels::loadRelaxed(line + kOfferToken);
+  from.token.word[1] = kernels::loadRelaxed(line + kOfferToken + 1);
+  from.pid = static_cast<int32_t>(kernels::loadRelaxed(line + kOfferPid));
   const uint64_t span = kernels::loadRelaxed(line + kOfferSpan);
-  const uint64_t pid = kernels::loadRelaxed(line + kOfferPid);
   kernels::fenceFull();
   if (kernels::loadRelaxed(line + kOfferTag) != tag) return;  // rewritten meanwhile: the next launch looks again
   if (key == 0 || !holds(offered, key) || s.refused.count(key) != 0 || s.live.size() >= kMaxMapped) return;
   for (const Mapping& m : s.live)
     if (m.key == key) return;
   try {
-    void* base = device_.importBuffer(static_cast<int>(pid), token, span);
+    void* base = device_.importBuffer(from, span);
     s.live.push_back(Mapping{key, static_cast<char*>(base), span});
     BRAID_INFO(log::kP2p, "rank %d: sends to rank %d go straight into its registered buffer %llu (%llu bytes of "
                "process %d's memory, mapped at %p)", rank_, conn.peer, static_cast<unsigned long long>(key),
-               static_cast<unsigned long long>(span), static_cast<int>(pid), base);
+               static_cast<unsigned long long>(span), static_cast<int>(from.pid), base);
   } catch (const Error& e) {
     s.refused.insert(key);
     BRAID_INFO(log::kP2p, "rank %d: cannot map rank %d's registered buffer %llu (%s); sends there go through the FIFO",

@@ -1,7 +1,10 @@
+#include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -92,6 +95,78 @@ TEST_CASE("lines have NCCL's prefix; the mask filters INFO but never WARN", "[lo
   CHECK_THAT(text, Catch::Contains("\n\n" + prefix));
   CHECK_THAT(text, Catch::Contains("log_test.cc:"));
   CHECK_THAT(text, Catch::Contains(" NCCL WARN warn line x\n"));
+}
+
+TEST_CASE("NCCL_DEBUG_FILE: a symbolic link is not followed; the file is closed on exec", "[log]") {
+  TempDir dir;
+  const std::string target = dir.write("precious.txt", "keep me\n");
+  const std::string link = dir.file("log-link.txt");
+  REQUIRE(symlink(target.c_str(), link.c_str()) == 0);
+  const std::string fallback = dir.file("stdout.txt");
+  fflush(stdout);
+  const int savedStdout = dup(1);  // (the warning goes to stdout, NCCL's fallback: caught in a file)
+  const int caught = open(fallback.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  REQUIRE((savedStdout >= 0 && caught >= 0));
+  dup2(caught, 1);
+  log::Settings s;
+  s.level = log::Level::Info;
+  s.mask = log::kAll;
+  s.file = link;
+  s.filePattern = link;
+  log::apply(s);
+  BRAID_INFO(log::kInit, "a line for the log");
+  log::apply(log::Settings{});
+  fflush(stdout);
+  dup2(savedStdout, 1);
+  close(savedStdout);
+  close(caught);
+  CHECK(slurp(target) == "keep me\n");  // neither truncated nor written
+  const std::string shown = slurp(fallback);
+  CHECK_THAT(shown, Catch::Contains("cannot open NCCL_DEBUG_FILE '" + link + "'") &&
+                        Catch::Contains("symbolic link") && Catch::Contains("a line for the log"));
+
+  const std::string file = dir.file("log.txt");
+  s.file = file;
+  s.filePattern = file;
+  log::apply(s);
+  bool cloexec = false;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    char where[4096] = {};
+    if (readlink(entry.path().c_str(), where, sizeof(where) - 1) <= 0 || file != where) continue;
+    const int flags = fcntl(std::stoi(entry.path().filename().string()), F_GETFD);
+    cloexec = flags >= 0 && (flags & FD_CLOEXEC) != 0;
+  }
+  log::apply(log::Settings{});
+  CHECK(cloexec);
+}
+
+TEST_CASE("NCCL_DEBUG_FILE: a forked child logs to the file of its own pid (%p)", "[log]") {
+  TempDir dir;
+  const std::string pattern = dir.path() + "/child.%h.%p.log";
+  log::Settings s;
+  s.level = log::Level::Info;
+  s.mask = log::kAll;
+  s.filePattern = pattern;
+  s.file = log::expandFileName(pattern, log::shortHostName(), getpid());
+  log::apply(s);
+  BRAID_INFO(log::kInit, "the parent's line");
+  const pid_t child = fork();
+  if (child == 0) {
+    BRAID_INFO(log::kInit, "the child's line");
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  BRAID_INFO(log::kInit, "the parent's second line");
+  log::apply(log::Settings{});
+  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  const std::string host = log::shortHostName();
+  const std::string parentText = slurp(dir.file(log::expandFileName("child.%h.%p.log", host, getpid())));
+  const std::string childText = slurp(dir.file(log::expandFileName("child.%h.%p.log", host, child)));
+  CHECK_THAT(parentText, Catch::Contains("the parent's line") && Catch::Contains("the parent's second line") &&
+                             !Catch::Contains("the child's line"));
+  CHECK_THAT(childText, Catch::Contains("the child's line") && !Catch::Contains("the parent's"));
+  CHECK_THAT(childText, Catch::StartsWith(log::shortHostName() + ":" + std::to_string(child) + ":"));
 }
 
 TEST_CASE("formatting is skipped when the level is off", "[log]") {

@@ -1,4 +1,9 @@
+#include <sys/stat.h>
+
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <map>
+#include <vector>
 
 #include "core/params.h"
 #include "test_env.h"
@@ -109,6 +114,67 @@ TEST_CASE("malformed config lines are reported with file and line", "[params]") 
   REQUIRE(problems.size() == 2);
   CHECK_THAT(problems[0].text, Catch::Contains(user + ":2"));
   CHECK_THAT(problems[1].text, Catch::Contains(user + ":3"));
+}
+
+namespace {
+/// The problems a store reports for the config file `path` (NCCL_CONF_FILE), and the seconds it
+/// took to read it.
+std::vector<params::Problem> problemsOfConfig(const std::string& path, double* seconds) {
+  FakeEnv env;
+  env.vars["NCCL_CONF_FILE"] = path;
+  const auto start = std::chrono::steady_clock::now();
+  params::Store store(env.sources("/nonexistent/system.conf"));
+  *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(store.integer("NCCL_BUFFSIZE") == 4194304);
+  return store.takeProblems();
+}
+}  // namespace
+
+TEST_CASE("config files: only regular files of at most 1 MiB are read, each at once", "[params]") {
+  double seconds = 0;
+  auto problems = problemsOfConfig("/dev/zero", &seconds);  // (read without bound: out of memory)
+  CHECK(seconds < 1.0);
+  REQUIRE(problems.size() == 1);
+  CHECK_THAT(problems[0].text, Catch::Contains("/dev/zero") && Catch::Contains("a device, not a regular file"));
+
+  TempDir dir;
+  const std::string fifo = dir.file("fifo.conf");
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  problems = problemsOfConfig(fifo, &seconds);  // (opened for reading, a FIFO waits for a writer)
+  CHECK(seconds < 1.0);
+  REQUIRE(problems.size() == 1);
+  CHECK_THAT(problems[0].text, Catch::Contains(fifo) && Catch::Contains("a FIFO"));
+
+  const std::string big = dir.write("big.conf", "NCCL_BUFFSIZE=4096\n" + std::string(params::kConfigMaxBytes, '#'));
+  problems = problemsOfConfig(big, &seconds);  // (ignored whole: NCCL_BUFFSIZE keeps its default)
+  REQUIRE(problems.size() == 1);
+  CHECK_THAT(problems[0].text, Catch::Contains(big) && Catch::Contains("larger than 1048576 bytes"));
+}
+
+TEST_CASE("config files: a line longer than 4 KiB is skipped and named", "[params]") {
+  TempDir dir;
+  const std::string conf = dir.write("long.conf", "NCCL_DEBUG=INFO\nNCCL_ALGO=" + std::string(100000, 'x') +
+                                                      "\nNCCL_BUFFSIZE=8192\n");
+  FakeEnv env;
+  env.vars["NCCL_CONF_FILE"] = conf;
+  const auto start = std::chrono::steady_clock::now();
+  params::Store store(env.sources("/nonexistent/system.conf"));
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(1));
+  CHECK(store.integer("NCCL_BUFFSIZE") == 8192);  // (the lines around it still read)
+  CHECK(store.string("NCCL_DEBUG") == "INFO");
+  CHECK(store.string("NCCL_ALGO") == "");
+  const auto problems = store.takeProblems();
+  REQUIRE(problems.size() == 1);
+  CHECK_THAT(problems[0].text, Catch::Contains(conf + ":2") && Catch::Contains("100010 bytes") &&
+                                   Catch::Contains("at most 4096"));
+  std::map<std::string, std::string> values;
+  std::vector<params::Problem> found;
+  params::parseConfig("A=" + std::string(params::kConfigMaxLine - 2, 'y') + "\nB=" +
+                          std::string(params::kConfigMaxLine - 1, 'z'), "t.conf", values, &found);
+  CHECK(values.count("A") == 1);  // exactly 4096 bytes: kept
+  CHECK(values.count("B") == 0);
+  REQUIRE(found.size() == 1);
+  CHECK_THAT(found[0].text, Catch::Contains("t.conf:2"));
 }
 
 TEST_CASE("a missing config file is not an error", "[params]") {

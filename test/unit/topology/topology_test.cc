@@ -1,8 +1,12 @@
 // Topology: NCCL XML files of real machines, paths, decisions, the channel search, graph
 // files, detection (this machine, and NVML/verbs doubles) and braid-topo.
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <chrono>
+#include <iterator>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -306,6 +310,61 @@ TEST_CASE("Malformed topology files give the line and the reason", "[topology]")
     CHECK(e.code() == ncclSystemError);
     CHECK_THAT(e.what(), Catch::Contains("missing.xml"));
   }
+}
+
+TEST_CASE("Attributes: 200k in one element parse in linear time; a repeated one is named", "[topology]") {
+  // A check comparing each attribute with those before it took 2.6 to 6 s for 40k attributes:
+  // 200k (2.6 MB, well under the 16 MiB cap) would take minutes; linear, 0.1 to 0.5 s (a
+  // sanitized build, several times that: its bound is looser, still far below the quadratic).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  constexpr double kBound = 10.0;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+  constexpr double kBound = 10.0;
+#else
+  constexpr double kBound = 2.0;
+#endif
+#else
+  constexpr double kBound = 2.0;
+#endif
+  std::string text = "<system version=\"1\"><cpu numaid=\"0\"";
+  constexpr int kAttributes = 200000;
+  for (int i = 0; i < kAttributes; ++i) text += " a" + std::to_string(i) + "=\"" + std::to_string(i % 10) + "\"";
+  const std::string element = text + "/></system>";
+  auto start = std::chrono::steady_clock::now();
+  XmlNode doc = parseXml(element, "many.xml");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  INFO("parsing " << kAttributes << " attributes took " << seconds << " s");
+  CHECK(seconds < kBound);
+  REQUIRE(doc.children.size() == 1);
+  REQUIRE(doc.children[0].children.size() == 1);
+  CHECK(doc.children[0].children[0].attrs.size() == kAttributes + 1);
+  start = std::chrono::steady_clock::now();
+  CHECK_THAT(errorOf(text + " a199999=\"x\"/></system>"),
+             Catch::Contains("attribute 'a199999' repeated in <cpu>"));
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < kBound);
+  CHECK_THAT(errorOf("<system><cpu numaid=\"0\" numaid=\"1\"/></system>"), Catch::Contains("'numaid' repeated"));
+}
+
+TEST_CASE("Dump files: a symbolic link is refused and what it points to left as it is", "[topology]") {
+  braid::test::TempDir dir;
+  const std::string target = dir.write("precious.txt", "keep me\n");
+  const std::string link = dir.file("dump.xml");
+  REQUIRE(symlink(target.c_str(), link.c_str()) == 0);
+  const XmlNode document = parseXml("<system version=\"1\"><cpu numaid=\"0\"/></system>", "t.xml");
+  try {
+    writeXmlFile(link, document);
+    FAIL("a symbolic link was written through");
+  } catch (const braid::Error& e) {
+    CHECK(e.code() == ncclSystemError);
+    CHECK_THAT(e.what(), Catch::Contains(link) && Catch::Contains("symbolic link"));
+  }
+  std::ifstream in(target);
+  std::string kept((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(kept == "keep me\n");
+  const std::string plain = dir.file("plain.xml");  // (a plain file is written, and read back)
+  writeXmlFile(plain, document);
+  CHECK(readXmlFile(plain).children.at(0).name == "system");
 }
 
 TEST_CASE("Path levels parse as NCCL's names and legacy integers", "[topology]") {
