@@ -37,7 +37,7 @@ Kind Connector::route(int peer) {
   const PeerPlace& place = peers_[peer];
   if (options_.networkOnly) return networkKind();
   if (place.sameProcess && !options_.p2pDisabled) return Kind::kP2p;
-  if (place.sameHost && !options_.shmDisabled) return Kind::kShm;
+  if (place.sharedMemory && !options_.shmDisabled) return Kind::kShm;
   return networkKind();
 }
 

@@ -37,6 +37,7 @@ constexpr int gridSet(int channel) { return 2 * kSetChannels + channel; }
 struct PeerPlace {
   bool sameHost;
   bool sameProcess;
+  bool sharedMemory = false;  ///< another process of this host with the same /dev/shm: the shm transport
   bool gpuReachable = false;  ///< with a GPU backend, another process: its GPU can write this rank's GPU memory
 };
 

@@ -16,6 +16,7 @@
 #include "braid_config.h"
 #include "core/log.h"
 #include "core/params.h"
+#include "core/process.h"
 #include "runtime/device.h"
 #include "runtime/host/data_path.h"
 #include "topology/pci_path.h"
@@ -186,7 +187,7 @@ void reportSharedDevice(const RankIdentity& identity, const std::vector<PeerInfo
   int inProcess = 0, otherProcesses = 0;
   for (const PeerInfo& p : peers) {
     if (!sameGpu(p, mine) || p.rank == mine.rank) continue;
-    (p.pid == mine.pid ? inProcess : otherProcesses) += 1;
+    (sameProcess(p, mine) ? inProcess : otherProcesses) += 1;
   }
   if (inProcess + otherProcesses == 0) return;
   BRAID_INFO(log::kInit, "rank %d shares CUDA device %d with %d other rank(s) of this process and %d of other processes",
@@ -238,6 +239,11 @@ void initRank(Communicator& comm, const ncclUniqueId& uniqueId, const InitSettin
   std::strncpy(mine.braidVersion, BRAID_VERSION, sizeof(mine.braidVersion) - 1);
   mine.hostHash = hashString(hostIdentity(settings.hostId));
   mine.pid = static_cast<int32_t>(getpid());
+  mine.processId = process::randomId();
+  mine.pidNamespace = process::pidNamespace();
+  const process::FileIdentity shm = process::sharedMemoryDirectory();
+  mine.shmDevice = shm.device;
+  mine.shmInode = shm.inode;
   mine.cudaDevice = identity.cudaDevice;
   mine.busId = identity.cudaDevice >= 0 ? runtime::cudaBusId(identity.cudaDevice) : -1;
   mine.backend = identity.backend;

@@ -1,0 +1,102 @@
+// Processes of one host: ranks in other pid namespaces (containers sharing the host's network).
+#include <catch2/catch.hpp>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/process.h"
+#include "harness/ranks.h"
+#include "test_env.h"
+#include "transport/shm/shm_transport.h"
+
+using namespace braid;
+
+namespace {
+
+/// The environment of rank_main processes meeting at a fresh loopback port.
+std::string rankEnvironment(const std::string& extra = "") {
+  return "export NCCL_COMM_ID=127.0.0.1:" + std::to_string(test::freeLoopbackPort()) +
+         " NCCL_SOCKET_IFNAME=lo BRAID_BOOTSTRAP_TIMEOUT=20 " + extra + "; ";
+}
+
+/// Why this test cannot run here ("" when it can): namespaces need root and unshare(1).
+std::string cannotUnshare() {
+  if (geteuid() != 0) return "not root: unshare --pid needs CAP_SYS_ADMIN";
+  const std::string out = test::runCommand("unshare --pid --fork sh -c 'echo pid $$' 2>&1");
+  return out.find("pid 1") != std::string::npos ? "" : "unshare --pid --fork does not work here: " + out;
+}
+
+bool exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
+
+/// Waits up to `limit` for `child`; false (and the child killed) when it has not exited by then.
+bool waitBounded(pid_t child, int* status, std::chrono::seconds limit) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < until) {
+    if (waitpid(child, status, WNOHANG) == child) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  kill(child, SIGKILL);
+  waitpid(child, status, 0);
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("ranks that are pid 1 of their own pid namespaces are told apart and share /dev/shm",
+          "[integration][containers]") {
+  const std::string why = cannotUnshare();
+  if (!why.empty()) {
+    WARN("skipped: " << why);
+    return;
+  }
+  const char* program = std::getenv("BRAID_RANK_MAIN_EXE");
+  REQUIRE(program != nullptr);
+  // Each rank is pid 1 of a namespace of its own, on one host (same hostname and boot id).
+  std::string command = rankEnvironment("NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,SHM");
+  for (int r = 0; r < 2; ++r) {
+    command += "timeout 60 unshare --pid --fork sh -c 'echo rank " + std::to_string(r) + " is pid $$; exec " + program +
+               " 2 " + std::to_string(r) + " allreduce' & ";
+  }
+  const std::string out = test::runCommand(command + "wait");
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("rank 0 is pid 1"));
+  CHECK_THAT(out, Catch::Contains("rank 1 is pid 1"));
+  // rank_main checks the sum of the ranks exactly, then destroys its communicator.
+  CHECK_THAT(out, Catch::Contains("rank 0 of 2 ok"));
+  CHECK_THAT(out, Catch::Contains("rank 1 of 2 ok"));
+  CHECK_THAT(out, Catch::Contains("rank 0 <- rank 1 via SHM"));
+  CHECK_THAT(out, Catch::Contains("run on this host in another pid namespace"));
+}
+
+TEST_CASE("ranks of one host that see different /dev/shm filesystems connect through sockets",
+          "[integration][containers]") {
+  const std::string why = cannotUnshare();
+  if (!why.empty()) {
+    WARN("skipped: " << why);
+    return;
+  }
+  const char* program = std::getenv("BRAID_RANK_MAIN_EXE");
+  REQUIRE(program != nullptr);
+  // Rank 1 gets a /dev/shm of its own (a container's private tmpfs); rank 0 keeps the host's.
+  std::string command = rankEnvironment("NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,SHM,NET");
+  command += "timeout 60 unshare --pid --fork " + std::string(program) + " 2 0 allreduce & ";
+  command += "timeout 60 unshare --pid --fork --mount sh -c 'mount -t tmpfs braid-test /dev/shm && exec " +
+             std::string(program) + " 2 1 allreduce' & wait";
+  const std::string out = test::runCommand(command);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("rank 0 of 2 ok"));
+  CHECK_THAT(out, Catch::Contains("rank 1 of 2 ok"));
+  CHECK_THAT(out, Catch::Contains("see another /dev/shm"));
+  CHECK_THAT(out, Catch::Contains("rank 0 <- rank 1 via NET/Socket"));
+  CHECK_THAT(out, !Catch::Contains("via SHM"));
+}
