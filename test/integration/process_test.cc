@@ -1,4 +1,5 @@
-// Processes of one host: ranks in other pid namespaces (containers sharing the host's network).
+// Processes of one host: ranks in other pid namespaces (containers sharing the host's network),
+// and a peer killed and left a zombie.
 #include <catch2/catch.hpp>
 
 #include <dirent.h>
@@ -99,4 +100,23 @@ TEST_CASE("ranks of one host that see different /dev/shm filesystems connect thr
   CHECK_THAT(out, Catch::Contains("see another /dev/shm"));
   CHECK_THAT(out, Catch::Contains("rank 0 <- rank 1 via NET/Socket"));
   CHECK_THAT(out, !Catch::Contains("via SHM"));
+}
+
+TEST_CASE("a killed rank left a zombie by its parent: the survivor fails naming it", "[integration][watchdog]") {
+  const char* program = std::getenv("BRAID_RANK_MAIN_EXE");
+  REQUIRE(program != nullptr);
+  // Rank 1's parent becomes `sleep`, which never reaps it: killed, it stays a zombie, which
+  // kill(pid, 0) still finds. Its sockets are closed, but nothing of the shm path reads them.
+  std::string command = rankEnvironment();
+  command += "timeout 30 " + std::string(program) + " 2 0 stream 100000 & p0=$!; ";
+  command += "sh -c '" + std::string(program) + " 2 1 stream 100000 kill-at 50 1 & exec sleep 40' & p1=$!; ";
+  command += "wait $p0; echo rank 0 exit $?; ps -o stat=,args= --ppid $p1 | sed 's/^/child of sleep: /'; "
+             "kill $p1; wait $p1 2>/dev/null; true";
+  const auto start = std::chrono::steady_clock::now();
+  const std::string out = test::runCommand(command);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("rank 1: raising signal 9 before op #50"));
+  CHECK_THAT(out, Catch::Contains("child of sleep: Z"));  // (it was a zombie when rank 0 ended)
+  test::checkSurvivorsFailed(out, {0}, Catch::Contains("rank 1 (process "));
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(25));
 }

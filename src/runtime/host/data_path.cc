@@ -55,7 +55,7 @@ std::vector<transport::PeerPlace> placesOf(const std::vector<PeerInfo>& peers, i
   return places;
 }
 /// Other processes of this host whose pids name them here (the same pid namespace): their exit
-/// is visible. Those of other namespaces (containers) are noticed by their
+/// is visible, watched from now on. Those of other namespaces (containers) are noticed by their
 /// connections and NCCL_TIMEOUT, as ranks on other hosts are.
 std::vector<PeerProcess> watchedPeers(const std::vector<PeerInfo>& peers, int rank) {
   const PeerInfo& mine = peers[rank];
@@ -64,7 +64,7 @@ std::vector<PeerProcess> watchedPeers(const std::vector<PeerInfo>& peers, int ra
   for (const PeerInfo& p : peers) {
     if (p.hostHash != mine.hostHash || sameProcess(p, mine)) continue;
     if (samePidNamespace(p, mine)) {
-      watched.push_back({p.rank, p.pid});
+      watched.push_back({p.rank, process::ProcessWatch(p.pid)});
     } else {
       apart += (apart.empty() ? "" : ", ") + std::to_string(p.rank);
     }
