@@ -1,5 +1,5 @@
 // Processes of one host: ranks in other pid namespaces (containers sharing the host's network),
-// and a peer killed and left a zombie.
+// a peer killed and left a zombie, and a communicator inherited across fork.
 #include <catch2/catch.hpp>
 
 #include <dirent.h>
@@ -119,4 +119,39 @@ TEST_CASE("a killed rank left a zombie by its parent: the survivor fails naming 
   CHECK_THAT(out, Catch::Contains("child of sleep: Z"));  // (it was a zombie when rank 0 ended)
   test::checkSurvivorsFailed(out, {0}, Catch::Contains("rank 1 (process "));
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(25));
+}
+
+TEST_CASE("a forked child destroys and aborts inherited communicators at once; the parent's go on",
+          "[integration][fork]") {
+  for (int n : {1, 2}) {
+    for (bool abort : {false, true}) {
+      INFO(n << " rank(s) of this process, " << (abort ? "ncclCommAbort" : "ncclCommDestroy") << " in the child");
+      std::vector<ncclComm_t> comms(n, nullptr);
+      REQUIRE(ncclCommInitAll(comms.data(), n, nullptr) == ncclSuccess);
+      auto allReduce = [&] {
+        std::vector<std::vector<float>> x(n, std::vector<float>(4096, 1.0f));
+        bool ok = ncclGroupStart() == ncclSuccess;
+        for (int r = 0; r < n; ++r)
+          ok = ok && ncclAllReduce(x[r].data(), x[r].data(), 4096, ncclFloat, ncclSum, comms[r], nullptr) == ncclSuccess;
+        ok = ncclGroupEnd() == ncclSuccess && ok;
+        for (int r = 0; r < n; ++r) ok = ok && x[r][4095] == static_cast<float>(n);
+        return ok;
+      };
+      REQUIRE(allReduce());  // (threads and connections exist)
+      const pid_t child = fork();
+      REQUIRE(child >= 0);
+      if (child == 0) {
+        alarm(10);  // a hang ends the child with SIGALRM
+        for (ncclComm_t c : comms)
+          if ((abort ? ncclCommAbort(c) : ncclCommDestroy(c)) != ncclSuccess) _exit(2);
+        _exit(0);
+      }
+      int status = 0;
+      REQUIRE(waitBounded(child, &status, std::chrono::seconds(15)));
+      CHECK(WIFEXITED(status));
+      CHECK(WEXITSTATUS(status) == 0);
+      CHECK(allReduce());  // the child left the parent's threads and connections alone
+      for (ncclComm_t c : comms) CHECK(ncclCommDestroy(c) == ncclSuccess);
+    }
+  }
 }
