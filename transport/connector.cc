@@ -127,8 +127,7 @@ std::unique_ptr<Connector::End> Connector::createReceiver(int peer, const FifoSi
   if (kind == Kind::kP2p) {
     end->memory = p2p::create(sizes, options_.allocator, d);
   } else if (kind == Kind::kShm) {
-    end->memory = shm::create(sizes, options_.commTag + "-" + std::to_string(rank_) + "-" + std::to_string(peer) + "-" + what,
-                              options_.allocator, !options_.p2pDisabled && peers_[peer].gpuReachable, d);
+    end->memory = shm::create(sizes, options_.allocator, !options_.p2pDisabled && peers_[peer].gpuReachable, d);
   } else if (kind == Kind::kIb) {
     end->memory = ib::createReceiver(sizes, ibSettings(lane), peer, d);
     usesNetwork_ = true;

@@ -53,7 +53,6 @@ struct ConnectorOptions {
   int nSockets = 1;          ///< NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD
   uint64_t commHash = 0;     ///< presented on every network connection
   const uint32_t* abortFlag = nullptr;  ///< the communicator's abort flag
-  std::string commTag;       ///< unique per communicator: names shared-memory segments
   /// The backend's FIFO memory (null: the host's): the in-process transport allocates from it,
   /// and the others' host memory is registered with it, so that the kernels reach every FIFO.
   FifoAllocator* allocator = nullptr;

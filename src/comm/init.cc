@@ -21,6 +21,7 @@
 #include "runtime/host/data_path.h"
 #include "topology/pci_path.h"
 #include "topology/topology.h"
+#include "transport/shm/shm_transport.h"
 #include <cstdio>
 
 namespace braid::comm {
@@ -228,6 +229,7 @@ void initRank(Communicator& comm, const ncclUniqueId& uniqueId, const InitSettin
     bootstrap::startRoot(net::Socket::listen(bindAt), id.secret, settings.net.timeout);
   }
 
+  transport::shm::removeOrphans();  // (segments of ranks killed during an earlier setup)
   auto channel = bootstrap::Bootstrap::join(id, identity.rank, identity.nRanks, settings.net, &comm.abortFlag());
   const auto bootstrapDone = std::chrono::steady_clock::now();
 
@@ -258,8 +260,6 @@ void initRank(Communicator& comm, const ncclUniqueId& uniqueId, const InitSettin
 
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double boot = std::chrono::duration<double>(bootstrapDone - start).count();
-  char tag[32];
-  std::snprintf(tag, sizeof(tag), "%016llx", static_cast<unsigned long long>(identity.commHash));
   const bool onDevice = identity.backend == Backend::kCuda;
   auto dataSettings = runtime::host::DataPathSettings::fromParams(comm.config(), onDevice);
   dataSettings.connector.ports = ports;
@@ -271,7 +271,7 @@ void initRank(Communicator& comm, const ncclUniqueId& uniqueId, const InitSettin
     reportSharedDevice(identity, peers);
   }
   auto dataPath = std::make_unique<runtime::host::DataPath>(
-      *channel, identity.rank, peers, dataSettings, tag, comm.abortWord(), identity.commHash,
+      *channel, identity.rank, peers, dataSettings, comm.abortWord(), identity.commHash,
       [&comm](ncclResult_t code) {
         comm.setAsyncError(code);
         comm.requestAbort();

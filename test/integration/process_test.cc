@@ -1,5 +1,6 @@
 // Processes of one host: ranks in other pid namespaces (containers sharing the host's network),
-// a peer killed and left a zombie, and a communicator inherited across fork.
+// a peer killed and left a zombie, a communicator inherited across fork, and the shared-memory
+// segments of a process killed during connection setup.
 #include <catch2/catch.hpp>
 
 #include <dirent.h>
@@ -154,4 +155,69 @@ TEST_CASE("a forked child destroys and aborts inherited communicators at once; t
       for (ncclComm_t c : comms) CHECK(ncclCommDestroy(c) == ncclSuccess);
     }
   }
+}
+
+TEST_CASE("segments of a process killed during setup are removed by the next init, a live one's stay",
+          "[integration][shm]") {
+  // Two children create a segment each, as a receiver does during connection setup: one is then
+  // killed, the other lives on until the parent kills it too.
+  auto makeSegment = [](bool die) {
+    int fds[2];
+    REQUIRE(pipe(fds) == 0);
+    const pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      try {
+        transport::Descriptor d{};
+        auto memory = transport::shm::create(transport::FifoSizes{64 * 1024, 512, 64}, nullptr, false, &d);
+        if (write(fds[1], d.shmName, sizeof d.shmName) != static_cast<ssize_t>(sizeof d.shmName)) _exit(2);
+        if (die) raise(SIGKILL);
+        for (;;) pause();
+      } catch (...) {
+        _exit(3);
+      }
+    }
+    close(fds[1]);
+    char name[sizeof(transport::Descriptor::shmName)] = {};
+    const ssize_t got = read(fds[0], name, sizeof name);
+    close(fds[0]);
+    REQUIRE(got == static_cast<ssize_t>(sizeof name));
+    return std::make_pair(child, std::string(name));
+  };
+  const auto [dead, deadName] = makeSegment(true);
+  const auto [live, liveName] = makeSegment(false);
+  int status = 0;
+  REQUIRE(waitpid(dead, &status, 0) == dead);
+  REQUIRE((WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL));
+  // One of another pid namespace, whose pid says nothing here (its owner may well be alive).
+  int otherPid = 0;
+  uint64_t ourNs = 0;
+  REQUIRE(transport::shm::segmentOwner(deadName, &otherPid, &ourNs));
+  CHECK(otherPid == dead);
+  CHECK(ourNs == process::pidNamespace());
+  char foreign[96];
+  std::snprintf(foreign, sizeof foreign, "/braid-%d-%llx-%016llx-0", dead, static_cast<unsigned long long>(ourNs + 1),
+                0x1234ull);
+  const int fd = shm_open(foreign, O_CREAT | O_EXCL | O_RDWR, 0600);
+  REQUIRE(fd >= 0);
+  close(fd);
+  REQUIRE(exists("/dev/shm" + deadName));
+  REQUIRE(exists("/dev/shm" + liveName));
+
+  ncclComm_t comm = nullptr;
+  REQUIRE(ncclCommInitAll(&comm, 1, nullptr) == ncclSuccess);  // init sweeps /dev/shm
+  CHECK_FALSE(exists("/dev/shm" + deadName));
+  CHECK(exists("/dev/shm" + liveName));
+  CHECK(exists(std::string("/dev/shm") + foreign));
+  CHECK(ncclCommDestroy(comm) == ncclSuccess);
+
+  kill(live, SIGKILL);
+  REQUIRE(waitpid(live, &status, 0) == live);
+  REQUIRE(ncclCommInitAll(&comm, 1, nullptr) == ncclSuccess);
+  CHECK_FALSE(exists("/dev/shm" + liveName));
+  CHECK(exists(std::string("/dev/shm") + foreign));
+  CHECK(ncclCommDestroy(comm) == ncclSuccess);
+  shm_unlink(foreign);
+  shm_unlink(liveName.c_str());
+  shm_unlink(deadName.c_str());
 }

@@ -76,11 +76,10 @@ std::vector<PeerProcess> watchedPeers(const std::vector<PeerInfo>& peers, int ra
   return watched;
 }
 
-transport::ConnectorOptions optionsFor(const DataPathSettings& s, const std::string& commTag, uint64_t commHash,
+transport::ConnectorOptions optionsFor(const DataPathSettings& s, uint64_t commHash,
                                        const uint32_t* abortFlag, runtime::Device* device, int64_t busId) {
   transport::ConnectorOptions o = s.connector;
   o.commHash = commHash;
-  o.commTag = commTag;
   o.abortFlag = abortFlag;
   o.allocator = device != nullptr ? device->fifoAllocator() : nullptr;
   o.ib.gpuBusId = busId;
@@ -178,7 +177,7 @@ DataPathSettings DataPathSettings::fromParams(const CommConfig& config, bool onD
 }
 
 DataPath::DataPath(bootstrap::Bootstrap& channel, int rank, const std::vector<PeerInfo>& peers,
-                   const DataPathSettings& settings, const std::string& commTag, const uint32_t* abortWord,
+                   const DataPathSettings& settings, const uint32_t* abortWord,
                    uint64_t commHash, std::function<void(ncclResult_t)> onFailure,
                    std::unique_ptr<runtime::Device> device)
     : device_(std::move(device)),
@@ -187,7 +186,7 @@ DataPath::DataPath(bootstrap::Bootstrap& channel, int rank, const std::vector<Pe
       nRanks_(static_cast<int>(peers.size())),
       settings_(settings),
       abort_(abortWord),
-      connector_(channel, rank, placesOf(peers, rank, device_.get()), optionsFor(settings, commTag, commHash, abortWord, device_.get(), peers[rank].busId)),
+      connector_(channel, rank, placesOf(peers, rank, device_.get()), optionsFor(settings, commHash, abortWord, device_.get(), peers[rank].busId)),
       statuses_(device_ != nullptr ? device_->statuses() : hostStatuses_.data()),
       executor_(settings.threadsPerChannel) {
   for (const PeerInfo& p : peers) deviceOf_.push_back(p.cudaDevice);
