@@ -38,7 +38,7 @@ Kind Connector::route(int peer) {
   const PeerPlace& place = peers_[peer];
   if (options_.networkOnly) return networkKind();
   if (place.sameProcess && !options_.p2pDisabled) return Kind::kP2p;
-  if (place.sameHost && !options_.shmDisabled) return Kind::kShm;
+  if (place.sharedMemory && !options_.shmDisabled) return Kind::kShm;
   return networkKind();
 }
 
@@ -128,8 +128,7 @@ std::unique_ptr<Connector::End> Connector::createReceiver(int peer, const FifoSi
   if (kind == Kind::kP2p) {
     end->memory = p2p::create(sizes, options_.allocator, d);
   } else if (kind == Kind::kShm) {
-    end->memory = shm::create(sizes, shmUniqueName(rank_, peer, lane), options_.allocator,
-                              !options_.p2pDisabled && peers_[peer].gpuReachable, d);
+    end->memory = shm::create(sizes, options_.allocator, !options_.p2pDisabled && peers_[peer].gpuReachable, d);
   } else if (kind == Kind::kIb) {
     end->memory = ib::createReceiver(sizes, ibSettings(lane), peer, d);
     usesNetwork_ = true;
@@ -146,18 +145,14 @@ std::unique_ptr<Connector::End> Connector::createReceiver(int peer, const FifoSi
   return end;
 }
 
-std::string Connector::shmUniqueName(int receiver, int sender, const Lane& lane) const {
-  return options_.commTag + "-" + std::to_string(receiver) + "-" + std::to_string(sender) + "-" + lane.what;
-}
-
 std::unique_ptr<Connector::End> Connector::importSender(int peer, const Descriptor& d, const Lane& lane,
                                                         const FifoSizes& sizes) {
   DescriptorExpectation expected;
   expected.peer = peer;
   expected.sameProcess = peers_[peer].sameProcess;
-  expected.sameHost = peers_[peer].sameHost;
+  expected.sharedMemory = peers_[peer].sharedMemory;
   expected.sizes = sizes;
-  expected.shmName = shm::segmentName(shmUniqueName(peer, rank_, lane));
+  expected.shmPrefix = peers_[peer].shmPrefix;
   expected.peerAddress = channel_.peerAddress(peer);
   const std::string wrong = checkDescriptor(d, expected);
   if (!wrong.empty()) {

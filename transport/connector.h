@@ -37,7 +37,9 @@ constexpr int gridSet(int channel) { return 2 * kSetChannels + channel; }
 struct PeerPlace {
   bool sameHost;
   bool sameProcess;
+  bool sharedMemory = false;  ///< another process of this host with the same /dev/shm: the shm transport
   bool gpuReachable = false;  ///< with a GPU backend, another process: its GPU can write this rank's GPU memory
+  std::string shmPrefix;      ///< how the names of its shared-memory segments start (shm::segmentPrefix)
 };
 
 struct ConnectorOptions {
@@ -52,7 +54,6 @@ struct ConnectorOptions {
   int nSockets = 1;          ///< NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD
   uint64_t commHash = 0;     ///< presented on every network connection
   const uint32_t* abortFlag = nullptr;  ///< the communicator's abort flag
-  std::string commTag;       ///< unique per communicator: names shared-memory segments
   /// The backend's FIFO memory (null: the host's): the in-process transport allocates from it,
   /// and the others' host memory is registered with it, so that the kernels reach every FIFO.
   FifoAllocator* allocator = nullptr;
@@ -122,8 +123,6 @@ class Connector {
   /// Sender side: checks `peer`'s descriptor against what this rank expects (transport/
   /// descriptor_check.h; `sizes` are this rank's for the connection), then takes hold of it.
   std::unique_ptr<End> importSender(int peer, const Descriptor& d, const Lane& lane, const FifoSizes& sizes);
-  /// The unique part of the shared-memory name of `receiver`'s FIFO from `sender` on `lane`.
-  std::string shmUniqueName(int receiver, int sender, const Lane& lane) const;
   /// The transport between this rank and `peer`.
   Kind route(int peer);
   /// The network transport of this communicator, chosen at its first network connection

@@ -36,7 +36,13 @@ std::string checkListen(const Descriptor& d, const DescriptorExpectation& e) {
 
 std::string checkShm(const Descriptor& d, const DescriptorExpectation& e) {
   if (std::memchr(d.shmName, '\0', sizeof(d.shmName)) == nullptr) return "its segment name is not terminated";
-  if (e.shmName != d.shmName) return "it names segment '" + std::string(d.shmName) + "', not " + e.shmName;
+  const std::string name = d.shmName;
+  const size_t n = e.shmPrefix.size();
+  const bool sequence = name.size() > n && name.size() <= n + 16 &&
+                        name.find_first_not_of("0123456789abcdef", n) == std::string::npos;
+  if (name.compare(0, n, e.shmPrefix) != 0 || !sequence) {
+    return "it names segment '" + name + "', not one of the peer's (" + e.shmPrefix + "<n>)";
+  }
   if (d.dataShared > 1) return "its slot-sharing flag is " + std::to_string(d.dataShared);
   const uint64_t expected = d.dataShared != 0 ? (fifoControlBytes() + 4095) / 4096 * 4096 : e.sizes.bytes();
   if (d.bytes != expected) return "it gives " + std::to_string(d.bytes) + " bytes, not " + std::to_string(expected);
@@ -51,7 +57,7 @@ std::string checkDescriptor(const Descriptor& d, const DescriptorExpectation& e)
       if (!e.sameProcess) return "it offers in-process memory, but the peer is another process";
       break;
     case Kind::kShm:
-      if (!e.sameHost) return "it offers shared memory, but the peer is on another host";
+      if (!e.sharedMemory) return "it offers shared memory, but the peer does not share this rank's /dev/shm";
       break;
     case Kind::kSocket:
     case Kind::kIb:

@@ -1,7 +1,7 @@
 // What a peer's connection descriptor may say. A descriptor arrives over the bootstrap from
 // another process: nothing in it is used before it matches what this rank derived itself for
-// that peer (the transport its route allows, the FIFO sizes this rank uses, the segment name
-// it would give the receiver's memory, the peer's own address). An in-process FIFO is named
+// that peer (the transport its route allows, the FIFO sizes this rank uses, a segment name of
+// the peer's own making, the peer's own address). An in-process FIFO is named
 // by a token this process issued (transport/p2p), never by an address.
 #pragma once
 
@@ -16,9 +16,9 @@ namespace braid::transport {
 struct DescriptorExpectation {
   int peer = -1;
   bool sameProcess = false;  ///< the peer is a thread of this process (kP2p allowed)
-  bool sameHost = false;     ///< the peer is a process of this host (kShm allowed)
+  bool sharedMemory = false;  ///< the peer is a process of this host with this /dev/shm (kShm allowed)
   FifoSizes sizes{};         ///< the FIFO sizes this rank uses for the connection
-  std::string shmName;       ///< the segment name this rank derives for the receiver's memory
+  std::string shmPrefix;     ///< how the peer's segment names start (shm::segmentPrefix of its identity)
   net::SocketAddress peerAddress;  ///< the peer's bootstrap address: network ends listen on its host
 };
 

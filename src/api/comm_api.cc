@@ -1,4 +1,6 @@
 // Communicator creation, lifecycle and queries.
+#include <unistd.h>
+
 #include <algorithm>
 #include <vector>
 
@@ -27,10 +29,20 @@ ncclResult_t dispatch(Communicator& host, std::function<void()> job) {
 
 /// ncclCommDestroy and ncclCommAbort: aborting first raises the flag every wait of the
 /// communicator watches, so a background job ends within one poll slice (~50 ms).
+/// In a forked child the communicator is the parent's: released without a word to any thread
+/// or peer (see Communicator::abandonInChild).
 void release(Communicator& comm, bool abort) {
-  if (abort) comm.requestAbort();
   group::forget(&comm);
   const RankIdentity& id = comm.identity();
+  if (comm.inheritedByFork()) {
+    BRAID_INFO(log::kInit, "comm %p rank %d nranks %d - %s in process %d, a fork of process %d that created it: its "
+               "threads and connections are the parent's, so nothing is joined or closed here (its memory is freed "
+               "when this process ends)", static_cast<void*>(&comm), id.rank, id.nRanks, abort ? "Abort" : "Destroy",
+               static_cast<int>(getpid()), static_cast<int>(comm.creatorPid()));
+    comm.abandonInChild();
+    return;
+  }
+  if (abort) comm.requestAbort();
   BRAID_INFO(log::kInit, "comm %p rank %d nranks %d - %s COMPLETE", static_cast<void*>(&comm), id.rank, id.nRanks,
              abort ? "Abort" : "Destroy");
   delete static_cast<ncclComm*>(&comm);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <nccl.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdint>
@@ -54,6 +55,14 @@ class Communicator {
 
   /// True for a live communicator (guards against stale or foreign handles).
   bool live() const noexcept { return magic_ == kMagic; }
+  /// The process that created it; another one (a forked child) holds a copy whose threads do
+  /// not exist there and whose connections belong to the parent.
+  pid_t creatorPid() const noexcept { return creatorPid_; }
+  bool inheritedByFork() const noexcept { return getpid() != creatorPid_; }
+  /// In a forked child: makes the handle dead without running any destructor (which would join
+  /// threads that do not exist here, and shut down sockets and unlink segments the parent still
+  /// uses). Everything it holds is left to the end of this process, deliberately.
+  void abandonInChild() noexcept { magic_ = 0; }
   const RankIdentity& identity() const noexcept { return identity_; }
   const CommConfig& config() const noexcept { return config_; }
 
@@ -120,6 +129,7 @@ class Communicator {
  private:
   static constexpr uint64_t kMagic = 0xb4a1dc0aa11c0de5ull;
   uint64_t magic_ = kMagic;
+  const pid_t creatorPid_ = getpid();
   RankIdentity identity_;
   CommConfig config_;
   std::unique_ptr<bootstrap::Bootstrap> bootstrap_;

@@ -16,10 +16,12 @@
 #include "braid_config.h"
 #include "core/log.h"
 #include "core/params.h"
+#include "core/process.h"
 #include "runtime/device.h"
 #include "runtime/host/data_path.h"
 #include "topology/pci_path.h"
 #include "topology/topology.h"
+#include "transport/shm/shm_transport.h"
 #include <cstdio>
 
 namespace braid::comm {
@@ -191,7 +193,7 @@ void reportSharedDevice(const RankIdentity& identity, const std::vector<PeerInfo
   int inProcess = 0, otherProcesses = 0;
   for (const PeerInfo& p : peers) {
     if (!sameGpu(p, mine) || p.rank == mine.rank) continue;
-    (p.pid == mine.pid ? inProcess : otherProcesses) += 1;
+    (sameProcess(p, mine) ? inProcess : otherProcesses) += 1;
   }
   if (inProcess + otherProcesses == 0) return;
   BRAID_INFO(log::kInit, "rank %d shares CUDA device %d with %d other rank(s) of this process and %d of other processes",
@@ -240,6 +242,7 @@ void initRank(Communicator& comm, const ncclUniqueId& uniqueId, const InitSettin
     }
   }
 
+  transport::shm::removeOrphans();  // (segments of ranks killed during an earlier setup)
   auto channel = bootstrap::Bootstrap::join(id, identity.rank, identity.nRanks, settings.net, &comm.abortFlag());
   const auto bootstrapDone = std::chrono::steady_clock::now();
 
@@ -251,6 +254,11 @@ void initRank(Communicator& comm, const ncclUniqueId& uniqueId, const InitSettin
   std::strncpy(mine.braidVersion, BRAID_VERSION, sizeof(mine.braidVersion) - 1);
   mine.hostHash = hashString(hostIdentity(settings.hostId));
   mine.pid = static_cast<int32_t>(getpid());
+  mine.processId = process::randomId();
+  mine.pidNamespace = process::pidNamespace();
+  const process::FileIdentity shm = process::sharedMemoryDirectory();
+  mine.shmDevice = shm.device;
+  mine.shmInode = shm.inode;
   mine.cudaDevice = identity.cudaDevice;
   mine.busId = identity.cudaDevice >= 0 ? runtime::cudaBusId(identity.cudaDevice) : -1;
   mine.backend = identity.backend;
@@ -265,8 +273,6 @@ void initRank(Communicator& comm, const ncclUniqueId& uniqueId, const InitSettin
 
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double boot = std::chrono::duration<double>(bootstrapDone - start).count();
-  char tag[32];
-  std::snprintf(tag, sizeof(tag), "%016llx", static_cast<unsigned long long>(identity.commHash));
   const bool onDevice = identity.backend == Backend::kCuda;
   auto dataSettings = runtime::host::DataPathSettings::fromParams(comm.config(), onDevice);
   dataSettings.connector.ports = ports;
@@ -278,7 +284,7 @@ void initRank(Communicator& comm, const ncclUniqueId& uniqueId, const InitSettin
     reportSharedDevice(identity, peers);
   }
   auto dataPath = std::make_unique<runtime::host::DataPath>(
-      *channel, identity.rank, peers, dataSettings, tag, comm.abortWord(), identity.commHash,
+      *channel, identity.rank, peers, dataSettings, comm.abortWord(), identity.commHash,
       [&comm](ncclResult_t code) {
         comm.setAsyncError(code);
         comm.requestAbort();

@@ -45,7 +45,20 @@ void checkPeers(const std::vector<PeerInfo>& peers) {
 bool sameGpu(const PeerInfo& a, const PeerInfo& b) {
   if (a.hostHash != b.hostHash || a.cudaDevice < 0 || b.cudaDevice < 0) return false;
   if (a.busId >= 0 && b.busId >= 0) return a.busId == b.busId;
-  return a.pid == b.pid && a.cudaDevice == b.cudaDevice;
+  return sameProcess(a, b) && a.cudaDevice == b.cudaDevice;
+}
+
+bool sameProcess(const PeerInfo& a, const PeerInfo& b) {
+  return a.hostHash == b.hostHash && a.processId == b.processId;
+}
+
+bool shareMemory(const PeerInfo& a, const PeerInfo& b) {
+  return a.hostHash == b.hostHash && (a.shmDevice != 0 || a.shmInode != 0) && a.shmDevice == b.shmDevice &&
+         a.shmInode == b.shmInode;
+}
+
+bool samePidNamespace(const PeerInfo& a, const PeerInfo& b) {
+  return a.hostHash == b.hostHash && a.pidNamespace != 0 && a.pidNamespace == b.pidNamespace;
 }
 
 void localPosition(const std::vector<PeerInfo>& peers, int rank, int* localRank, int* localRanks) {

@@ -17,13 +17,17 @@ struct PeerInfo {
   uint32_t abiVersion;     ///< NCCL_VERSION_CODE
   char braidVersion[16];
   uint64_t hostHash;       ///< hostname + boot id, or NCCL_HOSTID
-  int32_t pid;
+  int32_t pid;             ///< in its own pid namespace (containers may each have a pid 1)
   int32_t cudaDevice;      ///< -1 on the host backend
   int64_t busId;           ///< PCI bus id of the CUDA device, -1 when none
   Backend backend;
   int32_t cpus;            ///< CPUs this process may run on (its affinity), 0 when unknown
+  uint64_t processId;      ///< process::randomId(): tells processes apart where pids do not
+  uint64_t pidNamespace;   ///< inode of the process's pid namespace, 0 when unknown
+  uint64_t shmDevice;      ///< st_dev and st_ino of its /dev/shm (both 0 when unknown)
+  uint64_t shmInode;
 };
-static_assert(std::is_trivially_copyable_v<PeerInfo> && sizeof(PeerInfo) == 56);
+static_assert(std::is_trivially_copyable_v<PeerInfo> && sizeof(PeerInfo) == 88);
 
 /// This process's host identity: NCCL_HOSTID when set, else hostname + boot id.
 std::string hostIdentity(const std::string& hostIdOverride);
@@ -32,6 +36,17 @@ uint64_t hashString(const std::string& s);
 /// Checks that all ranks can form one communicator (same ABI and Braid version, same backend);
 /// throws ncclInvalidUsage naming both ranks and what differs.
 void checkPeers(const std::vector<PeerInfo>& peers);
+
+/// Whether ranks a and b are threads of one process: one host and one process id (never the
+/// pid alone, which containers sharing a host repeat).
+bool sameProcess(const PeerInfo& a, const PeerInfo& b);
+
+/// Whether ranks a and b, processes of one host, can share POSIX shared memory: their /dev/shm
+/// is the same directory of the same filesystem (containers may each mount their own).
+bool shareMemory(const PeerInfo& a, const PeerInfo& b);
+
+/// Whether a's pid names b's process from a's side: one host and one (known) pid namespace.
+bool samePidNamespace(const PeerInfo& a, const PeerInfo& b);
 
 /// Whether ranks a and b run on one GPU: one host and the same PCI bus id (whatever each
 /// process numbers the device), or, where a bus id is unknown, one process and one ordinal.

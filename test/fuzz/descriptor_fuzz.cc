@@ -19,9 +19,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   DescriptorExpectation e;
   e.peer = 1;
   e.sameProcess = size > sizeof(d) && (data[sizeof(d)] & 1) != 0;
-  e.sameHost = e.sameProcess || (size > sizeof(d) && (data[sizeof(d)] & 2) != 0);
+  e.sharedMemory = !e.sameProcess && size > sizeof(d) && (data[sizeof(d)] & 2) != 0;
   e.sizes = FifoSizes{1u << 16, 64, 16};
-  e.shmName = shm::segmentName("0123456789abcdef-1-0-ring0");
+  e.shmPrefix = shm::segmentPrefix(4242, 0xf0000001, 0x0123456789abcdef);
   e.peerAddress = net::SocketAddress::parse("127.0.0.1:5000");
   const std::string why = checkDescriptor(d, e);
   if (why.empty() && d.kind == Kind::kP2p) {

@@ -1,15 +1,20 @@
 #include "transport/shm/shm_transport.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <vector>
 
+#include "core/log.h"
+#include "core/process.h"
 #include "core/status.h"
 
 namespace braid::transport::shm {
@@ -97,6 +102,15 @@ class MappedFifo final : public FifoMemory {
   FifoAllocator* allocator_ = nullptr;
 };
 
+/// A new name: this process's pid, pid namespace and random id, and a number never used before
+/// by it (a forked child has an id of its own, so it may count on from its parent's number).
+std::string newSegmentName() {
+  static std::atomic<uint64_t> next{0};
+  char sequence[20];
+  std::snprintf(sequence, sizeof sequence, "%llx", static_cast<unsigned long long>(next++));
+  return segmentPrefix(static_cast<int>(getpid()), process::pidNamespace(), process::randomId()) + sequence;
+}
+
 void* mapFd(int fd, size_t bytes, const char* name) {
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) fail(ncclSystemError, "shm: cannot map %s (%zu bytes): %s", name, bytes, strerror(errno));
@@ -105,11 +119,9 @@ void* mapFd(int fd, size_t bytes, const char* name) {
 
 }  // namespace
 
-std::unique_ptr<FifoMemory> create(const FifoSizes& sizes, const std::string& uniqueName, FifoAllocator* allocator,
-                                   bool deviceData, Descriptor* out) {
+std::unique_ptr<FifoMemory> create(const FifoSizes& sizes, FifoAllocator* allocator, bool deviceData, Descriptor* out) {
   std::memset(out, 0, sizeof(*out));
-  const std::string name = segmentName(uniqueName);
-  if (name.size() >= sizeof(out->shmName)) fail(ncclInternalError, "shm segment name %s is too long", name.c_str());
+  const std::string name = newSegmentName();
   // The slots first, in GPU memory where the backend can share it.
   char* data = nullptr;
   if (allocator != nullptr && deviceData) {
@@ -157,7 +169,12 @@ std::unique_ptr<FifoMemory> create(const FifoSizes& sizes, const std::string& un
   return memory;
 }
 
-std::string segmentName(const std::string& uniqueName) { return "/braid-" + uniqueName; }
+std::string segmentPrefix(int pid, uint64_t pidNamespace, uint64_t processId) {
+  char prefix[sizeof(Descriptor::shmName)];
+  std::snprintf(prefix, sizeof prefix, "/braid-%d-%llx-%016llx-", pid, static_cast<unsigned long long>(pidNamespace),
+                static_cast<unsigned long long>(processId));
+  return prefix;
+}
 
 std::unique_ptr<FifoMemory> import(const Descriptor& d, FifoAllocator* allocator) {
   const int fd = shm_open(d.shmName, O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600);
@@ -198,5 +215,42 @@ std::unique_ptr<FifoMemory> import(const Descriptor& d, FifoAllocator* allocator
 }
 
 void unlinkName(const Descriptor& d) { shm_unlink(d.shmName); }
+
+bool segmentOwner(const std::string& name, int* pid, uint64_t* pidNamespace) {
+  const char* text = name.c_str() + (name.rfind('/', 0) == 0 ? 1 : 0);
+  int owner = 0, end = 0;
+  unsigned long long ns = 0, id = 0, seq = 0;
+  if (std::sscanf(text, "braid-%d-%llx-%16llx-%llx%n", &owner, &ns, &id, &seq, &end) != 4 || text[end] != '\0' ||
+      owner <= 0) {
+    return false;
+  }
+  *pid = owner;
+  *pidNamespace = ns;
+  return true;
+}
+
+int removeOrphans() {
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return 0;
+  const uint64_t ours = process::pidNamespace();
+  std::vector<std::string> orphans;
+  while (const dirent* e = readdir(dir)) {
+    int pid = 0;
+    uint64_t ns = 0;
+    // (another namespace's pid says nothing here: its segments are left to its own inits)
+    if (segmentOwner(e->d_name, &pid, &ns) && ours != 0 && ns == ours && process::pidGone(pid)) {
+      orphans.push_back(e->d_name);
+    }
+  }
+  closedir(dir);
+  int removed = 0;
+  for (const std::string& name : orphans) {
+    if (shm_unlink(("/" + name).c_str()) != 0) continue;  // (another init removed it first)
+    ++removed;
+    BRAID_INFO(log::kInit | log::kShm, "removed the shared-memory segment /dev/shm/%s: the process that created it "
+               "has exited without removing it (killed during connection setup)", name.c_str());
+  }
+  return removed;
+}
 
 }  // namespace braid::transport::shm

@@ -1,7 +1,11 @@
 // Ranks that are processes on one host: the FIFO memory is a POSIX shared-memory segment,
-// created by the receiver with mode 0600 under a name unique to the communicator, mapped by
-// the sender, and unlinked by the receiver as soon as the sender has mapped it (so a crash
-// later leaks nothing in /dev/shm).
+// created by the receiver with mode 0600, mapped by the sender, and unlinked by the receiver
+// as soon as the sender has mapped it (so a crash later leaks nothing in /dev/shm).
+//
+// A segment is named after its creator: /braid-<pid>-<pid namespace>-<process id>-<sequence>
+// (the namespace's inode and process::randomId() in hex). A process killed during connection
+// setup leaves its segments behind; the next init on the host removes those whose creator's
+// pid no longer exists in this pid namespace (removeOrphans), and leaves other namespaces' alone.
 //
 // With a GPU backend (an allocator) the segment holds only the counters, and the slots are in
 // the receiver's GPU memory, which the sender maps through the allocator's handle (CUDA IPC):
@@ -14,17 +18,24 @@
 
 namespace braid::transport::shm {
 
-/// Receiver side: creates and maps the segment named after `uniqueName` (allocator: the
+/// Receiver side: creates and maps a new segment named after this process (allocator: the
 /// backend's, or null on the host).
-std::unique_ptr<FifoMemory> create(const FifoSizes& sizes, const std::string& uniqueName, FifoAllocator* allocator,
-                                   bool deviceData, Descriptor* out);
-/// The name of the segment create() makes for `uniqueName` (a sender derives it to check the
-/// receiver's descriptor).
-std::string segmentName(const std::string& uniqueName);
+std::unique_ptr<FifoMemory> create(const FifoSizes& sizes, FifoAllocator* allocator, bool deviceData, Descriptor* out);
+/// The start of every segment name a process makes: "/braid-<pid>-<pid namespace>-<process
+/// id>-" (a sender checks that a receiver's descriptor names one of the receiver's segments).
+std::string segmentPrefix(int pid, uint64_t pidNamespace, uint64_t processId);
 /// Sender side: maps the receiver's segment (and its slots, through `allocator`, when they are
 /// in its GPU's memory).
 std::unique_ptr<FifoMemory> import(const Descriptor& d, FifoAllocator* allocator);
 /// Receiver side, once the sender has mapped it: removes the name (the mapping stays).
 void unlinkName(const Descriptor& d);
+
+/// The creator of segment `name` (a /dev/shm entry, with or without the leading '/'): false
+/// unless it is one of this transport's names.
+bool segmentOwner(const std::string& name, int* pid, uint64_t* pidNamespace);
+
+/// Removes /dev/shm's segments whose creator was a process of this pid namespace that no
+/// longer exists (killed during connection setup), and says so at INFO; returns how many.
+int removeOrphans();
 
 }  // namespace braid::transport::shm

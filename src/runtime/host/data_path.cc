@@ -11,6 +11,7 @@
 #include "comm/registrations.h"
 #include "core/log.h"
 #include "core/params.h"
+#include "core/process.h"
 #include "core/status.h"
 #include "proxy/proxy.h"
 #include "kernels/algorithms/send_recv.h"
@@ -19,6 +20,7 @@
 #include "runtime/host/signature.h"
 #include "topology/grid.h"
 #include "topology/trees.h"
+#include "transport/shm/shm_transport.h"
 
 namespace braid::runtime::host {
 
@@ -34,19 +36,52 @@ constexpr uint32_t kP2pLL128StepLines = 256;  // 30 KiB of payload per step (LL1
 
 std::vector<transport::PeerPlace> placesOf(const std::vector<PeerInfo>& peers, int rank, runtime::Device* device) {
   std::vector<transport::PeerPlace> places;
+  const PeerInfo& mine = peers[rank];
+  std::vector<int> apart;  // processes of this host that cannot share /dev/shm with this rank
   for (const PeerInfo& p : peers) {
-    const bool sameHost = p.hostHash == peers[rank].hostHash;
-    const bool sameProcess = sameHost && p.pid == peers[rank].pid;
-    const bool gpuReachable = device != nullptr && sameHost && !sameProcess && device->reachableFrom(p.busId);
-    places.push_back({sameHost, sameProcess, gpuReachable});
+    const bool sameHost = p.hostHash == mine.hostHash;
+    const bool inProcess = sameProcess(p, mine);
+    const bool shared = !inProcess && shareMemory(p, mine);
+    const bool gpuReachable = device != nullptr && sameHost && !inProcess && device->reachableFrom(p.busId);
+    places.push_back({sameHost, inProcess, shared, gpuReachable,
+                      transport::shm::segmentPrefix(p.pid, p.pidNamespace, p.processId)});
+    if (sameHost && !inProcess && !shared) apart.push_back(p.rank);
+  }
+  if (!apart.empty()) {
+    std::string list;
+    for (int r : apart) list += (list.empty() ? "" : ", ") + std::to_string(r);
+    BRAID_INFO(log::kInit | log::kShm, "rank %d: rank(s) %s run on this host but see another /dev/shm (another "
+               "container?): no shared memory with them, connections go through the network transport", rank,
+               list.c_str());
   }
   return places;
 }
-transport::ConnectorOptions optionsFor(const DataPathSettings& s, const std::string& commTag, uint64_t commHash,
+/// Other processes of this host whose pids name them here (the same pid namespace): their exit
+/// is visible, watched from now on. Those of other namespaces (containers) are noticed by their
+/// connections and NCCL_TIMEOUT, as ranks on other hosts are.
+std::vector<PeerProcess> watchedPeers(const std::vector<PeerInfo>& peers, int rank) {
+  const PeerInfo& mine = peers[rank];
+  std::vector<PeerProcess> watched;
+  std::string apart;
+  for (const PeerInfo& p : peers) {
+    if (p.hostHash != mine.hostHash || sameProcess(p, mine)) continue;
+    if (samePidNamespace(p, mine)) {
+      watched.push_back({p.rank, process::ProcessWatch(p.pid)});
+    } else {
+      apart += (apart.empty() ? "" : ", ") + std::to_string(p.rank);
+    }
+  }
+  if (!apart.empty()) {
+    BRAID_INFO(log::kInit, "rank %d: rank(s) %s run on this host in another pid namespace: their pids do not name "
+               "them here, so their exit is noticed through their connections (or NCCL_TIMEOUT)", rank, apart.c_str());
+  }
+  return watched;
+}
+
+transport::ConnectorOptions optionsFor(const DataPathSettings& s, uint64_t commHash,
                                        const uint32_t* abortFlag, runtime::Device* device, int64_t busId) {
   transport::ConnectorOptions o = s.connector;
   o.commHash = commHash;
-  o.commTag = commTag;
   o.abortFlag = abortFlag;
   o.allocator = device != nullptr ? device->fifoAllocator() : nullptr;
   o.ib.gpuBusId = busId;
@@ -144,7 +179,7 @@ DataPathSettings DataPathSettings::fromParams(const CommConfig& config, bool onD
 }
 
 DataPath::DataPath(bootstrap::Bootstrap& channel, int rank, const std::vector<PeerInfo>& peers,
-                   const DataPathSettings& settings, const std::string& commTag, const uint32_t* abortWord,
+                   const DataPathSettings& settings, const uint32_t* abortWord,
                    uint64_t commHash, std::function<void(ncclResult_t)> onFailure,
                    std::unique_ptr<runtime::Device> device)
     : device_(std::move(device)),
@@ -153,14 +188,14 @@ DataPath::DataPath(bootstrap::Bootstrap& channel, int rank, const std::vector<Pe
       nRanks_(static_cast<int>(peers.size())),
       settings_(settings),
       abort_(abortWord),
-      connector_(channel, rank, placesOf(peers, rank, device_.get()), optionsFor(settings, commTag, commHash, abortWord, device_.get(), peers[rank].busId)),
+      connector_(channel, rank, placesOf(peers, rank, device_.get()), optionsFor(settings, commHash, abortWord, device_.get(), peers[rank].busId)),
       statuses_(device_ != nullptr ? device_->statuses() : hostStatuses_.data()),
       executor_(settings.threadsPerChannel) {
   for (const PeerInfo& p : peers) deviceOf_.push_back(p.cudaDevice);
   if (device_ != nullptr) {
     localDeviceRanks_ = 0;
     for (const PeerInfo& p : peers) {
-      if (p.hostHash != peers[rank].hostHash || p.pid != peers[rank].pid) continue;
+      if (!sameProcess(p, peers[rank])) continue;
       if (p.cudaDevice == peers[rank].cudaDevice) {
         ++localDeviceRanks_;
       } else if (!settings.connector.p2pDisabled) {
@@ -176,9 +211,7 @@ DataPath::DataPath(bootstrap::Bootstrap& channel, int rank, const std::vector<Pe
     if (device_ == nullptr && p.cpus > 0 && (shape.cpusPerNode == 0 || p.cpus < shape.cpusPerNode)) shape.cpusPerNode = p.cpus;
   }
   setRanksPerNode(settings_.ranksPerNode);
-  std::vector<PeerProcess> watched;  // other processes on this host: their exit is visible
-  for (const PeerInfo& p : peers)
-    if (p.hostHash == peers[rank].hostHash && p.pid != peers[rank].pid) watched.push_back({p.rank, p.pid});
+  std::vector<PeerProcess> watched = watchedPeers(peers, rank);
   std::function<bool()> busy;
   if (device_ != nullptr) busy = [d = device_.get()] { return d->busy(); };
   watchdog_ = std::make_unique<Watchdog>(rank, nRanks_, commHash, std::move(watched), connector_, statuses_,

@@ -35,7 +35,7 @@ class Bootstrap;
 namespace braid::runtime::host {
 
 struct DataPathSettings {
-  /// FIFO sizes and transport knobs; the communicator's own fields (hash, tag, abort flag)
+  /// FIFO sizes and transport knobs; the communicator's own fields (hash, abort flag)
   /// are filled in by DataPath.
   transport::ConnectorOptions connector;
   int threadsPerChannel = 1;
@@ -56,7 +56,7 @@ class DataPath {
   /// watchdog's way to end every wait).
   /// device: where the kernels run (null: on the host).
   DataPath(bootstrap::Bootstrap& channel, int rank, const std::vector<PeerInfo>& peers,
-           const DataPathSettings& settings, const std::string& commTag, const uint32_t* abortWord,
+           const DataPathSettings& settings, const uint32_t* abortWord,
            uint64_t commHash, std::function<void(ncclResult_t)> onFailure,
            std::unique_ptr<runtime::Device> device = nullptr);
   ~DataPath();

@@ -348,8 +348,8 @@ void Watchdog::checkPeersAlive(const OpView& op) {
   const uint64_t seq = op.sig.seq;
   const std::string name = op.name;
   for (const PeerProcess& p : watched_) {
-    if (kill(p.pid, 0) == 0 || errno != ESRCH || !stuckOn(p.rank)) continue;
-    fail(ncclRemoteError, "rank " + std::to_string(p.rank) + " (process " + std::to_string(p.pid) +
+    if (!p.watch.exited() || !stuckOn(p.rank)) continue;
+    fail(ncclRemoteError, "rank " + std::to_string(p.rank) + " (process " + std::to_string(p.watch.pid()) +
                               " on this host) has exited; rank " + std::to_string(rank_) + " was in " + name + " op #" +
                               std::to_string(seq));
     return;

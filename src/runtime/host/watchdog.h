@@ -6,7 +6,8 @@
 // flag so every wait ends) when
 //   - a kernel found that a peer called a different collective (ncclInvalidUsage),
 //   - a peer left a fault notice: it failed, so this rank cannot progress (ncclRemoteError),
-//   - a peer process on this host has exited while an operation runs (ncclRemoteError),
+//   - a peer process on this host (of this pid namespace) has exited, or was killed and is a
+//     zombie its parent has not reaped, while an operation runs (ncclRemoteError),
 //   - NCCL_TIMEOUT is set and an operation made no progress for that long (ncclSystemError,
 //     with a hang report).
 // With a GPU, an operation is in flight while it is being enqueued and while a kernel of the
@@ -27,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/process.h"
 #include "kernels/work.h"
 #include "transport/connector.h"
 
@@ -42,7 +44,7 @@ struct WatchdogSettings {
 /// A peer's process, for liveness checks (only processes on this host other than ours).
 struct PeerProcess {
   int rank;
-  int pid;
+  process::ProcessWatch watch;  ///< opened at init: notices a zombie, and a pid reused since
 };
 
 class Watchdog {

@@ -23,9 +23,9 @@ const FifoSizes kSizes{64 * 1024, 64, 16};
 DescriptorExpectation expectation() {
   DescriptorExpectation e;
   e.peer = 3;
-  e.sameHost = true;
+  e.sharedMemory = true;
   e.sizes = kSizes;
-  e.shmName = shm::segmentName("0123456789abcdef-3-0-ring0");
+  e.shmPrefix = shm::segmentPrefix(4242, 0xf0000001, 0x0123456789abcdef);
   e.peerAddress = net::SocketAddress::parse("10.1.2.3:4000");
   return e;
 }
@@ -47,7 +47,7 @@ TEST_CASE("descriptors: what this rank expects passes", "[unit][descriptor]") {
   CHECK(checkDescriptor(socketDescriptor(), expectation()) == "");
   Descriptor d = socketDescriptor();
   d.kind = Kind::kShm;
-  std::strcpy(d.shmName, expectation().shmName.c_str());
+  std::strcpy(d.shmName, (expectation().shmPrefix + "1f").c_str());
   CHECK(checkDescriptor(d, expectation()) == "");
 }
 
@@ -59,9 +59,9 @@ TEST_CASE("descriptors: forged kinds, sizes, names and addresses are refused wit
   d.kind = Kind::kP2p;  // another process may not offer in-process memory
   CHECK_THAT(checkDescriptor(d, e), Catch::Contains("the peer is another process"));
   DescriptorExpectation remote = e;
-  remote.sameHost = false;
+  remote.sharedMemory = false;
   d.kind = Kind::kShm;
-  CHECK_THAT(checkDescriptor(d, remote), Catch::Contains("the peer is on another host"));
+  CHECK_THAT(checkDescriptor(d, remote), Catch::Contains("does not share this rank's /dev/shm"));
 
   d = socketDescriptor();
   d.sizes.simpleStepBytes *= 2;
@@ -91,7 +91,7 @@ TEST_CASE("descriptors: forged kinds, sizes, names and addresses are refused wit
   CHECK_THAT(checkDescriptor(d, e), Catch::Contains("names segment '/braid-someone-elses-segment'"));
   std::memset(d.shmName, 'x', sizeof(d.shmName));
   CHECK_THAT(checkDescriptor(d, e), Catch::Contains("not terminated"));
-  std::strcpy(d.shmName, e.shmName.c_str());
+  std::strcpy(d.shmName, (e.shmPrefix + "0").c_str());
   d.dataShared = 7;
   CHECK_THAT(checkDescriptor(d, e), Catch::Contains("slot-sharing flag is 7"));
   d.dataShared = 1;  // the control part only: its size then differs

@@ -92,14 +92,12 @@ class SharedFileAllocator final : public transport::FifoAllocator {
 
 const transport::FifoSizes kSizes{64 * 1024, 512, 64};
 
-std::string uniqueName(const char* what) { return "test-" + std::to_string(getpid()) + "-" + what; }
-
 }  // namespace
 
 TEST_CASE("shm transport: slots in the backend's memory, shared by both ends", "[shm]") {
   SharedFileAllocator gpu(true);
   transport::Descriptor d;
-  auto receiver = transport::shm::create(kSizes, uniqueName("shared"), &gpu, true, &d);
+  auto receiver = transport::shm::create(kSizes, &gpu, true, &d);
   CHECK(d.dataShared == 1);
   CHECK(d.bytes < kSizes.bytes());  // the segment holds the counters only
   CHECK(receiver->hostBytes() == d.bytes);
@@ -119,7 +117,7 @@ TEST_CASE("shm transport: slots in the backend's memory, shared by both ends", "
     receiver.reset();
     CHECK(gpu.freed == 0);
     transport::Descriptor d2;
-    auto other = transport::shm::create(kSizes, uniqueName("after"), &gpu, true, &d2);
+    auto other = transport::shm::create(kSizes, &gpu, true, &d2);
     CHECK(gpu.freed == 0);  // (no sweep while connecting)
     sender.reset();
     CHECK(gpu.freed == 1);  // the sender's destruction sweeps
@@ -139,7 +137,7 @@ TEST_CASE("shm transport: an allocator that cannot share, or P2P disabled, keeps
   for (bool canShare : {false, true}) {
     SharedFileAllocator gpu(canShare);
     transport::Descriptor d;
-    auto receiver = transport::shm::create(kSizes, uniqueName("unshared"), &gpu, /*deviceData=*/!canShare, &d);
+    auto receiver = transport::shm::create(kSizes, &gpu, /*deviceData=*/!canShare, &d);
     CHECK(d.dataShared == 0);
     CHECK(d.bytes == kSizes.bytes());
     CHECK(receiver->data() == receiver->base() + transport::fifoControlBytes());
@@ -156,7 +154,7 @@ TEST_CASE("shm transport: an allocator that cannot share, or P2P disabled, keeps
 TEST_CASE("shm transport: slots in GPU memory reaching a sender without the backend is an error", "[shm]") {
   SharedFileAllocator gpu(true);
   transport::Descriptor d;
-  auto receiver = transport::shm::create(kSizes, uniqueName("nobackend"), &gpu, true, &d);
+  auto receiver = transport::shm::create(kSizes, &gpu, true, &d);
   try {
     transport::shm::import(d, nullptr);
     FAIL("imported GPU slots without an allocator");
