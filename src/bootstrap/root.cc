@@ -9,6 +9,7 @@
 
 #include <pthread.h>
 
+#include "bootstrap/admission.h"
 #include "bootstrap/unique_id.h"
 #include "bootstrap/wire.h"
 #include "core/log.h"
@@ -49,7 +50,7 @@ class Root {
     const auto deadline = net::Clock::now() + timeout_;
     while (!stop_->load(std::memory_order_acquire)) {
       if (net::Clock::now() >= deadline) {
-        if (error_.empty()) error_ = timeoutText();
+        admission_.timeOut("root " + address_.toString(), timeout_);
         replyAll();
         return;
       }
@@ -57,19 +58,24 @@ class Root {
       if (!listener_.poll(100, &m)) continue;
       if (m.header.type != MessageType::kRegister || m.payload.size() != sizeof(Registration)) {
         BRAID_WARN_STRANGER("bootstrap: root %s ignored a message of type %#x from %s", address_.toString().c_str(),
-                   static_cast<unsigned>(m.header.type), m.socket.peerAddress().toString().c_str());
+                            static_cast<unsigned>(m.header.type), m.socket.peerAddress().toString().c_str());
         continue;
       }
       Registration r;
       std::memcpy(&r, m.payload.data(), sizeof(r));
-      admit(m.header.rank, r, std::move(m.socket));
-      if (!error_.empty()) {
+      const int rank = m.header.rank;
+      if (admission_.admit(rank, r, m.socket.peerAddress().toString())) {
+        sockets_[rank] = std::move(m.socket);
+      } else {
+        extra_.push_back(std::move(m.socket));
+      }
+      if (admission_.failed()) {
         replyAll();
         // Stay a little longer, so ranks that arrive late hear the reason instead of timing out.
         lingerWithError(std::min(deadline, net::Clock::now() + std::chrono::seconds(10)));
         return;
       }
-      if (nRanks_ > 0 && static_cast<int>(ranks_.size()) == nRanks_) {
+      if (admission_.complete()) {
         sendTables();
         return;
       }
@@ -77,100 +83,51 @@ class Root {
   }
 
  private:
-  struct Arrival {
-    Registration registration;
-    net::Socket socket;
-  };
-
-  void admit(int rank, const Registration& r, net::Socket socket) {
-    if (r.nRanks < 1 || r.nRanks > kMaxRanks) {  // (before it sizes anything)
-      errorCode_ = ncclInvalidUsage;
-      error_ = "rank " + std::to_string(rank) + " called init with nranks=" + std::to_string(r.nRanks) +
-               "; a communicator has 1 to " + std::to_string(kMaxRanks) + " ranks";
-      extra_.push_back(std::move(socket));
-      return;
-    }
-    if (nRanks_ < 0) {
-      nRanks_ = r.nRanks;
-      firstRank_ = rank;
-    }
-    if (error_.empty()) {
-      if (r.nRanks != nRanks_) {
-        errorCode_ = ncclInvalidUsage;
-        error_ = "rank " + std::to_string(rank) + " called init with nranks=" + std::to_string(r.nRanks) +
-                 " but rank " + std::to_string(firstRank_) + " with nranks=" + std::to_string(nRanks_);
-      } else if (rank < 0 || rank >= nRanks_) {
-        errorCode_ = ncclInvalidUsage;
-        error_ = "rank " + std::to_string(rank) + " is out of range for nranks=" + std::to_string(nRanks_);
-      } else if (ranks_.count(rank) != 0) {
-        errorCode_ = ncclInvalidUsage;
-        error_ = "two ranks both claimed rank " + std::to_string(rank) + " (from " +
-                 ranks_[rank].socket.peerAddress().toString() + " and " + socket.peerAddress().toString() + ")";
-      }
-    }
-    if (ranks_.count(rank) != 0 || rank < 0) {
-      extra_.push_back(std::move(socket));
-    } else {
-      ranks_[rank] = Arrival{r, std::move(socket)};
-    }
-  }
-
-  std::string timeoutText() const {
-    std::vector<int> missing;  // (the first few, and how many: describeRanks shows 8)
-    int nMissing = 0;
-    for (int r = 0; r < nRanks_; ++r) {
-      if (ranks_.count(r) != 0) continue;
-      if (++nMissing <= 8) missing.push_back(r);
-    }
-    return "waited " + std::to_string(timeout_.count()) + " s for " + describeRanks(missing, nMissing) + " of " +
-           std::to_string(nRanks_) +
-           " at root " + address_.toString() + "; were all ranks given the same unique id (and the same "
-           "BRAID_COMM_SECRET)?";
-  }
-
   void reply(net::Socket& s, const std::string& text) {
     try {
-      sendMessage(s, secret_, MessageType::kError, -1, static_cast<uint32_t>(errorCode_), text.data(), static_cast<uint32_t>(text.size()),
-                  net::Clock::now() + std::chrono::seconds(2), nullptr);
+      sendMessage(s, secret_, MessageType::kError, -1, static_cast<uint32_t>(admission_.errorCode()), text.data(),
+                  static_cast<uint32_t>(text.size()), net::Clock::now() + std::chrono::seconds(2), nullptr);
     } catch (const std::exception&) {
       // The rank is gone; it cannot be told.
     }
   }
 
   void replyAll() {
-    if (!ranks_.empty() || !extra_.empty()) BRAID_WARN("bootstrap: root %s: %s", address_.toString().c_str(), error_.c_str());
-    for (auto& [rank, a] : ranks_) reply(a.socket, error_);
-    for (auto& s : extra_) reply(s, error_);
-    ranks_.clear();
+    const std::string& error = admission_.error();
+    if (!sockets_.empty() || !extra_.empty()) BRAID_WARN("bootstrap: root %s: %s", address_.toString().c_str(), error.c_str());
+    for (auto& [rank, s] : sockets_) reply(s, error);
+    for (auto& s : extra_) reply(s, error);
+    sockets_.clear();
     extra_.clear();
   }
 
   void lingerWithError(net::Clock::time_point until) {
     while (net::Clock::now() < until && !stop_->load(std::memory_order_acquire)) {
       Message m;
-      if (listener_.poll(100, &m)) reply(m.socket, error_);
+      if (listener_.poll(100, &m)) reply(m.socket, admission_.error());
     }
   }
 
   void sendTables() {
-    const TableHead head{commId_, sessionKey_, nRanks_, 0};
-    std::vector<char> table(sizeof(head) + static_cast<size_t>(nRanks_) * sizeof(net::SocketAddress::Packed));
+    const int nRanks = admission_.nRanks();
+    const TableHead head{commId_, sessionKey_, nRanks, 0};
+    std::vector<char> table(sizeof(head) + static_cast<size_t>(nRanks) * sizeof(net::SocketAddress::Packed));
     std::memcpy(table.data(), &head, sizeof(head));
-    for (auto& [rank, a] : ranks_) {
+    for (const auto& [rank, r] : admission_.admitted()) {
       std::memcpy(table.data() + sizeof(head) + static_cast<size_t>(rank) * sizeof(net::SocketAddress::Packed),
-                  &a.registration.listenAddress, sizeof(net::SocketAddress::Packed));
+                  &r.listenAddress, sizeof(net::SocketAddress::Packed));
     }
     const uint32_t bytes = static_cast<uint32_t>(table.size());
-    for (auto& [rank, a] : ranks_) {
+    for (auto& [rank, socket] : sockets_) {
       try {
-        sendMessage(a.socket, secret_, MessageType::kTable, -1, 0, table.data(), bytes,
+        sendMessage(socket, secret_, MessageType::kTable, -1, 0, table.data(), bytes,
                     net::Clock::now() + std::chrono::seconds(30), stop_);
       } catch (const std::exception& e) {
         BRAID_WARN("bootstrap: root %s could not send the table to rank %d: %s", address_.toString().c_str(), rank,
                    e.what());
       }
     }
-    BRAID_INFO(log::kBootstrap, "bootstrap: root %s served %d ranks", address_.toString().c_str(), nRanks_);
+    BRAID_INFO(log::kBootstrap, "bootstrap: root %s served %d ranks", address_.toString().c_str(), nRanks);
   }
 
   net::SocketAddress address_;
@@ -180,12 +137,9 @@ class Root {
   uint64_t sessionKey_;
   std::chrono::seconds timeout_;
   const std::atomic<bool>* stop_;
-  int nRanks_ = -1;
-  int firstRank_ = -1;
-  std::map<int, Arrival> ranks_;
-  std::vector<net::Socket> extra_;
-  std::string error_;
-  ncclResult_t errorCode_ = ncclSystemError;
+  Admission admission_;
+  std::map<int, net::Socket> sockets_;  // the admitted ranks' connections
+  std::vector<net::Socket> extra_;      // refused ones, told the reason
 };
 
 class RootRegistry;

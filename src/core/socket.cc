@@ -142,8 +142,8 @@ SocketAddress SocketAddress::unpack(const Packed& p) {
 
 // ---- Socket -----------------------------------------------------------------------------------
 
-void checkWait(const std::atomic<bool>* abortFlag, Clock::time_point deadline, const char* what) {
-  if (abortFlag != nullptr && abortFlag->load(std::memory_order_acquire)) {
+void checkWait(AbortSource abort, Clock::time_point deadline, const char* what) {
+  if (abort.raised()) {
     fail(ncclInvalidUsage, "%s: aborted (ncclCommAbort was called, or the communicator failed)", what);
   }
   if (Clock::now() >= deadline) fail(ncclSystemError, "%s: timed out", what);
@@ -178,7 +178,7 @@ Socket Socket::listen(const SocketAddress& address, int backlog) {
 }
 
 Socket Socket::connect(const SocketAddress& address, Clock::time_point deadline,
-                       const std::atomic<bool>* abortFlag) {
+                       AbortSource abortFlag) {
   const std::string what = "connect to " + address.toString();
   for (int attempt = 0;; ++attempt) {
     checkWait(abortFlag, deadline, what.c_str());
@@ -241,18 +241,18 @@ ssize_t Socket::readSome(void* data, size_t size) {
   return -1;
 }
 
-void Socket::sendAll(const void* data, size_t size, Clock::time_point deadline, const std::atomic<bool>* abortFlag) {
+void Socket::sendAll(const void* data, size_t size, Clock::time_point deadline, AbortSource abortFlag) {
   Socket none;
   exchange(*this, data, size, none, nullptr, 0, deadline, abortFlag);
 }
 
-void Socket::recvAll(void* data, size_t size, Clock::time_point deadline, const std::atomic<bool>* abortFlag) {
+void Socket::recvAll(void* data, size_t size, Clock::time_point deadline, AbortSource abortFlag) {
   Socket none;
   exchange(none, nullptr, 0, *this, data, size, deadline, abortFlag);
 }
 
 void exchange(Socket& out, const void* sendData, size_t sendSize, Socket& in, void* recvData, size_t recvSize,
-              Clock::time_point deadline, const std::atomic<bool>* abortFlag) {
+              Clock::time_point deadline, AbortSource abortFlag) {
   size_t sent = 0;
   size_t received = 0;
   const char* src = static_cast<const char*>(sendData);

@@ -54,8 +54,25 @@ class SocketAddress {
 };
 static_assert(sizeof(SocketAddress::Packed) == 28);
 
-/// Throws unless `abortFlag` is clear and `deadline` has not passed.
-void checkWait(const std::atomic<bool>* abortFlag, Clock::time_point deadline, const char* what);
+/// What a wait watches to stop early: a flag (the bootstrap's), a communicator's abort word
+/// (the transports'), or nothing. Either pointer converts to it.
+class AbortSource {
+ public:
+  AbortSource(std::nullptr_t = nullptr) {}  // NOLINT: implicit, as a pointer would be
+  AbortSource(const std::atomic<bool>* flag) : flag_(flag) {}  // NOLINT
+  AbortSource(const uint32_t* word) : word_(word) {}  // NOLINT
+  bool raised() const {
+    return (flag_ != nullptr && flag_->load(std::memory_order_acquire)) ||
+           (word_ != nullptr && __atomic_load_n(word_, __ATOMIC_ACQUIRE) != 0);
+  }
+
+ private:
+  const std::atomic<bool>* flag_ = nullptr;
+  const uint32_t* word_ = nullptr;
+};
+
+/// Throws unless `abort` is clear and `deadline` has not passed.
+void checkWait(AbortSource abort, Clock::time_point deadline, const char* what);
 
 /// An owned socket file descriptor.
 class Socket {
@@ -72,7 +89,7 @@ class Socket {
   static Socket listen(const SocketAddress& address, int backlog = 256);
   /// Connects, retrying refused connections until the deadline (the peer may not listen yet).
   static Socket connect(const SocketAddress& address, Clock::time_point deadline,
-                        const std::atomic<bool>* abortFlag);
+                        AbortSource abortFlag);
 
   int fd() const { return fd_; }
   bool valid() const { return fd_ >= 0; }
@@ -90,9 +107,9 @@ class Socket {
   /// descriptors, while the connection stays pending).
   Socket tryAccept(int* error = nullptr) const;
   /// Sends all bytes, waiting in poll slices. Throws on timeout, abort or a broken connection.
-  void sendAll(const void* data, size_t size, Clock::time_point deadline, const std::atomic<bool>* abortFlag);
+  void sendAll(const void* data, size_t size, Clock::time_point deadline, AbortSource abortFlag);
   /// Receives exactly size bytes (same rules; a closed peer is an error naming the peer).
-  void recvAll(void* data, size_t size, Clock::time_point deadline, const std::atomic<bool>* abortFlag);
+  void recvAll(void* data, size_t size, Clock::time_point deadline, AbortSource abortFlag);
   /// Reads what is available without waiting: bytes read, 0 when nothing, -1 when the peer closed.
   ssize_t readSome(void* data, size_t size);
 
@@ -103,6 +120,6 @@ class Socket {
 /// Sends `sendSize` bytes on `out` while receiving `recvSize` bytes on `in`, concurrently
 /// (so that a ring of ranks exchanging large messages cannot deadlock on full buffers).
 void exchange(Socket& out, const void* sendData, size_t sendSize, Socket& in, void* recvData, size_t recvSize,
-              Clock::time_point deadline, const std::atomic<bool>* abortFlag);
+              Clock::time_point deadline, AbortSource abortFlag);
 
 }  // namespace braid::net

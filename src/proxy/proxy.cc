@@ -24,6 +24,7 @@ struct State {
   std::mutex lifecycle;  // attach/detach of the first/last pump: start and join the thread
   std::mutex pumps;      // held by the thread for one pass over the pumps
   std::vector<Pump*> list;
+  std::vector<Pump*> broken;  // progress threw: skipped until detached (guarded by pumps)
   uint64_t generation = 0;  // changes whenever list does (guarded by pumps)
   std::vector<int> cpus;    // preferCpus' hint (guarded by pumps)
   std::string cpusWhy;
@@ -43,6 +44,7 @@ State& state() {
       new (&st.pumps) std::mutex;
       for (Pump* p : st.list) p->orphan();  // the parent's connections: hands off
       st.list.clear();
+      st.broken.clear();
       ++st.generation;
       st.thread = nullptr;  // the parent's std::thread object is left behind on purpose
       st.stop.store(false);
@@ -85,6 +87,29 @@ long idleWaitNs(uint32_t idlePasses) {
   return 1000000;
 }
 
+bool isBroken(const State& s, Pump* p) {
+  return std::find(s.broken.begin(), s.broken.end(), p) != s.broken.end();
+}
+
+/// One pump's progress; what it throws (it should not) breaks that connection, not the process.
+bool progressOne(State& s, Pump* p, const pollfd* polled) {
+  std::string why;
+  try {
+    return p->progress(polled);
+  } catch (const std::exception& e) {
+    why = e.what();
+  } catch (...) {
+    why = "an unknown exception";
+  }
+  BRAID_WARN("proxy: a network connection failed inside the progress thread: %s", why.c_str());
+  s.broken.push_back(p);
+  try {
+    p->broke("failed in the proxy thread: " + why);
+  } catch (...) {
+  }
+  return true;
+}
+
 void loop() {
   State& s = state();
   pthread_setname_np(pthread_self(), "braid-proxy");
@@ -107,7 +132,7 @@ void loop() {
       fds.push_back({s.doorbell, POLLIN, 0});
       for (Pump* p : s.list) {
         first.push_back(fds.size());
-        p->pollSet(&fds);
+        if (!isBroken(s, p)) p->pollSet(&fds);
       }
     }
     // Not under the lock: attach and detach get it between passes (detach kicks the doorbell).
@@ -123,7 +148,9 @@ void loop() {
       if (s.generation != generation) {
         moved = true;  // pumps came or went: the poll set is stale, build it again
       } else {
-        for (size_t i = 0; i < s.list.size(); ++i) moved |= s.list[i]->progress(fds.data() + first[i]);
+        for (size_t i = 0; i < s.list.size(); ++i) {
+          if (!isBroken(s, s.list[i])) moved |= progressOne(s, s.list[i], fds.data() + first[i]);
+        }
       }
     }
     idle = moved ? 0 : std::min<uint32_t>(idle + 1, 1u << 30);
@@ -169,6 +196,7 @@ void detach(Pump* pump) {
   {
     std::lock_guard<std::mutex> lock(s.pumps);  // waits for the pass in progress
     s.list.erase(std::remove(s.list.begin(), s.list.end(), pump), s.list.end());
+    s.broken.erase(std::remove(s.broken.begin(), s.broken.end(), pump), s.broken.end());
     ++s.generation;
     last = s.list.empty();
   }

@@ -33,6 +33,10 @@ class Pump {
   /// In a forked child, for pumps the parent left behind: release this process's hold on the
   /// sockets without touching the parent's connections, and never move anything again.
   virtual void orphan() = 0;
+  /// Proxy thread only: progress threw after all (a bug, or memory ran out): the connection is
+  /// dead; say so to the ranks (its fault box) instead of ending the process. The pump is
+  /// never progressed again.
+  virtual void broke(const std::string& why) { (void)why; }
 };
 
 /// Hands `pump` to the progress thread (starting it if needed).

@@ -1,6 +1,9 @@
 // libFuzzer target: what a bootstrap peer can send. The bytes arrive on a socket pair and go
-// through receiveMessage (header, secret, type, length bound); they are also decoded as a
-// unique id. Garbage must give a braid::Error, never a crash or a large allocation.
+// through receiveMessage (header, secret, type, length bound); on a loopback connection to a
+// Listener (the root's and every rank's: partial headers, keys, lengths); as a series of
+// registrations to the root's Admission (nranks, ranks, duplicates, the timeout text); and
+// they are decoded as a unique id. Garbage must give a braid::Error or a refusal, never a
+// crash or a large allocation.
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -8,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "bootstrap/admission.h"
 #include "bootstrap/unique_id.h"
 #include "bootstrap/wire.h"
 #include "core/status.h"
@@ -36,6 +40,32 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const Error&) {
   } catch (const std::exception&) {
   }
+  // The listener, as a stranger or a rank would reach it.
+  static bootstrap::Listener* listener = [] {
+    net::Socket listening = net::Socket::listen(net::SocketAddress::parse("127.0.0.1:0"));
+    return new bootstrap::Listener(std::move(listening), 0x5eedf00dull, "fuzz");
+  }();
+  try {
+    const auto deadline = net::Clock::now() + std::chrono::seconds(1);
+    net::Socket s = net::Socket::connect(listener->socket().localAddress(), deadline, nullptr);
+    s.sendAll(data, limit, deadline, nullptr);
+  } catch (const Error&) {
+  }
+  bootstrap::Message m;
+  for (int i = 0; i < 3; ++i) listener->poll(0, &m);
+
+  // The root's admission, fed registrations.
+  bootstrap::Admission admission;
+  constexpr size_t kRecord = sizeof(int32_t) + sizeof(bootstrap::Registration);
+  for (size_t at = 0; at + kRecord <= size && !admission.complete(); at += kRecord) {
+    int32_t rank;
+    bootstrap::Registration r;
+    memcpy(&rank, data + at, sizeof rank);
+    memcpy(&r, data + at + sizeof rank, sizeof r);
+    admission.admit(rank, r, "fuzz");
+  }
+  admission.timeOut("fuzz root", std::chrono::seconds(1));
+
   if (size >= sizeof(ncclUniqueId)) {
     ncclUniqueId id;
     memcpy(&id, data, sizeof id);

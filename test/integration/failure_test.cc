@@ -20,21 +20,9 @@
 
 using namespace braid;
 using braid::test::expect;
+using braid::test::tryInit;
 
 namespace {
-
-/// Runs the internal init of one rank with explicit settings; returns "" or "code: text".
-std::string tryInit(const ncclUniqueId& id, int n, int rank, const comm::InitSettings& settings,
-                    std::unique_ptr<ncclComm>* keep = nullptr) {
-  auto c = comm::newCommunicator(rank, n, CommConfig{}, -1);
-  try {
-    comm::initRank(*c, id, settings);
-  } catch (const Error& e) {
-    return std::to_string(e.code()) + ": " + e.what();
-  }
-  if (keep != nullptr) *keep = std::move(c);
-  return "";
-}
 
 std::vector<std::string> runRanks(int n, const std::function<std::string(int)>& body) {
   std::vector<std::string> out(n);

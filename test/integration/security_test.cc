@@ -18,6 +18,7 @@
 #include "bootstrap/root.h"
 #include "bootstrap/unique_id.h"
 #include "comm/communicator.h"
+#include "core/interfaces.h"
 #include "core/log.h"
 #include "harness/ranks.h"
 #include "test_env.h"
@@ -26,19 +27,6 @@ using namespace braid;
 
 namespace {
 
-/// Runs the internal init of one rank; returns "" or "code: text".
-std::string initOne(const ncclUniqueId& id, int n, int rank, const comm::InitSettings& settings,
-                    std::unique_ptr<ncclComm>* keep = nullptr) {
-  auto c = comm::newCommunicator(rank, n, CommConfig{}, -1);
-  try {
-    comm::initRank(*c, id, settings);
-  } catch (const Error& e) {
-    return std::to_string(e.code()) + ": " + e.what();
-  }
-  if (keep != nullptr) *keep = std::move(c);
-  return "";
-}
-
 /// n ranks as threads, each with its own settings; the communicators are kept in `comms`.
 std::vector<std::string> initAll(const std::vector<ncclUniqueId>& ids, const std::vector<comm::InitSettings>& settings,
                                  std::vector<std::unique_ptr<ncclComm>>* comms) {
@@ -46,7 +34,7 @@ std::vector<std::string> initAll(const std::vector<ncclUniqueId>& ids, const std
   std::vector<std::string> out(n);
   comms->clear();
   comms->resize(n);
-  REQUIRE(test::runThreads(n, [&](int r) { out[r] = initOne(ids[r], n, r, settings[r], &(*comms)[r]); }) == "");
+  REQUIRE(test::runThreads(n, [&](int r) { out[r] = test::tryInit(ids[r], n, r, settings[r], &(*comms)[r]); }) == "");
   return out;
 }
 
@@ -211,7 +199,7 @@ TEST_CASE("the root refuses an absurd nranks before sizing anything by it", "[se
     bootstrap::sendMessage(s, decoded.secret, bootstrap::MessageType::kRegister, 0, 0, &reg, sizeof(reg), deadline,
                            nullptr);
   }
-  const std::string r = initOne(id, 2, 1, settings);
+  const std::string r = test::tryInit(id, 2, 1, settings);
   CHECK_THAT(r, Catch::Contains("nranks=2147483647; a communicator has 1 to"));
   ncclComm_t comm = nullptr;
   CHECK(ncclCommInitRank(&comm, INT_MAX, id, 0) == ncclInvalidArgument);
@@ -255,7 +243,7 @@ TEST_CASE("a flood of silent connections to the root: init still succeeds under 
     const double rootCpu = cpuSeconds() - cpuBefore;
     std::vector<std::unique_ptr<ncclComm>> comms(2);
     std::vector<std::string> results(2);
-    test::runThreads(2, [&](int r) { results[r] = initOne(id, 2, r, settings, &comms[r]); });
+    test::runThreads(2, [&](int r) { results[r] = test::tryInit(id, 2, r, settings, &comms[r]); });
     kill(flooder, SIGKILL);
     waitpid(flooder, nullptr, 0);
     if (rootCpu > 0.5) return 12;  // spinning
@@ -284,6 +272,25 @@ TEST_CASE("out of descriptors, a listener pauses accepting instead of spinning",
     const double spent = cpuSeconds() - before;
     if (got) return 11;
     return spent < 0.3 ? 0 : 12;
+  });
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("out of descriptors, choosing an interface says why instead of 'no interface matches'", "[security]") {
+  const int status = inChild(30, [] {
+    const int used = openDescriptors();
+    rlimit low{static_cast<rlim_t>(used + 8), static_cast<rlim_t>(used + 8)};
+    if (setrlimit(RLIMIT_NOFILE, &low) != 0) return 10;
+    while (dup(2) >= 0) {
+    }  // (every descriptor taken)
+    try {
+      net::chooseInterface(net::InterfaceRequest{});
+    } catch (const Error& e) {
+      const std::string text = e.what();
+      return text.find("getifaddrs: Too many open files") != std::string::npos ? 0 : 11;
+    }
+    return 12;
   });
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);

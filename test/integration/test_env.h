@@ -5,9 +5,12 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <initializer_list>
+#include <memory>
 #include <string>
 
+#include "comm/communicator.h"
 #include "comm/init.h"
+#include "core/status.h"
 
 namespace braid::test {
 
@@ -38,6 +41,20 @@ inline void checkSurvivorsFailed(const std::string& out, std::initializer_list<i
     CHECK(std::atof(line.c_str() + line.find(" after ") + 7) < 5.0);
     CHECK_THAT(out, Catch::Contains("rank " + std::to_string(r) + ": destroy: no error"));
   }
+}
+
+/// Runs the internal init of one rank with explicit settings; returns "" or "code: text"
+/// (the communicator is kept in *keep when given and init succeeded).
+inline std::string tryInit(const ncclUniqueId& id, int n, int rank, const comm::InitSettings& settings,
+                           std::unique_ptr<ncclComm>* keep = nullptr) {
+  auto c = comm::newCommunicator(rank, n, CommConfig{}, -1);
+  try {
+    comm::initRank(*c, id, settings);
+  } catch (const Error& e) {
+    return std::to_string(e.code()) + ": " + e.what();
+  }
+  if (keep != nullptr) *keep = std::move(c);
+  return "";
 }
 
 /// Init settings for tests that call the internal init directly (own timeout, family, ...).

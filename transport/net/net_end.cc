@@ -112,7 +112,9 @@ Acceptor::State Acceptor::progress(bool* moved) {
   const auto now = std::chrono::steady_clock::now();
   for (net::Socket s = listener_.tryAccept(); s.valid(); s = listener_.tryAccept()) {
     *moved = true;
-    if (pending_.size() >= kMaxPending) continue;  // a flood of strangers: dropped at once
+    // A flood of strangers: the one that has waited longest goes (the real sender's hello
+    // follows its connect at once, so it is read in this very pass and never the oldest).
+    if (pending_.size() >= kMaxPending) pending_.erase(pending_.begin());
     pending_.push_back(Pending{std::move(s), {}, 0, now + kHelloTime});
   }
   for (auto it = pending_.begin(); it != pending_.end();) {

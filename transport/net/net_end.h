@@ -216,6 +216,7 @@ class EndPump : public proxy::Pump {
   /// In a forked child: these sockets are the parent's too. Closes this process's copies (no
   /// shutdown, which would end the parent's connection) and never writes or reads again.
   void orphan() override;
+  void broke(const std::string& why) override { lost(why, true, ncclSystemError); }
 
  protected:
   void adoptSockets(std::vector<net::Socket> sockets);

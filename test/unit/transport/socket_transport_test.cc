@@ -70,6 +70,17 @@ void offer(test::StepPair& p, char* buffer, uint64_t bytes) {
   kernels::postOffer(op);
 }
 
+/// The sender `d` describes connects to `recv` and its first step arrives, with no fault.
+void checkRealSenderGetsIn(const transport::Descriptor& d, transport::FifoMemory& recv) {
+  auto send = transport::socket::connectSender(d, settingsFor(0, 1), 1);
+  kernels::ConnHandle s = send->handle(true), r = recv.handle(false);
+  std::memcpy(s.simple, "hello", 6);
+  kernels::publishStep(s, 0, kernels::stepInfo(6, false));
+  CHECK(eventually([&] { return kernels::loadAcquire(r.tail) == 1; }));
+  CHECK(std::string(r.simple) == "hello");
+  CHECK(kernels::loadAcquire(&recv.faultBox(true)->raised) == 0);
+}
+
 }  // namespace
 
 TEST_CASE("socket transport: Simple steps of every size arrive whole and in order, over 1 and 3 sockets",
@@ -97,8 +108,9 @@ TEST_CASE("socket transport: steps by reference leave from the sender's buffer a
     CHECK(eventually([&] { return kernels::loadAcquire(p.s.head) >= steps; }));  // (every byte has left)
   }
   {
-    uint32_t sendAborted = 1;  // a reference published after the abort never leaves
-    Pair p(1, {64 * 1024, 512, 64}, &sendAborted, nullptr);
+    uint32_t sendAborted = 0;  // a reference published after the abort never leaves
+    Pair p(1, {64 * 1024, 512, 64}, &sendAborted, nullptr);  // (an aborted sender would not connect)
+    __atomic_store_n(&sendAborted, 1u, __ATOMIC_RELEASE);
     sendByReference(p, from.data(), 1000);
     std::this_thread::sleep_for(200ms);
     CHECK(kernels::loadAcquire(p.r.tail) == 0);
@@ -160,13 +172,19 @@ TEST_CASE("socket transport: garbage, a truncated hello and a wrong nonce on the
     auto impostor = transport::socket::connectSender(forged, settingsFor(0, 1), 1);
     std::this_thread::sleep_for(200ms);
   }
-  auto send = transport::socket::connectSender(d, settingsFor(0, 1), 1);
-  kernels::ConnHandle s = send->handle(true), r = recv->handle(false);
-  std::memcpy(s.simple, "hello", 6);
-  kernels::publishStep(s, 0, kernels::stepInfo(6, false));
-  CHECK(eventually([&] { return kernels::loadAcquire(r.tail) == 1; }));
-  CHECK(std::string(r.simple) == "hello");
-  CHECK(kernels::loadAcquire(&recv->faultBox(true)->raised) == 0);
+  checkRealSenderGetsIn(d, *recv);
+}
+
+TEST_CASE("socket transport: 100 silent strangers on the data port do not shut out the real sender",
+          "[unit][transport][socket]") {
+  transport::Descriptor d;
+  auto recv = transport::socket::createReceiver({4096, 64, 8}, settingsFor(1, 1), 0, &d);
+  const auto address = net::SocketAddress::unpack(d.listen);
+  const auto deadline = net::Clock::now() + 5s;
+  std::vector<net::Socket> silent;  // more than the 64 connections an acceptor holds unread
+  for (int i = 0; i < 100; ++i) silent.push_back(net::Socket::connect(address, deadline, nullptr));
+  std::this_thread::sleep_for(200ms);  // (the proxy accepts them all)
+  checkRealSenderGetsIn(d, *recv);
 }
 
 TEST_CASE("socket transport: a sender that never connects is reported after the timeout", "[unit][transport][socket]") {
@@ -189,6 +207,60 @@ TEST_CASE("socket transport: bad settings and descriptors are refused by name", 
 
 // Not a test (hidden; run with "[.bench]"): one-way throughput of 512 KiB Simple steps and the
 // round trip of 8-byte steps through the real proxy, for tuning the transport by itself.
+TEST_CASE("socket transport: ncclCommAbort ends a sender's connect retries within a second",
+          "[unit][transport][socket]") {
+  // A receiver that is not listening (yet): the sender retries refused connections until the
+  // timeout (300 s by default) unless the abort word stops it.
+  uint16_t closedPort = 0;
+  {
+    net::Socket probe = net::Socket::listen(net::SocketAddress::parse("127.0.0.1:0"));
+    closedPort = probe.localAddress().port();
+  }
+  transport::Descriptor d;
+  std::memset(&d, 0, sizeof(d));
+  d.kind = transport::Kind::kSocket;
+  d.sizes = transport::FifoSizes{1 << 16, 64, 16};
+  d.bytes = d.sizes.bytes();
+  d.listen = net::SocketAddress::parse("127.0.0.1:" + std::to_string(closedPort)).pack();
+  d.nSockets = 1;
+  uint32_t abortWord = 0;
+  transport::socket::Settings ss = settingsFor(0, 1, 60s);
+  ss.abortFlag = &abortWord;
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(300ms);
+    __atomic_store_n(&abortWord, 1u, __ATOMIC_RELEASE);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(transport::socket::connectSender(d, ss, 1), Catch::Contains("aborted"));
+  const auto took = std::chrono::steady_clock::now() - start;
+  aborter.join();
+  CHECK(took < 1300ms);
+}
+
+TEST_CASE("proxy: a pump whose progress throws breaks its connection, not the process", "[unit][transport][proxy]") {
+  struct ThrowingPump final : proxy::Pump {
+    std::atomic<int> passes{0};
+    std::atomic<bool> told{false};
+    std::string why;
+    void pollSet(std::vector<pollfd>*) override {}
+    bool progress(const pollfd*) override {
+      ++passes;
+      throw std::runtime_error("pump bug");
+    }
+    void orphan() override {}
+    void broke(const std::string& w) override {
+      why = w;
+      told = true;
+    }
+  } pump;
+  proxy::attach(&pump);
+  CHECK(eventually([&] { return pump.told.load(); }));
+  std::this_thread::sleep_for(50ms);
+  CHECK(pump.passes.load() == 1);  // never progressed again
+  proxy::detach(&pump);
+  CHECK_THAT(pump.why, Catch::Contains("pump bug"));
+}
+
 TEST_CASE("socket transport: throughput and round trip by themselves", "[.bench]") {
   static const uint32_t kNoAbort = 0;
   {

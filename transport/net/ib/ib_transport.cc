@@ -382,11 +382,11 @@ class SendEnd final : public IbEnd {
     }
     const net::SocketAddress to = net::SocketAddress::unpack(d.listen);
     const auto deadline = net::Clock::now() + s.timeout;
-    net::Socket sock = net::Socket::connect(to, deadline, nullptr);
+    net::Socket sock = net::Socket::connect(to, deadline, s.abortFlag);  // (abort ends the retries)
     Hello hello{kHelloMagic, kWireVersion, d.nonce, s.commHash, s.rank, peer, 0, 1, {}};
     const IbEndpoint mine = endpoint(extra() + kCreditOffset);
     std::memcpy(hello.extra, &mine, sizeof mine);
-    sock.sendAll(&hello, sizeof(hello), deadline, nullptr);
+    sock.sendAll(&hello, sizeof(hello), deadline, s.abortFlag);
     peerName_ = to.toString();
     std::vector<net::Socket> sockets;
     sockets.push_back(std::move(sock));

@@ -226,9 +226,10 @@ std::unique_ptr<FifoMemory> connectSender(const Descriptor& d, const Settings& s
   const auto deadline = net::Clock::now() + settings.timeout;
   std::vector<net::Socket> sockets;
   for (uint32_t i = 0; i < d.nSockets; ++i) {
-    net::Socket s = net::Socket::connect(to, deadline, nullptr);
+    // (the connect retries watch the abort word: ncclCommAbort returns within a poll slice)
+    net::Socket s = net::Socket::connect(to, deadline, settings.abortFlag);
     const Hello hello{kHelloMagic, kWireVersion, d.nonce, settings.commHash, settings.rank, peer, i, d.nSockets, {}};
-    s.sendAll(&hello, sizeof(hello), deadline, nullptr);
+    s.sendAll(&hello, sizeof(hello), deadline, settings.abortFlag);
     sockets.push_back(std::move(s));
   }
   BRAID_INFO(log::kNet, "rank %d: connected %u socket(s) to rank %d at %s", settings.rank, d.nSockets, peer,
