@@ -128,7 +128,8 @@ if command -v clang >/dev/null && command -v clang++ >/dev/null && have_libfuzze
     -Dfuzz=true -Dcuda=disabled -Donly_funcs='sum:f32' -Dcpp_args=-fsanitize=fuzzer-no-link \
     -Db_sanitize=address,undefined -Db_lundef=false
   meson configure "$build_fuzz" -Dfuzz_seconds="$fuzz_seconds"
-  meson compile -C "$build_fuzz" -j "$jobs" test/fuzz_topology_xml test/fuzz_graph_xml test/fuzz_env_parsers test/fuzz_bootstrap
+  meson compile -C "$build_fuzz" -j "$jobs" test/fuzz_topology_xml test/fuzz_graph_xml test/fuzz_env_parsers test/fuzz_bootstrap \
+    test/fuzz_descriptor test/fuzz_fd_request test/fuzz_net_socket
   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     run_tests "$build_fuzz" --suite fuzz --print-errorlogs --no-rebuild || status=1
 else
