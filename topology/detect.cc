@@ -15,6 +15,7 @@
 #include "core/interfaces.h"
 #include "core/log.h"
 #include "core/params.h"
+#include "core/status.h"
 #include "topology/pci_path.h"
 
 namespace braid::topo {
@@ -178,7 +179,13 @@ std::vector<DetectedDevice> ethernetPorts(const DetectOptions& options) {
   net::InterfaceRequest request;
   request.ifname = options.socketIfname;
   std::vector<std::string> names;
-  for (const net::Interface& i : net::rankInterfaces(request, net::listInterfaces()))
+  std::vector<net::Interface> all;
+  try {
+    all = net::listInterfaces();
+  } catch (const Error& e) {  // (no Ethernet ports then, as before getifaddrs said why)
+    BRAID_INFO(log::kGraph | log::kNet, "topology: %s; no Ethernet ports listed", e.what());
+  }
+  for (const net::Interface& i : net::rankInterfaces(request, all))
     if (std::find(names.begin(), names.end(), i.name) == names.end()) names.push_back(i.name);
   if (names.size() > 1) names.erase(std::remove(names.begin(), names.end(), "lo"), names.end());
   int dev = 0;

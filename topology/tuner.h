@@ -82,6 +82,10 @@ struct CostShape {
   /// AllReduce's Direct also beyond one LL step and with Simple (its two-exchange form: a
   /// connection to every rank): only where NCCL_ALGO names Direct for AllReduce (tunerFor).
   bool directExchanges = false;
+  /// AllReduce's Direct on more ranks than this (a connection, and its FIFO memory, to every
+  /// other rank) only where NCCL_ALGO names it (directExchanges): on 128 ranks the default
+  /// choice of Direct ran a 24 GiB machine out of memory (issue 26).
+  int directMaxRanks = 8;
   int64_t peerLLMaxBytes = -1;       ///< NCCL_P2P_LL_THRESHOLD: sends and receives up to this size move as LL (-1: the table's)
 };
 

@@ -102,7 +102,7 @@ namespace braid::transport {
 
 bool FifoAllocator::exportData(void*, uint8_t*) { return false; }
 
-void* FifoAllocator::importData(const uint8_t*) {
+void* FifoAllocator::importData(const uint8_t*, uint64_t) {
   fail(ncclInternalError, "a peer's FIFO slots are in its GPU's memory, which this backend cannot map");
 }
 

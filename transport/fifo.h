@@ -137,8 +137,10 @@ class FifoAllocator {
   /// allocateData); false when this backend cannot share it (the slots then stay in the
   /// shared segment).
   virtual bool exportData(void* p, uint8_t* handle);
-  /// Maps data memory another process exported (its exportData handle); throws when it cannot.
-  virtual void* importData(const uint8_t* handle);
+  /// Maps data memory another process exported (its exportData handle), of at least `bytes`
+  /// (what the caller will touch; a handle from the wire that says less is refused); throws
+  /// when it cannot.
+  virtual void* importData(const uint8_t* handle, uint64_t bytes);
   /// Unmaps what importData returned.
   virtual void closeData(void* p);
   /// GPU Direct RDMA: a new dma-buf file descriptor (the caller closes it) for data memory

@@ -27,10 +27,13 @@ bool Admission::admit(int rank, const Registration& r, const std::string& from) 
   if (r.nRanks != nRanks_) {
     refuse(who + " called init with nranks=" + std::to_string(r.nRanks) + " but rank " + std::to_string(firstRank_) +
            " with nranks=" + std::to_string(nRanks_));
-  } else if (rank < 0 || rank >= nRanks_) {
+    return false;
+  }
+  if (rank < 0 || rank >= nRanks_) {
     refuse(who + " is out of range for nranks=" + std::to_string(nRanks_));
     return false;
-  } else if (admitted_.count(rank) != 0) {
+  }
+  if (admitted_.count(rank) != 0) {
     refuse("two ranks both claimed rank " + std::to_string(rank) + " (from " + from_[rank] + " and " + from + ")");
     return false;
   }

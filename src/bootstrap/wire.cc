@@ -16,6 +16,8 @@ namespace {
 constexpr auto kFirstMessageTime = std::chrono::seconds(10);
 /// How many closed strangers' connections a listener logs.
 constexpr int kStrangerWarnings = 16;
+/// How long a connection may stay silent (not even the key) before a newcomer may take its place.
+constexpr auto kEvictAfter = std::chrono::milliseconds(1000);
 /// How long accepting pauses when the process has no descriptor left.
 constexpr auto kAcceptPause = std::chrono::milliseconds(100);
 
@@ -87,81 +89,109 @@ bool Listener::advance(Pending& p) {
   return true;
 }
 
+long Listener::evictable(net::Clock::time_point now) const {
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    const Pending& p = pending_[i];
+    if (!p.complete && p.headerBytes < sizeof(p.header.secret) && now - p.accepted >= kEvictAfter) {
+      return static_cast<long>(i);
+    }
+  }
+  return -1;
+}
+
 void Listener::acceptAll() {
-  if (net::Clock::now() < acceptPausedUntil_) return;
+  const auto now = net::Clock::now();
+  full_ = false;
+  if (now < acceptPausedUntil_) return;
   for (;;) {
+    if (pending_.size() >= kMaxPending) {
+      const long victim = evictable(now);
+      if (victim < 0) {
+        full_ = true;  // (the kernel's backlog holds the rest until these are read)
+        return;
+      }
+      if (!evictionWarned_) {
+        BRAID_WARN_STRANGER("bootstrap: %s has %zu connections waiting for a first message; closing those silent "
+                            "for %lld ms to take new ones", owner_.c_str(), pending_.size(),
+                            static_cast<long long>(kEvictAfter.count()));
+        evictionWarned_ = true;
+      }
+      pending_.erase(pending_.begin() + victim);
+    }
     int error = 0;
     net::Socket s = listening_.tryAccept(&error);
     if (!s.valid()) {
       if (error == EMFILE || error == ENFILE) {
-        // Out of descriptors: free the longest-waiting stranger's and pause accepting, or poll
-        // would find the listening socket readable at once and spin.
+        // Out of descriptors: pause accepting (poll would find the listening socket readable
+        // at once and spin), and free a silent stranger's descriptor if there is one.
         if (!exhaustionWarned_) {
-          BRAID_WARN_STRANGER("bootstrap: %s cannot accept connections: %s (%zu connections wait for a first message); "
-                     "closing the oldest and pausing %lld ms each time", owner_.c_str(), strerror(error),
-                     pending_.size(), static_cast<long long>(kAcceptPause.count()));
+          BRAID_WARN_STRANGER("bootstrap: %s cannot accept connections: %s (%zu connections wait for a first "
+                              "message); pausing %lld ms each time", owner_.c_str(), strerror(error),
+                              pending_.size(), static_cast<long long>(kAcceptPause.count()));
           exhaustionWarned_ = true;
         }
-        if (!pending_.empty()) pending_.erase(pending_.begin());
-        acceptPausedUntil_ = net::Clock::now() + kAcceptPause;
+        const long victim = evictable(now);
+        if (victim >= 0) pending_.erase(pending_.begin() + victim);
+        acceptPausedUntil_ = now + kAcceptPause;
       }
       return;
     }
-    if (pending_.size() >= kMaxPending) {
-      if (!evictionWarned_) {
-        BRAID_WARN_STRANGER("bootstrap: %s has %zu connections waiting for a first message; closing the oldest (%s) for "
-                   "each new one", owner_.c_str(), pending_.size(),
-                   pending_.front().socket.peerAddress().toString().c_str());
-        evictionWarned_ = true;
-      }
-      pending_.erase(pending_.begin());
-    }
     Pending p;
     p.socket = std::move(s);
-    p.deadline = net::Clock::now() + kFirstMessageTime;
+    p.accepted = now;
+    p.deadline = now + kFirstMessageTime;
     pending_.push_back(std::move(p));
+  }
+}
+
+void Listener::advanceAll() {
+  const auto now = net::Clock::now();
+  for (size_t i = 0; i < pending_.size();) {
+    Pending& p = pending_[i];
+    std::string problem;
+    try {
+      if (!p.complete) p.complete = advance(p);
+      if (!p.complete && now >= p.deadline) problem = "sent no complete message in time";
+    } catch (const std::exception& e) {
+      problem = e.what();
+    }
+    if (problem.empty()) {
+      ++i;
+      continue;
+    }
+    if (++strangerWarnings_ <= kStrangerWarnings) {
+      BRAID_WARN_STRANGER("bootstrap: %s closed a connection from %s that %s%s", owner_.c_str(),
+                          p.socket.peerAddress().toString().c_str(), problem.c_str(),
+                          strangerWarnings_ == kStrangerWarnings ? " (further ones are not logged)" : "");
+    }
+    pending_.erase(pending_.begin() + static_cast<long>(i));
   }
 }
 
 bool Listener::poll(int timeoutMs, Message* out) {
   const auto until = net::Clock::now() + std::chrono::milliseconds(timeoutMs);
   for (;;) {
+    // Every connection is read on every pass (one message is returned a call; the others
+    // wait, complete, for the next), so a real peer's key is seen long before eviction.
     acceptAll();
-    const auto now = net::Clock::now();
-    for (size_t i = 0; i < pending_.size();) {
+    advanceAll();
+    for (size_t i = 0; i < pending_.size(); ++i) {
       Pending& p = pending_[i];
-      std::string problem;
-      bool complete = false;
-      try {
-        complete = advance(p);
-        if (!complete && now >= p.deadline) problem = "sent no complete message in time";
-      } catch (const std::exception& e) {
-        problem = e.what();
-      }
-      if (!problem.empty()) {
-        if (++strangerWarnings_ <= kStrangerWarnings) {
-          BRAID_WARN_STRANGER("bootstrap: %s closed a connection from %s that %s%s", owner_.c_str(),
-                              p.socket.peerAddress().toString().c_str(), problem.c_str(),
-                              strangerWarnings_ == kStrangerWarnings ? " (further ones are not logged)" : "");
-        }
-        pending_.erase(pending_.begin() + static_cast<long>(i));
-        continue;
-      }
-      if (complete) {
-        out->header = p.header;
-        out->payload = std::move(p.payload);
-        out->socket = std::move(p.socket);
-        pending_.erase(pending_.begin() + static_cast<long>(i));
-        return true;
-      }
-      ++i;
+      if (!p.complete) continue;
+      out->header = p.header;
+      out->payload = std::move(p.payload);
+      out->socket = std::move(p.socket);
+      pending_.erase(pending_.begin() + static_cast<long>(i));
+      return true;
     }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - net::Clock::now()).count();
+    const auto now = net::Clock::now();
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count();
     if (left <= 0) return false;
     // (a member, kept: an idle root's thread allocates nothing, so a process forking beside it
     // does not copy an allocator lock it held)
     pollFds_.clear();
-    pollFds_.push_back({listening_.fd(), static_cast<short>(now < acceptPausedUntil_ ? 0 : POLLIN), 0});
+    const bool accepting = now >= acceptPausedUntil_ && !full_;
+    pollFds_.push_back({listening_.fd(), static_cast<short>(accepting ? POLLIN : 0), 0});
     for (const auto& p : pending_) pollFds_.push_back({p.socket.fd(), POLLIN, 0});
     ::poll(pollFds_.data(), pollFds_.size(), static_cast<int>(std::min<long long>(left, 50)));
   }

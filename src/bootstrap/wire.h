@@ -86,9 +86,11 @@ class Listener {
   bool poll(int timeoutMs, Message* out);
   /// From now on connections must present `secret` (the session key, once the table came).
   void rekey(uint64_t secret) { secret_ = secret; }
-  /// At most this many connections wait at once for their first message: beyond it the one
-  /// that has waited longest is closed (a flood of silent connections cannot take every
-  /// descriptor of the process, and a real peer's message completes within a poll or two).
+  /// At most this many connections wait at once for their first message: beyond it one that
+  /// has been silent (not even the key) for a second is closed for each newcomer, or, with
+  /// none such, accepting waits (a flood of silent connections cannot take every descriptor
+  /// of the process, and a real peer, whose message is there as soon as its connection, is
+  /// never closed to make room).
   static constexpr size_t kMaxPending = 256;
   const net::Socket& socket() const { return listening_; }
 
@@ -99,12 +101,19 @@ class Listener {
     size_t headerBytes = 0;
     std::vector<char> payload;
     size_t payloadBytes = 0;
+    net::Clock::time_point accepted;
     net::Clock::time_point deadline;
+    bool complete = false;  ///< the message is whole, waiting to be returned
   };
   /// Reads what is available on p; true when its message is complete. Throws to drop it.
   bool advance(Pending& p);
   /// Accepts what waits on the listening socket, within kMaxPending and the descriptors left.
   void acceptAll();
+  /// Reads every pending connection; closes (and logs) those that fail or run out of time.
+  void advanceAll();
+  /// The index of a pending connection that may be closed for a newcomer (silent, without even
+  /// the key, for kEvictAfter), or -1.
+  long evictable(net::Clock::time_point now) const;
 
   net::Socket listening_;
   uint64_t secret_;
@@ -114,6 +123,7 @@ class Listener {
   /// Until when accepting is paused (the process ran out of descriptors: accept failed with
   /// EMFILE/ENFILE and poll would report the listening socket readable at once, forever).
   net::Clock::time_point acceptPausedUntil_{};
+  bool full_ = false;  ///< kMaxPending wait and none may be closed: accepting waits
   bool evictionWarned_ = false;
   bool exhaustionWarned_ = false;
   int strangerWarnings_ = 0;

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -13,6 +14,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <new>
 #include <thread>
 
 #include "core/log.h"
@@ -140,7 +142,12 @@ bool receive(int s, Received* r, int* passed) {
 class Server {
  public:
   static Server& process() {
-    static Server* server = new Server();  // never destroyed: its thread lives as long as the process
+    static Server* server = [] {
+      auto* created = new Server();  // never destroyed: its thread lives as long as the process
+      // A forked child may inherit the lock held by the parent's serving thread: a fresh one.
+      pthread_atfork(nullptr, nullptr, [] { new (&process().mutex_) std::mutex(); });
+      return created;
+    }();
     return *server;
   }
 

@@ -1,5 +1,7 @@
 #include "core/log.h"
 
+#include <pthread.h>
+
 #include <strings.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -10,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <new>
 
 #include "core/files.h"
 #include "core/params.h"
@@ -44,7 +47,12 @@ struct Sink {
 };
 
 Sink& sink() {
-  static Sink* s = new Sink();  // never destroyed: threads may log during exit
+  static Sink* s = [] {
+    auto* created = new Sink();  // never destroyed: threads may log during exit
+    // A forked child may inherit the lock from a parent thread that was logging: a fresh one.
+    pthread_atfork(nullptr, nullptr, [] { new (&sink().mutex) std::mutex(); });
+    return created;
+  }();
   return *s;
 }
 

@@ -159,9 +159,11 @@ class HostFifoAllocator final : public transport::FifoAllocator {
     std::memcpy(handle, &h, sizeof h);
     return true;
   }
-  void* importData(const uint8_t* handle) override {
+  void* importData(const uint8_t* handle, uint64_t need) override {
     FileHandle h{};
     std::memcpy(&h, handle, sizeof h);
+    if (h.bytes < need) fail(ncclSystemError, "emulated device: a handle of %zu bytes for %llu", static_cast<size_t>(h.bytes),
+                             static_cast<unsigned long long>(need));
     return MemoryFiles::process().import(h.offer, h.bytes);
   }
   void closeData(void* p) override { MemoryFiles::process().release(p); }

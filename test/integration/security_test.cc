@@ -253,6 +253,29 @@ TEST_CASE("a flood of silent connections to the root: init still succeeds under 
   CHECK(WEXITSTATUS(status) == 0);
 }
 
+TEST_CASE("a full listener closes silent strangers, never a peer whose message waits unread", "[security]") {
+  net::Socket listening = net::Socket::listen(net::SocketAddress::parse("127.0.0.1:0"), 1024);
+  const net::SocketAddress at = listening.localAddress();
+  bootstrap::Listener listener(std::move(listening), 1234, "test listener");
+  const auto deadline = net::Clock::now() + std::chrono::seconds(10);
+  // More real messages than the listener holds, all sent before it reads any, then strangers.
+  const int real = static_cast<int>(bootstrap::Listener::kMaxPending) + 40;
+  std::vector<net::Socket> held;
+  for (int i = 0; i < real; ++i) {
+    held.push_back(net::Socket::connect(at, deadline, nullptr));
+    bootstrap::sendMessage(held.back(), 1234, bootstrap::MessageType::kPeer, 0, static_cast<uint32_t>(i), &i,
+                           sizeof(i), deadline, nullptr);
+  }
+  for (int i = 0; i < 40; ++i) held.push_back(net::Socket::connect(at, deadline, nullptr));
+  std::vector<bool> seen(real, false);
+  int got = 0;
+  bootstrap::Message m;
+  while (got < real && net::Clock::now() < deadline && listener.poll(200, &m)) {
+    if (m.header.tag < static_cast<uint32_t>(real) && !seen[m.header.tag]) ++got, seen[m.header.tag] = true;
+  }
+  CHECK(got == real);
+}
+
 TEST_CASE("out of descriptors, a listener pauses accepting instead of spinning", "[security]") {
   const int status = inChild(30, [] {
     net::Socket listening = net::Socket::listen(net::SocketAddress::parse("127.0.0.1:0"));

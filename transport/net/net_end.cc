@@ -87,6 +87,8 @@ ssize_t FrameWriter::pump(int fd) {
 
 namespace {
 constexpr size_t kMaxPending = 64;
+/// How long a connection may stay silent before a newcomer may take its place.
+constexpr std::chrono::milliseconds kEvictAfter{1000};
 constexpr std::chrono::seconds kHelloTime{5};
 }  // namespace
 
@@ -104,17 +106,30 @@ Acceptor::Acceptor(int rank, int peer, net::Socket listener, uint64_t nonce, uin
 }
 
 void Acceptor::pollSet(std::vector<pollfd>* fds) const {
-  fds->push_back({listener_.fd(), POLLIN, 0});
+  fds->push_back({listener_.fd(), static_cast<short>(full_ ? 0 : POLLIN), 0});
   for (const Pending& p : pending_) fds->push_back({p.socket.fd(), POLLIN, 0});
 }
 
 Acceptor::State Acceptor::progress(bool* moved) {
   const auto now = std::chrono::steady_clock::now();
-  for (net::Socket s = listener_.tryAccept(); s.valid(); s = listener_.tryAccept()) {
+  full_ = false;
+  for (;;) {
+    // A flood of strangers: one silent for kEvictAfter makes room for a newcomer; with none
+    // such, accepting waits for this pass's reads (a real sender's hello follows its connect at
+    // once, so it is never the one closed).
+    if (pending_.size() >= kMaxPending) {
+      auto silent = std::find_if(pending_.begin(), pending_.end(), [&](const Pending& p) {
+        return p.done == 0 && now - (p.deadline - kHelloTime) >= kEvictAfter;
+      });
+      if (silent == pending_.end()) {
+        full_ = true;
+        break;
+      }
+      pending_.erase(silent);
+    }
+    net::Socket s = listener_.tryAccept();
+    if (!s.valid()) break;
     *moved = true;
-    // A flood of strangers: the one that has waited longest goes (the real sender's hello
-    // follows its connect at once, so it is read in this very pass and never the oldest).
-    if (pending_.size() >= kMaxPending) pending_.erase(pending_.begin());
     pending_.push_back(Pending{std::move(s), {}, 0, now + kHelloTime});
   }
   for (auto it = pending_.begin(); it != pending_.end();) {

@@ -174,6 +174,7 @@ class Acceptor {
   int connected_ = 0;
   std::chrono::steady_clock::time_point deadline_;
   std::chrono::seconds timeout_;
+  bool full_ = false;  // kMaxPending wait and none may be closed: accepting waits
   std::vector<Pending> pending_;
   std::vector<net::Socket> accepted_;
   Hello first_{};

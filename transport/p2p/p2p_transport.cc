@@ -1,5 +1,6 @@
 #include "transport/p2p/p2p_transport.h"
 
+#include <pthread.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -112,7 +113,11 @@ class BorrowedFifo final : public FifoMemory {
 class Offers {
  public:
   static Offers& process() {
-    static Offers* offers = new Offers();
+    static Offers* offers = [] {
+      auto* created = new Offers();
+      pthread_atfork(nullptr, nullptr, [] { new (&process().mutex_) std::mutex(); });  // (see log.cc)
+      return created;
+    }();
     return *offers;
   }
   uint64_t add(char* base, const FifoSizes& sizes) {

@@ -204,7 +204,7 @@ std::unique_ptr<FifoMemory> import(const Descriptor& d, FifoAllocator* allocator
                               "host backend cannot map", d.ownerPid, d.shmName);
     }
     try {
-      memory->setData(static_cast<char*>(allocator->importData(d.dataHandle)), allocator);
+      memory->setData(static_cast<char*>(allocator->importData(d.dataHandle, d.sizes.bytes() - fifoControlBytes())), allocator);
       kernels::storeRelease(memory->importStateWord(), kImportMapped);
     } catch (const Error& e) {
       fail(e.code(), "%s; mapping process %d's FIFO slots (%s) from its GPU's memory failed: NCCL_P2P_DISABLE=1 keeps "

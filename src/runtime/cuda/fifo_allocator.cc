@@ -123,11 +123,15 @@ class FifoAllocator final : public transport::FifoAllocator {
     std::memcpy(handle + 8, &h, sizeof h);
     return true;
   }
-  void* importData(const uint8_t* handle) override {
+  void* importData(const uint8_t* handle, uint64_t bytes) override {
     DeviceGuard guard(device_);
     if (handle[0] == kCumemFd) {
       CumemHandle h{};
       std::memcpy(&h, handle, sizeof h);
+      if (h.bytes < bytes) {
+        fail(ncclSystemError, "a peer's FIFO slots handle maps %llu bytes but its slots take %llu",
+             static_cast<unsigned long long>(h.bytes), static_cast<unsigned long long>(bytes));
+      }
       const int fd = fds::fetch(h.offer);
       try {
         void* p = cumemImport(device_, fd, h.bytes);

@@ -56,10 +56,11 @@ class SharedFileAllocator final : public transport::FifoAllocator {
     std::snprintf(reinterpret_cast<char*>(handle), kHandleBytes, "%s %zu", a.name.c_str(), a.bytes);
     return true;
   }
-  void* importData(const uint8_t* handle) override {
+  void* importData(const uint8_t* handle, uint64_t need) override {
     char name[64];
     size_t bytes = 0;
     REQUIRE(std::sscanf(reinterpret_cast<const char*>(handle), "%63s %zu", name, &bytes) == 2);
+    REQUIRE(bytes >= need);
     const int fd = shm_open(name, O_RDWR, 0600);
     if (fd < 0) fail(ncclUnhandledCudaError, "cannot open %s", name);
     void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
