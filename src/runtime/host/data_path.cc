@@ -15,6 +15,7 @@
 #include "core/status.h"
 #include "proxy/proxy.h"
 #include "kernels/algorithms/send_recv.h"
+#include "runtime/host/algorithm_peers.h"
 #include "runtime/host/kernel_table.h"
 #include "runtime/host/peer_loop.h"
 #include "runtime/host/signature.h"
@@ -371,18 +372,25 @@ DataPath::PeerSet DataPath::connectSet(const std::vector<int>& sendTo, const std
   return conns;
 }
 
-void DataPath::preparePeers(int n, kernels::CollWork* works) {
-  if (static_cast<int>(allPeers_.size()) < n) {  // (the list only when a channel is new: this runs per call)
-    std::vector<int> others;
-    for (int r = 0; r < nRanks_; ++r) {
-      if (r != rank_) others.push_back(r);
+void DataPath::preparePeers(kernels::Algo algo, int n, kernels::CollWork* works) {
+  int& ready = peersReady_[algo];
+  if (ready < n) {  // (the peers only when a channel is new for the algorithm: this runs per call)
+    const std::vector<int> peers = algorithmPeers(algo, nRanks_, rank_);
+    while (static_cast<int>(peerSets_.size()) < n) {
+      peerSets_.push_back(PeerSet{std::vector<kernels::ConnHandle>(nRanks_), std::vector<kernels::ConnHandle>(nRanks_)});
     }
-    for (int c = static_cast<int>(allPeers_.size()); c < n; ++c)
-      allPeers_.push_back(connectSet(others, others, transport::peerSet(c)));
+    for (int c = ready; c < n; ++c) {
+      const PeerSet added = connectSet(peers, peers, transport::peerSet(c));
+      for (int r : peers) {
+        peerSets_[c].send[r] = added.send[r];
+        peerSets_[c].recv[r] = added.recv[r];
+      }
+    }
+    ready = n;
   }
   for (int c = 0; c < n; ++c) {
-    works[c].peerSend = allPeers_[c].send.data();
-    works[c].peerRecv = allPeers_[c].recv.data();
+    works[c].peerSend = peerSets_[c].send.data();
+    works[c].peerRecv = peerSets_[c].recv.data();
   }
 }
 
@@ -496,8 +504,8 @@ void DataPath::runCollective(const plan::Task& given) {
         prepareTrees(plan.nChannels, plan.works.data());
       } else if (algo == kernels::Algo::kHier2D) {  // over each channel's row and column rings
         prepareGrid(plan.nChannels, plan.works.data());
-      } else {  // the others over each channel's connections to every rank
-        preparePeers(plan.nChannels, plan.works.data());
+      } else {  // the others over each channel's connections to the ranks they exchange with
+        preparePeers(algo, plan.nChannels, plan.works.data());
       }
       for (int c = 0; c < plan.nChannels; ++c) unconnectedRings[c] = kernels::RingHandle{{}, {}, nRanks_, rank_};
       ring = unconnectedRings.data();

@@ -167,9 +167,9 @@ class DataPath {
   /// Connects connection set `set` (transport::peerSet and its kin) to those ranks and
   /// returns its handles.
   PeerSet connectSet(const std::vector<int>& sendTo, const std::vector<int>& recvFrom, int set);
-  /// The algorithms over point-to-point connections: connects channels [0, n) to every other
-  /// rank on first use and fills those works' connections.
-  void preparePeers(int n, kernels::CollWork* works);
+  /// The algorithms over point-to-point connections: connects channels [0, n) to the ranks
+  /// `algo` exchanges with (algorithm_peers.h) on first use and fills those works' connections.
+  void preparePeers(kernels::Algo algo, int n, kernels::CollWork* works);
   /// Tree: connects channels [0, n) to their tree neighbours (channel c: tree c mod 2) on
   /// first use and fills those works' tree links and connections.
   void prepareTrees(int n, kernels::CollWork* works);
@@ -203,7 +203,8 @@ class DataPath {
   uint64_t scratchBytes_ = 0;
   Executor executor_;
   std::vector<kernels::RingHandle> rings_;  // cached handles of the connected ring channels
-  std::vector<PeerSet> allPeers_;  // by channel, once connected
+  std::vector<PeerSet> peerSets_;  // by channel: every point-to-point connection made so far
+  std::map<kernels::Algo, int> peersReady_;  // channels connected for each algorithm's peers
   // The tuner's choices by collective and bytes (a pure function of them and the limits, which
   // clear it): a call looks its size up instead of predicting every candidate, which had cost
   // an 8-byte AllReduce on 2 ranks about as much as the operation.
