@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <thread>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <string>
@@ -258,4 +259,40 @@ TEST_CASE("load: 100,000 small AllReduces and 1,000 create/split/destroy cycles 
   CHECK(fds3 <= fds2);
   CHECK(threads3 <= threads2);
   CHECK(rss3 - rss2 < 8192);
+}
+
+TEST_CASE("scale: 256 thread ranks init, reduce, broadcast and gather exactly, each with O(log n) connections",
+          "[integration][scale]") {
+  constexpr int n = 256;
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  std::vector<ncclComm_t> comms(n, nullptr);
+  std::vector<int> ends(n, 0);
+  const auto start = std::chrono::steady_clock::now();
+  const std::string failure = test::runThreads(n, [&](int rank) {
+    EXPECT_OK(ncclCommInitRank(&comms[rank], n, id, rank));
+    float x = static_cast<float>(rank);  // (sums of ranks are exact in float up to 2^24)
+    EXPECT_OK(ncclAllReduce(&x, &x, 1, ncclFloat, ncclSum, comms[rank], nullptr));
+    if (x != n * (n - 1) / 2.0f) throw std::runtime_error("8-byte AllReduce gave " + std::to_string(x));
+    std::vector<float> v(16384, static_cast<float>(rank % 7));
+    EXPECT_OK(ncclAllReduce(v.data(), v.data(), v.size(), ncclFloat, ncclSum, comms[rank], nullptr));
+    float expected = 0;
+    for (int r = 0; r < n; ++r) expected += static_cast<float>(r % 7);
+    if (v[0] != expected || v.back() != expected) throw std::runtime_error("64 KiB AllReduce gave " + std::to_string(v[0]));
+    std::vector<int> b(256, rank);
+    EXPECT_OK(ncclBroadcast(b.data(), b.data(), b.size(), ncclInt32, 7, comms[rank], nullptr));
+    if (b[0] != 7 || b.back() != 7) throw std::runtime_error("Broadcast gave " + std::to_string(b[0]));
+    std::vector<int> all(n, -1);
+    EXPECT_OK(ncclAllGather(&rank, all.data(), 1, ncclInt32, comms[rank], nullptr));
+    for (int r = 0; r < n; ++r)
+      if (all[r] != r) throw std::runtime_error("AllGather slot " + std::to_string(r) + " is " + std::to_string(all[r]));
+    ends[rank] = comms[rank]->dataPath().connectionEnds();
+  }, std::chrono::seconds(240));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  printf("scale: 256 thread ranks, init + 4 collectives: %.1f s; connection ends per rank at most %d; RSS %ld KiB\n",
+         seconds, *std::max_element(ends.begin(), ends.end()), residentKiB());
+  REQUIRE(failure == "");
+  // A connection to every rank (510 ends a channel) would be N^2 setup: what this catches.
+  CHECK(*std::max_element(ends.begin(), ends.end()) <= 80);
+  REQUIRE(test::runThreads(n, [&](int rank) { EXPECT_OK(ncclCommDestroy(comms[rank])); }) == "");
 }

@@ -101,6 +101,13 @@ class DataPath {
   }
   /// The connector's options; tests change them before the first collective (networkOnly).
   transport::ConnectorOptions& connectorOptions() { return connector_.options(); }
+  /// Connection ends this rank holds now (sends and receives, every set): what its FIFO memory
+  /// grows with (tests of scale).
+  int connectionEnds() const {
+    int n = 0;
+    connector_.forEachEnd([&n](const transport::Connector::End&) { ++n; });
+    return n;
+  }
   /// NCCL_P2P_LL_THRESHOLD for this communicator (-1: the backend's); tests set it, every rank
   /// alike, to run sends and receives of a given size with LL or Simple.
   void setPeerLLThreshold(int64_t bytes) {
