@@ -1,6 +1,7 @@
 #include "transport/p2p/p2p_transport.h"
 
 #include <pthread.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -24,7 +25,8 @@ namespace {
 constexpr size_t kPrefix = 4096;
 struct Prefix {
   std::atomic<int> count;
-  FifoAllocator* allocator;  // null: the heap
+  FifoAllocator* allocator;  // null: anonymous memory of this process (blockBytes, mapped)
+  size_t blockBytes;
   char* data;                // the slots: after the control part, or the allocator's data memory
   char* counters;            // tail and head: the control part's, or the allocator's data memory
 };
@@ -44,9 +46,10 @@ void release(char* base) {
   FifoAllocator* allocator = prefix->allocator;
   char* data = prefix->data;
   char* counters = prefix->counters;
+  const size_t blockBytes = prefix->blockBytes;
   prefix->~Prefix();
   if (allocator == nullptr) {
-    std::free(base - kPrefix);
+    munmap(base - kPrefix, blockBytes);
     return;
   }
   allocator->freeData(data);
@@ -59,8 +62,15 @@ class HeapFifo final : public FifoMemory {
   HeapFifo(const FifoSizes& sizes, FifoAllocator* allocator) : FifoMemory(sizes) {
     const uint64_t control = allocator == nullptr ? sizes.bytes() : fifoControlBytes();
     const size_t blockBytes = kPrefix + (control + 4095) / 4096 * 4096;
-    char* block = static_cast<char*>(allocator == nullptr ? std::aligned_alloc(4096, blockBytes)
-                                                          : allocator->allocateControl(blockBytes));
+    // On the host, anonymous memory: zero already, and backed only where it is touched, so the
+    // slots of a protocol a connection never uses (LL128 on CPUs, mostly) take no memory.
+    char* block = nullptr;
+    if (allocator == nullptr) {
+      void* p = mmap(nullptr, blockBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      block = p == MAP_FAILED ? nullptr : static_cast<char*>(p);
+    } else {
+      block = static_cast<char*>(allocator->allocateControl(blockBytes));
+    }
     if (block == nullptr) fail(ncclSystemError, "cannot allocate %llu bytes of FIFO memory", (unsigned long long)sizes.bytes());
     memory_ = block + kPrefix;
     char* data = memory_ + fifoControlBytes();
@@ -79,10 +89,8 @@ class HeapFifo final : public FifoMemory {
         allocator->freeControl(block);
         throw;
       }
-    } else {
-      std::memset(memory_, 0, sizes.bytes());
     }
-    new (block) Prefix{{1}, allocator, data, counters};
+    new (block) Prefix{{1}, allocator, blockBytes, data, counters};
   }
   ~HeapFifo() override { release(memory_); }
   char* base() const override { return memory_; }
