@@ -186,12 +186,30 @@ void Connector::registerEnd(End& end) {
   end.registeredWith = options_.allocator;
 }
 
+void Connector::logMemory(const char* after) const {
+  if (!log::enabled(log::Level::Info, log::kAlloc)) return;
+  uint64_t bytes[5] = {};  // by Kind
+  int ends = 0;
+  forEachEnd([&](const End& e) {
+    bytes[static_cast<int>(e.kind) % 5] += e.memory->sizes().bytes();
+    ++ends;
+  });
+  auto mib = [](uint64_t b) { return static_cast<double>(b) / (1 << 20); };
+  BRAID_INFO(log::kAlloc, "rank %d: %d connection ends after %s, FIFO memory %.1f MiB (P2P %.1f, SHM %.1f, NET %.1f; "
+             "host memory is backed where touched)", rank_, ends, after,
+             mib(bytes[1] + bytes[2] + bytes[3] + bytes[4]), mib(bytes[static_cast<int>(Kind::kP2p)]),
+             mib(bytes[static_cast<int>(Kind::kShm)]),
+             mib(bytes[static_cast<int>(Kind::kSocket)] + bytes[static_cast<int>(Kind::kIb)]));
+}
+
 void Connector::connectRing(int nChannels) {
   if (nRanks_ == 1) return;
   const int next = (rank_ + 1) % nRanks_;
   const int prev = (rank_ + nRanks_ - 1) % nRanks_;
+  bool added = false;
   for (int c = 0; c < nChannels; ++c) {
     if (ringSend_.count(c) != 0) continue;
+    added = true;
     Descriptor mine, theirs;
     auto recvEnd = createReceiver(prev, options_.ring, ringLane(c, false), &mine);
     channel_.send(prev, kRingTag + c, &mine, sizeof(mine));
@@ -207,6 +225,7 @@ void Connector::connectRing(int nChannels) {
     ringRecv_[c] = std::move(recvEnd);
     ringSend_[c] = std::move(sendEnd);
   }
+  if (added) logMemory("the ring");
 }
 
 kernels::RingHandle Connector::ring(int channel) const {
@@ -255,6 +274,7 @@ void Connector::connectPeers(const std::vector<int>& sendTo, const std::vector<i
     channel_.recv(peer, ackTag, &ack, sizeof(ack));
     if (d.kind == Kind::kShm) shm::unlinkName(d);
   }
+  if (!created.empty()) logMemory(set < treeSet(0) ? "point-to-point connections" : "tree or grid connections");
 }
 
 int Connector::setupWaitingOn() const { return channel_.waitingOn(); }

@@ -132,6 +132,8 @@ class Connector {
   /// The network transports' settings for this communicator.
   socket::Settings socketSettings() const;
   ib::Settings ibSettings(const Lane& lane) const;
+  /// Says at INFO (ALLOC) how many ends this rank holds and their FIFO bytes by transport.
+  void logMemory(const char* after) const;
   /// Makes a new end's host memory (shared memory, a network end's copy) reachable by the
   /// backend's kernels.
   void registerEnd(End& end);
