@@ -13,6 +13,7 @@
 #include "bootstrap/unique_id.h"
 #include "bootstrap/wire.h"
 #include "core/log.h"
+#include "core/process.h"
 #include "core/status.h"
 #include <nccl.h>
 
@@ -41,8 +42,8 @@ class Root {
       : address_(listening.localAddress()),
         listener_(std::move(listening), secret, "root " + address_.toString()),
         secret_(secret),
-        commId_(randomSecret()),
-        sessionKey_(randomSecret()),
+        commId_(process::random64()),
+        sessionKey_(process::random64()),
         timeout_(timeout),
         stop_(stop) {}
 

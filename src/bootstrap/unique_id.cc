@@ -1,10 +1,6 @@
 #include "bootstrap/unique_id.h"
 
-#include <sys/random.h>
-
-#include <chrono>
 #include <cstring>
-#include <random>
 #include <type_traits>
 
 #include "core/status.h"
@@ -54,15 +50,6 @@ UniqueId UniqueId::decode(const ncclUniqueId& id) {
   u.rootStartedByRank0 = (l.flags & kFlagRootStartedByRank0) != 0;
   if (!u.root.valid()) fail(ncclInvalidArgument, "the unique id holds no valid root address (corrupt id?)");
   return u;
-}
-
-uint64_t randomSecret() {
-  uint64_t s = 0;
-  if (getrandom(&s, sizeof(s), 0) != sizeof(s)) {
-    std::random_device rd;
-    s = (uint64_t(rd()) << 32) ^ rd() ^ uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
-  }
-  return s == 0 ? 1 : s;
 }
 
 uint64_t secretForAddress(const std::string& commId) {

@@ -22,9 +22,6 @@ struct UniqueId {
   static UniqueId decode(const ncclUniqueId& id);
 };
 
-/// A fresh random 64-bit secret.
-uint64_t randomSecret();
-
 /// The fixed secret of an NCCL_COMM_ID address (every rank computes the same one). Public:
 /// anyone who knows the address computes it too.
 uint64_t secretForAddress(const std::string& commId);

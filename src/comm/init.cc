@@ -52,7 +52,7 @@ ncclUniqueId makeUniqueId(const InitSettings& settings) {
   const net::Interface iface = net::chooseInterface(settings.net.interface);
   net::Socket listening = net::Socket::listen(iface.address);
   id.root = listening.localAddress();
-  id.secret = bootstrap::randomSecret();
+  id.secret = process::random64();
   BRAID_INFO(log::kBootstrap | log::kInit, "bootstrap: root listening on %s (interface %s)",
              id.root.toString().c_str(), iface.name.c_str());
   bootstrap::startRoot(std::move(listening), bootstrap::keyedSecret(id.secret, settings.commSecret),

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "core/log.h"
+#include "core/process.h"
 #include "core/status.h"
 
 namespace braid::fds {
@@ -39,19 +40,6 @@ struct Reply {
   Answer answer;
   int32_t pad;
 };
-
-/// `bytes` random bytes from the kernel (getrandom); throws when it has none to give.
-void randomBytes(void* out, size_t bytes) {
-  char* p = static_cast<char*>(out);
-  while (bytes > 0) {
-    const ssize_t got = getrandom(p, bytes, 0);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) fail(ncclSystemError, "getrandom of %zu bytes for a file-descriptor token failed: %s", bytes,
-                       strerror(errno));
-    p += got;
-    bytes -= static_cast<size_t>(got);
-  }
-}
 
 /// The abstract socket address of the server with id `server`.
 socklen_t serverAddress(uint64_t server, sockaddr_un* a) {
@@ -163,7 +151,7 @@ class Server {
     if (copy < 0) fail(ncclSystemError, "cannot duplicate file descriptor %d to offer it: %s", fd, strerror(errno));
     Offer o{id_, {{0, 0}}, static_cast<int32_t>(pid_), 0};
     try {
-      while (o.token.empty() || offers_.count(o.token) != 0) randomBytes(&o.token, sizeof(o.token));
+      while (o.token.empty() || offers_.count(o.token) != 0) process::randomBytes(&o.token, sizeof(o.token));
     } catch (...) {
       close(copy);
       throw;
@@ -188,7 +176,7 @@ class Server {
   uint64_t idLocked() {
     if (idPid_ != getpid()) {
       id_ = 0;
-      while (id_ == 0) randomBytes(&id_, sizeof(id_));
+      while (id_ == 0) process::randomBytes(&id_, sizeof(id_));
       idPid_ = getpid();
     }
     return id_;

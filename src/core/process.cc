@@ -16,6 +16,8 @@
 #include <new>
 #include <string>
 
+#include "core/status.h"
+
 namespace braid::process {
 
 namespace {
@@ -23,19 +25,6 @@ namespace {
 #ifndef SYS_pidfd_open
 constexpr long SYS_pidfd_open = 434;  // the same number on every architecture
 #endif
-
-uint64_t draw() {
-  uint64_t v = 0;
-  if (getrandom(&v, sizeof v, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof v)) {
-    // No getrandom (or no entropy yet): the clock, the pid and an address, mixed.
-    v = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-    v ^= static_cast<uint64_t>(getpid()) << 32 ^ reinterpret_cast<uintptr_t>(&v);
-    v ^= v >> 33;
-    v *= 0xff51afd7ed558ccdull;
-    v ^= v >> 33;
-  }
-  return v != 0 ? v : 1;
-}
 
 struct IdState {
   std::mutex mutex;
@@ -81,12 +70,29 @@ bool readStat(int pid, char* state, uint64_t* startTime) {
 
 }  // namespace
 
+void randomBytes(void* out, size_t bytes) {
+  char* p = static_cast<char*>(out);
+  while (bytes > 0) {
+    const ssize_t got = getrandom(p, bytes, 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) fail(ncclSystemError, "getrandom of %zu bytes failed: %s", bytes, strerror(errno));
+    p += got;
+    bytes -= static_cast<size_t>(got);
+  }
+}
+
+uint64_t random64() {
+  uint64_t v = 0;
+  while (v == 0) randomBytes(&v, sizeof v);
+  return v;
+}
+
 uint64_t randomId() {
   IdState& s = idState();
   std::lock_guard<std::mutex> lock(s.mutex);
   const pid_t me = getpid();
   if (s.id == 0 || s.pid != me) {
-    s.id = draw();
+    s.id = random64();
     s.pid = me;
   }
   return s.id;

@@ -6,11 +6,19 @@
 // watch a peer by its pid only when both are in the same pid namespace.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace braid::process {
 
-/// A random 64-bit id of this process (getrandom), never 0, drawn at first use and drawn anew
+/// `bytes` random bytes from the kernel (getrandom, retried when interrupted); throws
+/// ncclSystemError when it has none to give. Every secret, token, nonce and id of Braid comes
+/// from here.
+void randomBytes(void* out, size_t bytes);
+/// Eight random bytes (randomBytes), never 0.
+uint64_t random64();
+
+/// A random 64-bit id of this process (random64), never 0, drawn at first use and drawn anew
 /// in a forked child. Unlike the pid it differs between processes of different pid namespaces.
 uint64_t randomId();
 

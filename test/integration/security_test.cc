@@ -38,6 +38,18 @@ std::vector<std::string> initAll(const std::vector<ncclUniqueId>& ids, const std
   return out;
 }
 
+/// Two thread ranks of a fresh unique id (in *idOut when asked), initialised (the test stops
+/// when they are not).
+std::vector<std::unique_ptr<ncclComm>> twoRanks(const comm::InitSettings& settings, ncclUniqueId* idOut = nullptr) {
+  const ncclUniqueId id = comm::makeUniqueId(settings);
+  if (idOut != nullptr) *idOut = id;
+  std::vector<std::unique_ptr<ncclComm>> comms;
+  const auto results = initAll({id, id}, {settings, settings}, &comms);
+  REQUIRE(results[0] == "");
+  REQUIRE(results[1] == "");
+  return comms;
+}
+
 int openDescriptors() {
   int n = 0;
   for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
@@ -118,12 +130,8 @@ TEST_CASE("BRAID_COMM_SECRET: a rank without the job's passphrase is refused", "
 }
 
 TEST_CASE("after init, messages between ranks need the root's session key, not the id's secret", "[security]") {
-  const auto settings = test::loopbackSettings(10);
-  const ncclUniqueId id = comm::makeUniqueId(settings);
-  std::vector<std::unique_ptr<ncclComm>> comms;
-  const auto results = initAll({id, id}, {settings, settings}, &comms);
-  REQUIRE(results[0] == "");
-  REQUIRE(results[1] == "");
+  ncclUniqueId id;
+  const auto comms = twoRanks(test::loopbackSettings(10), &id);
   // Someone who learnt the unique id (it is public under NCCL_COMM_ID) forges rank 0's message.
   const auto deadline = net::Clock::now() + std::chrono::seconds(5);
   {
@@ -141,12 +149,7 @@ TEST_CASE("after init, messages between ranks need the root's session key, not t
 }
 
 TEST_CASE("messages nothing waits for yet hold no connection, and their number is bounded", "[security]") {
-  const auto settings = test::loopbackSettings(20);
-  const ncclUniqueId id = comm::makeUniqueId(settings);
-  std::vector<std::unique_ptr<ncclComm>> comms;
-  const auto results = initAll({id, id}, {settings, settings}, &comms);
-  REQUIRE(results[0] == "");
-  REQUIRE(results[1] == "");
+  const auto comms = twoRanks(test::loopbackSettings(20));
   const int before = openDescriptors();
   constexpr int kEarly = 300;
   std::thread sender([&] {

@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <random>
 #include <thread>
 
 #include "core/log.h"
@@ -39,11 +38,6 @@ ssize_t readSome(int fd, void* into, size_t size) {
   if (r > 0) return r;
   if (r == 0) return -1;
   return (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) ? 0 : -1;
-}
-
-uint64_t randomNonce() {
-  std::random_device device;
-  return (uint64_t(device()) << 32) ^ device();
 }
 
 // ---- LocalMemory, FrameWriter ----

@@ -80,8 +80,6 @@ uint64_t stagingCapacity(const FifoSizes& sizes);
 /// Reads up to size bytes from a non-blocking socket: >0 read, 0 nothing yet, -1 closed or broken.
 ssize_t readSome(int fd, void* into, size_t size);
 
-uint64_t randomNonce();
-
 /// Data steps this process's senders have written by reference (from the user's buffer) and
 /// its receivers have read straight into an offered buffer (kernels/algorithms/send_recv.h),
 /// for tests; noteDirectStep counts one of the latter.

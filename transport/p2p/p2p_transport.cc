@@ -2,7 +2,6 @@
 
 #include <pthread.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -12,6 +11,7 @@
 #include <new>
 #include <unordered_map>
 
+#include "core/process.h"
 #include "core/status.h"
 
 namespace braid::transport::p2p {
@@ -130,10 +130,8 @@ class Offers {
   }
   uint64_t add(char* base, const FifoSizes& sizes) {
     std::lock_guard<std::mutex> lock(mutex_);
-    uint64_t token = 0;
-    while (token == 0 || byToken_.count(token) != 0) {
-      if (getrandom(&token, sizeof(token), 0) != sizeof(token)) token = ++fallback_ * 0x9e3779b97f4a7c15ull;
-    }
+    uint64_t token = process::random64();
+    while (byToken_.count(token) != 0) token = process::random64();
     byToken_[token] = {base, sizes};
     return token;
   }
@@ -152,7 +150,6 @@ class Offers {
   };
   std::mutex mutex_;
   std::unordered_map<uint64_t, Offer> byToken_;
-  uint64_t fallback_ = 0;
 };
 
 std::unique_ptr<FifoMemory> Offers::borrow(uint64_t token) {

@@ -373,7 +373,7 @@ DataPath::PeerSet DataPath::connectSet(const std::vector<int>& sendTo, const std
 }
 
 void DataPath::preparePeers(kernels::Algo algo, int n, kernels::CollWork* works) {
-  int& ready = peersReady_[algo];
+  int& ready = peersReady_[static_cast<size_t>(algo)];
   if (ready < n) {  // (the peers only when a channel is new for the algorithm: this runs per call)
     const std::vector<int> peers = algorithmPeers(algo, nRanks_, rank_);
     while (static_cast<int>(peerSets_.size()) < n) {

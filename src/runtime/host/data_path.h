@@ -211,7 +211,7 @@ class DataPath {
   Executor executor_;
   std::vector<kernels::RingHandle> rings_;  // cached handles of the connected ring channels
   std::vector<PeerSet> peerSets_;  // by channel: every point-to-point connection made so far
-  std::map<kernels::Algo, int> peersReady_;  // channels connected for each algorithm's peers
+  std::array<int, static_cast<size_t>(kernels::Algo::kCount)> peersReady_{};  // channels connected for each algorithm's peers
   // The tuner's choices by collective and bytes (a pure function of them and the limits, which
   // clear it): a call looks its size up instead of predicting every candidate, which had cost
   // an 8-byte AllReduce on 2 ranks about as much as the operation.

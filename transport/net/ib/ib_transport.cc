@@ -14,6 +14,7 @@
 
 #include "core/interfaces.h"
 #include "core/log.h"
+#include "core/process.h"
 #include "topology/pci_path.h"
 #include "transport/net/ib/verbs.h"
 #include "transport/net/net_end.h"
@@ -300,7 +301,7 @@ class IbEnd : public EndPump {
            settings_.gidIndex);
     }
     local_.qpn = qp_->qp_num;
-    local_.psn = static_cast<uint32_t>(randomNonce() & 0xffffff);
+    local_.psn = static_cast<uint32_t>(process::random64() & 0xffffff);
     local_.lid = port_.lid;
     local_.port = static_cast<uint8_t>(port_.port);
     local_.roce = port_.roce ? 1 : 0;
@@ -593,7 +594,7 @@ std::unique_ptr<FifoMemory> createReceiver(const FifoSizes& sizes, const Setting
   out->sizes = sizes;
   out->listen = listener.localAddress().pack();
   out->nSockets = 1;
-  out->nonce = randomNonce();
+  out->nonce = process::random64();
   auto pump = std::make_unique<RecvEnd>(sizes, settings, peer, std::move(listener), out->nonce);
   out->ib = pump->endpoint();
   out->ibSlots = pump->slotsAddress();

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/log.h"
+#include "core/process.h"
 #include "core/status.h"
 #include "kernels/algorithms/send_recv.h"
 #include "transport/net/net_end.h"
@@ -211,7 +212,7 @@ std::unique_ptr<FifoMemory> createReceiver(const FifoSizes& sizes, const Setting
   out->sizes = sizes;
   out->listen = listener.localAddress().pack();
   out->nSockets = static_cast<uint32_t>(settings.nSockets);
-  out->nonce = randomNonce();
+  out->nonce = process::random64();
   auto pump = std::make_unique<RecvPump>(sizes, settings.rank, peer, std::move(listener), out->nonce, settings.commHash,
                                          settings.nSockets, settings.timeout);
   return std::make_unique<NetFifo>(sizes, std::move(pump), false, settings.abortFlag);
