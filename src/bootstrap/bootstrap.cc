@@ -1,5 +1,9 @@
 #include "bootstrap/bootstrap.h"
 
+#include <poll.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "braid_config.h"
@@ -87,22 +91,7 @@ std::unique_ptr<Bootstrap> Bootstrap::join(const UniqueId& id, int rank, int nRa
   b->commId_ = head.commId;
   b->secret_ = head.sessionKey;
   b->listener_.rekey(head.sessionKey);
-  b->formRing();
   return b;
-}
-
-void Bootstrap::formRing() {
-  if (nRanks() == 1) return;
-  const int next = (rank_ + 1) % nRanks();
-  const int prev = (rank_ + nRanks() - 1) % nRanks();
-  try {
-    next_ = net::Socket::connect(peers_[next], deadline(), abortFlag_);
-    sendMessage(next_, secret_, MessageType::kRing, rank_, 0, nullptr, 0, deadline(), abortFlag_);
-  } catch (const Error& e) {
-    fail(e.code(), "bootstrap: rank %d could not link the ring to rank %d at %s (did rank %d die during init?): %s",
-         rank_, next, peers_[next].toString().c_str(), next, e.what());
-  }
-  prev_ = std::move(await(MessageType::kRing, prev, 0, "the ring link from the previous rank").socket);
 }
 
 Message Bootstrap::await(MessageType type, int from, uint32_t tag, const char* what) {
@@ -137,7 +126,7 @@ Message Bootstrap::await(MessageType type, int from, uint32_t tag, const char* w
 }
 
 void Bootstrap::queueUnexpected(Message m) {
-  if (m.header.type != MessageType::kRing) m.socket = net::Socket();  // (one connection a message: done)
+  m.socket = net::Socket();  // (one connection a message: done)
   if (unexpected_.size() >= maxUnexpected_ || unexpectedBytes_ + m.payload.size() > maxUnexpectedBytes_) {
     fail(ncclSystemError, "bootstrap: rank %d holds %zu messages (%zu bytes) that nothing waits for yet; rank %d's "
          "message (tag %u, %zu bytes) is one too many: do all ranks make the same calls in the same order?",
@@ -147,41 +136,107 @@ void Bootstrap::queueUnexpected(Message m) {
   unexpected_.push_back(std::move(m));
 }
 
-void Bootstrap::allGather(void* data, size_t bytesPerRank) {
-  std::lock_guard<std::mutex> lock(ringMutex_);
-  const int n = nRanks();
-  char* slots = static_cast<char*>(data);
-  try {
-    for (int step = 0; step < n - 1; ++step) {
-      const int sendSlot = (rank_ - step + n) % n;
-      const int recvSlot = (rank_ - step - 1 + 2 * n) % n;
-      net::exchange(next_, slots + sendSlot * bytesPerRank, bytesPerRank, prev_, slots + recvSlot * bytesPerRank,
-                    bytesPerRank, deadline(), abortFlag_);
+namespace {
+/// A round's tag: the collective's number on this communicator and the round within it
+/// (fewer than 2^kRoundBits rounds: nranks < 2^31).
+constexpr uint32_t kRoundBits = 5;
+uint32_t roundTag(uint32_t collective, int round) {
+  return (collective << kRoundBits) | static_cast<uint32_t>(round);
+}
+}  // namespace
+
+void Bootstrap::post(int peer, MessageType type, uint32_t tag, const void* data, size_t size) {
+  if (size > kMaxPayloadBytes) {
+    fail(ncclInternalError, "bootstrap: rank %d would send %zu bytes to rank %d, more than a message's %u", rank_,
+         size, peer, kMaxPayloadBytes);
+  }
+  std::vector<char> bytes(sizeof(MessageHeader) + size);
+  const MessageHeader header{secret_, type, rank_, tag, static_cast<uint32_t>(size)};
+  std::memcpy(bytes.data(), &header, sizeof(header));
+  if (size > 0) std::memcpy(bytes.data() + sizeof(header), data, size);
+  const auto until = deadline();
+  net::Socket s = net::Socket::connect(peers_[peer], until, abortFlag_);
+  for (size_t sent = 0; sent < bytes.size();) {
+    const ssize_t n = s.writeSome(bytes.data() + sent, bytes.size() - sent);
+    if (n < 0) fail(ncclRemoteError, "the connection broke after %zu of %zu bytes: %s", sent, bytes.size(), strerror(errno));
+    sent += static_cast<size_t>(n);
+    if (sent == bytes.size()) break;
+    net::checkWait(abortFlag_, until, "a bootstrap send");
+    // The receiver's buffers are full: read what comes for this rank meanwhile (the
+    // receiver may be sending to it), until the socket takes more; when another thread of
+    // this rank waits in await, it reads them, and this one waits for the socket.
+    std::unique_lock<std::mutex> lock(listenMutex_, std::try_to_lock);
+    Message m;
+    if (!lock.owns_lock()) {
+      pollfd writable{s.fd(), POLLOUT, 0};
+      ::poll(&writable, 1, 1);
+    } else if (listener_.poll(1, &m) && m.header.rank >= 0 && m.header.rank < nRanks()) {
+      queueUnexpected(std::move(m));
     }
-  } catch (const Error& e) {
-    fail(e.code(), "bootstrap: rank %d allgather over the ring failed: %s", rank_, e.what());
+  }
+}
+
+void Bootstrap::round(int to, int from, uint32_t tag, const void* sendData, size_t sendSize, void* recvData,
+                      size_t recvSize) {
+  {
+    const WaitingOn waiting(waitingOn_, to);
+    try {
+      post(to, MessageType::kRound, tag, sendData, sendSize);
+    } catch (const Error& e) {
+      fail(e.code(), "bootstrap: rank %d could not send to rank %d at %s (did rank %d die?): %s", rank_, to,
+           peers_[to].toString().c_str(), to, e.what());
+    }
+  }
+  const WaitingOn waiting(waitingOn_, from);
+  const Message m = await(MessageType::kRound, from, tag, "its part of an allgather or barrier");
+  if (m.payload.size() != recvSize) {
+    fail(ncclInternalError, "bootstrap: rank %d sent %zu bytes in a round of an allgather but rank %d expected %zu "
+         "(do all ranks call with the same size?)", from, m.payload.size(), rank_, recvSize);
+  }
+  if (recvSize > 0) std::memcpy(recvData, m.payload.data(), recvSize);
+}
+
+void Bootstrap::allGather(void* data, size_t bytesPerRank) {
+  std::lock_guard<std::mutex> lock(collectiveMutex_);
+  const int n = nRanks();
+  const uint32_t collective = collectives_++;
+  if (n == 1) return;
+  // Block i of `blocks` holds rank (rank_ + i) % n's slot; after round k the first 2^(k+1).
+  std::vector<char> blocks(static_cast<size_t>(n) * bytesPerRank);
+  char* slots = static_cast<char*>(data);
+  std::memcpy(blocks.data(), slots + static_cast<size_t>(rank_) * bytesPerRank, bytesPerRank);
+  int k = 0;
+  for (int have = 1; have < n; have *= 2, ++k) {
+    const size_t bytes = static_cast<size_t>(std::min(have, n - have)) * bytesPerRank;
+    round((rank_ - have + n) % n, (rank_ + have) % n, roundTag(collective, k), blocks.data(), bytes,
+          blocks.data() + static_cast<size_t>(have) * bytesPerRank, bytes);
+  }
+  for (int i = 1; i < n; ++i) {
+    std::memcpy(slots + static_cast<size_t>((rank_ + i) % n) * bytesPerRank,
+                blocks.data() + static_cast<size_t>(i) * bytesPerRank, bytesPerRank);
   }
 }
 
 void Bootstrap::barrier() {
-  std::vector<char> token(nRanks());
-  allGather(token.data(), 1);
+  std::lock_guard<std::mutex> lock(collectiveMutex_);
+  const int n = nRanks();
+  const uint32_t collective = collectives_++;
+  int k = 0;
+  for (int step = 1; step < n; step *= 2, ++k) {
+    round((rank_ + step) % n, (rank_ - step + n) % n, roundTag(collective, k), nullptr, 0, nullptr, 0);
+  }
 }
 
 void Bootstrap::send(int peer, uint32_t tag, const void* data, size_t size) {
   if (peer < 0 || peer >= nRanks()) fail(ncclInternalError, "bootstrap send to rank %d of %d", peer, nRanks());
-  if (size > kMaxPayloadBytes) fail(ncclInternalError, "bootstrap message of %zu bytes is too large", size);
   const WaitingOn waiting(waitingOn_, peer);
   try {
-    net::Socket s = net::Socket::connect(peers_[peer], deadline(), abortFlag_);
-    sendMessage(s, secret_, MessageType::kPeer, rank_, tag, data, static_cast<uint32_t>(size), deadline(),
-                abortFlag_);
+    post(peer, MessageType::kPeer, tag, data, size);
   } catch (const Error& e) {
     fail(e.code(), "bootstrap: rank %d could not send to rank %d (%s): %s", rank_, peer,
          peers_[peer].toString().c_str(), e.what());
   }
 }
-
 void Bootstrap::recv(int peer, uint32_t tag, void* data, size_t size) {
   const WaitingOn waiting(waitingOn_, peer);
   Message m = await(MessageType::kPeer, peer, tag, "a message");

@@ -1,5 +1,7 @@
-// The out-of-band channel of one communicator: every rank's listening address, a TCP ring
-// for allgather and barrier, and tagged point-to-point messages for later setup work.
+// The out-of-band channel of one communicator: every rank's listening address, allgather and
+// barrier in log2(nranks) rounds (Bruck; dissemination), and tagged point-to-point messages
+// for later setup work. Every message is its own short TCP connection to the receiver's
+// listening socket: a rank holds no connection between calls.
 #pragma once
 
 #include <atomic>
@@ -23,8 +25,8 @@ struct NetSettings {
 
 class Bootstrap {
  public:
-  /// Registers with the root named by `id` as `rank` of `nRanks`, receives every rank's
-  /// address and forms the ring. Waits at most settings.timeout (plus a grace period for the
+  /// Registers with the root named by `id` as `rank` of `nRanks` and receives every rank's
+  /// address. Waits at most settings.timeout (plus a grace period for the
   /// root's answer); throws a braid::Error that names the root, the rank and the reason.
   static std::unique_ptr<Bootstrap> join(const UniqueId& id, int rank, int nRanks, const NetSettings& settings,
                                          const std::atomic<bool>* abortFlag);
@@ -46,9 +48,12 @@ class Bootstrap {
   std::chrono::seconds timeout() const { return timeout_; }
 
   /// All ranks: data holds nRanks slots of bytesPerRank; slot rank() is this rank's input;
-  /// on return every slot holds that rank's input.
+  /// on return every slot holds that rank's input. Bruck's algorithm: ceil(log2 nranks) rounds,
+  /// in round k a message of min(2^k, nranks - 2^k) slots to rank - 2^k, one from rank + 2^k
+  /// (nranks log nranks messages in all, where a ring takes nranks^2).
   void allGather(void* data, size_t bytesPerRank);
-  /// All ranks: returns once every rank has entered.
+  /// All ranks: returns once every rank has entered (dissemination: ceil(log2 nranks) rounds
+  /// of an empty message to rank + 2^k and one from rank - 2^k).
   void barrier();
   /// Sends size bytes to `peer` under `tag` (does not wait for the matching recv).
   void send(int peer, uint32_t tag, const void* data, size_t size);
@@ -64,9 +69,15 @@ class Bootstrap {
   net::Clock::time_point deadline() const { return net::Clock::now() + timeout_; }
   /// Waits for a message matching (type, from, tag); queues the others.
   Message await(MessageType type, int from, uint32_t tag, const char* what);
-  /// Holds a message nothing waits for yet (its connection closed, unless a ring link).
+  /// Holds a message nothing waits for yet (its connection closed).
   void queueUnexpected(Message m);
-  void formRing();
+  /// Connects to `peer` and sends one message; while the receiver's buffers are full, reads
+  /// this rank's own incoming messages (two ranks sending each other large messages at once,
+  /// as the collectives' rounds do, cannot block each other).
+  void post(int peer, MessageType type, uint32_t tag, const void* data, size_t size);
+  /// One round of allgather or barrier: posts to `to`, then waits for `from`'s message of
+  /// exactly recvSize bytes.
+  void round(int to, int from, uint32_t tag, const void* sendData, size_t sendSize, void* recvData, size_t recvSize);
 
   int rank_;
   uint64_t secret_;  ///< the id's secret until the table came, then the session key
@@ -80,9 +91,8 @@ class Bootstrap {
   size_t unexpectedBytes_ = 0;
   size_t maxUnexpected_ = 4096;
   size_t maxUnexpectedBytes_ = size_t(256) << 20;
-  std::mutex ringMutex_;
-  net::Socket next_;
-  net::Socket prev_;
+  std::mutex collectiveMutex_;  // (allGather and barrier: one at a time, numbered alike on all ranks)
+  uint32_t collectives_ = 0;
   std::atomic<int> waitingOn_{-1};
 };
 

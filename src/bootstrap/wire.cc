@@ -26,7 +26,7 @@ bool knownType(MessageType t) {
     case MessageType::kRegister:
     case MessageType::kTable:
     case MessageType::kError:
-    case MessageType::kRing:
+    case MessageType::kRound:
     case MessageType::kPeer:
       return true;
   }

@@ -23,7 +23,7 @@ enum class MessageType : uint32_t {
   kRegister = 0x52454731,  ///< rank -> root: Registration
   kTable = 0x54424c31,     ///< root -> rank: TableHead, then the listening address of every rank
   kError = 0x45525231,     ///< root -> rank: init failed; payload is the reason
-  kRing = 0x52494e31,      ///< rank -> next rank: this connection is the ring link
+  kRound = 0x524e4431,     ///< rank -> rank: one round of an allgather or barrier
   kPeer = 0x50325031,      ///< rank -> rank: one tagged message
 };
 
@@ -60,7 +60,7 @@ static_assert(sizeof(TableHead) == 24 && std::is_trivially_copyable_v<TableHead>
 /// The most ranks a communicator may have: its table fits one message.
 constexpr int32_t kMaxRanks = static_cast<int32_t>((kMaxPayloadBytes - sizeof(TableHead)) / sizeof(net::SocketAddress::Packed));
 
-/// A complete message received by a Listener, with its connection (for replies or the ring).
+/// A complete message received by a Listener, with its connection (for the root's reply).
 struct Message {
   MessageHeader header{};
   std::vector<char> payload;

@@ -241,6 +241,13 @@ ssize_t Socket::readSome(void* data, size_t size) {
   return -1;
 }
 
+ssize_t Socket::writeSome(const void* data, size_t size) {
+  const ssize_t n = ::send(fd_, data, size, MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (n >= 0) return n;
+  if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return 0;
+  return -1;
+}
+
 void Socket::sendAll(const void* data, size_t size, Clock::time_point deadline, AbortSource abortFlag) {
   Socket none;
   exchange(*this, data, size, none, nullptr, 0, deadline, abortFlag);
@@ -271,12 +278,9 @@ void exchange(Socket& out, const void* sendData, size_t sendSize, Socket& in, vo
     for (int i = 0; i < n; ++i) {
       if (fds[i].revents == 0) continue;
       if (fds[i].fd == out.fd() && sent < sendSize && (fds[i].events & POLLOUT)) {
-        const ssize_t w = ::send(out.fd(), src + sent, sendSize - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (w > 0) {
-          sent += static_cast<size_t>(w);
-        } else if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-          fail(ncclRemoteError, "send to %s failed: %s", out.peerAddress().toString().c_str(), strerror(errno));
-        }
+        const ssize_t w = out.writeSome(src + sent, sendSize - sent);
+        if (w < 0) fail(ncclRemoteError, "send to %s failed: %s", out.peerAddress().toString().c_str(), strerror(errno));
+        sent += static_cast<size_t>(w);
       } else if (fds[i].fd == in.fd() && received < recvSize) {
         const ssize_t r = in.readSome(dst + received, recvSize - received);
         if (r < 0) {

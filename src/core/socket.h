@@ -112,6 +112,9 @@ class Socket {
   void recvAll(void* data, size_t size, Clock::time_point deadline, AbortSource abortFlag);
   /// Reads what is available without waiting: bytes read, 0 when nothing, -1 when the peer closed.
   ssize_t readSome(void* data, size_t size);
+  /// Writes what fits without waiting: bytes written, 0 when nothing fits, -1 when the
+  /// connection broke (errno says why).
+  ssize_t writeSome(const void* data, size_t size);
 
  private:
   int fd_ = -1;

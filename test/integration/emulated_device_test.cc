@@ -339,7 +339,7 @@ TEST_CASE("emulated GPU: sends to another process go straight into its registere
     };
     void* handle = nullptr;
     if (rank == 1) EXPECT_OK(ncclCommRegister(comm, allocation, bytes + 8192, &handle));
-    const uint64_t first = round(0, registered);  // rank 0 has not seen the offer yet: the FIFO
+    const uint64_t first = round(0, registered);  // the FIFO unless rank 1's offer came first (a race)
     handOver();
     const uint64_t direct = round(1, registered);
     const uint64_t again = round(2, registered);
@@ -358,7 +358,7 @@ TEST_CASE("emulated GPU: sends to another process go straight into its registere
       const std::string steps = std::to_string(first) + " " + std::to_string(direct) + " " + std::to_string(again) + " " +
                                 std::to_string(unregistered) + " " + std::to_string(revoked) + " " +
                                 std::to_string(later) + " " + std::to_string(reregistered);
-      expect(first == fifoSteps && direct == 1 && again == 1 && unregistered == fifoSteps && revoked == fifoSteps &&
+      expect((first == fifoSteps || first == 1) && direct == 1 && again == 1 && unregistered == fifoSteps && revoked == fifoSteps &&
                  later == fifoSteps && reregistered == 1,
              "FIFO steps of the sends: " + steps);
       expect(mappedWhileRegistered == 1 && mappedAfter == 0,

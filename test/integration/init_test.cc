@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <unistd.h>
 #include <chrono>
 #include <thread>
@@ -344,4 +345,36 @@ TEST_CASE("Init honours NCCL_TOPO_FILE, NCCL_TOPO_DUMP_FILE and NCCL_GRAPH_DUMP_
   CHECK_THAT(out, Catch::Contains(bad + ":3: <gpu> inside <cpu>"));
   for (const std::string& f : {topoDump, graphDump, bad}) std::remove(f.c_str());
   rmdir(dir.c_str());
+}
+
+TEST_CASE("the bootstrap's allgather and barrier: every rank count, blocks larger than a socket's buffers",
+          "[integration][init]") {
+  // Bruck's rounds send up to half of all blocks at once, every rank to its neighbour at the
+  // same time: with 1 MiB blocks each round's message outgrows the kernel's buffers, so a rank
+  // must read its own incoming message while its send waits.
+  const comm::InitSettings settings = test::loopbackSettings();
+  for (int n : {1, 2, 3, 5, 6, 7, 8, 11}) {
+    CAPTURE(n);
+    const ncclUniqueId id = comm::makeUniqueId(settings);
+    std::vector<std::unique_ptr<bootstrap::Bootstrap>> channels(n);
+    REQUIRE(test::runThreads(n, [&](int rank) {
+              channels[rank] = bootstrap::Bootstrap::join(bootstrap::UniqueId::decode(id), rank, n, settings.net, nullptr);
+            }) == "");
+    REQUIRE(test::runThreads(n, [&](int rank) {
+              bootstrap::Bootstrap& c = *channels[rank];
+              for (size_t block : {size_t(1), size_t(24), size_t(1) << 20}) {
+                std::vector<char> bytes(n * block, 0);
+                for (size_t i = 0; i < block; ++i) bytes[rank * block + i] = static_cast<char>(rank * 31 + i * 7);
+                c.allGather(bytes.data(), block);
+                for (int r = 0; r < n; ++r) {
+                  for (size_t i = 0; i < block; i += std::max<size_t>(block / 64, 1)) {
+                    expect(bytes[r * block + i] == static_cast<char>(r * 31 + i * 7),
+                           "rank " + std::to_string(rank) + " slot " + std::to_string(r) + " byte " + std::to_string(i) +
+                               " of " + std::to_string(block));
+                  }
+                }
+                c.barrier();
+              }
+            }) == "");
+  }
 }
