@@ -32,6 +32,8 @@ struct Options {
   bool threads = false;
   bool gpu = false;       ///< ranks run on CUDA device 0 with device buffers (perf_device.h)
   int launchedRank = -1;  ///< >= 0: started by a launcher as this one rank of `ranks`
+  int uniqueIds = 1;      ///< > 1: ncclCommInitRankScalable with this many ids (local ranks only)
+  std::vector<ncclUniqueId> moreIds;  ///< ids 1..uniqueIds-1 (the first is the one every path has)
   std::vector<ncclDataType_t> types = {ncclFloat};
   std::vector<ncclRedOp_t> ops = {ncclSum};
 };
@@ -102,6 +104,7 @@ void usage(const char* prog) {
                "  -t, -g                  accepted for compatibility: use --ranks\n"
                "      --ranks N           local ranks to launch [2]\n"
                "      --threads           ranks as threads of this process (default: processes)\n"
+               "      --unique-ids N      create the local ranks with ncclCommInitRankScalable and N ids [1]\n"
                "Under a launcher (one rank per process): built with MPI (-Dmpi=enabled) and started by mpirun,\n"
                "MPI gives the rank and count and carries the unique id. Otherwise RANK/WORLD_SIZE (torchrun),\n"
                "OMPI_COMM_WORLD_RANK/SIZE (mpirun), PMI_RANK/PMI_SIZE or SLURM_PROCID/SLURM_NTASKS give them and\n"
@@ -119,6 +122,7 @@ bool parse(int argc, char** argv, Options* o) {
                                  {"blocking", required_argument, nullptr, 'z'}, {"cudagraph", required_argument, nullptr, 'G'},
                                  {"nthreads", required_argument, nullptr, 't'}, {"ngpus", required_argument, nullptr, 'g'},
                                  {"ranks", required_argument, nullptr, 'R'}, {"threads", no_argument, nullptr, 'T'},
+                                 {"unique-ids", required_argument, nullptr, 'U'},
                                  {"help", no_argument, nullptr, 'h'}, {nullptr, 0, nullptr, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "b:e:f:i:n:w:c:d:o:r:z:G:t:g:a:m:p:h", longs, nullptr)) != -1) {
@@ -141,6 +145,7 @@ bool parse(int argc, char** argv, Options* o) {
       case 't': case 'g': case 'a': case 'm': case 'p': break;
       case 'R': o->ranks = std::atoi(optarg); break;
       case 'T': o->threads = true; break;
+      case 'U': o->uniqueIds = std::atoi(optarg); break;
       case 'd': {
         o->types.clear();
         for (const auto& t : kTypes) {
@@ -195,7 +200,13 @@ class Rank {
       deviceRecv_ = static_cast<char*>(device::allocate(deviceBytes_));
       deviceScratch_ = device::allocate(64);
     }
-    PERF_CHECK(ncclCommInitRank(&comm_, o.ranks, id, rank));
+    if (o.uniqueIds > 1) {
+      std::vector<ncclUniqueId> ids{id};
+      ids.insert(ids.end(), o.moreIds.begin(), o.moreIds.end());
+      PERF_CHECK(ncclCommInitRankScalable(&comm_, o.ranks, rank, o.uniqueIds, ids.data(), nullptr));
+    } else {
+      PERF_CHECK(ncclCommInitRank(&comm_, o.ranks, id, rank));
+    }
   }
   ~Rank() {
     ncclCommDestroy(comm_);
@@ -612,6 +623,16 @@ int run(Coll coll, int argc, char** argv) {
   o.gpu = device::usable(&why);
   ncclUniqueId id;
   if (!uniqueId(o, &id)) return 1;
+  if (o.uniqueIds != 1) {
+    if (o.launchedRank >= 0 || o.uniqueIds < 1 || o.uniqueIds > o.ranks) {
+      std::fprintf(stderr, "--unique-ids %d: needs local ranks (--ranks) and at most one id per rank\n", o.uniqueIds);
+      return 2;
+    }
+    o.moreIds.resize(o.uniqueIds - 1);
+    for (auto& more : o.moreIds) {
+      if (ncclGetUniqueId(&more) != ncclSuccess) return 1;
+    }
+  }
   double busSum = 0;
   int rows = 0;
   long wrong = 0;

@@ -48,17 +48,25 @@ void release(Communicator& comm, bool abort) {
   delete static_cast<ncclComm*>(&comm);
 }
 
-/// ncclCommInitRank and ncclCommInitRankConfig.
-ncclResult_t initRank(ncclComm_t* out, int nranks, const ncclUniqueId& id, int rank, const ncclConfig_t* config) {
+/// ncclCommInitRank, ncclCommInitRankConfig and (with several ids) ncclCommInitRankScalable.
+ncclResult_t initRank(ncclComm_t* out, int nranks, const std::vector<ncclUniqueId>& ids, int rank,
+                      const ncclConfig_t* config) {
   api::requireNonNull(out, "comm");
   *out = nullptr;
   comm::checkInitArguments(nranks, rank);
   const comm::InitSettings settings = comm::InitSettings::fromParams();
   const CommConfig cfg = readConfig(config, nullptr, settings.defaultBlocking);
-  bootstrap::UniqueId::decode(id);  // a bad id fails here, before anything starts
+  for (size_t i = 0; i < ids.size(); ++i) {
+    try {
+      bootstrap::UniqueId::decode(ids[i]);  // a bad id fails here, before anything starts
+    } catch (const Error& e) {
+      if (ids.size() == 1) throw;
+      fail(e.code(), "commIds[%zu]: %s", i, e.what());
+    }
+  }
   std::unique_ptr<ncclComm> c = comm::newCommunicator(rank, nranks, cfg, comm::deviceOfNewRank(settings, -1));
   ncclComm* raw = c.get();
-  const ncclResult_t r = dispatch(*raw, [raw, id, settings] { comm::initRank(*raw, id, settings); });
+  const ncclResult_t r = dispatch(*raw, [raw, ids, settings] { comm::initRank(*raw, ids, settings); });
   *out = c.release();
   return r;
 }
@@ -78,12 +86,12 @@ BRAID_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t* comm, int nranks, nc
           ncclConfig_t* config);
 ncclResult_t pncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
                                      ncclConfig_t* config) {
-  return api::guarded("ncclCommInitRankConfig", nullptr, [&] { return initRank(comm, nranks, commId, rank, config); });
+  return api::guarded("ncclCommInitRankConfig", nullptr, [&] { return initRank(comm, nranks, {commId}, rank, config); });
 }
 
 BRAID_API(ncclResult_t, ncclCommInitRank, ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank);
 ncclResult_t pncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
-  return api::guarded("ncclCommInitRank", nullptr, [&] { return initRank(comm, nranks, commId, rank, nullptr); });
+  return api::guarded("ncclCommInitRank", nullptr, [&] { return initRank(comm, nranks, {commId}, rank, nullptr); });
 }
 
 BRAID_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t* newcomm, int nranks, int myrank, int nId,
@@ -95,9 +103,8 @@ ncclResult_t pncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myra
     if (nId < 1 || nId > nranks) {
       fail(ncclInvalidArgument, "nId is %d; it must be between 1 and nranks = %d", nId, nranks);
     }
-    // Every rank rendezvouses at the first id's root; the other roots see nobody and end at
-    // their deadline. (Spreading ranks over several roots is an optimisation for later.)
-    return initRank(newcomm, nranks, commIds[0], myrank, config);
+    // Each id's root serves nranks / nId of the ranks (NCCL's split); root 0 gathers the others.
+    return initRank(newcomm, nranks, std::vector<ncclUniqueId>(commIds, commIds + nId), myrank, config);
   });
 }
 

@@ -39,6 +39,17 @@ Bootstrap::Bootstrap(int rank, uint64_t secret, Listener listener, const NetSett
 
 std::unique_ptr<Bootstrap> Bootstrap::join(const UniqueId& id, int rank, int nRanks, const NetSettings& settings,
                                            const std::atomic<bool>* abortFlag) {
+  return join(std::vector<UniqueId>{id}, rank, nRanks, settings, abortFlag);
+}
+
+std::unique_ptr<Bootstrap> Bootstrap::join(const std::vector<UniqueId>& ids, int rank, int nRanks,
+                                           const NetSettings& settings, const std::atomic<bool>* abortFlag) {
+  const int nRoots = static_cast<int>(ids.size());
+  if (nRoots < 1 || nRanks < 1 || nRoots > nRanks || rank < 0 || rank >= nRanks) {
+    fail(ncclInvalidArgument, "bootstrap: rank %d of %d cannot join with %d unique ids", rank, nRanks, nRoots);
+  }
+  const int rootIndex = rootOfRank(rank, nRanks, nRoots);
+  const UniqueId& id = ids[rootIndex];
   net::InterfaceRequest request = settings.interface;
   request.preferSubnetOf = id.root;
   const net::Interface iface = net::chooseInterface(request);
@@ -61,6 +72,10 @@ std::unique_ptr<Bootstrap> Bootstrap::join(const UniqueId& id, int rank, int nRa
     r.abiVersion = NCCL_VERSION_CODE;
     r.listenAddress = mine.pack();
     std::strncpy(r.braidVersion, BRAID_VERSION, sizeof(r.braidVersion) - 1);
+    r.nRoots = nRoots;
+    r.rootIndex = rootIndex;
+    r.firstRoot = ids[0].root.pack();
+    r.firstRootSecret = ids[0].secret;
     sendMessage(root, id.secret, MessageType::kRegister, rank, 0, &r, sizeof(r), rootDeadline, abortFlag);
     const std::string from = "root " + id.root.toString();
     answer = receiveMessage(root, id.secret, rootDeadline, abortFlag, from.c_str());

@@ -30,6 +30,12 @@ class Bootstrap {
   /// root's answer); throws a braid::Error that names the root, the rank and the reason.
   static std::unique_ptr<Bootstrap> join(const UniqueId& id, int rank, int nRanks, const NetSettings& settings,
                                          const std::atomic<bool>* abortFlag);
+  /// The same with several unique ids (ncclCommInitRankScalable): the rank registers with the
+  /// root of ids[rootOfRank(rank)], which serves nRanks / ids.size() ranks; root 0 gathers the
+  /// other roots' blocks, so no root talks to every rank. Every rank passes the same ids in the
+  /// same order.
+  static std::unique_ptr<Bootstrap> join(const std::vector<UniqueId>& ids, int rank, int nRanks,
+                                         const NetSettings& settings, const std::atomic<bool>* abortFlag);
 
   int rank() const { return rank_; }
   /// The communicator's id, drawn at random by the root: the same on every rank, and nothing

@@ -57,19 +57,7 @@ class Root {
       }
       Message m;
       if (!listener_.poll(100, &m)) continue;
-      if (m.header.type != MessageType::kRegister || m.payload.size() != sizeof(Registration)) {
-        BRAID_WARN_STRANGER("bootstrap: root %s ignored a message of type %#x from %s", address_.toString().c_str(),
-                            static_cast<unsigned>(m.header.type), m.socket.peerAddress().toString().c_str());
-        continue;
-      }
-      Registration r;
-      std::memcpy(&r, m.payload.data(), sizeof(r));
-      const int rank = m.header.rank;
-      if (admission_.admit(rank, r, m.socket.peerAddress().toString())) {
-        sockets_[rank] = std::move(m.socket);
-      } else {
-        extra_.push_back(std::move(m.socket));
-      }
+      if (!take(m)) continue;
       if (admission_.failed()) {
         replyAll();
         // Stay a little longer, so ranks that arrive late hear the reason instead of timing out.
@@ -77,16 +65,57 @@ class Root {
         return;
       }
       if (admission_.complete()) {
-        sendTables();
+        if (admission_.rootIndex() == 0) {
+          sendTables();
+        } else {
+          relayThroughFirstRoot(deadline);
+        }
         return;
       }
     }
   }
 
  private:
-  void reply(net::Socket& s, const std::string& text) {
+  /// A registration, or (root 0 of several) another root's block: admitted or refused.
+  /// False when the message is neither (ignored).
+  bool take(Message& m) {
+    const std::string from = m.socket.peerAddress().toString();
+    if (m.header.type == MessageType::kRegister && m.payload.size() == sizeof(Registration)) {
+      Registration r;
+      std::memcpy(&r, m.payload.data(), sizeof(r));
+      const int rank = m.header.rank;
+      if (admission_.admit(rank, r, from)) {
+        sockets_[rank] = std::move(m.socket);
+      } else {
+        extra_.push_back(std::move(m.socket));
+      }
+      return true;
+    }
+    if (m.header.type == MessageType::kBlock && m.payload.size() >= sizeof(BlockHead) &&
+        (m.payload.size() - sizeof(BlockHead)) % sizeof(net::SocketAddress::Packed) == 0) {
+      BlockHead head;
+      std::memcpy(&head, m.payload.data(), sizeof(head));
+      std::vector<net::SocketAddress::Packed> addresses((m.payload.size() - sizeof(head)) /
+                                                        sizeof(net::SocketAddress::Packed));
+      if (!addresses.empty()) {
+        std::memcpy(addresses.data(), m.payload.data() + sizeof(head), addresses.size() * sizeof(addresses[0]));
+      }
+      if (admission_.admitBlock(head, addresses, from)) {
+        roots_[head.rootIndex] = std::move(m.socket);
+      } else {
+        extra_.push_back(std::move(m.socket));
+      }
+      return true;
+    }
+    BRAID_WARN_STRANGER("bootstrap: root %s ignored a message of type %#x from %s", address_.toString().c_str(),
+                        static_cast<unsigned>(m.header.type), from.c_str());
+    return false;
+  }
+
+  void reply(net::Socket& s, const std::string& text) { reply(s, text, admission_.errorCode()); }
+  void reply(net::Socket& s, const std::string& text, ncclResult_t code) {
     try {
-      sendMessage(s, secret_, MessageType::kError, -1, static_cast<uint32_t>(admission_.errorCode()), text.data(),
+      sendMessage(s, secret_, MessageType::kError, -1, static_cast<uint32_t>(code), text.data(),
                   static_cast<uint32_t>(text.size()), net::Clock::now() + std::chrono::seconds(2), nullptr);
     } catch (const std::exception&) {
       // The rank is gone; it cannot be told.
@@ -97,8 +126,10 @@ class Root {
     const std::string& error = admission_.error();
     if (!sockets_.empty() || !extra_.empty()) BRAID_WARN("bootstrap: root %s: %s", address_.toString().c_str(), error.c_str());
     for (auto& [rank, s] : sockets_) reply(s, error);
+    for (auto& [index, s] : roots_) reply(s, error);
     for (auto& s : extra_) reply(s, error);
     sockets_.clear();
+    roots_.clear();
     extra_.clear();
   }
 
@@ -109,26 +140,85 @@ class Root {
     }
   }
 
-  void sendTables() {
-    const int nRanks = admission_.nRanks();
-    const TableHead head{commId_, sessionKey_, nRanks, 0};
-    std::vector<char> table(sizeof(head) + static_cast<size_t>(nRanks) * sizeof(net::SocketAddress::Packed));
-    std::memcpy(table.data(), &head, sizeof(head));
-    for (const auto& [rank, r] : admission_.admitted()) {
-      std::memcpy(table.data() + sizeof(head) + static_cast<size_t>(rank) * sizeof(net::SocketAddress::Packed),
-                  &r.listenAddress, sizeof(net::SocketAddress::Packed));
-    }
-    const uint32_t bytes = static_cast<uint32_t>(table.size());
-    for (auto& [rank, socket] : sockets_) {
+  /// The table: TableHead, then every rank's listening address.
+  std::vector<char> table(const std::vector<net::SocketAddress::Packed>& addresses) const {
+    const TableHead head{commId_, sessionKey_, admission_.nRanks(), 0};
+    std::vector<char> bytes(sizeof(head) + addresses.size() * sizeof(net::SocketAddress::Packed));
+    std::memcpy(bytes.data(), &head, sizeof(head));
+    std::memcpy(bytes.data() + sizeof(head), addresses.data(), addresses.size() * sizeof(net::SocketAddress::Packed));
+    return bytes;
+  }
+
+  /// Sends `bytes` as the table to every connection in `to` ("rank" or "root" says which, for
+  /// the warning when one is gone).
+  void sendTable(std::map<int, net::Socket>& to, const char* what, const std::vector<char>& bytes) {
+    for (auto& [index, socket] : to) {
       try {
-        sendMessage(socket, secret_, MessageType::kTable, -1, 0, table.data(), bytes,
+        sendMessage(socket, secret_, MessageType::kTable, -1, 0, bytes.data(), static_cast<uint32_t>(bytes.size()),
                     net::Clock::now() + std::chrono::seconds(30), stop_);
       } catch (const std::exception& e) {
-        BRAID_WARN("bootstrap: root %s could not send the table to rank %d: %s", address_.toString().c_str(), rank,
-                   e.what());
+        BRAID_WARN("bootstrap: root %s could not send the table to %s %d: %s", address_.toString().c_str(), what,
+                   index, e.what());
       }
     }
-    BRAID_INFO(log::kBootstrap, "bootstrap: root %s served %d ranks", address_.toString().c_str(), nRanks);
+  }
+
+  /// Root 0 (or the only root): the table to its ranks and to the other roots, for theirs.
+  void sendTables() {
+    const std::vector<char> bytes = table(admission_.addresses());
+    sendTable(roots_, "the root of unique id", bytes);
+    sendTable(sockets_, "rank", bytes);
+    BRAID_INFO(log::kBootstrap, "bootstrap: root %s served %d of %d ranks%s", address_.toString().c_str(),
+               static_cast<int>(sockets_.size()), admission_.nRanks(),
+               admission_.nRoots() > 1 ? (" and " + std::to_string(admission_.nRoots() - 1) + " other roots").c_str() : "");
+  }
+
+  /// Root j > 0 of several: sends its block to root 0 and passes root 0's answer (the table,
+  /// or why the communicator failed) on to its own ranks.
+  void relayThroughFirstRoot(net::Clock::time_point deadline) {
+    const net::SocketAddress first = net::SocketAddress::unpack(admission_.firstRoot());
+    const RankBlock block = blockOfRoot(admission_.rootIndex(), admission_.nRanks(), admission_.nRoots());
+    const BlockHead head{admission_.nRanks(), admission_.nRoots(), admission_.rootIndex(), block.first, block.count, 0};
+    const std::vector<net::SocketAddress::Packed> all = admission_.addresses();
+    std::vector<char> bytes(sizeof(head) + static_cast<size_t>(block.count) * sizeof(net::SocketAddress::Packed));
+    std::memcpy(bytes.data(), &head, sizeof(head));
+    std::memcpy(bytes.data() + sizeof(head), all.data() + block.first, block.count * sizeof(net::SocketAddress::Packed));
+    Message answer;
+    try {
+      // (root 0 answers once every root's ranks are there: up to its own deadline)
+      const auto until = deadline + std::chrono::seconds(10);
+      net::Socket s = net::Socket::connect(first, until, stop_);
+      sendMessage(s, admission_.firstRootSecret(), MessageType::kBlock, -1, 0, bytes.data(),
+                  static_cast<uint32_t>(bytes.size()), until, stop_);
+      const std::string from = "the root of unique id 0 (" + first.toString() + ")";
+      answer = receiveMessage(s, admission_.firstRootSecret(), until, stop_, from.c_str());
+    } catch (const std::exception& e) {
+      passOn("the root of unique id 0 at " + first.toString() + " did not answer the root of unique id " +
+             std::to_string(admission_.rootIndex()) + " (" + address_.toString() + "): " + e.what());
+      return;
+    }
+    TableHead table{};
+    if (answer.payload.size() >= sizeof(table)) std::memcpy(&table, answer.payload.data(), sizeof(table));
+    if (answer.header.type == MessageType::kTable && table.nRanks == admission_.nRanks() &&
+        answer.payload.size() == sizeof(table) + static_cast<size_t>(table.nRanks) * sizeof(net::SocketAddress::Packed)) {
+      sendTable(sockets_, "rank", answer.payload);
+      BRAID_INFO(log::kBootstrap, "bootstrap: root %s (unique id %d of %d) served ranks %d to %d",
+                 address_.toString().c_str(), admission_.rootIndex(), admission_.nRoots(), block.first,
+                 block.first + block.count - 1);
+    } else if (answer.header.type == MessageType::kError) {
+      const auto code = static_cast<ncclResult_t>(answer.header.tag);
+      passOn(std::string(answer.payload.begin(), answer.payload.end()),
+             code > ncclSuccess && code < ncclNumResults ? code : ncclSystemError);
+    } else {
+      passOn("the root of unique id 0 at " + first.toString() + " sent an unexpected answer");
+    }
+  }
+
+  /// Tells this root's ranks why the communicator failed (root 0's reason, or its silence).
+  void passOn(const std::string& why, ncclResult_t code = ncclSystemError) {
+    BRAID_WARN("bootstrap: root %s: %s", address_.toString().c_str(), why.c_str());
+    for (auto& [rank, s] : sockets_) reply(s, why, code);
+    sockets_.clear();
   }
 
   net::SocketAddress address_;
@@ -140,6 +230,7 @@ class Root {
   const std::atomic<bool>* stop_;
   Admission admission_;
   std::map<int, net::Socket> sockets_;  // the admitted ranks' connections
+  std::map<int, net::Socket> roots_;    // root 0: the other roots' connections, by unique id
   std::vector<net::Socket> extra_;      // refused ones, told the reason
 };
 

@@ -2,6 +2,7 @@
 
 #include <poll.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -27,6 +28,7 @@ bool knownType(MessageType t) {
     case MessageType::kTable:
     case MessageType::kError:
     case MessageType::kRound:
+    case MessageType::kBlock:
     case MessageType::kPeer:
       return true;
   }
@@ -34,6 +36,17 @@ bool knownType(MessageType t) {
 }
 
 }  // namespace
+
+RankBlock blockOfRoot(int root, int nRanks, int nRoots) {
+  const int base = nRanks / nRoots, extra = nRanks % nRoots;
+  return {root * base + std::min(root, extra), base + (root < extra ? 1 : 0)};
+}
+
+int rootOfRank(int rank, int nRanks, int nRoots) {
+  const int base = nRanks / nRoots, extra = nRanks % nRoots;
+  const int big = extra * (base + 1);  // (the ranks of the roots that serve one more)
+  return rank < big ? rank / (base + 1) : extra + (rank - big) / base;
+}
 
 void sendMessage(net::Socket& socket, uint64_t secret, MessageType type, int rank, uint32_t tag,
                  const void* payload, uint32_t length, net::Clock::time_point deadline,

@@ -24,6 +24,7 @@ enum class MessageType : uint32_t {
   kTable = 0x54424c31,     ///< root -> rank: TableHead, then the listening address of every rank
   kError = 0x45525231,     ///< root -> rank: init failed; payload is the reason
   kRound = 0x524e4431,     ///< rank -> rank: one round of an allgather or barrier
+  kBlock = 0x424c4b31,     ///< root j > 0 -> root 0: BlockHead, then its ranks' addresses
   kPeer = 0x50325031,      ///< rank -> rank: one tagged message
 };
 
@@ -45,8 +46,36 @@ struct Registration {
   uint32_t abiVersion;  ///< NCCL_VERSION_CODE the rank was built for
   net::SocketAddress::Packed listenAddress;
   char braidVersion[16];
+  /// With several unique ids (ncclCommInitRankScalable): how many roots, which of them this
+  /// one is, and where root 0 listens and its secret, which root j > 0 presents there.
+  int32_t nRoots;
+  int32_t rootIndex;
+  net::SocketAddress::Packed firstRoot;
+  uint64_t firstRootSecret;
 };
 static_assert(std::is_trivially_copyable_v<Registration>);
+
+/// Which ranks root `root` of nRoots serves: nRanks / nRoots each, the first nRanks % nRoots
+/// roots one more (as NCCL spreads them). 0 <= root < nRoots <= nRanks.
+struct RankBlock {
+  int first;
+  int count;
+};
+RankBlock blockOfRoot(int root, int nRanks, int nRoots);
+/// The root a rank registers with (the inverse of blockOfRoot).
+int rootOfRank(int rank, int nRanks, int nRoots);
+
+/// What root j > 0 sends root 0 once its ranks are all there; their addresses follow, one
+/// Packed per rank of the block, in rank order.
+struct BlockHead {
+  int32_t nRanks;
+  int32_t nRoots;
+  int32_t rootIndex;
+  int32_t first;
+  int32_t count;
+  uint32_t reserved;
+};
+static_assert(sizeof(BlockHead) == 24 && std::is_trivially_copyable_v<BlockHead>);
 
 /// What the root's table starts with; the listening addresses follow, one Packed per rank.
 struct TableHead {

@@ -218,6 +218,10 @@ void reportSharedDevice(const RankIdentity& identity, const std::vector<PeerInfo
 }  // namespace
 
 void initRank(Communicator& comm, const ncclUniqueId& uniqueId, const InitSettings& settings) {
+  initRank(comm, std::vector<ncclUniqueId>{uniqueId}, settings);
+}
+
+void initRank(Communicator& comm, const std::vector<ncclUniqueId>& uniqueIds, const InitSettings& settings) {
   const auto start = std::chrono::steady_clock::now();
   RankIdentity identity = comm.identity();
   identity.backend = chooseBackend(settings.backend, identity.cudaDevice);
@@ -226,8 +230,16 @@ void initRank(Communicator& comm, const ncclUniqueId& uniqueId, const InitSettin
     identity.cudaDevice = 0;
   }
   if (identity.backend == Backend::kHost) identity.cudaDevice = -1;
-  bootstrap::UniqueId id = bootstrap::UniqueId::decode(uniqueId);
-  id.secret = bootstrap::keyedSecret(id.secret, settings.commSecret);
+  std::vector<bootstrap::UniqueId> ids;
+  for (const ncclUniqueId& u : uniqueIds) {
+    ids.push_back(bootstrap::UniqueId::decode(u));
+    ids.back().secret = bootstrap::keyedSecret(ids.back().secret, settings.commSecret);
+  }
+  const bool oneRoot = std::all_of(ids.begin(), ids.end(), [&](const bootstrap::UniqueId& u) {
+    return u.root.toString() == ids[0].root.toString() && u.secret == ids[0].secret;
+  });
+  if (oneRoot) ids.resize(1);  // (NCCL_COMM_ID gives every id the same root)
+  bootstrap::UniqueId& id = ids[0];
 
   // With NCCL_COMM_ID nobody has started the root: rank 0 does, at the named address.
   if (id.rootStartedByRank0) {
@@ -243,7 +255,7 @@ void initRank(Communicator& comm, const ncclUniqueId& uniqueId, const InitSettin
   }
 
   transport::shm::removeOrphans();  // (segments of ranks killed during an earlier setup)
-  auto channel = bootstrap::Bootstrap::join(id, identity.rank, identity.nRanks, settings.net, &comm.abortFlag());
+  auto channel = bootstrap::Bootstrap::join(ids, identity.rank, identity.nRanks, settings.net, &comm.abortFlag());
   const auto bootstrapDone = std::chrono::steady_clock::now();
 
   std::vector<PeerInfo> peers(identity.nRanks);

@@ -1,6 +1,8 @@
 // Creating communicators: unique ids, the per-rank init work, and the settings it reads.
 #pragma once
 
+#include <vector>
+
 #include <nccl.h>
 
 #include <functional>
@@ -44,8 +46,11 @@ void setTestDeviceFactory(TestDeviceFactory factory);
 /// Allocates the communicator for `rank` of `nRanks` with its validated configuration.
 std::unique_ptr<ncclComm> newCommunicator(int rank, int nRanks, const CommConfig& config, int cudaDevice);
 
-/// The init work of one rank: rendezvous, ring, peer exchange and checks. Throws on failure.
+/// The init work of one rank: rendezvous, peer exchange and checks. Throws on failure.
 void initRank(Communicator& comm, const ncclUniqueId& id, const InitSettings& settings);
+/// The same with the unique ids of ncclCommInitRankScalable: the rank meets the others at
+/// its share of the ids' roots (Bootstrap::join). Ids that all name one root count as one.
+void initRank(Communicator& comm, const std::vector<ncclUniqueId>& ids, const InitSettings& settings);
 
 /// Checks the arguments common to every init call (names the offending argument).
 void checkInitArguments(int nRanks, int rank);

@@ -1,8 +1,8 @@
 // libFuzzer target: what a bootstrap peer can send. The bytes arrive on a socket pair and go
 // through receiveMessage (header, secret, type, length bound); on a loopback connection to a
 // Listener (the root's and every rank's: partial headers, keys, lengths); as a series of
-// registrations to the root's Admission (nranks, ranks, duplicates, the timeout text); and
-// they are decoded as a unique id. Garbage must give a braid::Error or a refusal, never a
+// registrations to the root's Admission (nranks, ranks, duplicates, the timeout text), and as
+// other roots' blocks to root 0's; and they are decoded as a unique id. Garbage must give a braid::Error or a refusal, never a
 // crash or a large allocation.
 #include <sys/socket.h>
 #include <unistd.h>
@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <algorithm>
+#include <vector>
 
 #include "bootstrap/admission.h"
 #include "bootstrap/unique_id.h"
@@ -65,6 +67,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     admission.admit(rank, r, "fuzz");
   }
   admission.timeOut("fuzz root", std::chrono::seconds(1));
+  // Root 0's admission of other roots' blocks (head, then as many addresses as the bytes hold).
+  bootstrap::Admission first;
+  for (size_t at = 0; at + sizeof(bootstrap::BlockHead) <= size && !first.complete();) {
+    bootstrap::BlockHead head;
+    memcpy(&head, data + at, sizeof head);
+    at += sizeof head;
+    const size_t fit = (size - at) / sizeof(net::SocketAddress::Packed);
+    const size_t n = std::min<size_t>(fit, head.count > 0 ? static_cast<size_t>(head.count) : 0);
+    std::vector<net::SocketAddress::Packed> addresses(n);
+    if (n > 0) memcpy(addresses.data(), data + at, n * sizeof(net::SocketAddress::Packed));
+    at += n * sizeof(net::SocketAddress::Packed);
+    first.admitBlock(head, addresses, "fuzz");
+    if (first.complete()) first.addresses();
+  }
+  first.timeOut("fuzz root 0", std::chrono::seconds(1));
 
   if (size >= sizeof(ncclUniqueId)) {
     ncclUniqueId id;

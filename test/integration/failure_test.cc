@@ -71,6 +71,9 @@ TEST_CASE("a rank that dies during init: the others fail within the timeout", "[
     reg.nRanks = 3;
     reg.abiVersion = NCCL_VERSION_CODE;
     reg.listenAddress = gone.localAddress().pack();
+    reg.nRoots = 1;
+    reg.firstRoot = decoded.root.pack();
+    reg.firstRootSecret = decoded.secret;
     net::Socket s = net::Socket::connect(decoded.root, net::Clock::now() + std::chrono::seconds(5), nullptr);
     bootstrap::sendMessage(s, decoded.secret, bootstrap::MessageType::kRegister, 2, 0, &reg, sizeof(reg),
                            net::Clock::now() + std::chrono::seconds(5), nullptr);
@@ -259,4 +262,49 @@ TEST_CASE("socket addresses parse IPv4, IPv6 and names, and reject nonsense", "[
   CHECK_THROWS_WITH(net::SocketAddress::parse("[::1:80"), Catch::Contains("[ipv6]:port"));
   const auto packed = net::SocketAddress::parse("[::1]:81").pack();
   CHECK(net::SocketAddress::unpack(packed).toString() == "[::1]:81");
+}
+
+TEST_CASE("ncclCommInitRankScalable: ids in another order, or a rank missing from one id's share, fail by name",
+          "[integration][init][failure]") {
+  const auto settings = test::loopbackSettings(3);
+  SECTION("rank 3 lists the ids in another order") {
+    std::vector<ncclUniqueId> ids(2);
+    for (auto& id : ids) id = comm::makeUniqueId(settings);
+    const auto results = runRanks(4, [&](int rank) {
+      auto c = comm::newCommunicator(rank, 4, CommConfig{}, -1);
+      std::vector<ncclUniqueId> mine = ids;
+      if (rank == 3) std::swap(mine[0], mine[1]);
+      try {
+        comm::initRank(*c, mine, settings);
+      } catch (const Error& e) {
+        return std::string(e.what());
+      }
+      return std::string();
+    });
+    for (const auto& r : results) CHECK_THAT(r, Catch::Contains("bootstrap"));
+    CHECK_THAT(results[0] + results[1] + results[2] + results[3],
+               Catch::Contains("do all ranks pass the same ids in the same order?") ||
+                   Catch::Contains("name different first unique ids"));
+  }
+  SECTION("rank 5 of 6 never comes (id 1 of 2 serves ranks 3 to 5)") {
+    std::vector<ncclUniqueId> ids(2);
+    for (auto& id : ids) id = comm::makeUniqueId(settings);
+    const auto results = runRanks(5, [&](int rank) {
+      auto c = comm::newCommunicator(rank, 6, CommConfig{}, -1);
+      try {
+        comm::initRank(*c, ids, settings);
+      } catch (const Error& e) {
+        return std::string(e.what());
+      }
+      return std::string();
+    });
+    for (int r = 0; r < 3; ++r) {  // (root 0 knows only that id 1's share never came)
+      CAPTURE(r);
+      CHECK_THAT(results[r], Catch::Contains("ranks 3, 4 and 5 of 6") && Catch::Contains("the root of unique id 1 sent none of its ranks"));
+    }
+    for (int r = 3; r < 5; ++r) {
+      CAPTURE(r);
+      CHECK_THAT(results[r], Catch::Contains("waited 3 s for rank 5 of 6"));
+    }
+  }
 }

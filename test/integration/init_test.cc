@@ -378,3 +378,32 @@ TEST_CASE("the bootstrap's allgather and barrier: every rank count, blocks large
             }) == "");
   }
 }
+
+TEST_CASE("ncclCommInitRankScalable: each id's root serves its share of the ranks, as threads and as processes",
+          "[integration][init]") {
+  // With every rank at root 0, the other roots would wait for nobody until their deadline; each
+  // serving its block ends them all as soon as init completes.
+  for (bool processes : {false, true}) {
+    for (auto [n, nId] : std::vector<std::pair<int, int>>{{2, 2}, {5, 2}, {7, 3}, {8, 8}, {9, 4}}) {
+      CAPTURE(processes, n, nId);
+      const int before = bootstrap::liveRoots();
+      std::vector<ncclUniqueId> ids(nId);
+      for (auto& id : ids) REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+      REQUIRE(bootstrap::liveRoots() == before + nId);
+      auto body = [&, n = n, nId = nId](int rank) {
+        ncclComm_t comm = nullptr;
+        EXPECT_OK(ncclCommInitRankScalable(&comm, n, rank, nId, ids.data(), nullptr));
+        checkCommunicator(comm, rank, n);
+        std::vector<float> x(33, static_cast<float>(rank + 1));
+        EXPECT_OK(ncclAllReduce(x.data(), x.data(), x.size(), ncclFloat, ncclSum, comm, nullptr));
+        for (float v : x) expect(v == static_cast<float>(n * (n + 1) / 2), "sum " + std::to_string(v));
+        EXPECT_OK(ncclCommDestroy(comm));
+      };
+      REQUIRE((processes ? test::runProcesses(n, body) : test::runThreads(n, body)) == "");
+      for (int i = 0; i < 300 && bootstrap::liveRoots() > before; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      CHECK(bootstrap::liveRoots() == before);
+    }
+  }
+}
