@@ -82,6 +82,16 @@ TEST_CASE("a tuner plugin found by name, ranks as processes, finalized after an 
   CHECK(occurrences(out, "test tuner: finalize (2 ranks)") == 2);  // at abort
 }
 
+TEST_CASE("a tuner inside the net plugin's library is found when NCCL_TUNER_PLUGIN is unset", "[plugins]") {
+  const std::string out = runDriver("NCCL_NET_PLUGIN=" + plugin("tuner-ranges"), "2 threads destroy 256");
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("all ranks ok"));
+  CHECK_THAT(out, Catch::Contains("TUNER/Plugin: Could not find: libnccl-tuner.so"));
+  CHECK_THAT(out, Catch::Contains("TUNER/Plugin: Loaded tuner plugin ranges (v5)"));
+  CHECK(occurrences(out, "AllReduce: 1024 bytes on 2 ranks -> Tree/LL") == 2);
+  CHECK(occurrences(out, "NCCL WARN") == 0);
+}
+
 TEST_CASE("NCCL_ALGO filters before the tuner plugin sees the table", "[plugins]") {
   const std::string out = runDriver("NCCL_ALGO=Ring NCCL_TUNER_PLUGIN=" + plugin("tuner-ranges"), "4 threads destroy 256");
   INFO(out);

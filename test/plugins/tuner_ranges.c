@@ -7,9 +7,21 @@
  * filled and 1000 channels (Braid must warn and keep its own choice).
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 
 #include "nccl_tuner.h"
+
+/* The layouts NVIDIA's nccl_tuner.h gives (LP64): a plugin built against it sees the same. */
+#define LAYOUT(name, cond) typedef char name[(cond) ? 1 : -1]
+LAYOUT(constantsSize, sizeof(ncclTunerConstants_v5_t) == (3 * 7 + 3 * 7 * 3 + 5 * 4 * 3) * sizeof(double));
+LAYOUT(constantsLlMaxBws, offsetof(ncclTunerConstants_v5_t, llMaxBws) == (21 + 63) * sizeof(double));
+LAYOUT(domainsSize, sizeof(ncclNvlDomainInfo_v5_t) == 3 * sizeof(int));
+LAYOUT(tunerV5Size, sizeof(ncclTuner_v5_t) == 4 * sizeof(void*) && offsetof(ncclTuner_v5_t, finalize) == 3 * sizeof(void*));
+LAYOUT(tunerV2Size, sizeof(ncclTuner_v2_t) == 4 * sizeof(void*));
+LAYOUT(tableShape, NCCL_NUM_ALGORITHMS == 7 && NCCL_NUM_PROTOCOLS == 3);
+LAYOUT(indices, NCCL_ALGO_TREE == 0 && NCCL_ALGO_RING == 1 && NCCL_ALGO_PAT == 6 && NCCL_PROTO_LL == 0 &&
+                    NCCL_PROTO_LL128 == 1 && NCCL_PROTO_SIMPLE == 2 && ncclFuncAllReduce == 4);
 
 struct context {
   ncclDebugLogger_t log;
