@@ -3,6 +3,7 @@
 #include <mutex>
 
 #include "braid_config.h"
+#include "core/env_plugin.h"
 #include "core/log.h"
 #include "core/params.h"
 
@@ -45,6 +46,7 @@ void initOnce() {
     if (log::ensureConfigured() >= static_cast<int>(log::Level::Version)) {
       log::write(log::Level::Version, log::kInit, __FILE__, __LINE__, "%s", versionText().c_str());
     }
+    envplugin::reportLoad();
     reportSettings();
   });
 }

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstdlib>
 
+#include "core/env_plugin.h"
 #include "core/files.h"
 #include "core/status.h"
 
@@ -33,7 +34,7 @@ bool parseInteger(const std::string& text, int64_t* out) {
 
 Sources Sources::fromProcess() {
   Sources s;
-  s.getenv = [](const char* name) -> const char* { return std::getenv(name); };
+  s.getenv = [](const char* name) -> const char* { return envplugin::get(name); };  // getenv, or the env plugin
   return s;
 }
 

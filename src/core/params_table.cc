@@ -52,6 +52,8 @@ const std::vector<KnobSpec>& knobTable() {
       {"NCCL_DMABUF_ENABLE", KnobType::Integer, "1",
        "1: the verbs transport reaches GPU memory through dma-buf (GPU Direct RDMA) where the GPU, the driver, "
        "libibverbs and NCCL_NET_GDR_LEVEL allow; 0: it stages through host memory", true},
+      {"NCCL_ENV_PLUGIN", KnobType::String, "",
+       "env plugin (ncclEnvPlugin_v1) whose getEnv answers for every NCCL_* variable: a path, or X for libnccl-env-X.so or X; unset: libnccl-env.so if present; none: no plugin (read from the process environment only)", true},
       {"NCCL_GRAPH_DUMP_FILE", KnobType::String, "",
        "write the ring and tree channels found to this file (NCCL's graph XML)", true},
       {"NCCL_GRAPH_DUMP_FILE_RANK", KnobType::Integer, "0",
@@ -89,6 +91,8 @@ const std::vector<KnobSpec>& knobTable() {
       {"NCCL_NET_GDR_READ", KnobType::Integer, "-1",
        "1: a sender's NIC reads GPU memory (GPU Direct RDMA) wherever it may; 0: its FIFO slots stay in host memory; "
        "-1: from Ampere on", true},
+      {"NCCL_NET_PLUGIN", KnobType::String, "",
+       "net plugin library (a path, or X for libnccl-net-X.so or X; none: no plugin): net plugins themselves are not supported yet, but a tuner plugin is looked for in this library when NCCL_TUNER_PLUGIN finds none", true},
       {"NCCL_NSOCKS_PERTHREAD", KnobType::Integer, "1",
        "socket transport: sockets per helper thread; a connection uses NCCL_SOCKET_NTHREADS x this many (at most 64)", true},
       {"NCCL_NTHREADS", KnobType::Integer, "-2",
@@ -121,6 +125,8 @@ const std::vector<KnobSpec>& knobTable() {
        "the rank that writes NCCL_TOPO_DUMP_FILE", true},
       {"NCCL_TOPO_FILE", KnobType::String, "",
        "read the machine's topology from this NCCL XML file (detection completes it)", true},
+      {"NCCL_TUNER_PLUGIN", KnobType::String, "",
+       "tuner plugin (ncclTunerPlugin_v5..v2) asked for every collective's algorithm, protocol and channels: a path, or X for libnccl-tuner-X.so or X; unset: libnccl-tuner.so, then the net plugin's library; none: no plugin", true},
   };
   return table;
 }
@@ -143,7 +149,6 @@ const std::vector<const char*>& unhonouredNcclVariables() {
       "NCCL_CUMEM_HOST_ENABLE",
       "NCCL_DEBUG_TIMESTAMP_FORMAT",
       "NCCL_DEBUG_TIMESTAMP_LEVELS",
-      "NCCL_ENV_PLUGIN",
       "NCCL_GDRCOPY_ENABLE",
       "NCCL_GDRCOPY_FIFO_ENABLE",
       "NCCL_GDRCOPY_FLUSH_ENABLE",
@@ -214,7 +219,6 @@ const std::vector<const char*>& unhonouredNcclVariables() {
       "NCCL_NET_MERGE_LEVEL",
       "NCCL_NET_OPTIONAL_RECV_COMPLETION",
       "NCCL_NET_OVERHEAD",
-      "NCCL_NET_PLUGIN",
       "NCCL_NET_PLUGIN_REF_COUNT",
       "NCCL_NET_SHARED_BUFFERS",
       "NCCL_NET_SHARED_COMMS",
@@ -264,7 +268,6 @@ const std::vector<const char*>& unhonouredNcclVariables() {
       "NCCL_SYM_CTAS",
       "NCCL_SYM_KERNEL",
       "NCCL_THREAD_THRESHOLDS",
-      "NCCL_TUNER_PLUGIN",
       "NCCL_UID_STAGGER_RATE",
       "NCCL_UID_STAGGER_THRESHOLD",
       "NCCL_UNPACK_DOUBLE_NCHANNELS",

@@ -4,6 +4,7 @@
 
 #include "core/log.h"
 #include "core/status.h"
+#include "plan/plugin_choice.h"
 
 namespace braid::plan {
 
@@ -81,6 +82,10 @@ topo::Choice chooseFor(const Task& task, int nRanks, const PlanLimits& limits) {
          "'AlltoAll:' entry)",
          envFuncName(f), static_cast<unsigned long long>(bytes), nRanks,
          static_cast<unsigned long long>(tuner.shape().directMaxBytes));
+  }
+  if (limits.tunerPlugin != nullptr) {
+    choice = pluginChoice(*limits.tunerPlugin, tuner, task.func, bytes, tunerAlgos(limits.mask.algos[static_cast<int>(f)]),
+                          protos, forced, choice);
   }
   logChoice(task, bytes, nRanks, choice);
   return choice;

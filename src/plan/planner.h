@@ -9,6 +9,10 @@
 #include "plan/task.h"
 #include "topology/tuner.h"
 
+namespace braid::plugin {
+class TunerSession;
+}
+
 namespace braid::plan {
 
 /// What bounds the planner's choices for one communicator.
@@ -18,6 +22,9 @@ struct PlanLimits {
   AlgoProtoMask mask = AlgoProtoMask::all();
   const topo::CostTable* table = &topo::kHostCostTable;
   topo::CostShape shape;  ///< nRanks and the channel bounds are filled in from the above by the planner
+  /// The communicator's tuner plugin (NCCL_TUNER_PLUGIN), asked about every collective after
+  /// NCCL_ALGO/NCCL_PROTO filtered (plan/plugin_choice.h); null when there is none.
+  plugin::TunerSession* tunerPlugin = nullptr;
 };
 
 struct CollPlan {

@@ -13,6 +13,7 @@
 #include "core/params.h"
 #include "core/process.h"
 #include "core/status.h"
+#include "plugin/tuner_plugin.h"
 #include "proxy/proxy.h"
 #include "kernels/algorithms/send_recv.h"
 #include "runtime/host/algorithm_peers.h"
@@ -212,6 +213,7 @@ DataPath::DataPath(bootstrap::Bootstrap& channel, int rank, const std::vector<Pe
     if (device_ == nullptr && p.cpus > 0 && (shape.cpusPerNode == 0 || p.cpus < shape.cpusPerNode)) shape.cpusPerNode = p.cpus;
   }
   setRanksPerNode(settings_.ranksPerNode);
+  openTunerPlugin(commHash);
   std::vector<PeerProcess> watched = watchedPeers(peers, rank);
   std::function<bool()> busy;
   if (device_ != nullptr) busy = [d = device_.get()] { return d->busy(); };
@@ -247,6 +249,30 @@ void DataPath::capChannels(bootstrap::Bootstrap& channel, const std::vector<Peer
                cap, limits.maxChannels, where, sharing, device_->ordinal(), resident);
     limits.maxChannels = cap;
   }
+}
+
+void DataPath::openTunerPlugin(uint64_t commHash) {
+  plugin::TunerCommInfo info;
+  info.commId = commHash;
+  info.rank = rank_;
+  info.nRanks = nRanks_;
+  std::map<int, int> perNode;  // Braid counts a node (host, or BRAID_RANKS_PER_NODE group) as an NVLink domain
+  for (int node : nodeOf_) ++perNode[node];
+  info.nNodes = info.nvlDomains = std::max<int>(1, static_cast<int>(perNode.size()));
+  info.minRanksPerNvlDomain = nRanks_;
+  info.maxRanksPerNvlDomain = 0;
+  for (const auto& [node, n] : perNode) {
+    info.minRanksPerNvlDomain = std::min(info.minRanksPerNvlDomain, n);
+    info.maxRanksPerNvlDomain = std::max(info.maxRanksPerNvlDomain, n);
+  }
+  const topo::CostTable& table = *settings_.limits.table;
+  const topo::LinkClass links[] = {topo::LinkClass::kNvlink, topo::LinkClass::kPcie, topo::LinkClass::kNetwork};
+  for (int p = 0; p < plugin::kNcclProtocols; ++p) {
+    for (int a = 0; a < 2; ++a) info.baseLatency[a][p] = table.baseLatency[a][p];  // Tree and Ring: NCCL's ids
+    for (int l = 0; l < 3; ++l) info.hopLatency[l][p] = table.hopLatency[static_cast<int>(links[l])][p];
+  }
+  tunerPlugin_ = plugin::TunerSession::open(info);
+  settings_.limits.tunerPlugin = tunerPlugin_.get();
 }
 
 DataPath::~DataPath() {
@@ -452,10 +478,11 @@ void DataPath::runCollective(const plan::Task& given) {
   plan::Task task = given;
   if (task.scalarAtRun != nullptr) std::memcpy(&task.opArgs.scalarBits, task.scalarAtRun, plan::typeSize(task.dtype));
   const uint64_t key = (static_cast<uint64_t>(task.func) << 56) | (task.count * plan::typeSize(task.dtype));
-  auto known = choices_.find(key);
+  // (a tuner plugin is asked every time: no cache)
+  auto known = tunerPlugin_ != nullptr ? choices_.end() : choices_.find(key);
   plan::CollPlan plan =
       plan::planCollective(task, nRanks_, settings_.limits, known != choices_.end() ? &known->second : nullptr);
-  if (known == choices_.end()) {
+  if (known == choices_.end() && tunerPlugin_ == nullptr) {
     if (choices_.size() >= 4096) choices_.clear();  // many sizes: start again rather than grow
     choices_.emplace(key, plan.choice);
   }

@@ -31,6 +31,9 @@ class RegistrationTable;
 namespace braid::bootstrap {
 class Bootstrap;
 }
+namespace braid::plugin {
+class TunerSession;
+}
 
 namespace braid::runtime::host {
 
@@ -146,6 +149,9 @@ class DataPath {
   /// Fills the tuner's shape from what every rank knows (nodes, ranks and CPUs per node, links)
   /// and logs the tuner's table at INFO/TUNING on rank 0.
   void describeShape();
+  /// The tuner plugin's context for this communicator (NCCL_TUNER_PLUGIN), when there is one:
+  /// the planner asks it about every collective; finalized when the data path ends.
+  void openTunerPlugin(uint64_t commHash);
   void runPeers(const std::vector<const plan::Task*>& ops);
   /// runPeers' work, on ops.front()->stream with a device.
   void runPeersOn(const std::vector<const plan::Task*>& ops);
@@ -196,6 +202,7 @@ class DataPath {
   int nRanks_;
   int localDeviceRanks_ = 1;  // ranks of this process on this rank's device (with device_)
   DataPathSettings settings_;
+  std::unique_ptr<plugin::TunerSession> tunerPlugin_;  // settings_.limits.tunerPlugin (null: none)
   const uint32_t* abort_;  // the communicator's (host) abort word (a device's kernels poll its own copy)
   transport::Connector connector_;
   std::array<kernels::ChannelStatus, kMaxChannels> hostStatuses_{};
@@ -214,7 +221,8 @@ class DataPath {
   std::array<int, static_cast<size_t>(kernels::Algo::kCount)> peersReady_{};  // channels connected for each algorithm's peers
   // The tuner's choices by collective and bytes (a pure function of them and the limits, which
   // clear it): a call looks its size up instead of predicting every candidate, which had cost
-  // an 8-byte AllReduce on 2 ranks about as much as the operation.
+  // an 8-byte AllReduce on 2 ranks about as much as the operation. Not with a tuner plugin,
+  // which is asked about every collective.
   std::unordered_map<uint64_t, topo::Choice> choices_;
   std::vector<uint64_t> hostOf_;  // each rank's host
   std::vector<int> deviceOf_;     // each rank's CUDA device (its process's ordinal; -1 on the host)

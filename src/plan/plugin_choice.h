@@ -1,0 +1,31 @@
+// A tuner plugin's say in the planner's choice (plugin/tuner_plugin.h talks to the plugin).
+//
+// For each of NCCL's five collectives the plugin gets NCCL's cost table: Braid's predicted µs
+// for Tree and Ring with LL, LL128 and Simple where Braid runs them and NCCL_ALGO/NCCL_PROTO
+// allow them (each at its best channel count), NCCL_ALGO_PROTO_IGNORE everywhere else (the
+// CollNet, NVLS and PAT rows included). When the plugin changes any entry, or sets nChannels,
+// it has decided: the cheapest entry that was available runs, on the channels it asked for
+// (within NCCL_MIN/MAX_NCHANNELS and the config's bounds) or else that entry's best count.
+// When it leaves the table as it was, Braid's own choice stands, its own algorithms
+// (RecDoubling, Direct, ...) included. Bad answers (NaN, infinities, channel counts beyond
+// any bound, every entry ignored) are a WARN once per communicator, and Braid's choice stands.
+#pragma once
+
+#include <cstdint>
+
+#include "plan/algo_proto.h"
+#include "topology/tuner.h"
+
+namespace braid::plugin {
+class TunerSession;
+}
+
+namespace braid::plan {
+
+/// `own` is Braid's choice for `f` of `bytes` among `algos` (kernels::Algo bits) and `protos`
+/// (kernels::Proto bits, `forced` those NCCL_PROTO named); returns the choice to run, which is
+/// `own` unless the plugin decided.
+topo::Choice pluginChoice(plugin::TunerSession& session, const topo::Tuner& tuner, kernels::Func f, uint64_t bytes,
+                          uint32_t algos, uint32_t protos, uint32_t forced, const topo::Choice& own);
+
+}  // namespace braid::plan

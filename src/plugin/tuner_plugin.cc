@@ -1,0 +1,284 @@
+#include "plugin/tuner_plugin.h"
+
+#include <nccl_tuner.h>
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <sstream>
+#include <vector>
+
+#include "core/log.h"
+#include "core/params.h"
+#include "core/plugin_library.h"
+#include "topology/tuner.h"
+
+namespace braid::plugin {
+
+static_assert(kNcclAlgorithms == NCCL_NUM_ALGORITHMS && kNcclProtocols == NCCL_NUM_PROTOCOLS);
+static_assert(static_cast<int>(kernels::Func::kAllReduce) == ncclFuncAllReduce &&
+              static_cast<int>(kernels::Func::kBroadcast) == ncclFuncBroadcast);
+static_assert(static_cast<int>(kernels::Algo::kTree) == NCCL_ALGO_TREE &&
+              static_cast<int>(kernels::Algo::kRing) == NCCL_ALGO_RING);
+static_assert(static_cast<int>(kernels::Proto::kLL) == NCCL_PROTO_LL &&
+              static_cast<int>(kernels::Proto::kLL128) == NCCL_PROTO_LL128 &&
+              static_cast<int>(kernels::Proto::kSimple) == NCCL_PROTO_SIMPLE);
+
+/// The library and the symbol found in it, shared by the communicators using it.
+struct LoadedTuner {
+  Library library;
+  int version = 0;                         ///< 5, 4, 3 or 2
+  const void* symbol = nullptr;            ///< the ncclTuner_vN_t
+  std::string name;
+};
+
+namespace {
+
+const std::vector<std::string> kSymbols = {"ncclTunerPlugin_v5", "ncclTunerPlugin_v4", "ncclTunerPlugin_v3",
+                                           "ncclTunerPlugin_v2"};
+
+/// The logger plugins receive: NCCL's levels and subsystem bits are Braid's.
+void pluginLog(ncclDebugLogLevel level, unsigned long flags, const char* file, int line, const char* format, ...) {
+  const int l = std::min(static_cast<int>(level), static_cast<int>(log::Level::Trace));
+  if (l <= 0 || !log::enabled(static_cast<log::Level>(l), flags)) return;
+  char text[1024];
+  va_list args;
+  va_start(args, format);
+  vsnprintf(text, sizeof text, format, args);
+  va_end(args);
+  log::write(static_cast<log::Level>(l), flags, file != nullptr ? file : "tuner plugin", line, "%s", text);
+}
+
+void say(const std::vector<Note>& notes) {
+  for (const auto& n : notes) {
+    if (n.warn) {
+      BRAID_WARN("%s", n.text.c_str());
+    } else {
+      BRAID_INFO(log::kInit | log::kTuning, "%s", n.text.c_str());
+    }
+  }
+}
+
+/// The functions a version needs; the name of the first missing one, or nullptr.
+const char* missingFunction(int version, const void* symbol) {
+  switch (version) {
+    case 5: {
+      auto* t = static_cast<const ncclTuner_v5_t*>(symbol);
+      return t->init == nullptr ? "init" : t->getCollInfo == nullptr ? "getCollInfo" : t->finalize == nullptr ? "finalize" : nullptr;
+    }
+    case 4: {
+      auto* t = static_cast<const ncclTuner_v4_t*>(symbol);
+      return t->init == nullptr ? "init" : t->getCollInfo == nullptr ? "getCollInfo" : t->destroy == nullptr ? "destroy" : nullptr;
+    }
+    case 3: {
+      auto* t = static_cast<const ncclTuner_v3_t*>(symbol);
+      return t->init == nullptr ? "init" : t->getCollInfo == nullptr ? "getCollInfo" : t->destroy == nullptr ? "destroy" : nullptr;
+    }
+    default: {
+      auto* t = static_cast<const ncclTuner_v2_t*>(symbol);
+      return t->init == nullptr ? "init" : t->getCollInfo == nullptr ? "getCollInfo" : t->destroy == nullptr ? "destroy" : nullptr;
+    }
+  }
+}
+
+/// Finds and opens the library; nullptr when there is none to use (said in the log).
+std::shared_ptr<LoadedTuner> load(const std::string& value, const std::string& netValue) {
+  std::vector<Note> notes;
+  Library library = open("tuner", value, "TUNER", &notes);
+  bool fromNet = false;
+  if (!library && !disabled(netValue)) {  // a tuner may live in the net plugin's library
+    std::stringstream list(netValue.empty() ? std::string(",") : netValue);
+    for (std::string part; !library && std::getline(list, part, ',');) {
+      library = open("net", part, "TUNER", &notes);
+    }
+    fromNet = static_cast<bool>(library);
+  }
+  say(notes);
+  if (!library) return nullptr;
+  int index = -1;
+  const void* symbol = firstSymbol(library, kSymbols, &index);
+  if (symbol == nullptr) {
+    if (fromNet && value.empty()) {  // a net plugin without a tuner is normal
+      BRAID_INFO(log::kInit | log::kTuning, "TUNER/Plugin: the net plugin library %s has no tuner (%s)",
+                 library.path().c_str(), joinNames(kSymbols).c_str());
+    } else {
+      BRAID_WARN("TUNER/Plugin: %s exports none of %s; going on without a tuner plugin", library.path().c_str(),
+                 joinNames(kSymbols).c_str());
+    }
+    return nullptr;
+  }
+  auto tuner = std::make_shared<LoadedTuner>();
+  tuner->version = 5 - index;
+  tuner->symbol = symbol;
+  const char* name = *static_cast<const char* const*>(symbol);  // every version starts with its name
+  tuner->name = name != nullptr ? name : "(unnamed)";
+  if (const char* missing = missingFunction(tuner->version, symbol); missing != nullptr) {
+    BRAID_WARN("TUNER/Plugin: %s: %s (%s) has no %s function; going on without a tuner plugin",
+               library.path().c_str(), tuner->name.c_str(), kSymbols[index].c_str(), missing);
+    return nullptr;
+  }
+  BRAID_INFO(log::kInit | log::kTuning, "TUNER/Plugin: Loaded tuner plugin %s (v%d) from %s", tuner->name.c_str(),
+             tuner->version, library.path().c_str());
+  tuner->library = std::move(library);
+  return tuner;
+}
+
+struct Registry {
+  std::mutex mutex;
+  std::weak_ptr<LoadedTuner> current;  ///< alive while a communicator uses it
+  std::string failedFor;               ///< the variables' values that found no usable plugin
+  bool failed = false;
+};
+
+Registry& registry() {
+  static Registry* r = new Registry();  // never destroyed: communicators may end during exit
+  return *r;
+}
+
+/// The library in use, or a new one (nullptr: none).
+std::shared_ptr<LoadedTuner> acquire() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  if (auto live = r.current.lock()) return live;
+  params::Store& p = params::process();
+  const std::string value = p.lookup("NCCL_TUNER_PLUGIN").text;  // (not cached: read anew each load)
+  const std::string netValue = p.lookup("NCCL_NET_PLUGIN").text;
+  const std::string key = value + '\n' + netValue;
+  if (r.failed && r.failedFor == key) return nullptr;
+  std::shared_ptr<LoadedTuner> tuner;
+  if (disabled(value)) {
+    BRAID_INFO(log::kInit | log::kTuning, "TUNER/Plugin: disabled by NCCL_TUNER_PLUGIN=%s", value.c_str());
+  } else {
+    tuner = load(value, netValue);
+  }
+  r.failed = tuner == nullptr;
+  r.failedFor = key;
+  r.current = tuner;
+  return tuner;
+}
+
+void fillConstants(const TunerCommInfo& info, ncclTunerConstants_v5_t* c) {
+  std::memset(c, 0, sizeof *c);
+  for (int a = 0; a < 2; ++a) {
+    for (int p = 0; p < kNcclProtocols; ++p) {
+      c->baseLatencies[a][p] = info.baseLatency[a][p];
+      for (int link = 0; link < 3; ++link) c->hwLatencies[link][a][p] = info.hopLatency[link][p];
+    }
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<TunerSession> TunerSession::open(const TunerCommInfo& info) {
+  std::shared_ptr<LoadedTuner> tuner;
+  try {
+    tuner = acquire();
+  } catch (const std::exception& e) {
+    BRAID_WARN("TUNER/Plugin: %s; going on without a tuner plugin", e.what());
+  }
+  if (tuner == nullptr) return nullptr;
+  void* context = nullptr;
+  ncclResult_t r = ncclSuccess;
+  const size_t nRanks = static_cast<size_t>(info.nRanks), nNodes = static_cast<size_t>(info.nNodes);
+  switch (tuner->version) {
+    case 5: {
+      ncclNvlDomainInfo_v5_t domains{info.nvlDomains, info.minRanksPerNvlDomain, info.maxRanksPerNvlDomain};
+      ncclTunerConstants_v5_t constants;
+      fillConstants(info, &constants);
+      r = static_cast<const ncclTuner_v5_t*>(tuner->symbol)->init(&context, info.commId, nRanks, nNodes, pluginLog,
+                                                                   &domains, &constants);
+      break;
+    }
+    case 4: r = static_cast<const ncclTuner_v4_t*>(tuner->symbol)->init(nRanks, nNodes, pluginLog, &context); break;
+    case 3: r = static_cast<const ncclTuner_v3_t*>(tuner->symbol)->init(nRanks, nNodes, pluginLog, &context); break;
+    default: r = static_cast<const ncclTuner_v2_t*>(tuner->symbol)->init(nRanks, nNodes, pluginLog, &context); break;
+  }
+  if (r != ncclSuccess) {
+    BRAID_WARN("TUNER/Plugin: %s: tuner plugin %s (v%d) init failed with %d on rank %d of communicator %#llx; going "
+               "on without a tuner plugin", tuner->library.path().c_str(), tuner->name.c_str(), tuner->version,
+               static_cast<int>(r), info.rank, static_cast<unsigned long long>(info.commId));
+    return nullptr;
+  }
+  BRAID_INFO(log::kTuning, "TUNER/Plugin: rank %d: %s (v%d) initialised for communicator %#llx (%d ranks, %d nodes)",
+             info.rank, tuner->name.c_str(), tuner->version, static_cast<unsigned long long>(info.commId), info.nRanks,
+             info.nNodes);
+  return std::unique_ptr<TunerSession>(new TunerSession(std::move(tuner), context, info.rank));
+}
+
+TunerSession::TunerSession(std::shared_ptr<LoadedTuner> tuner, void* context, int rank)
+    : tuner_(std::move(tuner)), context_(context), rank_(rank) {}
+
+TunerSession::~TunerSession() {
+  ncclResult_t r = ncclSuccess;
+  switch (tuner_->version) {
+    case 5: r = static_cast<const ncclTuner_v5_t*>(tuner_->symbol)->finalize(context_); break;
+    case 4: r = static_cast<const ncclTuner_v4_t*>(tuner_->symbol)->destroy(context_); break;
+    case 3: r = static_cast<const ncclTuner_v3_t*>(tuner_->symbol)->destroy(context_); break;
+    default: r = static_cast<const ncclTuner_v2_t*>(tuner_->symbol)->destroy(context_); break;
+  }
+  if (r != ncclSuccess) {
+    BRAID_WARN("TUNER/Plugin: rank %d: tuner plugin %s (v%d) %s returned %d", rank_, tuner_->name.c_str(),
+               tuner_->version, tuner_->version == 5 ? "finalize" : "destroy", static_cast<int>(r));
+  }
+  // (the library closes when the last session lets tuner_ go)
+}
+
+const std::string& TunerSession::name() const { return tuner_->name; }
+int TunerSession::version() const { return tuner_->version; }
+
+bool TunerSession::getCollInfo(kernels::Func f, uint64_t bytes, int numPipeOps, CostTable& table, int* nChannels) {
+  const auto func = static_cast<ncclFunc_t>(f);
+  auto** costs = reinterpret_cast<float**>(&table[0][0]);  // NCCL passes the 2-D array so
+  *nChannels = 0;
+  ncclResult_t r = ncclSuccess;
+  switch (tuner_->version) {
+    case 5:
+      r = static_cast<const ncclTuner_v5_t*>(tuner_->symbol)
+              ->getCollInfo(context_, func, bytes, numPipeOps, costs, kNcclAlgorithms, kNcclProtocols, 0, nChannels);
+      break;
+    case 4:
+      r = static_cast<const ncclTuner_v4_t*>(tuner_->symbol)
+              ->getCollInfo(context_, func, bytes, numPipeOps, costs, kNcclAlgorithms, kNcclProtocols, 0, nChannels);
+      break;
+    case 3:
+      r = static_cast<const ncclTuner_v3_t*>(tuner_->symbol)
+              ->getCollInfo(context_, func, bytes, numPipeOps, costs, kNcclAlgorithms, kNcclProtocols, nChannels);
+      break;
+    default: {
+      // Braid runs neither CollNet nor NVLS; the answer becomes a zero cost, if available.
+      int algorithm = NCCL_ALGO_UNDEF, protocol = NCCL_PROTO_UNDEF;
+      r = static_cast<const ncclTuner_v2_t*>(tuner_->symbol)
+              ->getCollInfo(context_, func, bytes, 0, 0, numPipeOps, &algorithm, &protocol, nChannels);
+      if (r == ncclSuccess && algorithm >= 0 && algorithm < kNcclAlgorithms && protocol >= 0 &&
+          protocol < kNcclProtocols && table[algorithm][protocol] != kIgnore) {
+        table[algorithm][protocol] = 0.0f;
+      }
+      break;
+    }
+  }
+  if (r != ncclSuccess) {
+    warnOnce(0, "TUNER/Plugin: rank %d: tuner plugin %s getCollInfo for %s of %llu bytes returned %d; Braid chooses "
+             "(said once)", rank_, tuner_->name.c_str(), topo::funcName(f), static_cast<unsigned long long>(bytes),
+             static_cast<int>(r));
+    return false;
+  }
+  return true;
+}
+
+void TunerSession::warnOnce(int what, const char* format, ...) {
+  const uint32_t bit = 1u << (what & 31);
+  const bool first = (warned_ & bit) == 0;
+  warned_ |= bit;
+  const log::Level level = first ? log::Level::Warn : log::Level::Trace;
+  if (!log::enabled(level, log::kTuning)) return;
+  char text[1024];
+  va_list args;
+  va_start(args, format);
+  vsnprintf(text, sizeof text, format, args);
+  va_end(args);
+  log::write(level, first ? log::kAll : log::kTuning, __FILE__, __LINE__, "%s", text);
+}
+
+}  // namespace braid::plugin

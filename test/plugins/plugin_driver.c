@@ -1,0 +1,110 @@
+/*
+ * Runs AllReduces on ranks that are threads or processes of one host, as a plain C program
+ * linked against Braid's libnccl.so.2, for the plugin tests (each run is a fresh process, so
+ * NCCL_TUNER_PLUGIN and NCCL_ENV_PLUGIN are read anew):
+ *   plugin_driver NRANKS threads|processes destroy|abort COUNT...
+ * Every rank sums rank+1 over COUNT floats and checks every element is exactly
+ * NRANKS*(NRANKS+1)/2, then ends its communicator with ncclCommDestroy or ncclCommAbort.
+ * "processes" forks the ranks and needs NCCL_COMM_ID (each computes the same unique id).
+ * Prints "rank R: COUNT ok" per AllReduce and "rank R: done"; exits 0 when every rank did.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <nccl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int nranks;
+static int useAbort;
+static int ncounts;
+static size_t counts[16];
+static ncclUniqueId id;
+
+static int runRank(int rank) {
+  ncclComm_t comm = NULL;
+  ncclResult_t r = ncclCommInitRank(&comm, nranks, id, rank);
+  if (r != ncclSuccess) {
+    printf("rank %d: init failed: %s: %s\n", rank, ncclGetErrorString(r), ncclGetLastError(NULL));
+    return 1;
+  }
+  const float expected = (float)(nranks * (nranks + 1) / 2);
+  for (int i = 0; i < ncounts; ++i) {
+    const size_t n = counts[i];
+    float* x = malloc((n > 0 ? n : 1) * sizeof(float));
+    for (size_t k = 0; k < n; ++k) x[k] = (float)(rank + 1);
+    r = ncclAllReduce(x, x, n, ncclFloat, ncclSum, comm, NULL);
+    if (r != ncclSuccess) {
+      printf("rank %d: AllReduce of %zu floats failed: %s: %s\n", rank, n, ncclGetErrorString(r), ncclGetLastError(comm));
+      free(x);
+      ncclCommAbort(comm);
+      return 1;
+    }
+    for (size_t k = 0; k < n; ++k) {
+      if (x[k] != expected) {
+        printf("rank %d: AllReduce of %zu floats: element %zu is %f, not %f\n", rank, n, k, x[k], expected);
+        free(x);
+        ncclCommAbort(comm);
+        return 1;
+      }
+    }
+    free(x);
+    printf("rank %d: %zu ok\n", rank, n);
+    fflush(stdout);
+  }
+  r = useAbort ? ncclCommAbort(comm) : ncclCommDestroy(comm);
+  if (r != ncclSuccess) {
+    printf("rank %d: %s failed: %s\n", rank, useAbort ? "abort" : "destroy", ncclGetErrorString(r));
+    return 1;
+  }
+  printf("rank %d: done\n", rank);
+  fflush(stdout);
+  return 0;
+}
+
+static void* threadMain(void* arg) {
+  const int rank = (int)(size_t)arg;
+  return (void*)(size_t)runRank(rank);
+}
+
+int main(int argc, char** argv) {
+  if (argc < 5) {
+    fprintf(stderr, "usage: plugin_driver NRANKS threads|processes destroy|abort COUNT...\n");
+    return 2;
+  }
+  nranks = atoi(argv[1]);
+  const int processes = strcmp(argv[2], "processes") == 0;
+  useAbort = strcmp(argv[3], "abort") == 0;
+  for (int i = 4; i < argc && ncounts < 16; ++i) counts[ncounts++] = (size_t)strtoull(argv[i], NULL, 10);
+  if (nranks < 1 || nranks > 64) return 2;
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  int failed = 0;
+  if (processes) {
+    pid_t pids[64];
+    for (int r = 0; r < nranks; ++r) {
+      pids[r] = fork();
+      if (pids[r] == 0) {
+        if (ncclGetUniqueId(&id) != ncclSuccess) _exit(1);  /* the same id on every rank: NCCL_COMM_ID */
+        _exit(runRank(r));
+      }
+    }
+    for (int r = 0; r < nranks; ++r) {
+      int status = 0;
+      waitpid(pids[r], &status, 0);
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) failed = 1;
+    }
+  } else {
+    if (ncclGetUniqueId(&id) != ncclSuccess) return 1;
+    pthread_t threads[64];
+    for (int r = 0; r < nranks; ++r) pthread_create(&threads[r], NULL, threadMain, (void*)(size_t)r);
+    for (int r = 0; r < nranks; ++r) {
+      void* result = NULL;
+      pthread_join(threads[r], &result);
+      if (result != NULL) failed = 1;
+    }
+  }
+  printf("%s\n", failed ? "FAILED" : "all ranks ok");
+  return failed;
+}
