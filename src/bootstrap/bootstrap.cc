@@ -53,13 +53,14 @@ std::unique_ptr<Bootstrap> Bootstrap::join(const std::vector<UniqueId>& ids, int
   net::InterfaceRequest request = settings.interface;
   request.preferSubnetOf = id.root;
   const net::Interface iface = net::chooseInterface(request);
-  net::Socket listening = net::Socket::listen(iface.address);
+  // (a deep backlog: in an AlltoAll's setup every rank connects to this one at once)
+  net::Socket listening = net::Socket::listen(iface.address, 4096);
   const net::SocketAddress mine = listening.localAddress();
   BRAID_INFO(log::kBootstrap | log::kInit, "bootstrap: rank %d listens on %s (interface %s), root %s", rank,
              mine.toString().c_str(), iface.name.c_str(), id.root.toString().c_str());
 
   std::unique_ptr<Bootstrap> b(
-      new Bootstrap(rank, id.secret, Listener(std::move(listening), id.secret, "rank " + std::to_string(rank)),
+      new Bootstrap(rank, id.secret, Listener(std::move(listening), id.secret, "rank " + std::to_string(rank), Listener::Replies::kClose),
                     settings, abortFlag));
 
   // Register with the root and wait for the table (or the root's reason for refusing).
@@ -169,25 +170,28 @@ void Bootstrap::post(int peer, MessageType type, uint32_t tag, const void* data,
   const MessageHeader header{secret_, type, rank_, tag, static_cast<uint32_t>(size)};
   std::memcpy(bytes.data(), &header, sizeof(header));
   if (size > 0) std::memcpy(bytes.data() + sizeof(header), data, size);
+  // While the connection or the receiver's buffers wait, read what comes for this rank (the
+  // receiver may itself be sending to it, or connecting to a rank that waits on this one);
+  // when another thread of this rank waits in await, that thread reads them.
+  auto readOwnMail = [this] {
+    std::unique_lock<std::mutex> lock(listenMutex_, std::try_to_lock);
+    if (!lock.owns_lock()) return;
+    Message m;
+    while (listener_.poll(0, &m)) {
+      if (m.header.rank >= 0 && m.header.rank < nRanks()) queueUnexpected(std::move(m));
+    }
+  };
   const auto until = deadline();
-  net::Socket s = net::Socket::connect(peers_[peer], until, abortFlag_);
+  net::Socket s = net::Socket::connect(peers_[peer], until, abortFlag_, readOwnMail);
   for (size_t sent = 0; sent < bytes.size();) {
     const ssize_t n = s.writeSome(bytes.data() + sent, bytes.size() - sent);
     if (n < 0) fail(ncclRemoteError, "the connection broke after %zu of %zu bytes: %s", sent, bytes.size(), strerror(errno));
     sent += static_cast<size_t>(n);
     if (sent == bytes.size()) break;
     net::checkWait(abortFlag_, until, "a bootstrap send");
-    // The receiver's buffers are full: read what comes for this rank meanwhile (the
-    // receiver may be sending to it), until the socket takes more; when another thread of
-    // this rank waits in await, it reads them, and this one waits for the socket.
-    std::unique_lock<std::mutex> lock(listenMutex_, std::try_to_lock);
-    Message m;
-    if (!lock.owns_lock()) {
-      pollfd writable{s.fd(), POLLOUT, 0};
-      ::poll(&writable, 1, 1);
-    } else if (listener_.poll(1, &m) && m.header.rank >= 0 && m.header.rank < nRanks()) {
-      queueUnexpected(std::move(m));
-    }
+    readOwnMail();
+    pollfd writable{s.fd(), POLLOUT, 0};
+    ::poll(&writable, 1, 1);
   }
 }
 

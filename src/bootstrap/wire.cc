@@ -74,8 +74,8 @@ Message receiveMessage(net::Socket& socket, uint64_t secret, net::Clock::time_po
   return m;
 }
 
-Listener::Listener(net::Socket listening, uint64_t secret, std::string owner)
-    : listening_(std::move(listening)), secret_(secret), owner_(std::move(owner)) {}
+Listener::Listener(net::Socket listening, uint64_t secret, std::string owner, Replies replies)
+    : listening_(std::move(listening)), secret_(secret), owner_(std::move(owner)), replies_(replies) {}
 
 bool Listener::advance(Pending& p) {
   while (p.headerBytes < sizeof(MessageHeader)) {
@@ -163,7 +163,10 @@ void Listener::advanceAll() {
     Pending& p = pending_[i];
     std::string problem;
     try {
-      if (!p.complete) p.complete = advance(p);
+      if (!p.complete) {
+        p.complete = advance(p);
+        if (p.complete && replies_ == Replies::kClose) p.socket.close();
+      }
       if (!p.complete && now >= p.deadline) problem = "sent no complete message in time";
     } catch (const std::exception& e) {
       problem = e.what();

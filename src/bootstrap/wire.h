@@ -89,7 +89,8 @@ static_assert(sizeof(TableHead) == 24 && std::is_trivially_copyable_v<TableHead>
 /// The most ranks a communicator may have: its table fits one message.
 constexpr int32_t kMaxRanks = static_cast<int32_t>((kMaxPayloadBytes - sizeof(TableHead)) / sizeof(net::SocketAddress::Packed));
 
-/// A complete message received by a Listener, with its connection (for the root's reply).
+/// A complete message received by a Listener, with its connection (for the root's reply; closed
+/// for a rank's listener).
 struct Message {
   MessageHeader header{};
   std::vector<char> payload;
@@ -109,7 +110,11 @@ Message receiveMessage(net::Socket& socket, uint64_t secret, net::Clock::time_po
 /// without blocking on any one: a silent or garbage connection never holds up the others.
 class Listener {
  public:
-  Listener(net::Socket listening, uint64_t secret, std::string owner);
+  /// Whether a complete message keeps its connection (Message::socket), for a reply: the
+  /// root's do; a rank's are closed as soon as their message is whole, so the messages a busy
+  /// rank has not taken yet hold no descriptors (an AlltoAll's setup on many thread ranks).
+  enum class Replies { kKeep, kClose };
+  Listener(net::Socket listening, uint64_t secret, std::string owner, Replies replies = Replies::kKeep);
 
   /// Waits up to timeoutMs for one complete, valid message; returns false when none came.
   bool poll(int timeoutMs, Message* out);
@@ -147,6 +152,7 @@ class Listener {
   net::Socket listening_;
   uint64_t secret_;
   std::string owner_;  ///< "root 1.2.3.4:5" or "rank 3", for log messages
+  Replies replies_;
   std::vector<Pending> pending_;
   std::vector<pollfd> pollFds_;  // poll()'s descriptors, reused
   /// Until when accepting is paused (the process ran out of descriptors: accept failed with

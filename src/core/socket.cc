@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -177,8 +178,9 @@ Socket Socket::listen(const SocketAddress& address, int backlog) {
   return s;
 }
 
-Socket Socket::connect(const SocketAddress& address, Clock::time_point deadline,
-                       AbortSource abortFlag) {
+Socket Socket::connect(const SocketAddress& address, Clock::time_point deadline, AbortSource abortFlag,
+                       const std::function<void()>& whileWaiting) {
+  const int slice = whileWaiting ? 1 : -1;  // (ms a poll waits before whileWaiting runs; -1: the deadline)
   const std::string what = "connect to " + address.toString();
   for (int attempt = 0;; ++attempt) {
     checkWait(abortFlag, deadline, what.c_str());
@@ -188,7 +190,12 @@ Socket Socket::connect(const SocketAddress& address, Clock::time_point deadline,
     int rc = ::connect(s.fd(), address.sockaddrPtr(), address.length());
     if (rc != 0 && errno == EINPROGRESS) {
       pollfd p{s.fd(), POLLOUT, 0};
-      while ((rc = ::poll(&p, 1, remainingMs(deadline))) == 0) checkWait(abortFlag, deadline, what.c_str());
+      for (;;) {
+        const int left = remainingMs(deadline);
+        if ((rc = ::poll(&p, 1, slice < 0 ? left : std::min(slice, left))) != 0) break;
+        checkWait(abortFlag, deadline, what.c_str());
+        if (whileWaiting) whileWaiting();
+      }
       int err = 0;
       socklen_t len = sizeof(err);
       getsockopt(s.fd(), SOL_SOCKET, SO_ERROR, &err, &len);
@@ -204,7 +211,11 @@ Socket Socket::connect(const SocketAddress& address, Clock::time_point deadline,
       fail(ncclSystemError, "%s failed: %s", what.c_str(), strerror(errno));
     }
     // The peer is not listening yet: back off a little and retry until the deadline.
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(100, 1 + attempt * 10)));
+    const auto retryAt = Clock::now() + std::chrono::milliseconds(std::min(100, 1 + attempt * 10));
+    do {
+      if (whileWaiting) whileWaiting();
+      std::this_thread::sleep_for(std::chrono::milliseconds(whileWaiting ? 1 : std::min(100, 1 + attempt * 10)));
+    } while (Clock::now() < retryAt);
   }
 }
 

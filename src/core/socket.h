@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace braid::net {
@@ -88,8 +89,11 @@ class Socket {
   /// A listening socket bound to `address` (port 0 picks a free port; see localAddress()).
   static Socket listen(const SocketAddress& address, int backlog = 256);
   /// Connects, retrying refused connections until the deadline (the peer may not listen yet).
-  static Socket connect(const SocketAddress& address, Clock::time_point deadline,
-                        AbortSource abortFlag);
+  /// `whileWaiting`, when given, runs about every millisecond until the connection is made (a
+  /// rank reads its own listening socket meanwhile: when every rank connects to others whose
+  /// backlogs are full, none would otherwise accept).
+  static Socket connect(const SocketAddress& address, Clock::time_point deadline, AbortSource abortFlag,
+                        const std::function<void()>& whileWaiting = {});
 
   int fd() const { return fd_; }
   bool valid() const { return fd_ >= 0; }

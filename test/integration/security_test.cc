@@ -340,3 +340,29 @@ TEST_CASE("NCCL_DEBUG=ABORT does not let a stranger's connection kill the proces
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
 }
+
+TEST_CASE("a rank's listener closes each connection as soon as its message is whole", "[security]") {
+  // Messages a busy rank has not taken yet hold no descriptors: an AlltoAll's setup on 256 thread
+  // ranks sends every rank 255 at once, and 256 x 255 connections held open would exhaust the
+  // process's descriptors. (The root keeps its connections: it answers on them.)
+  const uint64_t key = 0x1234;
+  bootstrap::Listener listener(net::Socket::listen(net::SocketAddress::parse("127.0.0.1:0")), key, "test",
+                               bootstrap::Listener::Replies::kClose);
+  const int before = openDescriptors();
+  const int n = 100;
+  for (int i = 0; i < n; ++i) {
+    const auto deadline = net::Clock::now() + std::chrono::seconds(5);
+    net::Socket s = net::Socket::connect(listener.socket().localAddress(), deadline, nullptr);
+    const int value = i;
+    bootstrap::sendMessage(s, key, bootstrap::MessageType::kPeer, i, 7, &value, sizeof(value), deadline, nullptr);
+  }  // (each sender has closed: only the listener's side is left)
+  // One pass reads every connection: all messages complete, none returned yet but the first.
+  bootstrap::Message m;
+  REQUIRE(listener.poll(1000, &m));
+  const int held = openDescriptors() - before;
+  CHECK(held <= 2);
+  int received = 1;
+  while (received < n && listener.poll(100, &m)) ++received;
+  CHECK(received == n);
+  CHECK(!m.socket.valid());
+}

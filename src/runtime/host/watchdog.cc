@@ -20,6 +20,10 @@ constexpr auto kLivenessEvery = std::chrono::milliseconds(500);
 // A peer found gone fails the operation in flight once nothing has moved for this long (or at
 // once, when a channel waits on that very peer).
 constexpr auto kGoneGrace = std::chrono::seconds(10);
+/// How long a wait that names an exited peer must also have seen no progress before it fails:
+/// the peer may have sent its last data and exited, and the waiting thread, on oversubscribed
+/// CPUs, not yet run to see it (256 rank processes on 2 CPUs showed it).
+constexpr auto kExitedWaitGrace = std::chrono::seconds(1);
 
 std::atomic<unsigned> gDumpRequests{0};
 
@@ -297,14 +301,15 @@ void Watchdog::trackProgress() {
 
 bool Watchdog::stuckOn(int peer) const {
   if (connector_.setupWaitingOn() == peer) return true;  // connecting to it, or waiting for its descriptor
-  for (int c = 0; c < nStatuses_; ++c) {
+  const auto still = std::chrono::steady_clock::now() - lastProgressAt_;
+  for (int c = 0; c < nStatuses_ && still >= kExitedWaitGrace; ++c) {
     const kernels::ChannelStatus& s = statuses_[c];
     if (kernels::loadAcquire(const_cast<uint32_t*>(&s.waitKind)) != kernels::kWaitNone &&
         kernels::loadRelaxed(const_cast<int32_t*>(&s.waitPeer)) == peer) {
       return true;
     }
   }
-  return std::chrono::steady_clock::now() - lastProgressAt_ >= kGoneGrace;
+  return still >= kGoneGrace;
 }
 
 void Watchdog::checkFaultBoxes(const OpView& op) {
