@@ -348,7 +348,10 @@ void DataPath::failAborted(const char* what) {
 void DataPath::execute(const std::vector<plan::Task>& tasks, void* groupApiEvent) {
   RelaxedCapture relaxed(device_.get());
   std::optional<GroupProfile> profile;  // (only with a profiler plugin)
-  if (profiler_ != nullptr) profile.emplace(*profiler_, groupApiEvent, device_ != nullptr ? settings_.limits.shape.threads / 32 : 0);
+  if (profiler_ != nullptr) {
+    profile.emplace(*profiler_, groupApiEvent, device_ != nullptr ? settings_.limits.shape.threads / 32 : 0,
+                    device_ == nullptr);
+  }
   struct Unset {
     GroupProfile*& p;
     ~Unset() { p = nullptr; }

@@ -94,8 +94,8 @@ ProfileEvent describeTask(const plan::Task& task) {
   return e;
 }
 
-GroupProfile::GroupProfile(plugin::ProfilerSession& session, void* groupApi, int nWarps)
-    : session_(session), groupApi_(groupApi), nWarps_(nWarps) {
+GroupProfile::GroupProfile(plugin::ProfilerSession& session, void* groupApi, int nWarps, bool onHost)
+    : session_(session), groupApi_(groupApi), nWarps_(nWarps), onHost_(onHost) {
   if (session_.wants(profile::kStartsGroup)) {
     ProfileEvent e;
     e.type = profile::kGroup;
@@ -140,7 +140,7 @@ uint64_t* GroupProfile::beforeRun() {
     e.parent = groupApi_;
     launch_ = session_.start(e);
   }
-  wantKernelCh_ = (coll_ != nullptr || !peers_.empty()) && session_.wants(profile::kKernelCh);
+  wantKernelCh_ = onHost_ && (coll_ != nullptr || !peers_.empty()) && session_.wants(profile::kKernelCh);
   return wantKernelCh_ ? times_.data() : nullptr;
 }
 

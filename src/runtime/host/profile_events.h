@@ -15,7 +15,8 @@
 //
 // On the host backend the kernel is the host executor's run, so KernelCh timestamps are CPU
 // times (plugin::profilerClock) and the launch ends when the work does; with a device, Coll
-// events end when the collective is enqueued, without KernelCh events. A collective of count 0
+// and P2P events end when the work is enqueued, without KernelCh events (sends and receives
+// keep a kernel launch around their enqueue). A collective of count 0
 // moves nothing and has no events below its API event (NCCL queues no task for it).
 //
 // Built only when the communicator has a profiler plugin; whatever an error leaves open is
@@ -52,8 +53,9 @@ plugin::ProfileEvent describeTask(const plan::Task& task);
 class GroupProfile {
  public:
   /// Starts the Group event (when the plugin's mask wants it). groupApi: the Group API event of
-  /// this group (parent of kernel launches); nWarps: what Coll events report.
-  GroupProfile(plugin::ProfilerSession& session, void* groupApi, int nWarps);
+  /// this group (parent of kernel launches); nWarps: what Coll events report; onHost: the work
+  /// runs here (with a device there are no KernelCh times to give).
+  GroupProfile(plugin::ProfilerSession& session, void* groupApi, int nWarps, bool onHost);
   ~GroupProfile();
   GroupProfile(const GroupProfile&) = delete;
   GroupProfile& operator=(const GroupProfile&) = delete;
@@ -77,6 +79,7 @@ class GroupProfile {
   plugin::ProfilerSession& session_;
   void* groupApi_;
   int nWarps_;
+  bool onHost_;
   void* group_ = nullptr;
   void* coll_ = nullptr;    // the collective running now
   void* launch_ = nullptr;  // its kernel launch
