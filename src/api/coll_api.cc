@@ -109,12 +109,13 @@ ncclResult_t submit(Communicator& c, const plan::Task& task) {
     group::enqueue(&c, task);
     return ncclSuccess;
   }
-  if (c.config().blocking) {  // a lone call: run it here and now
+  if (c.config().blocking && c.profiler() == nullptr) {  // a lone call: run it here and now
+    // (with a profiler plugin a lone call is an implicit group, whose events it reports)
     c.waitForJob();
     c.dataPath().run(task);
     return ncclSuccess;
   }
-  group::start();
+  group::start(/*implicit=*/true);
   group::enqueue(&c, task);
   return group::end();
 }
@@ -304,7 +305,7 @@ ncclResult_t exchange(const char* name, const void* sendbuff, void* recvbuff, si
     }
   }
   const bool outer = !group::active();
-  if (outer) group::start();
+  if (outer) group::start(/*implicit=*/true);
   for (const auto& t : tasks) group::enqueue(&c, t);
   return outer ? group::end() : ncclSuccess;
 }

@@ -15,6 +15,7 @@ Communicator::~Communicator() {
   waitForCalls();
   waitForJob();
   job_.reset();
+  profiler_ = nullptr;
   dataPath_.reset();  // (an abort meanwhile still reaches the kernels through the mirror)
   abortMirror_.store(nullptr, std::memory_order_release);
   magic_ = 0;
@@ -111,6 +112,7 @@ void Communicator::completeInit(std::unique_ptr<bootstrap::Bootstrap> channel, c
   identity_ = identity;
   dataPath_ = std::move(dataPath);
   if (dataPath_ != nullptr) dataPath_->setRegistrations(&registrations_);
+  profiler_ = dataPath_ != nullptr ? dataPath_->profiler() : nullptr;
 }
 
 std::string Communicator::lastError() const {

@@ -32,6 +32,9 @@ namespace runtime::host {
 class DataPath;
 class JobThread;
 }
+namespace plugin {
+class ProfilerSession;
+}
 
 /// Who a communicator's rank is. rank and nRanks are known at creation; the rest once
 /// init has exchanged peer information.
@@ -89,6 +92,9 @@ class Communicator {
   /// The data path; throws ncclInvalidUsage unless init has completed.
   runtime::host::DataPath& dataPath();
   bool hasDataPath() const { return dataPath_ != nullptr; }
+  /// The profiler plugin's context, owned by the data path; null when there is none (the one
+  /// test the API layer makes per call for it).
+  plugin::ProfilerSession* profiler() const noexcept { return profiler_; }
   RedOpTable& redOps() { return redOps_; }
   RegistrationTable& registrations() { return registrations_; }
   WindowTable& windows() { return windows_; }
@@ -134,6 +140,7 @@ class Communicator {
   CommConfig config_;
   std::unique_ptr<bootstrap::Bootstrap> bootstrap_;
   std::unique_ptr<runtime::host::DataPath> dataPath_;  // after bootstrap_: destroyed first
+  plugin::ProfilerSession* profiler_ = nullptr;        // dataPath_'s
   RedOpTable redOps_;
   RegistrationTable registrations_;
   WindowTable windows_;

@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "plugin/profiler_plugin.h"
 #include "runtime/host/data_path.h"
+#include "runtime/host/profile_events.h"
 
 namespace braid::group {
 
@@ -19,13 +21,91 @@ struct Deferred {
   std::function<void()> job;
 };
 
+using ApiEvents = std::vector<std::pair<Communicator*, void*>>;
+
 struct State {
   int depth = 0;
   std::vector<Deferred> creations;
   std::vector<std::pair<Communicator*, std::vector<plan::Task>>> operations;  // in order of first use
+  ApiEvents groupApi;  // with a profiler plugin: each communicator's Group API event in this group
+  bool implicit = false;  // the outermost level is Braid's own group around one call
 };
 
 thread_local State tls;
+
+/// The Group API events of a group that ended, each stopped when its communicator's work is
+/// done (handed to that job by take), or here when the group ends before.
+class PendingApiEvents {
+ public:
+  explicit PendingApiEvents(ApiEvents events) : events_(std::move(events)) {}
+  ~PendingApiEvents() {
+    for (auto& [comm, handle] : events_) stopApiEvent(comm, handle);
+  }
+  /// comm's event (null: none); its job stops it.
+  void* take(Communicator* comm) {
+    for (auto& [c, handle] : events_) {
+      if (c == comm) return std::exchange(handle, nullptr);
+    }
+    return nullptr;
+  }
+  /// ncclGroupEnd was called: each event records it.
+  void recordEnd() {
+    for (auto& [comm, handle] : events_) {
+      if (comm->profiler() != nullptr) comm->profiler()->record(handle, plugin::profile::kGroupEndApiStart);
+    }
+  }
+  static void stopApiEvent(Communicator* comm, void* handle) {
+    if (handle != nullptr && comm->profiler() != nullptr) comm->profiler()->stop(handle);
+  }
+
+ private:
+  ApiEvents events_;
+};
+
+/// Adds a task to comm's operations of this group.
+void add(Communicator* comm, const plan::Task& task) {
+  for (auto& [c, tasks] : tls.operations) {
+    if (c == comm) {
+      tasks.push_back(task);
+      return;
+    }
+  }
+  tls.operations.push_back({comm, {task}});
+}
+
+/// enqueue with a profiler plugin: the Group API event of comm in this group (started by its
+/// first operation, as NCCL does, with NCCL's depth: 1 for a lone call, the user's nesting + 1
+/// inside ncclGroupStart), then the
+/// operation's Coll API or P2P API event, started and stopped; it parents the operation's
+/// events when the group runs.
+void addProfiled(Communicator* comm, plugin::ProfilerSession& profiler, const plan::Task& task) {
+  namespace profile = plugin::profile;
+  void* groupApi = nullptr;
+  bool found = false;
+  for (auto& [c, handle] : tls.groupApi) {
+    if (c == comm) groupApi = handle, found = true;
+  }
+  if (!found) {
+    if (profiler.wants(profile::kStartsGroupApi)) {
+      plugin::ProfileEvent e;
+      e.type = profile::kGroupApi;
+      e.groupDepth = tls.implicit ? tls.depth : tls.depth + 1;  // (NCCL's: 1 only for an implicit group)
+      groupApi = profiler.start(e);
+      profiler.record(groupApi, profile::kGroupStartApiStop);
+    }
+    tls.groupApi.push_back({comm, groupApi});
+  }
+  plan::Task t = task;
+  const bool peer = task.func == kernels::Func::kSendRecv;
+  if (profiler.wants(peer ? profile::kStartsP2pApi : profile::kStartsCollApi)) {
+    plugin::ProfileEvent e = runtime::host::describeTask(task);
+    e.type = peer ? profile::kP2pApi : profile::kCollApi;
+    e.parent = groupApi;
+    t.apiEvent = profiler.start(e);
+    profiler.stop(t.apiEvent);  // (the call is queued; the handle stays the parent of its events)
+  }
+  add(comm, t);
+}
 
 /// Runs jobs, one per communicator, concurrently: the first in the calling thread, the others
 /// on their communicators' job threads. Throws the first failure (blocking communicators).
@@ -61,18 +141,17 @@ ncclResult_t runTogether(std::vector<Deferred>& jobs) {
 
 bool active() { return tls.depth > 0; }
 
-void start() { ++tls.depth; }
+void start(bool implicit) {
+  if (tls.depth++ == 0) tls.implicit = implicit;
+}
 
 void defer(Communicator* comm, std::function<void()> job) { tls.creations.push_back({comm, std::move(job)}); }
 
 void enqueue(Communicator* comm, const plan::Task& task) {
-  for (auto& [c, tasks] : tls.operations) {
-    if (c == comm) {
-      tasks.push_back(task);
-      return;
-    }
+  if (plugin::ProfilerSession* profiler = comm->profiler(); profiler != nullptr) {
+    return addProfiled(comm, *profiler, task);
   }
-  tls.operations.push_back({comm, {task}});
+  add(comm, task);
 }
 
 void forget(Communicator* comm) {
@@ -80,17 +159,27 @@ void forget(Communicator* comm) {
   for (auto it = jobs.begin(); it != jobs.end();) it = it->comm == comm ? jobs.erase(it) : it + 1;
   auto& ops = tls.operations;
   for (auto it = ops.begin(); it != ops.end();) it = it->first == comm ? ops.erase(it) : it + 1;
+  auto& events = tls.groupApi;
+  for (auto it = events.begin(); it != events.end();) {
+    if (it->first != comm) {
+      ++it;
+      continue;
+    }
+    PendingApiEvents::stopApiEvent(comm, it->second);
+    it = events.erase(it);
+  }
 }
 
 namespace {
 
 /// Leaves the outermost group level: hands back what it collected. False while still nested.
 bool leave(const char* call, std::vector<Deferred>* creations,
-           std::vector<std::pair<Communicator*, std::vector<plan::Task>>>* operations) {
+           std::vector<std::pair<Communicator*, std::vector<plan::Task>>>* operations, ApiEvents* apiEvents) {
   if (tls.depth == 0) fail(ncclInvalidUsage, "%s was called without a matching ncclGroupStart", call);
   if (--tls.depth > 0) return false;
   creations->swap(tls.creations);
   operations->swap(tls.operations);
+  apiEvents->swap(tls.groupApi);
   return true;
 }
 
@@ -141,7 +230,10 @@ void checkSharedStreams(const std::vector<std::pair<Communicator*, std::vector<p
 ncclResult_t end() {
   std::vector<Deferred> creations;
   std::vector<std::pair<Communicator*, std::vector<plan::Task>>> operations;
-  if (!leave("ncclGroupEnd", &creations, &operations)) return ncclSuccess;
+  ApiEvents apiEvents;
+  if (!leave("ncclGroupEnd", &creations, &operations, &apiEvents)) return ncclSuccess;
+  PendingApiEvents groupApi(std::move(apiEvents));
+  groupApi.recordEnd();
   if (runCreations(creations) == ncclInProgress) return ncclInProgress;
   checkSharedStreams(operations);
   for (auto& [comm, tasks] : operations) {
@@ -150,9 +242,15 @@ ncclResult_t end() {
   std::vector<Deferred> jobs;
   for (auto& [comm, tasks] : operations) {
     Communicator* c = comm;
-    jobs.push_back({c, [c, tasks = std::move(tasks)] {
+    void* api = groupApi.take(c);  // (null without a profiler plugin)
+    jobs.push_back({c, [c, tasks = std::move(tasks), api] {
                       CallGuard inUse(*c);
-                      c->dataPath().execute(tasks);
+                      struct StopApi {
+                        Communicator* c;
+                        void* api;
+                        ~StopApi() { PendingApiEvents::stopApiEvent(c, api); }
+                      } stopApi{c, api};
+                      c->dataPath().execute(tasks, api);
                     }});
   }
   return runTogether(jobs);
@@ -161,7 +259,9 @@ ncclResult_t end() {
 ncclResult_t simulateEnd(float* estimatedUs) {
   std::vector<Deferred> creations;
   std::vector<std::pair<Communicator*, std::vector<plan::Task>>> operations;
-  if (!leave("ncclGroupSimulateEnd", &creations, &operations)) return ncclSuccess;
+  ApiEvents apiEvents;
+  if (!leave("ncclGroupSimulateEnd", &creations, &operations, &apiEvents)) return ncclSuccess;
+  PendingApiEvents groupApi(std::move(apiEvents));  // (nothing runs: the events end with the call)
   const ncclResult_t created = runCreations(creations);
   if (created == ncclInProgress && !operations.empty()) {
     fail(ncclInvalidUsage, "ncclGroupSimulateEnd: the group creates a nonblocking communicator and also holds "

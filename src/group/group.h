@@ -22,7 +22,9 @@ namespace braid::group {
 
 /// True between ncclGroupStart and the matching ncclGroupEnd on this thread.
 bool active();
-void start();
+/// implicit: Braid's own group around one call (a lone nonblocking call, Gather, Scatter),
+/// not the user's ncclGroupStart (a profiler plugin is told the difference).
+void start(bool implicit = false);
 /// Runs what the group collected. With blocking communicators it returns when everything is
 /// complete (throwing the first failure); if any communicator is nonblocking it returns
 /// ncclInProgress at once and the work completes in the background.

@@ -25,6 +25,7 @@ struct Task {
   bool isSend = false;
   void* stream = nullptr;  ///< the cudaStream_t passed (the CUDA backend enqueues on it; the host ignores it)
   const char* name = "";  ///< the API function, for messages
+  void* apiEvent = nullptr;  ///< its Coll API or P2P API event in the profiler plugin (null: none)
 };
 
 /// Bytes of one element of each ncclDataType_t.

@@ -13,6 +13,7 @@
 #include "core/log.h"
 #include "core/params.h"
 #include "core/plugin_library.h"
+#include "plugin/plugin_log.h"
 #include "topology/tuner.h"
 
 namespace braid::plugin {
@@ -38,18 +39,6 @@ namespace {
 
 const std::vector<std::string> kSymbols = {"ncclTunerPlugin_v5", "ncclTunerPlugin_v4", "ncclTunerPlugin_v3",
                                            "ncclTunerPlugin_v2"};
-
-/// The logger plugins receive: NCCL's levels and subsystem bits are Braid's.
-void pluginLog(ncclDebugLogLevel level, unsigned long flags, const char* file, int line, const char* format, ...) {
-  const int l = std::min(static_cast<int>(level), static_cast<int>(log::Level::Trace));
-  if (l <= 0 || !log::enabled(static_cast<log::Level>(l), flags)) return;
-  char text[1024];
-  va_list args;
-  va_start(args, format);
-  vsnprintf(text, sizeof text, format, args);
-  va_end(args);
-  log::write(static_cast<log::Level>(l), flags, file != nullptr ? file : "tuner plugin", line, "%s", text);
-}
 
 void say(const std::vector<Note>& notes) {
   for (const auto& n : notes) {

@@ -2,9 +2,12 @@
  * Runs AllReduces on ranks that are threads or processes of one host, as a plain C program
  * linked against Braid's libnccl.so.2, for the plugin tests (each run is a fresh process, so
  * NCCL_TUNER_PLUGIN and NCCL_ENV_PLUGIN are read anew):
- *   plugin_driver NRANKS threads|processes destroy|abort COUNT...
+ *   plugin_driver NRANKS threads|processes destroy|abort COUNT|group...
  * Every rank sums rank+1 over COUNT floats and checks every element is exactly
  * NRANKS*(NRANKS+1)/2, then ends its communicator with ncclCommDestroy or ncclCommAbort.
+ * A COUNT of "group" runs instead one group of an AllReduce (256 floats), a Broadcast from
+ * rank 0 (64 floats) and an AllGather (32 floats), then a send of 16 floats to the next rank
+ * and a receive from the previous one, and checks them all ("rank R: group ok").
  * "processes" forks the ranks and needs NCCL_COMM_ID (each computes the same unique id).
  * Prints "rank R: COUNT ok" per AllReduce and "rank R: done"; exits 0 when every rank did.
  */
@@ -23,6 +26,39 @@ static int ncounts;
 static size_t counts[16];
 static ncclUniqueId id;
 
+#define GROUP_RUN ((size_t)-1)
+
+/* The group of three collectives and a send/receive pair; 0 when every result is exact. */
+static int runGroup(ncclComm_t comm, int rank) {
+  enum { nReduce = 256, nBcast = 64, nGather = 32, nPeer = 16 };
+  float reduce[nReduce], bcast[nBcast], mine[nGather], peerSend[nPeer], peerRecv[nPeer];
+  float* gathered = malloc(sizeof(float) * nGather * (size_t)nranks);
+  for (int k = 0; k < nReduce; ++k) reduce[k] = (float)(rank + 1);
+  for (int k = 0; k < nBcast; ++k) bcast[k] = rank == 0 ? (float)(k + 7) : -1.0f;
+  for (int k = 0; k < nGather; ++k) mine[k] = (float)(rank * 100 + k);
+  for (int k = 0; k < nPeer; ++k) peerSend[k] = (float)(rank * 1000 + k), peerRecv[k] = -1.0f;
+  const int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+  ncclResult_t r = ncclGroupStart();
+  if (r == ncclSuccess) r = ncclAllReduce(reduce, reduce, nReduce, ncclFloat, ncclSum, comm, NULL);
+  if (r == ncclSuccess) r = ncclBroadcast(bcast, bcast, nBcast, ncclFloat, 0, comm, NULL);
+  if (r == ncclSuccess) r = ncclAllGather(mine, gathered, nGather, ncclFloat, comm, NULL);
+  if (r == ncclSuccess) r = ncclSend(peerSend, nPeer, ncclFloat, next, comm, NULL);
+  if (r == ncclSuccess) r = ncclRecv(peerRecv, nPeer, ncclFloat, prev, comm, NULL);
+  const ncclResult_t ended = ncclGroupEnd();
+  if (r == ncclSuccess) r = ended;
+  int bad = r != ncclSuccess;
+  if (bad) printf("rank %d: group failed: %s: %s\n", rank, ncclGetErrorString(r), ncclGetLastError(comm));
+  const float sum = (float)(nranks * (nranks + 1) / 2);
+  for (int k = 0; !bad && k < nReduce; ++k) bad = reduce[k] != sum;
+  for (int k = 0; !bad && k < nBcast; ++k) bad = bcast[k] != (float)(k + 7);
+  for (int p = 0; !bad && p < nranks; ++p)
+    for (int k = 0; !bad && k < nGather; ++k) bad = gathered[p * nGather + k] != (float)(p * 100 + k);
+  for (int k = 0; !bad && k < nPeer; ++k) bad = peerRecv[k] != (float)(prev * 1000 + k);
+  free(gathered);
+  printf(bad ? "rank %d: group wrong\n" : "rank %d: group ok\n", rank);
+  return bad;
+}
+
 static int runRank(int rank) {
   ncclComm_t comm = NULL;
   ncclResult_t r = ncclCommInitRank(&comm, nranks, id, rank);
@@ -33,6 +69,13 @@ static int runRank(int rank) {
   const float expected = (float)(nranks * (nranks + 1) / 2);
   for (int i = 0; i < ncounts; ++i) {
     const size_t n = counts[i];
+    if (n == GROUP_RUN) {
+      if (runGroup(comm, rank) != 0) {
+        ncclCommAbort(comm);
+        return 1;
+      }
+      continue;
+    }
     float* x = malloc((n > 0 ? n : 1) * sizeof(float));
     for (size_t k = 0; k < n; ++k) x[k] = (float)(rank + 1);
     r = ncclAllReduce(x, x, n, ncclFloat, ncclSum, comm, NULL);
@@ -77,7 +120,9 @@ int main(int argc, char** argv) {
   nranks = atoi(argv[1]);
   const int processes = strcmp(argv[2], "processes") == 0;
   useAbort = strcmp(argv[3], "abort") == 0;
-  for (int i = 4; i < argc && ncounts < 16; ++i) counts[ncounts++] = (size_t)strtoull(argv[i], NULL, 10);
+  for (int i = 4; i < argc && ncounts < 16; ++i) {
+    counts[ncounts++] = strcmp(argv[i], "group") == 0 ? GROUP_RUN : (size_t)strtoull(argv[i], NULL, 10);
+  }
   if (nranks < 1 || nranks > 64) return 2;
   setvbuf(stdout, NULL, _IOLBF, 0);
   int failed = 0;

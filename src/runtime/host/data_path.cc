@@ -6,6 +6,7 @@
 #include <deque>
 #include <limits>
 #include <map>
+#include <optional>
 
 #include "bootstrap/bootstrap.h"
 #include "comm/registrations.h"
@@ -13,12 +14,14 @@
 #include "core/params.h"
 #include "core/process.h"
 #include "core/status.h"
+#include "plugin/profiler_plugin.h"
 #include "plugin/tuner_plugin.h"
 #include "proxy/proxy.h"
 #include "kernels/algorithms/send_recv.h"
 #include "runtime/host/algorithm_peers.h"
 #include "runtime/host/kernel_table.h"
 #include "runtime/host/peer_loop.h"
+#include "runtime/host/profile_events.h"
 #include "runtime/host/signature.h"
 #include "topology/grid.h"
 #include "topology/trees.h"
@@ -177,6 +180,7 @@ DataPathSettings DataPathSettings::fromParams(const CommConfig& config, bool onD
     s.ranksPerNode = static_cast<int>(perNode);
   }
   s.watchdog = WatchdogSettings::fromParams();
+  s.commName = config.commName;
   return s;
 }
 
@@ -214,6 +218,7 @@ DataPath::DataPath(bootstrap::Bootstrap& channel, int rank, const std::vector<Pe
   }
   setRanksPerNode(settings_.ranksPerNode);
   openTunerPlugin(commHash);
+  profiler_ = openProfiler(commHash, settings_.commName, rank_, nodeOf_);
   std::vector<PeerProcess> watched = watchedPeers(peers, rank);
   std::function<bool()> busy;
   if (device_ != nullptr) busy = [d = device_.get()] { return d->busy(); };
@@ -340,8 +345,18 @@ void DataPath::failAborted(const char* what) {
   fail(ncclInvalidUsage, "rank %d: the communicator was aborted during %s", rank_, what);
 }
 
-void DataPath::execute(const std::vector<plan::Task>& tasks) {
+void DataPath::execute(const std::vector<plan::Task>& tasks, void* groupApiEvent) {
   RelaxedCapture relaxed(device_.get());
+  std::optional<GroupProfile> profile;  // (only with a profiler plugin)
+  if (profiler_ != nullptr) {
+    profile.emplace(*profiler_, groupApiEvent, device_ != nullptr ? settings_.limits.shape.threads / 32 : 0,
+                    device_ == nullptr);
+  }
+  struct Unset {
+    GroupProfile*& p;
+    ~Unset() { p = nullptr; }
+  } unset{profile_};
+  profile_ = profile ? &*profile : nullptr;
   std::vector<const plan::Task*> peerOps;
   batching_ = device_ != nullptr;
   try {
@@ -364,7 +379,10 @@ void DataPath::execute(const std::vector<plan::Task>& tasks) {
     throw;
   }
   batching_ = false;
-  if (!peerOps.empty()) runPeers(peerOps);
+  if (peerOps.empty()) return;
+  if (profile_ != nullptr) profile_->peersStart(peerOps);
+  runPeers(peerOps);
+  if (profile_ != nullptr) profile_->peersDone();
 }
 
 void DataPath::run(const plan::Task& task) {
@@ -486,6 +504,7 @@ void DataPath::runCollective(const plan::Task& given) {
     if (choices_.size() >= 4096) choices_.clear();  // many sizes: start again rather than grow
     choices_.emplace(key, plan.choice);
   }
+  if (profile_ != nullptr) profile_->collStart(task, plan);
   std::vector<char> staged;
   if (task.func == kernels::Func::kAlltoAll) {
     // In place, a block would be overwritten before it is sent: the input is copied first.
@@ -555,9 +574,13 @@ void DataPath::runCollective(const plan::Task& given) {
     plan.works[c].status = &statuses_[c];
   }
   std::atomic<bool> aborted{false};
+  uint64_t* times = profile_ != nullptr ? profile_->beforeRun() : nullptr;  // (KernelCh events)
   executor_.runChannels(plan.nChannels, [&](int c, HostGroup& g) {
+    if (times != nullptr && g.rank() == 0) times[2 * c] = plugin::profilerClock();
     if (!fn(g, plan.works[c], ring[c], abort_)) aborted.store(true, std::memory_order_relaxed);
+    if (times != nullptr && g.rank() == 0) times[2 * c + 1] = plugin::profilerClock();
   });
+  if (profile_ != nullptr) profile_->afterRun(plan.nChannels);
   if (aborted.load()) failAborted("the operation");
 }
 

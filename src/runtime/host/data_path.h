@@ -33,6 +33,7 @@ class Bootstrap;
 }
 namespace braid::plugin {
 class TunerSession;
+class ProfilerSession;
 }
 
 namespace braid::runtime::host {
@@ -47,11 +48,14 @@ struct DataPathSettings {
   bool peerDirect = true;     ///< not NCCL_P2P_DIRECT_DISABLE: sends to ranks of this process write into the receiver's buffer
   int ranksPerNode = 0;       ///< BRAID_RANKS_PER_NODE: 0 nodes are hosts, k: each k consecutive ranks
   WatchdogSettings watchdog;
+  std::string commName;  ///< the config's commName (for a profiler plugin)
 
   /// From the parameter registry and the communicator's config (minCTAs/maxCTAs bound channels);
   /// onDevice: the kernels run on a GPU (its cost table and channel default).
   static DataPathSettings fromParams(const CommConfig& config, bool onDevice = false);
 };
+
+class GroupProfile;
 
 class DataPath {
  public:
@@ -66,8 +70,11 @@ class DataPath {
 
   /// Runs one group's tasks of this communicator: collectives in order, then every send and
   /// receive together. Returns when all are complete (with a device: when all are enqueued);
-  /// throws on abort or failure.
-  void execute(const std::vector<plan::Task>& tasks);
+  /// throws on abort or failure. groupApiEvent: the group's Group API event in the profiler
+  /// plugin (profile_events.h), if any.
+  void execute(const std::vector<plan::Task>& tasks, void* groupApiEvent = nullptr);
+  /// The communicator's profiler plugin context (NCCL_PROFILER_PLUGIN); null when there is none.
+  plugin::ProfilerSession* profiler() const { return profiler_.get(); }
   /// Waits until every operation this rank enqueued on a device has finished (nothing to wait
   /// for on the host, where calls return complete).
   void synchronize() {
@@ -203,6 +210,8 @@ class DataPath {
   int localDeviceRanks_ = 1;  // ranks of this process on this rank's device (with device_)
   DataPathSettings settings_;
   std::unique_ptr<plugin::TunerSession> tunerPlugin_;  // settings_.limits.tunerPlugin (null: none)
+  std::unique_ptr<plugin::ProfilerSession> profiler_;  // null: no profiler plugin; finalized at destroy/abort
+  GroupProfile* profile_ = nullptr;  // the events of the group running now (with profiler_)
   const uint32_t* abort_;  // the communicator's (host) abort word (a device's kernels poll its own copy)
   transport::Connector connector_;
   std::array<kernels::ChannelStatus, kMaxChannels> hostStatuses_{};

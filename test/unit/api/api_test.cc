@@ -204,8 +204,8 @@ TEST_CASE("the shared library logs in NCCL's format and names ignored variables"
   CHECK_THAT(out, Catch::Contains("NCCL INFO NCCL version 2.28.9+braid"));
   CHECK_THAT(out, !Catch::Contains("NCCL WARN"));
 
-  out = run("NCCL_DEBUG=INFO NCCL_PROFILER_PLUGIN=foo NCCL_BUFFSIZE=abc NCCL_CONF_FILE=/nonexistent " + smoke);
-  CHECK_THAT(out, Catch::Contains("NCCL INFO NCCL_PROFILER_PLUGIN=foo is set (environment) but Braid does not honour it"));
+  out = run("NCCL_DEBUG=INFO NCCL_PROXY_CPUSET=foo NCCL_BUFFSIZE=abc NCCL_CONF_FILE=/nonexistent " + smoke);
+  CHECK_THAT(out, Catch::Contains("NCCL INFO NCCL_PROXY_CPUSET=foo is set (environment) but Braid does not honour it"));
   CHECK_THAT(out, Catch::Contains("NCCL WARN invalid value 'abc' for NCCL_BUFFSIZE"));
   CHECK_THAT(out, Catch::Contains("NCCL WARN ncclCommCount: comm is NULL"));
 
@@ -231,7 +231,7 @@ TEST_CASE("NCCL_DEBUG_FILE receives the log, with %h and %p expanded", "[api][pr
 TEST_CASE("braid-info lists every knob with value, origin and help", "[tools][process]") {
   const std::string info = exe("BRAID_INFO_EXE");
   braid::test::TempDir dir;
-  const std::string conf = dir.write("nccl.conf", "NCCL_LL_BUFFSIZE=65536\nNCCL_PROFILER_PLUGIN=x\n");
+  const std::string conf = dir.write("nccl.conf", "NCCL_LL_BUFFSIZE=65536\nNCCL_PROXY_CPUSET=x\n");
   const std::string out =
       run("NCCL_CONF_FILE=" + conf + " NCCL_BUFFSIZE=abc NCCL_DEBUG_SUBSYS=NET " + info);
   CHECK_THAT(out, Catch::Contains("NCCL version 2.28.9+braid"));
@@ -240,7 +240,7 @@ TEST_CASE("braid-info lists every knob with value, origin and help", "[tools][pr
   CHECK_THAT(out, Catch::Contains("[environment]"));
   CHECK_THAT(out, Catch::Contains("NCCL_LL_BUFFSIZE       = 65536                [user config file " + conf + "]"));
   CHECK_THAT(out, Catch::Contains("note: the text 'abc' was not a valid integer"));
-  CHECK_THAT(out, Catch::Contains("NCCL_PROFILER_PLUGIN   = x [user config file"));
+  CHECK_THAT(out, Catch::Contains("NCCL_PROXY_CPUSET      = x [user config file"));
   CHECK_THAT(run(info + " NCCL_NOPE; echo exit=$?"), Catch::Contains("exit=2"));
   const std::string one = run(info + " NCCL_BUFFSIZE");
   CHECK_THAT(one, Catch::StartsWith("NCCL_BUFFSIZE"));

@@ -1,0 +1,205 @@
+#include "runtime/host/profile_events.h"
+
+#include <algorithm>
+
+#include "plugin/profiler_plugin.h"
+
+namespace braid::runtime::host {
+
+namespace {
+
+using plugin::ProfileEvent;
+namespace profile = plugin::profile;
+
+/// NCCL's names of the data types (ncclDatatypeToString).
+const char* typeName(ncclDataType_t t) {
+  switch (t) {
+    case ncclInt8: return "ncclInt8";
+    case ncclUint8: return "ncclUint8";
+    case ncclInt32: return "ncclInt32";
+    case ncclUint32: return "ncclUint32";
+    case ncclInt64: return "ncclInt64";
+    case ncclUint64: return "ncclUint64";
+    case ncclFloat16: return "ncclFloat16";
+    case ncclFloat32: return "ncclFloat32";
+    case ncclFloat64: return "ncclFloat64";
+    case ncclBfloat16: return "ncclBfloat16";
+    case ncclFloat8e4m3: return "ncclFloat8e4m3";
+    case ncclFloat8e5m2: return "ncclFloat8e5m2";
+    default: return "Unknown";
+  }
+}
+
+/// NCCL's names of the collective functions (ncclFuncToString) and v1's indices (ncclFunc_t;
+/// Braid's order is NCCL's up to AllReduce).
+const char* funcName(const plan::Task& t, uint8_t* id) {
+  static const char* const names[] = {"Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce", "AlltoAll"};
+  if (t.func == kernels::Func::kSendRecv) {
+    *id = t.isSend ? 6 : 7;  // ncclFuncSend, ncclFuncRecv
+    return t.isSend ? "Send" : "Recv";
+  }
+  const int f = static_cast<int>(t.func);
+  *id = f <= static_cast<int>(kernels::Func::kAllReduce) ? static_cast<uint8_t>(f) : 255;  // (no AlltoAll in v1)
+  return f >= 0 && f < 6 ? names[f] : "Invalid";
+}
+
+/// NCCL's names of the algorithms (ncclAlgoToString) for Tree and Ring, Braid's own in the
+/// same style; v1's index (255 for an algorithm NCCL does not have).
+const char* algoName(kernels::Algo a, uint8_t* id) {
+  static const char* const names[] = {"TREE",     "RING",   "DIRECT",   "REC_DOUBLING", "HALVING_DOUBLING",
+                                      "BINOMIAL", "HIER2D", "PAIRWISE", "BRUCK"};
+  const int i = static_cast<int>(a);
+  *id = i <= 1 ? static_cast<uint8_t>(i) : 255;
+  return i >= 0 && i < static_cast<int>(kernels::Algo::kCount) ? names[i] : "UNKNOWN";
+}
+
+const char* protoName(kernels::Proto p) {
+  static const char* const names[] = {"LL", "LL128", "SIMPLE"};
+  const int i = static_cast<int>(p);
+  return i >= 0 && i < 3 ? names[i] : "UNKNOWN";
+}
+
+}  // namespace
+
+std::unique_ptr<plugin::ProfilerSession> openProfiler(uint64_t commHash, const std::string& commName, int rank,
+                                                      const std::vector<int>& nodeOf) {
+  plugin::ProfilerCommInfo info;
+  info.commHash = commHash;
+  info.commName = commName;
+  info.rank = rank;
+  info.nRanks = static_cast<int>(nodeOf.size());
+  info.nNodes = std::max<int>(1, static_cast<int>(std::set<int>(nodeOf.begin(), nodeOf.end()).size()));
+  return plugin::ProfilerSession::open(info);
+}
+
+ProfileEvent describeTask(const plan::Task& task) {
+  ProfileEvent e;
+  e.func = funcName(task, &e.funcId);
+  e.datatype = typeName(task.dtype);
+  e.datatypeId = static_cast<uint8_t>(task.dtype);
+  e.count = task.count;
+  e.stream = task.stream;
+  if (task.func == kernels::Func::kSendRecv) {
+    e.root = task.peer;
+    if (task.isSend) {
+      e.sendBuff = task.sendbuff;
+    } else {
+      e.recvBuff = task.recvbuff;
+    }
+  } else {
+    e.root = task.root;
+    e.sendBuff = task.sendbuff;
+    e.recvBuff = task.recvbuff;
+  }
+  return e;
+}
+
+GroupProfile::GroupProfile(plugin::ProfilerSession& session, void* groupApi, int nWarps, bool onHost)
+    : session_(session), groupApi_(groupApi), nWarps_(nWarps), onHost_(onHost) {
+  if (session_.wants(profile::kStartsGroup)) {
+    ProfileEvent e;
+    e.type = profile::kGroup;
+    group_ = session_.start(e);
+  }
+}
+
+GroupProfile::~GroupProfile() {
+  closeOpen();
+  session_.stop(group_);
+}
+
+void GroupProfile::closeOpen() {
+  session_.stop(launch_);
+  launch_ = nullptr;
+  session_.stop(coll_);
+  coll_ = nullptr;
+  for (void* p : peers_) session_.stop(p);
+  peers_.clear();
+}
+
+void GroupProfile::collStart(const plan::Task& task, const plan::CollPlan& plan) {
+  closeOpen();
+  if (!session_.wants(profile::kStartsColl)) return;
+  ProfileEvent e = describeTask(task);
+  e.type = profile::kColl;
+  e.parent = task.apiEvent;
+  e.parentGroup = group_;
+  e.seqNumber = session_.nextSeq(static_cast<int>(task.func));
+  e.nChannels = plan.nChannels;
+  e.nWarps = nWarps_;
+  e.algo = algoName(plan.choice.algo, &e.algoId);
+  e.proto = protoName(plan.proto);
+  e.protoId = static_cast<uint8_t>(plan.proto);
+  coll_ = session_.start(e);
+}
+
+uint64_t* GroupProfile::beforeRun() {
+  if (session_.wants(profile::kKernelLaunch)) {
+    ProfileEvent e;
+    e.type = profile::kKernelLaunch;
+    e.parent = groupApi_;
+    launch_ = session_.start(e);
+  }
+  wantKernelCh_ = onHost_ && (coll_ != nullptr || !peers_.empty()) && session_.wants(profile::kKernelCh);
+  return wantKernelCh_ ? times_.data() : nullptr;
+}
+
+void GroupProfile::afterRun(int nChannels) {
+  session_.stop(launch_);
+  launch_ = nullptr;
+  if (wantKernelCh_ && coll_ != nullptr) {
+    for (int c = 0; c < nChannels && c < kMaxChannels; ++c) {
+      ProfileEvent e;
+      e.type = profile::kKernelCh;
+      e.parent = coll_;
+      e.channelId = c;
+      e.pTimer = times_[2 * c];
+      void* h = session_.start(e);
+      session_.record(h, profile::kKernelChStop, times_[2 * c + 1]);
+      session_.stop(h);
+    }
+  }
+  wantKernelCh_ = false;
+  session_.stop(coll_);
+  coll_ = nullptr;
+}
+
+void GroupProfile::peersStart(const std::vector<const plan::Task*>& ops) {
+  closeOpen();
+  if (session_.wants(profile::kStartsP2p)) {
+    for (const plan::Task* t : ops) {
+      ProfileEvent e = describeTask(*t);
+      e.type = profile::kP2p;
+      e.parent = t->apiEvent;
+      e.parentGroup = group_;
+      e.nChannels = 1;
+      peers_.push_back(session_.start(e));
+    }
+  }
+  uint64_t* times = beforeRun();
+  if (times != nullptr) times[0] = plugin::profilerClock();
+}
+
+void GroupProfile::peersDone() {
+  const uint64_t end = plugin::profilerClock();
+  session_.stop(launch_);
+  launch_ = nullptr;
+  if (wantKernelCh_) {
+    for (void* p : peers_) {
+      if (p == nullptr) continue;
+      ProfileEvent e;
+      e.type = profile::kKernelCh;
+      e.parent = p;
+      e.channelId = 0;
+      e.pTimer = times_[0];
+      void* h = session_.start(e);
+      session_.record(h, profile::kKernelChStop, end);
+      session_.stop(h);
+    }
+  }
+  wantKernelCh_ = false;
+  for (void* p : peers_) session_.stop(p);
+  peers_.clear();
+}
+
+}  // namespace braid::runtime::host

@@ -1,0 +1,91 @@
+// The profiler plugin's events of one group of one communicator, as its data path runs it
+// (DataPath::execute), in NCCL 2.28's order:
+//
+//   Group start                                   (no parent)
+//     per collective, as it runs:
+//       Coll start        (parent: its Coll API event; parentGroup: the Group event)
+//       Kernel launch start/stop around the run   (parent: the Group API event)
+//       KernelCh per channel: start (pTimer: the channel began), KernelChStop (pTimer: it
+//         ended), stop                            (parent: the Coll event)
+//       Coll stop
+//     the sends and receives, run together:
+//       P2P start for each (parent: its P2P API event), Kernel launch around the run,
+//       KernelCh on channel 0 for each, P2P stops
+//   Group stop
+//
+// On the host backend the kernel is the host executor's run, so KernelCh timestamps are CPU
+// times (plugin::profilerClock) and the launch ends when the work does; with a device, Coll
+// and P2P events end when the work is enqueued, without KernelCh events (sends and receives
+// keep a kernel launch around their enqueue). A collective of count 0
+// moves nothing and has no events below its API event (NCCL queues no task for it).
+//
+// Built only when the communicator has a profiler plugin; whatever an error leaves open is
+// stopped by the destructor, innermost first.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "comm/config.h"
+#include "plan/planner.h"
+#include "plan/task.h"
+
+namespace braid::plugin {
+class ProfilerSession;
+struct ProfileEvent;
+}
+
+namespace braid::runtime::host {
+
+/// The profiler plugin's context for a communicator (NCCL_PROFILER_PLUGIN), or null when there
+/// is no plugin or its init failed. nodeOf: each rank's node.
+std::unique_ptr<plugin::ProfilerSession> openProfiler(uint64_t commHash, const std::string& commName, int rank,
+                                                      const std::vector<int>& nodeOf);
+
+/// What an event says of a task (function, type, count, buffers, root or peer), by NCCL's
+/// names and, for version 1, indices. The caller sets the type and parents.
+plugin::ProfileEvent describeTask(const plan::Task& task);
+
+class GroupProfile {
+ public:
+  /// Starts the Group event (when the plugin's mask wants it). groupApi: the Group API event of
+  /// this group (parent of kernel launches); nWarps: what Coll events report; onHost: the work
+  /// runs here (with a device there are no KernelCh times to give).
+  GroupProfile(plugin::ProfilerSession& session, void* groupApi, int nWarps, bool onHost);
+  ~GroupProfile();
+  GroupProfile(const GroupProfile&) = delete;
+  GroupProfile& operator=(const GroupProfile&) = delete;
+
+  /// A collective was planned and is about to run: its Coll event (closing one left open).
+  void collStart(const plan::Task& task, const plan::CollPlan& plan);
+  /// Right before the run: the kernel launch starts. Returns where the run writes each
+  /// channel's start and end times ([2c], [2c + 1]), or nullptr when no KernelCh is wanted.
+  uint64_t* beforeRun();
+  /// After the run of nChannels channels: launch stop, KernelCh events, Coll stop.
+  void afterRun(int nChannels);
+
+  /// The group's sends and receives are about to run together.
+  void peersStart(const std::vector<const plan::Task*>& ops);
+  /// They ran.
+  void peersDone();
+
+ private:
+  void closeOpen();
+
+  plugin::ProfilerSession& session_;
+  void* groupApi_;
+  int nWarps_;
+  bool onHost_;
+  void* group_ = nullptr;
+  void* coll_ = nullptr;    // the collective running now
+  void* launch_ = nullptr;  // its kernel launch
+  std::vector<void*> peers_;  // the P2P events of the sends and receives running now
+  bool wantKernelCh_ = false;
+  std::array<uint64_t, 2 * kMaxChannels> times_{};
+};
+
+}  // namespace braid::runtime::host
