@@ -78,6 +78,32 @@ class PluginEnd : public EndPump {
     return false;
   }
 
+  /// The control socket ended without a goodbye (a loss, not a protocol error): an aborting
+  /// peer says no goodbye, and its last steps may still be in the plugin's pipe, which runs
+  /// apart from the control socket. The loss stands once the plugin has moved nothing for
+  /// kDrain, or fails; what it still delivers lands meanwhile.
+  void lost(const std::string& why, bool protocolError, ncclResult_t code = ncclRemoteError) override {
+    if (!protocolError && !broken_ && !byeReceived_ && !lossDeferred_ && (comm_ != nullptr || isSend_)) {
+      lossDeferred_ = true;
+      lossWhy_ = why;
+      lastMove_ = std::chrono::steady_clock::now();
+      return;
+    }
+    EndPump::lost(why, protocolError, code);
+  }
+
+  /// Each pass while a loss is deferred: whether it now stands.
+  void drainLoss(bool moved) {
+    if (!lossDeferred_ || broken_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (moved) {
+      lastMove_ = now;
+    } else if (now - lastMove_ >= kDrain) {
+      EndPump::lost(lossWhy_, false);
+    }
+  }
+  static constexpr std::chrono::milliseconds kDrain{300};
+
   /// After a plugin call failed: nothing more is posted or tested. A peer that closed its comm
   /// after saying goodbye (which travels on the control socket, and may arrive after the
   /// plugin noticed the close) ends the connection quietly; otherwise, once kSettle has passed,
@@ -86,6 +112,8 @@ class PluginEnd : public EndPump {
     if (!failing_) return false;
     if (byeReceived_) {
       broken_ = true;
+    } else if (lossDeferred_) {
+      EndPump::lost(lossWhy_, false);  // the peer is gone: that is the news, not the plugin's error
     } else if (std::chrono::steady_clock::now() - failingSince_ >= kSettle) {
       failed(failingWhy_, failingCode_);
     }
@@ -143,6 +171,9 @@ class PluginEnd : public EndPump {
   void* listenComm_ = nullptr;
   void* mhandle_ = nullptr;
   std::vector<Request> requests_;  // oldest first; at most kMaxRequests
+  bool lossDeferred_ = false;  // the control socket ended without goodbye (see lost)
+  std::string lossWhy_;
+  std::chrono::steady_clock::time_point lastMove_{};
   bool failing_ = false;  // a plugin call failed (see settle)
   std::string failingWhy_;
   ncclResult_t failingCode_ = ncclSystemError;
@@ -195,10 +226,12 @@ class SendEnd final : public PluginEnd {
   bool progress(const pollfd* polled) override {
     polled_ = polled;
     if (broken_) return false;
-    bool moved = readControl();  // the receiver's fault notice and goodbye
+    bool moved = readControl();  // the receiver's steps landed, fault notice and goodbye
     if (!broken_ && !settle()) {
       moved |= reap();
+      moved |= freeSlots();
       moved |= post();
+      drainLoss(moved);
     }
     if (broken_) return true;
     if (!writers_[0].busy() && !startFault() && !startAnnounce()) startBye();  // drain() made sure no data is left
@@ -215,9 +248,19 @@ class SendEnd final : public PluginEnd {
       const Request r = requests_.front();
       pop();
       moved = true;
-      if (r.last) kernels::storeRelease(conn_.head, r.step + 1);
+      if (r.last) sent_ = r.step + 1;
     }
     return moved;
+  }
+
+  /// A slot is free once its step has left and the receiver says it landed: a sender that
+  /// ends (and exits) after its last step thus never leaves steps in the plugin's pipe.
+  bool freeSlots() {
+    const uint64_t head = std::min(sent_, readyStep_);
+    if (head == head_) return false;
+    head_ = head;
+    kernels::storeRelease(conn_.head, head_);
+    return true;
   }
 
   /// Posts what the kernel published, as far as the request limit and the plugin allow.
@@ -253,6 +296,8 @@ class SendEnd final : public PluginEnd {
   Stage stage_ = kNone;  // of step next_: what is to be posted next
   const char* payload_ = nullptr;
   uint64_t next_ = 0;
+  uint64_t sent_ = 0;  // steps whose messages have all left
+  uint64_t head_ = 0;  // steps freed: sent and landed
 };
 
 /// The receiver's end: accepts the sender's comm and control socket, then receives each step's
@@ -288,14 +333,26 @@ class RecvEnd final : public PluginEnd {
     if (!broken_ && !settle()) {
       moved |= reap();
       moved |= post();
+      drainLoss(moved);
     }
     if (broken_) return true;
-    if (!writers_[0].busy() && !startFault()) startBye();
+    if (!writers_[0].busy() && !startFault() && !startLanded()) startBye();
     if (write(0, &moved)) noteByeWritten();
     return moved;
   }
 
  private:
+  /// Socket 0, when idle: "ready" with the steps landed since the last one said (the sender
+  /// frees its slots by them).
+  bool startLanded() {
+    if (landed_ == said_) return false;
+    FrameHeader h = frame(kReady);
+    h.step = landed_;
+    writers_[0].start(h, nullptr);
+    said_ = landed_;
+    return true;
+  }
+
   void orphanMore() override {
     PluginEnd::orphanMore();
     acceptor_.orphan();
@@ -373,7 +430,8 @@ class RecvEnd final : public PluginEnd {
   /// Step h is here: its signature, its LL lines from staging, then tail.
   void land(const FrameHeader& h) {
     landStep(h, staging(h.step));
-    kernels::storeRelease(conn_.tail, h.step + 1);
+    landed_ = h.step + 1;
+    kernels::storeRelease(conn_.tail, landed_);
   }
 
   char* staging(uint64_t step) { return extra() + kStagingOffset + step % kernels::kSteps * stagingCapacity(sizes_); }
@@ -413,6 +471,8 @@ class RecvEnd final : public PluginEnd {
   bool recordPending_ = false;  // the record of step nextRecord_ - 1 is posted, not yet checked
   bool payloadDue_ = false;     // step nextRecord_ - 1's payload is to be posted
   uint64_t nextRecord_ = 0;
+  uint64_t landed_ = 0;  // steps landed (tail)
+  uint64_t said_ = 0;    // landed_ as last sent to the sender
 };
 
 }  // namespace

@@ -10,11 +10,14 @@
 // LL128) a staging slot whose lines it then stores 8 bytes at a time, flag and data together.
 // Messages on a comm match in the order they were posted, so the receive of step s + 1's
 // record follows that of step s's payload. The sender frees a slot when the plugin says its
-// payload has left (test). Neither end holds more than plugin::kNetMaxRequests requests.
+// payload has left (test) and the receiver has said (a "ready" frame on the control socket,
+// carrying its tail) that it landed, so a rank that ends after its last send leaves nothing in
+// the plugin's pipe. Neither end holds more than plugin::kNetMaxRequests requests.
 //
 // Everything else travels over one TCP control socket per connection, as in the socket and
-// verbs transports (transport/net/net_end.h): the announcement, fault notices, the goodbye, and
-// the end of a peer that dies. Setup: the receiver calls listen and sends the plugin's handle
+// verbs transports (transport/net/net_end.h): the steps landed, the announcement, fault
+// notices, the goodbye, and the end of a peer that dies (a loss that waits while the plugin
+// still delivers: an aborting peer says no goodbye, and its last steps may be on their way). Setup: the receiver calls listen and sends the plugin's handle
 // with its control address and nonce over the bootstrap channel; the sender calls connect until
 // the plugin gives a comm, then connects the control socket; the receiver's proxy calls accept
 // until it gives one.
