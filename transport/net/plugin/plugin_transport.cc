@@ -23,6 +23,7 @@ using namespace netend;  // NOLINT: the shared end machinery is this file's voca
 
 constexpr int kTag = 0x42524e44;  // every message of a comm carries it ("BRND")
 constexpr int kMaxRequests = plugin::kNetMaxRequests;
+constexpr size_t kHandleScratch = 4096;  // what listen and connect get to write a handle into
 
 // Each end's memory after its FIFO: the step records (the sender's sources, the receiver's
 // landing), then (receiver) the staging slots of LL and LL128 steps.
@@ -187,8 +188,10 @@ class SendEnd final : public PluginEnd {
   SendEnd(const FifoSizes& sizes, const Settings& s, int peer, const Descriptor& d) : PluginEnd(sizes, true, s, peer) {
     requests_.reserve(kMaxRequests);
     const auto deadline = net::Clock::now() + s.timeout;
-    std::array<uint8_t, plugin::kNetHandleBytes> handle;
-    std::memcpy(handle.data(), d.netHandle, handle.size());
+    // (connect may keep its state in the handle; a plugin writing past NCCL_NET_HANDLE_MAXSIZE
+    // lands in the spare bytes, not on this stack)
+    std::array<uint8_t, kHandleScratch> handle{};
+    std::memcpy(handle.data(), d.netHandle, plugin::kNetHandleBytes);
     net::AbortSource abort(s.abortFlag);
     while (comm_ == nullptr) {  // connect must not block: called until it gives a comm
       const ncclResult_t r = session_->connect(device_, handle.data(), &comm_);
@@ -310,7 +313,9 @@ class RecvEnd final : public PluginEnd {
         deadline_(std::chrono::steady_clock::now() + s.timeout),
         timeout_(s.timeout) {
     requests_.reserve(kMaxRequests);
-    const ncclResult_t r = session_->listen(device_, handle, &listenComm_);
+    std::array<uint8_t, kHandleScratch> scratch{};  // (see SendEnd: a plugin that writes too much)
+    const ncclResult_t r = session_->listen(device_, scratch.data(), &listenComm_);
+    std::memcpy(handle, scratch.data(), plugin::kNetHandleBytes);
     if (r != ncclSuccess || listenComm_ == nullptr) {
       fail(ncclSystemError, "NET/Plugin: rank %d cannot listen on net plugin %s device %d (%s): listen returned %s%s",
            s.rank, session_->name().c_str(), device_, s.what.c_str(), plugin::NetSession::resultText(r).c_str(),
