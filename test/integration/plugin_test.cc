@@ -315,3 +315,15 @@ TEST_CASE("bad net plugins: a WARN, and Braid runs over its own network", "[plug
     CHECK(occurrences(out, "via NET/Socket") >= 2);
   }
 }
+
+TEST_CASE("a net plugin between thread ranks of one process (P2P and SHM disabled)", "[plugins][net]") {
+  const std::string out = runDriver("NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1 NCCL_NET_PLUGIN=" +
+                                        plugin("net-loopback"),
+                                    "4 threads destroy 1 1001 300000");
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("all ranks ok"));
+  CHECK(occurrences(out, "NET/Plugin: Loaded net plugin loopback (v11)") == 1);  // once per process
+  CHECK(occurrences(out, "NET/Plugin : Using net plugin loopback") == 4);        // per communicator
+  CHECK(occurrences(out, "via NET/Plugin") >= 8);
+  CHECK(occurrences(out, "NCCL WARN") == 0);
+}
