@@ -7,6 +7,10 @@
 #ifndef NCCL_COMMON_H_
 #define NCCL_COMMON_H_
 
+#include <stdint.h>
+
+#include "nccl.h"
+
 /* The level of a message given to the logger. */
 typedef enum {
   NCCL_LOG_NONE = 0,
@@ -42,6 +46,19 @@ typedef enum {
  * and the subsystem bits (flags) are enabled. */
 typedef void (*ncclDebugLogger_t)(ncclDebugLogLevel level, unsigned long flags, const char* file, int line,
                                   const char* fmt, ...);
+
+/* The events a net plugin reports through the profiler callback NCCL hands it (net v10 on). */
+enum {
+  ncclProfilerNetEventStart = 0,
+  ncclProfilerNetEventStop = 1,
+  ncclProfilerNetEventUpdate = 2,
+  ncclProfilerNetEventUpdateAndStop = 3
+};
+
+/* The profiler callback a net plugin receives at init (v10, v11); Braid passes one that records
+ * nothing and answers ncclSuccess. */
+typedef ncclResult_t (*ncclProfilerCallback_t)(void** eHandle, int type, void* pHandle, int64_t pluginId,
+                                               void* extData);
 
 /* Collective functions as a tuner sees them; a tuner is asked about the first five. */
 #define NCCL_NUM_FUNCTIONS 5

@@ -8,6 +8,7 @@
 #include "core/interfaces.h"
 #include "core/log.h"
 #include "core/status.h"
+#include "plugin/net_plugin.h"
 #include "proxy/proxy.h"
 #include "transport/descriptor_check.h"
 #include "transport/net/socket/socket_transport.h"
@@ -44,7 +45,11 @@ Kind Connector::route(int peer) {
 
 namespace {
 const char* kindName(Kind k) {
-  return k == Kind::kP2p ? "P2P/in-process" : k == Kind::kShm ? "SHM" : k == Kind::kIb ? "NET/IB" : "NET/Socket";
+  return k == Kind::kP2p      ? "P2P/in-process"
+         : k == Kind::kShm    ? "SHM"
+         : k == Kind::kIb     ? "NET/IB"
+         : k == Kind::kPlugin ? "NET/Plugin"
+                              : "NET/Socket";
 }
 }  // namespace
 
@@ -52,8 +57,20 @@ Kind Connector::networkKind() {
   if (networkKind_ != Kind::kP2p) return networkKind_;
   const std::string& net = options_.net;
   const bool wantIb = strcasecmp(net.c_str(), "IB") == 0;
-  if (!net.empty() && !wantIb && strcasecmp(net.c_str(), "Socket") != 0) {
-    fail(ncclInvalidUsage, "NCCL_NET=%s names no network transport Braid has (IB, Socket)", net.c_str());
+  if (!wantIb && strcasecmp(net.c_str(), "Socket") != 0) {
+    // A net plugin with devices comes first, as in NCCL; NCCL_NET may name it.
+    netSession_ = plugin::NetSession::open(options_.commHash, rank_);
+    if (netSession_ != nullptr && (net.empty() || strcasecmp(net.c_str(), netSession_->name().c_str()) == 0)) {
+      networkKind_ = Kind::kPlugin;
+      BRAID_INFO(log::kInit | log::kNet, "NET/Plugin : Using net plugin %s (v%d), %d device(s)",
+                 netSession_->name().c_str(), netSession_->version(), netSession_->devices());
+      return networkKind_;
+    }
+    if (!net.empty()) {
+      fail(ncclInvalidUsage, "NCCL_NET=%s names no network transport Braid has (IB, Socket%s%s)", net.c_str(),
+           netSession_ != nullptr ? ", the net plugin " : "", netSession_ != nullptr ? netSession_->name().c_str() : "");
+    }
+    netSession_.reset();
   }
   std::string why, ports;
   if (wantIb && options_.ibDisabled) {
@@ -106,6 +123,19 @@ ib::Settings Connector::ibSettings(const Lane& lane) const {
   return s;
 }
 
+netplugin::Settings Connector::pluginSettings(const Lane& lane) const {
+  netplugin::Settings s;
+  s.listenAt = channel_.peerAddress(rank_);
+  s.commHash = options_.commHash;
+  s.rank = rank_;
+  s.timeout = channel_.timeout();
+  s.abortFlag = options_.abortFlag;
+  s.session = netSession_;
+  s.deviceHint = lane.hint;
+  s.what = lane.what;
+  return s;
+}
+
 socket::Settings Connector::socketSettings() const {
   socket::Settings s;
   s.listenAt = channel_.peerAddress(rank_);
@@ -131,6 +161,9 @@ std::unique_ptr<Connector::End> Connector::createReceiver(int peer, const FifoSi
     end->memory = shm::create(sizes, options_.allocator, !options_.p2pDisabled && peers_[peer].gpuReachable, d);
   } else if (kind == Kind::kIb) {
     end->memory = ib::createReceiver(sizes, ibSettings(lane), peer, d);
+    usesNetwork_ = true;
+  } else if (kind == Kind::kPlugin) {
+    end->memory = netplugin::createReceiver(sizes, pluginSettings(lane), peer, d);
     usesNetwork_ = true;
   } else {
     end->memory = socket::createReceiver(sizes, socketSettings(), peer, d);
@@ -170,6 +203,13 @@ std::unique_ptr<Connector::End> Connector::importSender(int peer, const Descript
   } else if (d.kind == Kind::kIb) {
     end->memory = ib::connectSender(d, ibSettings(lane), peer);
     usesNetwork_ = true;
+  } else if (d.kind == Kind::kPlugin) {
+    if (networkKind() != Kind::kPlugin) {
+      fail(ncclInvalidUsage, "rank %d reaches rank %d through a net plugin, but this rank uses %s (NCCL_NET_PLUGIN and "
+           "NCCL_NET must be the same on every rank)", peer, rank_, kindName(networkKind()));
+    }
+    end->memory = netplugin::connectSender(d, pluginSettings(lane), peer);
+    usesNetwork_ = true;
   } else {
     fail(ncclInternalError, "rank %d sent a connection descriptor of unknown kind %u", peer, static_cast<unsigned>(d.kind));
   }
@@ -188,18 +228,19 @@ void Connector::registerEnd(End& end) {
 
 void Connector::logMemory(const char* after) const {
   if (!log::enabled(log::Level::Info, log::kAlloc)) return;
-  uint64_t bytes[5] = {};  // by Kind
+  uint64_t bytes[6] = {};  // by Kind
   int ends = 0;
   forEachEnd([&](const End& e) {
-    bytes[static_cast<int>(e.kind) % 5] += e.memory->sizes().bytes();
+    bytes[static_cast<int>(e.kind) % 6] += e.memory->sizes().bytes();
     ++ends;
   });
   auto mib = [](uint64_t b) { return static_cast<double>(b) / (1 << 20); };
   BRAID_INFO(log::kAlloc, "rank %d: %d connection ends after %s, FIFO memory %.1f MiB (P2P %.1f, SHM %.1f, NET %.1f; "
              "host memory is backed where touched)", rank_, ends, after,
-             mib(bytes[1] + bytes[2] + bytes[3] + bytes[4]), mib(bytes[static_cast<int>(Kind::kP2p)]),
+             mib(bytes[1] + bytes[2] + bytes[3] + bytes[4] + bytes[5]), mib(bytes[static_cast<int>(Kind::kP2p)]),
              mib(bytes[static_cast<int>(Kind::kShm)]),
-             mib(bytes[static_cast<int>(Kind::kSocket)] + bytes[static_cast<int>(Kind::kIb)]));
+             mib(bytes[static_cast<int>(Kind::kSocket)] + bytes[static_cast<int>(Kind::kIb)] +
+                 bytes[static_cast<int>(Kind::kPlugin)]));
 }
 
 void Connector::connectRing(int nChannels) {

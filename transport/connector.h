@@ -3,8 +3,9 @@
 //
 // The transport for a pair of ranks follows from where they run, as NCCL's does: threads of
 // one process use transport/p2p (unless NCCL_P2P_DISABLE=1), processes of one host
-// transport/shm (unless NCCL_SHM_DISABLE=1), and everything else the network transport
-// (transport/net/socket; NCCL_NET names it).
+// transport/shm (unless NCCL_SHM_DISABLE=1), and everything else the network transport: a net
+// plugin's (transport/net/plugin) when one is loaded with devices, else IB, else Socket
+// (NCCL_NET names one of them; a plugin by its name).
 #pragma once
 
 #include <functional>
@@ -17,6 +18,7 @@
 #include "topology/search.h"
 #include "transport/fifo.h"
 #include "transport/net/ib/ib_transport.h"
+#include "transport/net/plugin/plugin_transport.h"
 #include "transport/net/socket/socket_transport.h"
 
 namespace braid::bootstrap {
@@ -48,7 +50,7 @@ struct ConnectorOptions {
   bool shmDisabled = false;  ///< NCCL_SHM_DISABLE
   bool p2pDisabled = false;  ///< NCCL_P2P_DISABLE
   bool networkOnly = false;  ///< every peer through the network transport (tests)
-  std::string net;           ///< NCCL_NET ("", IB or Socket)
+  std::string net;           ///< NCCL_NET ("", IB, Socket or a net plugin's name)
   bool ibDisabled = false;   ///< NCCL_IB_DISABLE
   ib::Settings ib;           ///< the verbs transport's knobs (the rest is filled in per connection)
   int nSockets = 1;          ///< NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD
@@ -132,6 +134,7 @@ class Connector {
   /// The network transports' settings for this communicator.
   socket::Settings socketSettings() const;
   ib::Settings ibSettings(const Lane& lane) const;
+  netplugin::Settings pluginSettings(const Lane& lane) const;
   /// Says at INFO (ALLOC) how many ends this rank holds and their FIFO bytes by transport.
   void logMemory(const char* after) const;
   /// Makes a new end's host memory (shared memory, a network end's copy) reachable by the
@@ -142,6 +145,7 @@ class Connector {
   int rank_;
   std::vector<PeerPlace> peers_;
   ConnectorOptions options_;
+  std::shared_ptr<plugin::NetSession> netSession_;  // the net plugin, when it carries this communicator's network
   mutable std::mutex endsMutex_;  // guards the maps' shape against forEachEnd (another thread)
   std::map<int, std::unique_ptr<End>> ringSend_, ringRecv_;  // by channel
   std::map<int, std::unique_ptr<End>> peerSend_, peerRecv_;  // by set x nRanks + peer rank

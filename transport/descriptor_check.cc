@@ -61,6 +61,7 @@ std::string checkDescriptor(const Descriptor& d, const DescriptorExpectation& e)
       break;
     case Kind::kSocket:
     case Kind::kIb:
+    case Kind::kPlugin:
       break;
     default:
       return "its transport kind " + std::to_string(static_cast<unsigned>(d.kind)) + " is unknown";
@@ -76,8 +77,10 @@ std::string checkDescriptor(const Descriptor& d, const DescriptorExpectation& e)
   if (d.kind == Kind::kSocket && (d.nSockets < 1 || d.nSockets > static_cast<uint32_t>(netend::kMaxSockets))) {
     return "it asks for " + std::to_string(d.nSockets) + " sockets (1 to " + std::to_string(netend::kMaxSockets) + ")";
   }
-  if (d.kind == Kind::kIb && d.nSockets != 1) return "it asks for " + std::to_string(d.nSockets) + " control sockets";
-  if (d.kind == Kind::kSocket || d.kind == Kind::kIb) return checkListen(d, e);
+  if ((d.kind == Kind::kIb || d.kind == Kind::kPlugin) && d.nSockets != 1) {
+    return "it asks for " + std::to_string(d.nSockets) + " control sockets";
+  }
+  if (d.kind == Kind::kSocket || d.kind == Kind::kIb || d.kind == Kind::kPlugin) return checkListen(d, e);
   return "";
 }
 

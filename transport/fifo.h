@@ -14,7 +14,7 @@
 // processes on one host (transport/shm). The receiver describes it in a Descriptor that
 // travels to the sender over the bootstrap channel. Across a network (transport/net) each end
 // has a copy of its own, and the process's proxy thread keeps the two in step (over TCP in
-// transport/net/socket, by RDMA in transport/net/ib).
+// transport/net/socket, by RDMA in transport/net/ib, through a net plugin in transport/net/plugin).
 #pragma once
 
 #include <cstdint>
@@ -35,7 +35,7 @@ struct FifoSizes {
   uint64_t bytes() const;  ///< total bytes of the FIFO memory, counters included
 };
 
-enum class Kind : uint32_t { kP2p = 1, kShm = 2, kSocket = 3, kIb = 4 };
+enum class Kind : uint32_t { kP2p = 1, kShm = 2, kSocket = 3, kIb = 4, kPlugin = 5 };
 
 /// One end of a verbs (RDMA) connection, as the other end needs it: its RC queue pair, how to
 /// route to it, and the registered FIFO memory RDMA writes go to (the receiver's FIFO; the
@@ -71,6 +71,8 @@ struct Descriptor {
   uint8_t dataHandle[80];             ///< kShm: FifoAllocator::exportData's handle of the slots (kHandleBytes)
   uint64_t ibSlots;                   ///< kIb: where the Simple slots are (host or GPU memory), for RDMA writes
   uint32_t ibSlotsRkey;               ///< kIb: their region's rkey
+  int32_t netDevice;                  ///< kPlugin: the receiver's device in the net plugin (for messages)
+  uint8_t netHandle[128];             ///< kPlugin: the plugin's listen handle (NCCL_NET_HANDLE_MAXSIZE)
 };
 static_assert(std::is_trivially_copyable_v<Descriptor>);
 

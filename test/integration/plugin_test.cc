@@ -547,4 +547,137 @@ TEST_CASE("profiler plugins exporting only v4 or v3 get their own layouts", "[pl
     }
     CHECK(occurrences(out, "prof finalize") == 2);
   }
+// ---- net plugins (test/plugins/net_loopback.c), between processes forced onto the network ----
+
+namespace {
+
+/// Runs test/plugins/net_driver with `env` over NRANKS processes of this host whose every pair
+/// goes through the network transport (NCCL_SHM_DISABLE, NCCL_P2P_DISABLE); returns its output.
+std::string runNetDriver(const std::string& env, const std::string& args) {
+  const char* driver = std::getenv("BRAID_NET_DRIVER");
+  REQUIRE(driver != nullptr);
+  return braid::test::runCommand(
+      "unset NCCL_TUNER_PLUGIN NCCL_ENV_PLUGIN NCCL_NET_PLUGIN NCCL_NET NCCL_ALGO NCCL_PROTO; export "
+      "NCCL_SOCKET_IFNAME=lo NCCL_SHM_DISABLE=1 NCCL_P2P_DISABLE=1 NCCL_IB_DISABLE=1 NCCL_DEBUG=INFO "
+      "NCCL_DEBUG_SUBSYS=INIT,NET BRAID_BOOTSTRAP_TIMEOUT=20 NCCL_COMM_ID=127.0.0.1:" +
+      std::to_string(braid::test::freeLoopbackPort()) + " " + env + "; timeout 120 " + driver + " " + args + " 2>&1");
+}
+
+const char* const kCounts = " 1 1001 300000";
+
+}  // namespace
+
+TEST_CASE("a v11 net plugin carries AllReduce, AllGather, Broadcast and Send/Recv between processes", "[plugins][net]") {
+  const std::string out = runNetDriver("NCCL_NET_PLUGIN=" + plugin("net-loopback"), std::string("3 destroy") + kCounts);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("all ranks ok"));
+  CHECK(occurrences(out, ": 300000 ok") == 3);
+  CHECK(occurrences(out, "NET/Plugin: Loaded net plugin loopback (v11)") == 3);  // once per process
+  CHECK(occurrences(out, "NET/Plugin : Using net plugin loopback (v11), 2 device(s)") == 3);
+  CHECK(occurrences(out, "also exports ncclCollNetPlugin_v9; Braid does not run CollNet") == 3);
+  CHECK(occurrences(out, "loopback net: init comm") == 3);  // v11: once per communicator
+  CHECK(occurrences(out, "loopback net: finalize") == 3);   // at destroy
+  CHECK(occurrences(out, "via NET/Plugin") >= 6);
+  CHECK(occurrences(out, "via NET/Socket") == 0);
+  CHECK(occurrences(out, "NCCL WARN") == 0);
+  CHECK(occurrences(out, "loopback net: more than") == 0);  // never beyond 8 requests a comm
+}
+
+TEST_CASE("a net plugin found by name and chosen by NCCL_NET, 4 ranks, ended by abort", "[plugins][net]") {
+  const std::string out = runNetDriver("LD_LIBRARY_PATH=" + pluginDir() + " NCCL_NET_PLUGIN=loopback NCCL_NET=LoopBack",
+                                       std::string("4 abort") + kCounts);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("all ranks ok"));
+  CHECK(occurrences(out, ": 300000 ok") == 4);
+  CHECK(occurrences(out, "NET/Plugin : Using net plugin loopback") == 4);
+  CHECK(occurrences(out, "loopback net: finalize") == 4);  // at abort too
+  // (an abort says no goodbye, so peers that abort later see their connections lost, as over
+  // Braid's own sockets; no plugin call failed)
+  CHECK(occurrences(linesWith(out, "NCCL WARN"), "net plugin") == 0);
+}
+
+TEST_CASE("NCCL_NET=Socket leaves a net plugin unused", "[plugins][net]") {
+  const std::string out =
+      runNetDriver("NCCL_NET_PLUGIN=" + plugin("net-loopback") + " NCCL_NET=Socket", std::string("2 destroy 1001"));
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("all ranks ok"));
+  CHECK(occurrences(out, "via NET/Plugin") == 0);
+  CHECK(occurrences(out, "via NET/Socket") >= 2);
+}
+
+TEST_CASE("a net plugin exporting only v6 loads and carries the collectives", "[plugins][net]") {
+  const std::string out = runNetDriver("NCCL_NET_PLUGIN=" + plugin("net-loopback6"), std::string("2 destroy") + kCounts);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("all ranks ok"));
+  CHECK(occurrences(out, "NET/Plugin: Loaded net plugin loopback6 (v6)") == 2);
+  CHECK(occurrences(out, "loopback net v6: init") == 2);  // once per process
+  CHECK(occurrences(out, "via NET/Plugin") >= 2);
+  CHECK(occurrences(out, "NCCL WARN") == 0);
+}
+
+TEST_CASE("a net plugin whose isend fails mid-collective: a named error on every rank and a clean abort",
+          "[plugins][net]") {
+  const std::string out = runNetDriver("NCCL_NET_PLUGIN=" + plugin("net-failisend"), std::string("2 destroy") + kCounts);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("FAILED"));
+  // (a rank whose peer failed first may fail by losing it, before its own 3rd isend)
+  CHECK(occurrences(out, "loopback net: the 3rd isend fails on purpose") >= 1);
+  CHECK(occurrences(out, "rank 0: AllReduce of 1 failed") == 1);
+  CHECK(occurrences(out, "rank 1: AllReduce of 1 failed") == 1);
+  const std::string failures = linesWith(out, " failed: ");
+  CHECK_THAT(failures, Catch::Contains("net plugin loopback-failing"));
+  CHECK_THAT(failures, Catch::Contains("isend returned ncclSystemError (2)"));
+  CHECK_THAT(failures, Catch::Contains("to rank"));
+  CHECK(occurrences(out, "aborted") == 2);  // nothing hung
+}
+
+TEST_CASE("bad net plugins: a WARN, and Braid runs over its own network", "[plugins][net]") {
+  SECTION("missing file: INFO only") {
+    const std::string out = runNetDriver("NCCL_NET_PLUGIN=/nonexistent/libnccl-net-x.so", "2 destroy 1001");
+    INFO(out);
+    CHECK_THAT(out, Catch::Contains("all ranks ok"));
+    CHECK_THAT(out, Catch::Contains("NET/Plugin: Could not find: /nonexistent/libnccl-net-x.so"));
+    CHECK(occurrences(out, "via NET/Socket") >= 2);
+    CHECK(occurrences(out, "NCCL WARN") == 0);
+  }
+  SECTION("no net symbol") {
+    const std::string out = runNetDriver("NCCL_NET_PLUGIN=" + plugin("net-nosymbol"), "2 destroy 1001");
+    INFO(out);
+    CHECK_THAT(out, Catch::Contains("all ranks ok"));
+    CHECK(occurrences(out, "NCCL WARN") == 2);  // one per process
+    CHECK_THAT(linesWith(out, "NCCL WARN"),
+               Catch::Contains("libnccl-net-nosymbol.so exports none of ncclNetPlugin_v11, ncclNetPlugin_v10, "
+                               "ncclNetPlugin_v9, ncclNetPlugin_v8, ncclNetPlugin_v7, ncclNetPlugin_v6"));
+    CHECK(occurrences(out, "via NET/Socket") >= 2);
+  }
+  SECTION("init fails") {
+    const std::string out = runNetDriver("NCCL_NET_PLUGIN=" + plugin("net-initfails"), "2 destroy 1001");
+    INFO(out);
+    CHECK_THAT(out, Catch::Contains("all ranks ok"));
+    CHECK(occurrences(out, "NCCL WARN") == 2);
+    CHECK_THAT(linesWith(out, "NCCL WARN"), Catch::Contains("libnccl-net-initfails.so: net plugin loopback (v11) init "
+                                                            "failed with ncclSystemError (2)"));
+    CHECK(occurrences(out, "via NET/Socket") >= 2);
+  }
+  SECTION("no devices") {
+    const std::string out = runNetDriver("NCCL_NET_PLUGIN=" + plugin("net-nodevices"), "2 destroy 1001");
+    INFO(out);
+    CHECK_THAT(out, Catch::Contains("all ranks ok"));
+    CHECK(occurrences(out, "NCCL WARN") == 2);
+    CHECK_THAT(linesWith(out, "NCCL WARN"), Catch::Contains("libnccl-net-nodevices.so: net plugin loopback (v11) reports 0 devices"));
+    CHECK(occurrences(out, "loopback net: finalize") == 2);  // its context was given back
+    CHECK(occurrences(out, "via NET/Socket") >= 2);
+  }
+}
+
+TEST_CASE("a net plugin between thread ranks of one process (P2P and SHM disabled)", "[plugins][net]") {
+  const std::string out = runDriver("NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1 NCCL_NET_PLUGIN=" +
+                                        plugin("net-loopback"),
+                                    "4 threads destroy 1 1001 300000");
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("all ranks ok"));
+  CHECK(occurrences(out, "NET/Plugin: Loaded net plugin loopback (v11)") == 1);  // once per process
+  CHECK(occurrences(out, "NET/Plugin : Using net plugin loopback") == 4);        // per communicator
+  CHECK(occurrences(out, "via NET/Plugin") >= 8);
+  CHECK(occurrences(out, "NCCL WARN") == 0);
 }

@@ -330,6 +330,7 @@ void EndPump::deliverControl(const FrameHeader& h) {
     byeReceived_ = true;
   } else if (h.type == kReady) {
     readyReceived_ = true;
+    readyStep_ = std::max(readyStep_, h.step);
   } else if (h.type == kFault) {
     if (kernels::loadAcquire(&theirs_->raised) != 0) return;
     theirs_->rank = peer_;  // whoever it names, the notice comes from this peer

@@ -223,8 +223,9 @@ class EndPump : public proxy::Pump {
   /// The connection broke or spoke nonsense: the peer's fault box says so, with `code`
   /// (unless the peer said goodbye, or already sent its own reason). Nothing moves on this end
   /// afterwards. A protocol error (or another failure that is certain) fails at once; a mere
-  /// loss only while an operation runs.
-  void lost(const std::string& why, bool protocolError, ncclResult_t code = ncclRemoteError);
+  /// loss only while an operation runs. (Virtual: the net plugin transport defers a loss of
+  /// the control socket while its data path still moves.)
+  virtual void lost(const std::string& why, bool protocolError, ncclResult_t code = ncclRemoteError);
 
   virtual void orphanMore() {}
 
@@ -292,6 +293,7 @@ class EndPump : public proxy::Pump {
   bool orphaned_ = false;
   bool byeReceived_ = false;
   bool readyReceived_ = false;
+  uint64_t readyStep_ = 0;  // the largest step a "ready" carried (the plugin transport: steps landed)
   bool faultSent_ = false;
   uint64_t announced_ = 0;
   uint64_t pendingAnnounce_ = 0;  // the announcement seen last, not sent yet, and since when

@@ -62,6 +62,7 @@ const char* transportName(uint32_t kind) {
     case transport::Kind::kShm: return "SHM";
     case transport::Kind::kSocket: return "NET/Socket";
     case transport::Kind::kIb: return "NET/IB";
+    case transport::Kind::kPlugin: return "NET/Plugin";
   }
   return "unknown transport";
 }

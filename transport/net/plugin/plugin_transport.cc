@@ -1,0 +1,518 @@
+#include "transport/net/plugin/plugin_transport.h"
+
+#include <nccl_net.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "core/log.h"
+#include "core/process.h"
+#include "core/status.h"
+#include "plugin/net_plugin.h"
+#include "transport/net/net_end.h"
+
+namespace braid::transport::netplugin {
+
+namespace {
+
+using namespace netend;  // NOLINT: the shared end machinery is this file's vocabulary
+
+constexpr int kTag = 0x42524e44;  // every message of a comm carries it ("BRND")
+constexpr int kMaxRequests = plugin::kNetMaxRequests;
+constexpr size_t kHandleScratch = 4096;  // what listen and connect get to write a handle into
+
+// Each end's memory after its FIFO: the step records (the sender's sources, the receiver's
+// landing), then (receiver) the staging slots of LL and LL128 steps.
+constexpr uint64_t kRecordOffset = 0;
+constexpr uint64_t kStagingOffset = kernels::kSteps * sizeof(FrameHeader);
+
+uint64_t extraBytes(const FifoSizes& sizes, bool isSend) {
+  return kStagingOffset + (isSend ? 0 : kernels::kSteps * stagingCapacity(sizes));
+}
+
+int chooseDevice(const Settings& s) {
+  const int n = s.session->devices();
+  return n > 0 ? (s.deviceHint % n + n) % n : 0;
+}
+
+/// One posted request: a step's record or its payload.
+struct Request {
+  void* handle = nullptr;
+  uint64_t step = 0;
+  bool payload = false;  ///< else the record
+  bool last = false;     ///< sender: the step's last message (its slot is free once it left)
+  size_t bytes = 0;      ///< what was posted
+};
+
+/// What both ends share: the plugin's comm and memory registration, the requests in flight,
+/// and how a failed call is reported.
+class PluginEnd : public EndPump {
+ public:
+  PluginEnd(const FifoSizes& sizes, bool isSend, const Settings& s, int peer)
+      : EndPump(sizes, extraBytes(sizes, isSend), isSend, s.rank, peer, ""),
+        session_(s.session),
+        device_(chooseDevice(s)),
+        what_(s.what) {}
+  ~PluginEnd() override { release(); }
+
+  void close() override {
+    EndPump::close();
+    release();
+  }
+
+ protected:
+  FrameHeader* records() { return reinterpret_cast<FrameHeader*>(extra() + kRecordOffset); }
+
+  /// False when r is not ncclSuccess: the failure is reported once settled (see settle).
+  bool ok(ncclResult_t r, const char* call) {
+    if (r == ncclSuccess) return true;
+    if (!failing_) {
+      failing_ = true;
+      failingWhy_ = std::string(call) + " returned " + plugin::NetSession::resultText(r);
+      failingCode_ = r == ncclRemoteError ? ncclRemoteError : ncclSystemError;
+      failingSince_ = std::chrono::steady_clock::now();
+    }
+    return false;
+  }
+
+  /// The control socket ended without a goodbye (a loss, not a protocol error): an aborting
+  /// peer says no goodbye, and its last steps may still be in the plugin's pipe, which runs
+  /// apart from the control socket. The loss stands once the plugin has moved nothing for
+  /// kDrain, or fails; what it still delivers lands meanwhile.
+  void lost(const std::string& why, bool protocolError, ncclResult_t code = ncclRemoteError) override {
+    if (!protocolError && !broken_ && !byeReceived_ && !lossDeferred_ && (comm_ != nullptr || isSend_)) {
+      lossDeferred_ = true;
+      lossWhy_ = why;
+      lastMove_ = std::chrono::steady_clock::now();
+      return;
+    }
+    EndPump::lost(why, protocolError, code);
+  }
+
+  /// Each pass while a loss is deferred: whether it now stands.
+  void drainLoss(bool moved) {
+    if (!lossDeferred_ || broken_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (moved) {
+      lastMove_ = now;
+    } else if (now - lastMove_ >= kDrain) {
+      EndPump::lost(lossWhy_, false);
+    }
+  }
+  static constexpr std::chrono::milliseconds kDrain{300};
+
+  /// After a plugin call failed: nothing more is posted or tested. A peer that closed its comm
+  /// after saying goodbye (which travels on the control socket, and may arrive after the
+  /// plugin noticed the close) ends the connection quietly; otherwise, once kSettle has passed,
+  /// the failure breaks the connection. True while failing.
+  bool settle() {
+    if (!failing_) return false;
+    if (byeReceived_) {
+      broken_ = true;
+    } else if (lossDeferred_) {
+      EndPump::lost(lossWhy_, false);  // the peer is gone: that is the news, not the plugin's error
+    } else if (std::chrono::steady_clock::now() - failingSince_ >= kSettle) {
+      failed(failingWhy_, failingCode_);
+    }
+    return true;
+  }
+  static constexpr std::chrono::milliseconds kSettle{200};
+
+  /// The plugin broke the connection (or the interface): the peer's fault box says why, now.
+  void failed(const std::string& why, ncclResult_t code = ncclSystemError) {
+    lost("failed in net plugin " + session_->name() + " (device " + std::to_string(device_) + ", " + what_ +
+             "): " + why,
+         true, code);
+  }
+
+  /// Registers this end's memory with `comm`; throws naming the plugin (setup) or reports
+  /// (proxy) when it cannot.
+  ncclResult_t registerMemory(void* comm) {
+    return session_->regMr(comm, memory_.get(), memory_.bytes(), NCCL_PTR_HOST, &mhandle_);
+  }
+
+  /// Tests the oldest request; true (and *bytes) once it is done; false while it runs or after
+  /// reporting a failure (broken_).
+  bool oldestDone(size_t* bytes) {
+    int done = 0;
+    if (!ok(session_->test(requests_.front().handle, &done, bytes), "test")) return false;
+    return done != 0;
+  }
+
+  void pop() {
+    for (size_t i = 1; i < requests_.size(); ++i) requests_[i - 1] = requests_[i];
+    requests_.pop_back();
+  }
+
+  void orphanMore() override {
+    comm_ = nullptr;  // the parent's: hands off
+    listenComm_ = nullptr;
+    mhandle_ = nullptr;
+  }
+
+  /// Deregisters and closes the plugin's comms (once; never in a forked child).
+  void release() {
+    if (orphaned_) return;
+    if (mhandle_ != nullptr && comm_ != nullptr) session_->deregMr(comm_, mhandle_);
+    mhandle_ = nullptr;
+    if (comm_ != nullptr) isSend_ ? session_->closeSend(comm_) : session_->closeRecv(comm_);
+    comm_ = nullptr;
+    if (listenComm_ != nullptr) session_->closeListen(listenComm_);
+    listenComm_ = nullptr;
+  }
+
+  std::shared_ptr<plugin::NetSession> session_;
+  int device_;
+  std::string what_;
+  void* comm_ = nullptr;
+  void* listenComm_ = nullptr;
+  void* mhandle_ = nullptr;
+  std::vector<Request> requests_;  // oldest first; at most kMaxRequests
+  bool lossDeferred_ = false;  // the control socket ended without goodbye (see lost)
+  std::string lossWhy_;
+  std::chrono::steady_clock::time_point lastMove_{};
+  bool failing_ = false;  // a plugin call failed (see settle)
+  std::string failingWhy_;
+  ncclResult_t failingCode_ = ncclSystemError;
+  std::chrono::steady_clock::time_point failingSince_{};
+};
+
+/// The sender's end: posts each published step's record and payload; frees the slot when the
+/// payload has left.
+class SendEnd final : public PluginEnd {
+ public:
+  SendEnd(const FifoSizes& sizes, const Settings& s, int peer, const Descriptor& d) : PluginEnd(sizes, true, s, peer) {
+    requests_.reserve(kMaxRequests);
+    const auto deadline = net::Clock::now() + s.timeout;
+    // (connect may keep its state in the handle; a plugin writing past NCCL_NET_HANDLE_MAXSIZE
+    // lands in the spare bytes, not on this stack)
+    std::array<uint8_t, kHandleScratch> handle{};
+    std::memcpy(handle.data(), d.netHandle, plugin::kNetHandleBytes);
+    net::AbortSource abort(s.abortFlag);
+    while (comm_ == nullptr) {  // connect must not block: called until it gives a comm
+      const ncclResult_t r = session_->connect(device_, handle.data(), &comm_);
+      if (r != ncclSuccess) {
+        fail(r == ncclRemoteError ? ncclRemoteError : ncclSystemError,
+             "NET/Plugin: rank %d cannot connect to rank %d through net plugin %s (device %d, %s): connect returned %s",
+             s.rank, peer, session_->name().c_str(), device_, s.what.c_str(),
+             plugin::NetSession::resultText(r).c_str());
+      }
+      if (comm_ != nullptr) break;
+      if (abort.raised()) fail(ncclSystemError, "NET/Plugin: rank %d: connecting to rank %d was aborted", s.rank, peer);
+      if (net::Clock::now() > deadline) {
+        fail(ncclSystemError, "NET/Plugin: rank %d: net plugin %s's connect to rank %d did not complete within %lld s",
+             s.rank, session_->name().c_str(), peer, static_cast<long long>(s.timeout.count()));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    if (const ncclResult_t r = registerMemory(comm_); r != ncclSuccess) {
+      fail(ncclSystemError, "NET/Plugin: rank %d: net plugin %s cannot register %llu bytes of host memory: regMr returned %s",
+           s.rank, session_->name().c_str(), static_cast<unsigned long long>(memory_.bytes()),
+           plugin::NetSession::resultText(r).c_str());
+    }
+    const net::SocketAddress to = net::SocketAddress::unpack(d.listen);
+    net::Socket sock = net::Socket::connect(to, deadline, s.abortFlag);
+    const Hello hello{kHelloMagic, kWireVersion, d.nonce, s.commHash, s.rank, peer, 0, 1, {}};
+    sock.sendAll(&hello, sizeof(hello), deadline, s.abortFlag);
+    peerName_ = to.toString();
+    std::vector<net::Socket> sockets;
+    sockets.push_back(std::move(sock));
+    adoptSockets(std::move(sockets));
+    BRAID_INFO(log::kNet, "NET/Plugin: rank %d -> rank %d through %s device %d (%s; control %s)", s.rank, peer,
+               session_->name().c_str(), device_, s.what.c_str(), peerName_.c_str());
+  }
+
+  bool progress(const pollfd* polled) override {
+    polled_ = polled;
+    if (broken_) return false;
+    bool moved = readControl();  // the receiver's steps landed, fault notice and goodbye
+    if (!broken_ && !settle()) {
+      moved |= reap();
+      moved |= freeSlots();
+      moved |= post();
+      drainLoss(moved);
+    }
+    if (broken_) return true;
+    if (!writers_[0].busy() && !startFault() && !startAnnounce()) startBye();  // drain() made sure no data is left
+    if (write(0, &moved)) noteByeWritten();
+    return moved;
+  }
+
+ private:
+  /// Completed sends, oldest first: a step's slot is free once its last message left.
+  bool reap() {
+    bool moved = false;
+    size_t bytes = 0;
+    while (!failing_ && !requests_.empty() && oldestDone(&bytes)) {
+      const Request r = requests_.front();
+      pop();
+      moved = true;
+      if (r.last) sent_ = r.step + 1;
+    }
+    return moved;
+  }
+
+  /// A slot is free once its step has left and the receiver says it landed: a sender that
+  /// ends (and exits) after its last step thus never leaves steps in the plugin's pipe.
+  bool freeSlots() {
+    const uint64_t head = std::min(sent_, readyStep_);
+    if (head == head_) return false;
+    head_ = head;
+    kernels::storeRelease(conn_.head, head_);
+    return true;
+  }
+
+  /// Posts what the kernel published, as far as the request limit and the plugin allow.
+  bool post() {
+    bool moved = false;
+    const uint64_t tail = kernels::loadAcquire(conn_.tail);
+    while (!broken_ && !failing_ && next_ < tail && static_cast<int>(requests_.size()) < kMaxRequests) {
+      FrameHeader* record = records() + next_ % kernels::kSteps;
+      if (stage_ == kNone) {
+        if (!stepHeader(next_, record, &payload_)) return true;
+        stage_ = kRecord;
+      }
+      const bool isPayload = stage_ == kPayload;
+      void* data = isPayload ? const_cast<char*>(payload_) : static_cast<void*>(record);
+      const size_t bytes = isPayload ? record->bytes : sizeof(FrameHeader);
+      void* handle = nullptr;
+      if (!ok(session_->isend(comm_, data, bytes, kTag, mhandle_, &handle), "isend")) return true;
+      if (handle == nullptr) break;  // not now: again at the next pass
+      const bool last = isPayload || record->bytes == 0;
+      requests_.push_back(Request{handle, next_, isPayload, last, bytes});
+      moved = true;
+      if (last) {
+        stage_ = kNone;
+        ++next_;
+      } else {
+        stage_ = kPayload;
+      }
+    }
+    return moved;
+  }
+
+  enum Stage { kNone, kRecord, kPayload };
+  Stage stage_ = kNone;  // of step next_: what is to be posted next
+  const char* payload_ = nullptr;
+  uint64_t next_ = 0;
+  uint64_t sent_ = 0;  // steps whose messages have all left
+  uint64_t head_ = 0;  // steps freed: sent and landed
+};
+
+/// The receiver's end: accepts the sender's comm and control socket, then receives each step's
+/// record and payload in order and publishes tail.
+class RecvEnd final : public PluginEnd {
+ public:
+  RecvEnd(const FifoSizes& sizes, const Settings& s, int peer, net::Socket listener, uint64_t nonce, uint8_t* handle)
+      : PluginEnd(sizes, false, s, peer),
+        acceptor_(s.rank, peer, std::move(listener), nonce, s.commHash, 1, s.timeout),
+        deadline_(std::chrono::steady_clock::now() + s.timeout),
+        timeout_(s.timeout) {
+    requests_.reserve(kMaxRequests);
+    std::array<uint8_t, kHandleScratch> scratch{};  // (see SendEnd: a plugin that writes too much)
+    const ncclResult_t r = session_->listen(device_, scratch.data(), &listenComm_);
+    std::memcpy(handle, scratch.data(), plugin::kNetHandleBytes);
+    if (r != ncclSuccess || listenComm_ == nullptr) {
+      fail(ncclSystemError, "NET/Plugin: rank %d cannot listen on net plugin %s device %d (%s): listen returned %s%s",
+           s.rank, session_->name().c_str(), device_, s.what.c_str(), plugin::NetSession::resultText(r).c_str(),
+           r == ncclSuccess ? " and no comm" : "");
+    }
+  }
+
+  int device() const { return device_; }
+
+  void pollSet(std::vector<pollfd>* fds) override {
+    if (acceptor_.listening()) return acceptor_.pollSet(fds);
+    EndPump::pollSet(fds);
+  }
+
+  bool progress(const pollfd* polled) override {
+    polled_ = polled;
+    if (broken_) return false;
+    if (!connected_) return settle() || progressAccept();
+    bool moved = readControl();  // the sender's announcement, fault notice and goodbye
+    if (!broken_ && !settle()) {
+      moved |= reap();
+      moved |= post();
+      drainLoss(moved);
+    }
+    if (broken_) return true;
+    if (!writers_[0].busy() && !startFault() && !startLanded()) startBye();
+    if (write(0, &moved)) noteByeWritten();
+    return moved;
+  }
+
+ private:
+  /// Socket 0, when idle: "ready" with the steps landed since the last one said (the sender
+  /// frees its slots by them).
+  bool startLanded() {
+    if (landed_ == said_) return false;
+    FrameHeader h = frame(kReady);
+    h.step = landed_;
+    writers_[0].start(h, nullptr);
+    said_ = landed_;
+    return true;
+  }
+
+  void orphanMore() override {
+    PluginEnd::orphanMore();
+    acceptor_.orphan();
+  }
+
+  /// The control socket's hello and the plugin's accept, in either order.
+  bool progressAccept() {
+    bool moved = false;
+    if (acceptor_.listening()) {
+      const Acceptor::State state = acceptor_.progress(&moved);
+      if (state == Acceptor::State::kTimedOut) {
+        lost(acceptor_.timeoutText(), true);
+        return true;
+      }
+      if (state == Acceptor::State::kComplete) {
+        adoptSockets(acceptor_.takeSockets());
+        peerName_ = sockets_[0].peerAddress().toString();
+      }
+    }
+    if (comm_ == nullptr) {
+      if (!ok(session_->accept(listenComm_, &comm_), "accept")) return true;
+      if (comm_ != nullptr) {
+        moved = true;
+        if (!ok(registerMemory(comm_), "regMr")) return true;
+        session_->closeListen(listenComm_);
+        listenComm_ = nullptr;
+      } else if (std::chrono::steady_clock::now() > deadline_) {
+        failed("accept gave no connection within " + std::to_string(timeout_.count()) + " s");
+        return true;
+      }
+    }
+    if (comm_ != nullptr && !acceptor_.listening()) {
+      connected_ = true;
+      BRAID_INFO(log::kNet, "NET/Plugin: rank %d <- rank %d through %s device %d (%s; control %s)", rank_, peer_,
+                 session_->name().c_str(), device_, what_.c_str(), peerName_.c_str());
+    }
+    return moved;
+  }
+
+  /// Completed receives, oldest first: a record is checked (its payload is posted next), a
+  /// payload lands.
+  bool reap() {
+    bool moved = false;
+    size_t bytes = 0;
+    while (!broken_ && !failing_ && !requests_.empty() && oldestDone(&bytes)) {
+      const Request r = requests_.front();
+      pop();
+      moved = true;
+      const FrameHeader& h = records()[r.step % kernels::kSteps];
+      if (!r.payload) {
+        if (bytes != sizeof(FrameHeader)) {
+          failed("step " + std::to_string(r.step) + "'s record arrived with " + std::to_string(bytes) + " bytes, not " +
+                 std::to_string(sizeof(FrameHeader)));
+          return true;
+        }
+        if (!checkStep(h, r.step, "through net plugin " + session_->name())) return true;
+        recordPending_ = false;
+        if (h.bytes > 0) {
+          payloadDue_ = true;
+        } else {
+          land(h);
+        }
+      } else {
+        if (bytes != h.bytes) {
+          failed("step " + std::to_string(r.step) + " arrived with " + std::to_string(bytes) + " bytes where " +
+                 std::to_string(h.bytes) + " were announced");
+          return true;
+        }
+        land(h);
+      }
+    }
+    return moved;
+  }
+
+  /// Step h is here: its signature, its LL lines from staging, then tail.
+  void land(const FrameHeader& h) {
+    landStep(h, staging(h.step));
+    landed_ = h.step + 1;
+    kernels::storeRelease(conn_.tail, landed_);
+  }
+
+  char* staging(uint64_t step) { return extra() + kStagingOffset + step % kernels::kSteps * stagingCapacity(sizes_); }
+
+  /// The next receive: a due payload, else the next record once its slot is free.
+  bool post() {
+    bool moved = false;
+    while (!broken_ && !failing_ && static_cast<int>(requests_.size()) < kMaxRequests) {
+      void* handle = nullptr;
+      if (payloadDue_) {
+        const uint64_t step = nextRecord_ - 1;
+        const FrameHeader& h = records()[step % kernels::kSteps];
+        char* into = (h.flags & kFrameFlagged) ? staging(step) : conn_.simple + step % kernels::kSteps * conn_.simpleStepBytes;
+        if (!ok(session_->irecv(comm_, into, h.bytes, kTag, mhandle_, &handle), "irecv")) return true;
+        if (handle == nullptr) break;
+        requests_.push_back(Request{handle, step, true, true, h.bytes});
+        payloadDue_ = false;
+      } else {
+        if (recordPending_) break;  // its answer decides what comes next
+        if (kernels::loadAcquire(conn_.head) + kernels::kSteps <= nextRecord_) break;  // the slot is still read
+        FrameHeader* record = records() + nextRecord_ % kernels::kSteps;
+        if (!ok(session_->irecv(comm_, record, sizeof(FrameHeader), kTag, mhandle_, &handle), "irecv")) return true;
+        if (handle == nullptr) break;
+        requests_.push_back(Request{handle, nextRecord_, false, false, sizeof(FrameHeader)});
+        recordPending_ = true;
+        ++nextRecord_;
+      }
+      moved = true;
+    }
+    return moved;
+  }
+
+  Acceptor acceptor_;
+  std::chrono::steady_clock::time_point deadline_;
+  std::chrono::seconds timeout_;
+  bool connected_ = false;
+  bool recordPending_ = false;  // the record of step nextRecord_ - 1 is posted, not yet checked
+  bool payloadDue_ = false;     // step nextRecord_ - 1's payload is to be posted
+  uint64_t nextRecord_ = 0;
+  uint64_t landed_ = 0;  // steps landed (tail)
+  uint64_t said_ = 0;    // landed_ as last sent to the sender
+};
+
+}  // namespace
+
+std::unique_ptr<FifoMemory> createReceiver(const FifoSizes& sizes, const Settings& settings, int peer, Descriptor* out) {
+  net::SocketAddress at = settings.listenAt;
+  at.setPort(0);
+  net::Socket listener = net::Socket::listen(at, 64);
+  std::memset(out, 0, sizeof(*out));
+  out->kind = Kind::kPlugin;
+  out->ownerPid = static_cast<int32_t>(getpid());
+  out->bytes = sizes.bytes();
+  out->sizes = sizes;
+  out->listen = listener.localAddress().pack();
+  out->nSockets = 1;
+  out->nonce = process::random64();
+  auto pump = std::make_unique<RecvEnd>(sizes, settings, peer, std::move(listener), out->nonce, out->netHandle);
+  out->netDevice = pump->device();
+  return std::make_unique<NetFifo>(sizes, std::move(pump), false, settings.abortFlag);
+}
+
+std::unique_ptr<FifoMemory> connectSender(const Descriptor& d, const Settings& settings, int peer) {
+  if (d.nSockets != 1 || d.bytes != d.sizes.bytes()) {
+    fail(ncclInternalError, "rank %d sent a net-plugin descriptor with %u sockets and %llu bytes", peer, d.nSockets,
+         static_cast<unsigned long long>(d.bytes));
+  }
+  const uint64_t biggest = std::max<uint64_t>(d.sizes.simpleStepBytes, stagingCapacity(d.sizes));
+  const uint64_t limit = settings.session->properties(chooseDevice(settings)).maxP2pBytes;
+  if (limit != 0 && limit < biggest) {
+    fail(ncclInvalidUsage, "NET/Plugin: net plugin %s moves at most %llu bytes per transfer, less than a FIFO step's "
+         "%llu (lower NCCL_BUFFSIZE)", settings.session->name().c_str(), static_cast<unsigned long long>(limit),
+         static_cast<unsigned long long>(biggest));
+  }
+  auto pump = std::make_unique<SendEnd>(d.sizes, settings, peer, d);
+  return std::make_unique<NetFifo>(d.sizes, std::move(pump), true, settings.abortFlag);
+}
+
+}  // namespace braid::transport::netplugin

@@ -1,0 +1,60 @@
+// Ranks on different hosts, through an NCCL net plugin (src/plugin/net_plugin.h): each end
+// keeps its own FIFO memory in host memory, registered with the plugin (NCCL_PTR_HOST), and
+// the process's proxy thread moves every step the sender's kernel publishes through the
+// plugin's isend / irecv.
+//
+// A step travels as two messages on the plugin's comm: a 64-byte record (step, size, protocol,
+// the step's signature: netend::FrameHeader) and then, when the step has bytes, its payload.
+// The receiver posts a record's receive once the step's slot is free, and the payload's once
+// the record has told it how many bytes and where they land: the Simple slot itself, or (LL,
+// LL128) a staging slot whose lines it then stores 8 bytes at a time, flag and data together.
+// Messages on a comm match in the order they were posted, so the receive of step s + 1's
+// record follows that of step s's payload. The sender frees a slot when the plugin says its
+// payload has left (test) and the receiver has said (a "ready" frame on the control socket,
+// carrying its tail) that it landed, so a rank that ends after its last send leaves nothing in
+// the plugin's pipe. Neither end holds more than plugin::kNetMaxRequests requests.
+//
+// Everything else travels over one TCP control socket per connection, as in the socket and
+// verbs transports (transport/net/net_end.h): the steps landed, the announcement, fault
+// notices, the goodbye, and the end of a peer that dies (a loss that waits while the plugin
+// still delivers: an aborting peer says no goodbye, and its last steps may be on their way). Setup: the receiver calls listen and sends the plugin's handle
+// with its control address and nonce over the bootstrap channel; the sender calls connect until
+// the plugin gives a comm, then connects the control socket; the receiver's proxy calls accept
+// until it gives one.
+//
+// Faults: a plugin call that fails, or answers what the interface does not allow (a record of
+// the wrong size, more bytes than posted), breaks the connection with an error naming the
+// plugin, the call and the peer: ncclRemoteError when the plugin said so, else ncclSystemError.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "transport/fifo.h"
+
+namespace braid::plugin {
+class NetSession;
+}
+
+namespace braid::transport::netplugin {
+
+struct Settings {
+  net::SocketAddress listenAt;       ///< this rank's bootstrap address, for the control socket
+  uint64_t commHash = 0;             ///< presented by the sender on the control socket
+  int rank = -1;
+  std::chrono::seconds timeout{300}; ///< how long either end waits for the other to connect
+  const uint32_t* abortFlag = nullptr;
+  std::shared_ptr<plugin::NetSession> session;  ///< the communicator's net plugin
+  int deviceHint = 0;                ///< which of the plugin's devices (modulo their count)
+  std::string what;                  ///< the connection, for the log ("ring3", "p2p0")
+};
+
+/// Receiver side: FIFO memory, the plugin's listening comm and a listening control socket,
+/// described in `out`.
+std::unique_ptr<FifoMemory> createReceiver(const FifoSizes& sizes, const Settings& settings, int peer, Descriptor* out);
+/// Sender side: FIFO memory of the receiver's sizes, the plugin's send comm and the control
+/// socket. Throws naming the plugin and the peer when it cannot connect.
+std::unique_ptr<FifoMemory> connectSender(const Descriptor& d, const Settings& settings, int peer);
+
+}  // namespace braid::transport::netplugin
