@@ -1,4 +1,5 @@
 #include "plugin/net_plugin.h"
+#include "plugin/plugin_log.h"
 
 #include <nccl_net.h>
 
@@ -278,21 +279,11 @@ Registry& registry() {
   return *r;
 }
 
-void say(const std::vector<Note>& notes) {
-  for (const auto& n : notes) {
-    if (n.warn) {
-      BRAID_WARN("%s", n.text.c_str());
-    } else {
-      BRAID_INFO(log::kInit | log::kNet, "%s", n.text.c_str());
-    }
-  }
-}
-
 /// One of NCCL_NET_PLUGIN's entries: its library with a usable net, or nullptr (said).
 std::shared_ptr<LoadedNet> loadOne(const std::string& value) {
   std::vector<Note> notes;
   Library library = open("net", value, "NET", &notes);
-  say(notes);
+  sayNotes(notes, log::kNet);
   if (!library) return nullptr;
   int index = -1;
   const void* symbol = firstSymbol(library, kNetSymbols, &index);

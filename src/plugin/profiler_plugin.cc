@@ -59,42 +59,13 @@ uint32_t typesOf(int version) {
   }
 }
 
-void say(const std::vector<Note>& notes) {
-  for (const auto& n : notes) {
-    if (n.warn) {
-      BRAID_WARN("%s", n.text.c_str());
-    } else {
-      BRAID_INFO(log::kInit | log::kProfile, "%s", n.text.c_str());
-    }
-  }
-}
-
 /// Finds and opens the library; nullptr when there is none to use (said in the log).
 std::shared_ptr<LoadedProfiler> load(const std::string& value, const std::string& netValue) {
-  std::vector<Note> notes;
-  Library library = open("profiler", value, "PROFILER", &notes);
-  bool fromNet = false;
-  if (!library && !disabled(netValue)) {  // a profiler may live in the net plugin's library
-    std::stringstream list(netValue.empty() ? std::string(",") : netValue);
-    for (std::string part; !library && std::getline(list, part, ',');) {
-      library = open("net", part, "PROFILER", &notes);
-    }
-    fromNet = static_cast<bool>(library);
-  }
-  say(notes);
-  if (!library) return nullptr;
-  int index = -1;
-  const void* symbol = firstSymbol(library, kSymbols, &index);
-  if (symbol == nullptr) {
-    if (fromNet && value.empty()) {  // a net plugin without a profiler is normal
-      BRAID_INFO(log::kInit | log::kProfile, "PROFILER/Plugin: the net plugin library %s has no profiler (%s)",
-                 library.path().c_str(), joinNames(kSymbols).c_str());
-    } else {
-      BRAID_WARN("PROFILER/Plugin: %s exports none of %s; going on without a profiler plugin", library.path().c_str(),
-                 joinNames(kSymbols).c_str());
-    }
-    return nullptr;
-  }
+  Opened o = openBesideNet("profiler", "PROFILER", value, netValue, kSymbols, log::kProfile);
+  if (o.symbol == nullptr) return nullptr;
+  Library library = std::move(o.library);
+  const void* symbol = o.symbol;
+  const int index = o.index;
   auto loaded = std::make_shared<LoadedProfiler>();
   loaded->version = 5 - index;
   loaded->symbol = symbol;

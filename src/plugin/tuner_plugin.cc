@@ -40,16 +40,6 @@ namespace {
 const std::vector<std::string> kSymbols = {"ncclTunerPlugin_v5", "ncclTunerPlugin_v4", "ncclTunerPlugin_v3",
                                            "ncclTunerPlugin_v2"};
 
-void say(const std::vector<Note>& notes) {
-  for (const auto& n : notes) {
-    if (n.warn) {
-      BRAID_WARN("%s", n.text.c_str());
-    } else {
-      BRAID_INFO(log::kInit | log::kTuning, "%s", n.text.c_str());
-    }
-  }
-}
-
 /// The functions a version needs; the name of the first missing one, or nullptr.
 const char* missingFunction(int version, const void* symbol) {
   switch (version) {
@@ -74,30 +64,11 @@ const char* missingFunction(int version, const void* symbol) {
 
 /// Finds and opens the library; nullptr when there is none to use (said in the log).
 std::shared_ptr<LoadedTuner> load(const std::string& value, const std::string& netValue) {
-  std::vector<Note> notes;
-  Library library = open("tuner", value, "TUNER", &notes);
-  bool fromNet = false;
-  if (!library && !disabled(netValue)) {  // a tuner may live in the net plugin's library
-    std::stringstream list(netValue.empty() ? std::string(",") : netValue);
-    for (std::string part; !library && std::getline(list, part, ',');) {
-      library = open("net", part, "TUNER", &notes);
-    }
-    fromNet = static_cast<bool>(library);
-  }
-  say(notes);
-  if (!library) return nullptr;
-  int index = -1;
-  const void* symbol = firstSymbol(library, kSymbols, &index);
-  if (symbol == nullptr) {
-    if (fromNet && value.empty()) {  // a net plugin without a tuner is normal
-      BRAID_INFO(log::kInit | log::kTuning, "TUNER/Plugin: the net plugin library %s has no tuner (%s)",
-                 library.path().c_str(), joinNames(kSymbols).c_str());
-    } else {
-      BRAID_WARN("TUNER/Plugin: %s exports none of %s; going on without a tuner plugin", library.path().c_str(),
-                 joinNames(kSymbols).c_str());
-    }
-    return nullptr;
-  }
+  Opened o = openBesideNet("tuner", "TUNER", value, netValue, kSymbols, log::kTuning);
+  if (o.symbol == nullptr) return nullptr;
+  Library library = std::move(o.library);
+  const void* symbol = o.symbol;
+  const int index = o.index;
   auto tuner = std::make_shared<LoadedTuner>();
   tuner->version = 5 - index;
   tuner->symbol = symbol;
