@@ -547,6 +547,8 @@ TEST_CASE("profiler plugins exporting only v4 or v3 get their own layouts", "[pl
     }
     CHECK(occurrences(out, "prof finalize") == 2);
   }
+}
+
 // ---- net plugins (test/plugins/net_loopback.c), between processes forced onto the network ----
 
 namespace {
