@@ -15,6 +15,7 @@
 #include "core/log.h"
 #include "core/params.h"
 #include "core/plugin_library.h"
+#include "plugin/plugin_log.h"
 
 namespace braid::plugin {
 
@@ -28,18 +29,6 @@ const std::vector<std::string> kNetSymbols = {"ncclNetPlugin_v11", "ncclNetPlugi
 const std::vector<std::string> kCollNetSymbols = {"ncclCollNetPlugin_v11", "ncclCollNetPlugin_v10",
                                                   "ncclCollNetPlugin_v9",  "ncclCollNetPlugin_v8",
                                                   "ncclCollNetPlugin_v7",  "ncclCollNetPlugin_v6"};
-
-/// The logger plugins receive: NCCL's levels and subsystem bits are Braid's.
-void pluginLog(ncclDebugLogLevel level, unsigned long flags, const char* file, int line, const char* format, ...) {
-  const int l = std::min(static_cast<int>(level), static_cast<int>(log::Level::Trace));
-  if (l <= 0 || format == nullptr || !log::enabled(static_cast<log::Level>(l), flags)) return;
-  char text[1024];
-  va_list args;
-  va_start(args, format);
-  vsnprintf(text, sizeof text, format, args);
-  va_end(args);
-  log::write(static_cast<log::Level>(l), flags, file != nullptr ? file : "net plugin", line, "%s", text);
-}
 
 /// The profiler callback v10 and v11 plugins receive: Braid records no network events.
 ncclResult_t pluginProfile(void** eHandle, int, void*, int64_t, void*) {
