@@ -1,5 +1,4 @@
 #include "plugin/net_plugin.h"
-#include "plugin/plugin_log.h"
 
 #include <nccl_net.h>
 

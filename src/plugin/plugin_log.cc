@@ -11,7 +11,7 @@ namespace braid::plugin {
 
 void pluginLog(ncclDebugLogLevel level, unsigned long flags, const char* file, int line, const char* format, ...) {
   const int l = std::min(static_cast<int>(level), static_cast<int>(log::Level::Trace));
-  if (l <= 0 || !log::enabled(static_cast<log::Level>(l), flags)) return;
+  if (l <= 0 || format == nullptr || !log::enabled(static_cast<log::Level>(l), flags)) return;
   char text[1024];
   va_list args;
   va_start(args, format);
