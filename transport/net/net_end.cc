@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "core/log.h"
+#include "core/process.h"
 #include "core/status.h"
 
 namespace braid::transport::netend {
@@ -30,6 +31,21 @@ uint64_t capacity(const FifoSizes& sizes, uint32_t frameFlags) {
 
 uint64_t stagingCapacity(const FifoSizes& sizes) {
   return std::max(capacity(sizes, kFrameLL), capacity(sizes, kFrameLL128));
+}
+
+net::Socket describeReceiver(Kind kind, const FifoSizes& sizes, net::SocketAddress listenAt, uint32_t nSockets,
+                             Descriptor* out) {
+  listenAt.setPort(0);
+  net::Socket listener = net::Socket::listen(listenAt, 64);
+  std::memset(out, 0, sizeof(*out));
+  out->kind = kind;
+  out->ownerPid = static_cast<int32_t>(getpid());
+  out->bytes = sizes.bytes();
+  out->sizes = sizes;
+  out->listen = listener.localAddress().pack();
+  out->nSockets = nSockets;
+  out->nonce = process::random64();
+  return listener;
 }
 
 ssize_t readSome(int fd, void* into, size_t size) {

@@ -77,6 +77,12 @@ uint64_t capacity(const FifoSizes& sizes, uint32_t frameFlags);
 /// The most one staged step (LL or LL128) holds.
 uint64_t stagingCapacity(const FifoSizes& sizes);
 
+/// A network receiver's start, the same for every network transport: listens on `listenAt`'s
+/// address (any port) and fills `out` with the transport's kind, this process, the FIFO sizes,
+/// that address, nSockets and a fresh nonce; the rest of `out` zero. Returns the listener.
+net::Socket describeReceiver(Kind kind, const FifoSizes& sizes, net::SocketAddress listenAt, uint32_t nSockets,
+                             Descriptor* out);
+
 /// Reads up to size bytes from a non-blocking socket: >0 read, 0 nothing yet, -1 closed or broken.
 ssize_t readSome(int fd, void* into, size_t size);
 

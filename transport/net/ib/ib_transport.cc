@@ -584,17 +584,7 @@ bool available(const Settings& settings, std::string* why, std::string* what) {
 }
 
 std::unique_ptr<FifoMemory> createReceiver(const FifoSizes& sizes, const Settings& settings, int peer, Descriptor* out) {
-  net::SocketAddress at = settings.listenAt;
-  at.setPort(0);
-  net::Socket listener = net::Socket::listen(at, 64);
-  std::memset(out, 0, sizeof(*out));
-  out->kind = Kind::kIb;
-  out->ownerPid = static_cast<int32_t>(getpid());
-  out->bytes = sizes.bytes();
-  out->sizes = sizes;
-  out->listen = listener.localAddress().pack();
-  out->nSockets = 1;
-  out->nonce = process::random64();
+  net::Socket listener = netend::describeReceiver(Kind::kIb, sizes, settings.listenAt, 1, out);
   auto pump = std::make_unique<RecvEnd>(sizes, settings, peer, std::move(listener), out->nonce);
   out->ib = pump->endpoint();
   out->ibSlots = pump->slotsAddress();

@@ -202,17 +202,7 @@ std::unique_ptr<FifoMemory> createReceiver(const FifoSizes& sizes, const Setting
     fail(ncclInvalidArgument, "socket transport: %d sockets per connection is outside 1..%d (NCCL_SOCKET_NTHREADS x "
                               "NCCL_NSOCKS_PERTHREAD)", settings.nSockets, kMaxSockets);
   }
-  net::SocketAddress at = settings.listenAt;
-  at.setPort(0);
-  net::Socket listener = net::Socket::listen(at, 64);
-  std::memset(out, 0, sizeof(*out));
-  out->kind = Kind::kSocket;
-  out->ownerPid = static_cast<int32_t>(getpid());
-  out->bytes = sizes.bytes();
-  out->sizes = sizes;
-  out->listen = listener.localAddress().pack();
-  out->nSockets = static_cast<uint32_t>(settings.nSockets);
-  out->nonce = process::random64();
+  net::Socket listener = netend::describeReceiver(Kind::kSocket, sizes, settings.listenAt, static_cast<uint32_t>(settings.nSockets), out);
   auto pump = std::make_unique<RecvPump>(sizes, settings.rank, peer, std::move(listener), out->nonce, settings.commHash,
                                          settings.nSockets, settings.timeout);
   return std::make_unique<NetFifo>(sizes, std::move(pump), false, settings.abortFlag);
