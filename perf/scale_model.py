@@ -12,12 +12,15 @@ communicator, wall time of the slowest rank:
   local       = N * t_peer                     checks and host grouping, linear in N
   first call  = c(N) * t_conn                  connections on first use: c(N) = 2 + log2 N for
                                                the small-message algorithms (ring neighbours,
-                                               RecDoubling partners); AlltoAll: N - 1
+                                               RecDoubling partners); AlltoAll: N - 1 on at
+                                               most 8 ranks (or where NCCL_ALGO names Direct or
+                                               Pairwise), else Bruck's 2 log2 N
 
 Memory per rank after init and a small-message warm-up (host backend; FIFOs are backed where
 touched, so a connection that carried only small messages costs m_conn):
 
-  memory = m0 + N * (P + A) + c(N) * m_conn     (AlltoAll: + (N-1) * m_conn)
+  memory = m0 + N * (P + A) + c(N) * m_conn     (AlltoAll: + a(N) * m_conn, a(N) = N - 1 up
+                                                to 8 ranks, 2 log2 N beyond)
 
 Constants: A = 28 B (a packed address) and P = 88 B (PeerInfo) are the structs' sizes; m0,
 m_conn, t_reg and t_msg were fitted to this 2-CPU machine's runs (perf/scale.sh,
@@ -54,8 +57,8 @@ def partners(n):
 
 def memory(n, alltoall=False):
     m = C["m0"] + n * (C["P"] + C["A"]) + partners(n) * C["m_conn"]
-    if alltoall:
-        m += (n - 1) * C["m_conn"]
+    if alltoall:  # every peer on at most 8 ranks; beyond, Bruck's partners at distances 2^k both ways
+        m += (n - 1 if n <= 8 else 2 * math.ceil(math.log2(n))) * C["m_conn"]
     return m
 
 

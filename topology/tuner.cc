@@ -200,6 +200,8 @@ bool Tuner::terms(Func f, Algo a, Proto p, int c, uint64_t bytes, Terms* out) co
                          (p == Proto::kSimple || bytes > s.directMaxBytes * static_cast<uint64_t>(c));
   if (exchanges && !s.directExchanges) return false;
   if (a == Algo::kDirect && !allToAll && n > s.directMaxRanks && !s.directExchanges) return false;
+  const bool everyPeer = a == Algo::kPairwise || a == Algo::kDirect;
+  if (allToAll && everyPeer && n > s.directMaxRanks && !s.everyPeerAlltoAll) return false;
 
   // Threads per CPU on the busiest node: above 1, a step waits for its peer to be scheduled,
   // longer the more threads share each CPU (the table's figure is for 2).

@@ -86,6 +86,10 @@ struct CostShape {
   /// other rank) only where NCCL_ALGO names it (directExchanges): on 128 ranks the default
   /// choice of Direct ran a 24 GiB machine out of memory (issue 26).
   int directMaxRanks = 8;
+  /// AlltoAll's Direct and Pairwise (each a connection to every other rank) on more than
+  /// directMaxRanks ranks: only where an 'AlltoAll:' entry of NCCL_ALGO names one of them, or
+  /// leaves nothing else (tunerFor); otherwise Bruck (ceil(log2 n) partners) serves there.
+  bool everyPeerAlltoAll = false;
   int64_t peerLLMaxBytes = -1;       ///< NCCL_P2P_LL_THRESHOLD: sends and receives up to this size move as LL (-1: the table's)
 };
 

@@ -318,6 +318,47 @@ void Connector::connectPeers(const std::vector<int>& sendTo, const std::vector<i
   if (!created.empty()) logMemory(set < treeSet(0) ? "point-to-point connections" : "tree or grid connections");
 }
 
+void Connector::connectEveryPeer(int set) {
+  const FifoSizes& sizes = set < treeSet(0) ? options_.p2p : options_.ring;
+  // Slot p: the descriptor of this rank's new receiver from p, or kind 0 where p already sends here.
+  std::vector<Descriptor> mine(nRanks_), theirs(nRanks_);
+  std::vector<int> created;
+  for (int peer = 0; peer < nRanks_; ++peer) {
+    mine[peer] = Descriptor{};
+    const int key = set * nRanks_ + peer;
+    if (peer == rank_ || peerRecv_.count(key) != 0) continue;
+    auto end = createReceiver(peer, sizes, peerLane(set, peer), &mine[peer]);
+    std::lock_guard<std::mutex> lock(endsMutex_);
+    peerRecv_[key] = std::move(end);
+    created.push_back(peer);
+  }
+  channel_.allToAll(mine.data(), theirs.data(), sizeof(Descriptor));
+  for (int peer = 0; peer < nRanks_; ++peer) {
+    const int key = set * nRanks_ + peer;
+    const bool connected = peerSend_.count(key) != 0;
+    if (peer == rank_) continue;
+    if (static_cast<uint32_t>(theirs[peer].kind) == 0) {  // the peer holds its receiver from before
+      if (!connected) {
+        fail(ncclInternalError, "rank %d has no connection to rank %d in set %d, but rank %d says it has one from it",
+             rank_, peer, set, peer);
+      }
+      continue;
+    }
+    if (connected) {
+      fail(ncclInternalError, "rank %d made a new receiver for rank %d in set %d, which was connected to it already",
+           peer, rank_, set);
+    }
+    auto end = importSender(peer, theirs[peer], peerLane(set, peer), sizes);
+    std::lock_guard<std::mutex> lock(endsMutex_);
+    peerSend_[key] = std::move(end);
+  }
+  channel_.barrier();  // (as connectPeers' acknowledgements: every sender has taken hold of its receiver)
+  for (int peer : created) {
+    if (mine[peer].kind == Kind::kShm) shm::unlinkName(mine[peer]);
+  }
+  if (!created.empty()) logMemory(set < treeSet(0) ? "point-to-point connections" : "tree or grid connections");
+}
+
 int Connector::setupWaitingOn() const { return channel_.waitingOn(); }
 
 kernels::ConnHandle Connector::peerSend(int peer, int set) const {

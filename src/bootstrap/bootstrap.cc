@@ -207,9 +207,9 @@ void Bootstrap::round(int to, int from, uint32_t tag, const void* sendData, size
     }
   }
   const WaitingOn waiting(waitingOn_, from);
-  const Message m = await(MessageType::kRound, from, tag, "its part of an allgather or barrier");
+  const Message m = await(MessageType::kRound, from, tag, "its part of an allgather, alltoall or barrier");
   if (m.payload.size() != recvSize) {
-    fail(ncclInternalError, "bootstrap: rank %d sent %zu bytes in a round of an allgather but rank %d expected %zu "
+    fail(ncclInternalError, "bootstrap: rank %d sent %zu bytes in a round of a bootstrap collective but rank %d expected %zu "
          "(do all ranks call with the same size?)", from, m.payload.size(), rank_, recvSize);
   }
   if (recvSize > 0) std::memcpy(recvData, m.payload.data(), recvSize);
@@ -232,6 +232,43 @@ void Bootstrap::allGather(void* data, size_t bytesPerRank) {
   }
   for (int i = 1; i < n; ++i) {
     std::memcpy(slots + static_cast<size_t>((rank_ + i) % n) * bytesPerRank,
+                blocks.data() + static_cast<size_t>(i) * bytesPerRank, bytesPerRank);
+  }
+}
+
+void Bootstrap::allToAll(const void* sendData, void* recvData, size_t bytesPerRank) {
+  std::lock_guard<std::mutex> lock(collectiveMutex_);
+  const int n = nRanks();
+  const uint32_t collective = collectives_++;
+  const char* in = static_cast<const char*>(sendData);
+  char* out = static_cast<char*>(recvData);
+  // Block i of `blocks` starts as the one for rank (rank_ + i) % n; after the rounds it holds
+  // the one from rank (rank_ - i) % n: each round moves the blocks whose index has bit d set
+  // d ranks on, and every index is the sum of its bits.
+  std::vector<char> blocks(static_cast<size_t>(n) * bytesPerRank);
+  for (int i = 0; i < n; ++i) {
+    std::memcpy(blocks.data() + static_cast<size_t>(i) * bytesPerRank,
+                in + static_cast<size_t>((rank_ + i) % n) * bytesPerRank, bytesPerRank);
+  }
+  std::vector<char> packed, arrived;
+  int k = 0;
+  for (int d = 1; d < n; d *= 2, ++k) {
+    packed.clear();
+    for (int i = d; i < n; ++i) {
+      if (i & d) packed.insert(packed.end(), blocks.begin() + i * bytesPerRank, blocks.begin() + (i + 1) * bytesPerRank);
+    }
+    arrived.resize(packed.size());
+    round((rank_ + d) % n, (rank_ - d + n) % n, roundTag(collective, k), packed.data(), packed.size(), arrived.data(),
+          arrived.size());
+    size_t at = 0;
+    for (int i = d; i < n; ++i) {
+      if (!(i & d)) continue;
+      std::memcpy(blocks.data() + static_cast<size_t>(i) * bytesPerRank, arrived.data() + at, bytesPerRank);
+      at += bytesPerRank;
+    }
+  }
+  for (int i = 0; i < n; ++i) {
+    std::memcpy(out + static_cast<size_t>((rank_ - i + n) % n) * bytesPerRank,
                 blocks.data() + static_cast<size_t>(i) * bytesPerRank, bytesPerRank);
   }
 }

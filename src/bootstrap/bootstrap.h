@@ -58,6 +58,12 @@ class Bootstrap {
   /// in round k a message of min(2^k, nranks - 2^k) slots to rank - 2^k, one from rank + 2^k
   /// (nranks log nranks messages in all, where a ring takes nranks^2).
   void allGather(void* data, size_t bytesPerRank);
+  /// All ranks: block p of `sendData` (bytesPerRank each, nranks blocks) goes to rank p, and
+  /// block p of `recvData` is what rank p sent this rank. Bruck's algorithm: ceil(log2 nranks)
+  /// rounds; in the round of distance d, the blocks whose rotated index has bit d set go to
+  /// rank + d in one message and as many come from rank - d (nranks log nranks messages in
+  /// all, where a message per pair would be nranks^2).
+  void allToAll(const void* sendData, void* recvData, size_t bytesPerRank);
   /// All ranks: returns once every rank has entered (dissemination: ceil(log2 nranks) rounds
   /// of an empty message to rank + 2^k and one from rank - 2^k).
   void barrier();
@@ -97,7 +103,7 @@ class Bootstrap {
   size_t unexpectedBytes_ = 0;
   size_t maxUnexpected_ = 4096;
   size_t maxUnexpectedBytes_ = size_t(256) << 20;
-  std::mutex collectiveMutex_;  // (allGather and barrier: one at a time, numbered alike on all ranks)
+  std::mutex collectiveMutex_;  // (allGather, allToAll and barrier: one at a time, numbered alike on all ranks)
   uint32_t collectives_ = 0;
   std::atomic<int> waitingOn_{-1};
 };

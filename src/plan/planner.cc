@@ -62,6 +62,14 @@ topo::Tuner tunerFor(int nRanks, const PlanLimits& limits) {
   const uint32_t direct = 1u << static_cast<int>(EnvAlgo::kDirect);
   const uint32_t allowed = limits.mask.algos[allReduce];
   s.directExchanges = (allowed & direct) && ((limits.mask.namedAlgos[allReduce] & direct) || allowed == direct);
+  // AlltoAll's Direct and Pairwise on many ranks likewise: where an 'AlltoAll:' entry names
+  // either, or leaves no Bruck.
+  const int allToAll = static_cast<int>(EnvFunc::kAlltoAll);
+  const uint32_t everyPeer = direct | 1u << static_cast<int>(EnvAlgo::kPairwise);
+  const uint32_t allowedToAll = limits.mask.algos[allToAll];
+  const uint32_t bruck = 1u << static_cast<int>(EnvAlgo::kBruck);
+  s.everyPeerAlltoAll = (allowedToAll & everyPeer) &&
+                        ((limits.mask.namedAlgos[allToAll] & everyPeer) || (allowedToAll & bruck) == 0);
   return tuner;
 }
 

@@ -347,7 +347,7 @@ TEST_CASE("Init honours NCCL_TOPO_FILE, NCCL_TOPO_DUMP_FILE and NCCL_GRAPH_DUMP_
   rmdir(dir.c_str());
 }
 
-TEST_CASE("the bootstrap's allgather and barrier: every rank count, blocks larger than a socket's buffers",
+TEST_CASE("the bootstrap's allgather, alltoall and barrier: every rank count, blocks larger than a socket's buffers",
           "[integration][init]") {
   // Bruck's rounds send up to half of all blocks at once, every rank to its neighbour at the
   // same time: with 1 MiB blocks each round's message outgrows the kernel's buffers, so a rank
@@ -374,6 +374,19 @@ TEST_CASE("the bootstrap's allgather and barrier: every rank count, blocks large
                   }
                 }
                 c.barrier();
+                // AlltoAll: byte i of the block rank s sends rank d is a function of (s, d, i).
+                auto value = [](int from, int to, size_t i) { return static_cast<char>(from * 13 + to * 5 + i * 3); };
+                std::vector<char> out(n * block), in(n * block, 0);
+                for (int d = 0; d < n; ++d)
+                  for (size_t i = 0; i < block; ++i) out[d * block + i] = value(rank, d, i);
+                c.allToAll(out.data(), in.data(), block);
+                for (int s = 0; s < n; ++s) {
+                  for (size_t i = 0; i < block; i += std::max<size_t>(block / 64, 1)) {
+                    expect(in[s * block + i] == value(s, rank, i),
+                           "alltoall: rank " + std::to_string(rank) + " block from " + std::to_string(s) + " byte " +
+                               std::to_string(i) + " of " + std::to_string(block));
+                  }
+                }
               }
             }) == "");
   }

@@ -261,7 +261,7 @@ TEST_CASE("load: 100,000 small AllReduces and 1,000 create/split/destroy cycles 
   CHECK(rss3 - rss2 < 8192);
 }
 
-TEST_CASE("scale: 256 thread ranks init, reduce, broadcast and gather exactly, each with O(log n) connections",
+TEST_CASE("scale: 256 thread ranks init, reduce, broadcast, gather and exchange exactly, each with O(log n) connections",
           "[integration][scale]") {
   constexpr int n = 256;
   ncclUniqueId id;
@@ -286,10 +286,19 @@ TEST_CASE("scale: 256 thread ranks init, reduce, broadcast and gather exactly, e
     EXPECT_OK(ncclAllGather(&rank, all.data(), 1, ncclInt32, comms[rank], nullptr));
     for (int r = 0; r < n; ++r)
       if (all[r] != r) throw std::runtime_error("AllGather slot " + std::to_string(r) + " is " + std::to_string(all[r]));
+    // AlltoAll: Bruck by default here (Direct and Pairwise would connect to every rank).
+    constexpr int kBlock = 3;
+    std::vector<int> out(n * kBlock), in(n * kBlock, -1);
+    for (int i = 0; i < n * kBlock; ++i) out[i] = rank * n * kBlock + i;  // block p goes to rank p
+    EXPECT_OK(ncclAlltoAll(out.data(), in.data(), kBlock, ncclInt32, comms[rank], nullptr));
+    for (int p = 0; p < n; ++p)
+      for (int j = 0; j < kBlock; ++j)
+        if (in[p * kBlock + j] != p * n * kBlock + rank * kBlock + j)
+          throw std::runtime_error("AlltoAll block " + std::to_string(p) + " is " + std::to_string(in[p * kBlock + j]));
     ends[rank] = comms[rank]->dataPath().connectionEnds();
   }, std::chrono::seconds(240));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  printf("scale: 256 thread ranks, init + 4 collectives: %.1f s; connection ends per rank at most %d; RSS %ld KiB\n",
+  printf("scale: 256 thread ranks, init + 5 collectives: %.1f s; connection ends per rank at most %d; RSS %ld KiB\n",
          seconds, *std::max_element(ends.begin(), ends.end()), residentKiB());
   REQUIRE(failure == "");
   // A connection to every rank (510 ends a channel) would be N^2 setup: what this catches.

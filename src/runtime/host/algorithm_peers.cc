@@ -53,4 +53,8 @@ std::vector<int> algorithmPeers(kernels::Algo algo, int nRanks, int rank) {
   return out;
 }
 
+bool connectsEveryPeer(kernels::Algo algo) {
+  return algo == kernels::Algo::kDirect || algo == kernels::Algo::kPairwise;
+}
+
 }  // namespace braid::runtime::host

@@ -21,4 +21,10 @@ namespace braid::runtime::host {
 /// - Direct, Pairwise and anything else: every other rank.
 std::vector<int> algorithmPeers(kernels::Algo algo, int nRanks, int rank);
 
+/// True where algorithmPeers is every other rank on every rank, whatever nRanks (Direct and
+/// Pairwise): all ranks can then connect in one collective exchange (Connector::connectEveryPeer).
+/// Not where it happens to be on some ranks (RecDoubling's on 3 ranks: rank 1 has both others,
+/// rank 0 one).
+bool connectsEveryPeer(kernels::Algo algo);
+
 }  // namespace braid::runtime::host

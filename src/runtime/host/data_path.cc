@@ -424,6 +424,8 @@ void DataPath::preparePeers(kernels::Algo algo, int n, kernels::CollWork* works)
       peerSets_.push_back(PeerSet{std::vector<kernels::ConnHandle>(nRanks_), std::vector<kernels::ConnHandle>(nRanks_)});
     }
     for (int c = ready; c < n; ++c) {
+      // (every rank prepares the same algorithm's channel at once: every peer in one exchange)
+      if (connectsEveryPeer(algo)) connector_.connectEveryPeer(transport::peerSet(c));
       const PeerSet added = connectSet(peers, peers, transport::peerSet(c));
       for (int r : peers) {
         peerSets_[c].send[r] = added.send[r];
@@ -560,15 +562,14 @@ void DataPath::runCollective(const plan::Task& given) {
     rethrowWithReason();
   }
   if (device_ != nullptr) return enqueueCollective(task, plan, ring, sig);
-  if (plan.scratchBytes > scratchBytes_) {  // kept for later calls; grows only
-    scratch_.reset(static_cast<char*>(std::aligned_alloc(64, (plan.scratchBytes + 63) / 64 * 64)));
-    scratchBytes_ = scratch_ ? plan.scratchBytes : 0;
-    if (!scratch_) fail(ncclSystemError, "rank %d: cannot allocate %llu bytes of scratch memory for %s", rank_,
-                        static_cast<unsigned long long>(plan.scratchBytes), task.name);
+  void* scratch = plan.scratchBytes > 0 ? scratch_.reserve(plan.scratchBytes) : nullptr;
+  if (plan.scratchBytes > 0 && scratch == nullptr) {
+    fail(ncclSystemError, "rank %d: cannot map %llu bytes of scratch memory for %s", rank_,
+         static_cast<unsigned long long>(plan.scratchBytes), task.name);
   }
   if (connector_.usesNetwork()) proxy::kick();  // the proxy passes without waiting while this runs
   for (int c = 0; c < plan.nChannels; ++c) {
-    plan.works[c].scratch = scratch_.get();  // each channel's part of it at its own offsets
+    plan.works[c].scratch = scratch;  // each channel's part of it at its own offsets
     plan.works[c].sig = sig;
     plan.works[c].checkSig = settings_.checkMismatch ? 1 : 0;
     plan.works[c].status = &statuses_[c];
@@ -581,6 +582,7 @@ void DataPath::runCollective(const plan::Task& given) {
     if (times != nullptr && g.rank() == 0) times[2 * c + 1] = plugin::profilerClock();
   });
   if (profile_ != nullptr) profile_->afterRun(plan.nChannels);
+  scratch_.release();
   if (aborted.load()) failAborted("the operation");
 }
 
@@ -704,6 +706,11 @@ void DataPath::runAllToAllDirect(const plan::Task& task) {
     t.sendbuff = nullptr;
     t.recvbuff = static_cast<char*>(task.recvbuff) + p * bytes;
     ops.push_back(t);
+  }
+  try {  // every rank is here at once: every connection in one exchange (runPeers finds them made)
+    connector_.connectEveryPeer();
+  } catch (const Error&) {
+    rethrowWithReason();
   }
   std::vector<const plan::Task*> pointers;
   for (const plan::Task& t : ops) pointers.push_back(&t);

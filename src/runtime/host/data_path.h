@@ -22,6 +22,7 @@
 #include "runtime/device.h"
 #include "runtime/host/executor.h"
 #include "runtime/host/offered_buffers.h"
+#include "runtime/host/scratch.h"
 #include "runtime/host/watchdog.h"
 #include "transport/connector.h"
 
@@ -219,11 +220,7 @@ class DataPath {
   uint64_t opSeq_ = 0;  // collectives called on this communicator so far
   bool neighbourWatched_ = false;
   std::unique_ptr<Watchdog> watchdog_;  // after connector_ and statuses_: stopped before them
-  struct FreeDeleter {
-    void operator()(char* p) const { std::free(p); }
-  };
-  std::unique_ptr<char, FreeDeleter> scratch_;  ///< kernels' scratch memory (CollPlan::scratchBytes), grown on demand
-  uint64_t scratchBytes_ = 0;
+  Scratch scratch_;  ///< the host kernels' scratch memory (CollPlan::scratchBytes)
   Executor executor_;
   std::vector<kernels::RingHandle> rings_;  // cached handles of the connected ring channels
   std::vector<PeerSet> peerSets_;  // by channel: every point-to-point connection made so far

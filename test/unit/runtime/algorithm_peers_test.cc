@@ -53,3 +53,19 @@ TEST_CASE("algorithm peers: the partners of small cases", "[unit][runtime]") {
   CHECK(algorithmPeers(Algo::kBruck, 5, 2) == std::vector<int>{0, 1, 3, 4});
   CHECK(algorithmPeers(Algo::kBinomial, 1, 0).empty());
 }
+
+TEST_CASE("algorithm peers: only Direct and Pairwise connect every rank on every rank count", "[unit][runtime]") {
+  using braid::runtime::host::connectsEveryPeer;
+  for (int a = 0; a < static_cast<int>(Algo::kCount); ++a) {
+    const Algo algo = static_cast<Algo>(a);
+    if (algo == Algo::kRing || algo == Algo::kTree || algo == Algo::kHier2D) continue;  // (not peer sets)
+    bool everyRankEveryCount = true;
+    for (int n = 1; n <= 33; ++n)
+      for (int r = 0; r < n; ++r) everyRankEveryCount &= static_cast<int>(algorithmPeers(algo, n, r).size()) == n - 1;
+    CAPTURE(a);
+    CHECK(connectsEveryPeer(algo) == everyRankEveryCount);
+  }
+  // RecDoubling on 3 ranks: rank 1 has both others, rank 0 only one (why a count cannot decide).
+  CHECK(algorithmPeers(Algo::kRecDoubling, 3, 1).size() == 2);
+  CHECK(algorithmPeers(Algo::kRecDoubling, 3, 0).size() == 1);
+}

@@ -478,6 +478,61 @@ TEST_CASE("NCCL_ALGO and NCCL_PROTO filter AlltoAll only through an 'AlltoAll:' 
   }
 }
 
+TEST_CASE("AlltoAll's Direct and Pairwise (a connection to every rank) above 8 ranks only where NCCL_ALGO names them",
+          "[tuner][scale]") {
+  // The model alone: on 9 ranks and more they are no candidates unless the shape allows them.
+  for (int n : {9, 64, 1024}) {
+    Tuner tuner(kHostCostTable, hostShape(n, 2));
+    for (Algo a : {Algo::kDirect, Algo::kPairwise}) {
+      CHECK(tuner.predict(Func::kAlltoAll, a, Proto::kSimple, 1, 1 << 20) < 0);
+      CHECK(tuner.predict(Func::kAlltoAll, a, Proto::kLL, 1, 1 << 20) < 0);
+    }
+    CHECK(tuner.predict(Func::kAlltoAll, Algo::kBruck, Proto::kSimple, 1, 1 << 20) > 0);
+    CostShape named = tuner.shape();
+    named.everyPeerAlltoAll = true;
+    Tuner allowed(kHostCostTable, named);
+    CHECK(allowed.predict(Func::kAlltoAll, Algo::kPairwise, Proto::kSimple, 1, 1 << 20) > 0);
+    CHECK(allowed.predict(Func::kAlltoAll, Algo::kDirect, Proto::kSimple, 1, 1 << 20) > 0);
+  }
+  Tuner eight(kHostCostTable, hostShape(8, 2));
+  CHECK(eight.predict(Func::kAlltoAll, Algo::kPairwise, Proto::kSimple, 1, 1 << 20) > 0);
+  CHECK(eight.predict(Func::kAlltoAll, Algo::kDirect, Proto::kSimple, 1, 1 << 20) > 0);
+
+  // Through the planner and NCCL_ALGO.
+  plan::PlanLimits limits;
+  plan::Task task;
+  task.func = kernels::Func::kAlltoAll;
+  task.dtype = ncclFloat;
+  task.name = "ncclAlltoAll";
+  auto choiceAt = [&](int n, uint64_t count, const char* algo) {
+    limits.shape = hostShape(n, 2);
+    limits.mask = plan::parseAlgoProto(algo, "");
+    task.count = count;
+    return plan::planCollective(task, n, limits).choice.algo;
+  };
+  for (int n : {9, 64, 256}) {
+    for (uint64_t count : {1, 256, 1 << 18}) {
+      CAPTURE(n, count);
+      CHECK(choiceAt(n, count, "") == Algo::kBruck);
+      CHECK(choiceAt(n, count, "^NVLS") == Algo::kBruck);  // what PyTorch sets
+      CHECK(choiceAt(n, count, "AlltoAll:Pairwise") == Algo::kPairwise);
+      CHECK(choiceAt(n, count, "AlltoAll:Direct") == Algo::kDirect);
+      CHECK(choiceAt(n, count, "AlltoAll:^Bruck") != Algo::kBruck);  // nothing else is left
+    }
+  }
+  // 8 ranks keep every candidate: at 16 KiB a block the pairwise exchange wins here.
+  CHECK(choiceAt(8, 4096, "") != Algo::kBruck);
+  // A forced choice still runs at any size on many ranks: the plan is made, a block per peer.
+  CHECK(choiceAt(1024, 1 << 10, "AlltoAll:Pairwise") == Algo::kPairwise);
+  CHECK(plan::tunerFor(64, limits).shape().everyPeerAlltoAll);
+  limits.mask = plan::parseAlgoProto("AlltoAll:Direct,Bruck", "");
+  CHECK(plan::tunerFor(64, limits).shape().everyPeerAlltoAll);
+  limits.mask = plan::parseAlgoProto("AlltoAll:^Direct", "");
+  CHECK_FALSE(plan::tunerFor(64, limits).shape().everyPeerAlltoAll);
+  limits.mask = plan::parseAlgoProto("AllReduce:Direct", "");
+  CHECK_FALSE(plan::tunerFor(64, limits).shape().everyPeerAlltoAll);
+}
+
 TEST_CASE("braid-topo --tuning prints the choice per size and every algorithm's bandwidth", "[tuner][tools]") {
   const char* exe = std::getenv("BRAID_TOPO_EXE");
   if (exe == nullptr) FAIL("BRAID_TOPO_EXE is not set (run the tests through meson test)");
