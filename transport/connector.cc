@@ -133,6 +133,7 @@ netplugin::Settings Connector::pluginSettings(const Lane& lane) const {
   s.abortFlag = options_.abortFlag;
   s.session = netSession_;
   s.deviceHint = lane.hint;
+  s.port = lane.port;
   s.what = lane.what;
   return s;
 }

@@ -772,3 +772,42 @@ TEST_CASE("braid-topo: a net plugin's devices are the network ports; without it,
     CHECK_THAT(runTopo("BRAID_IBVERBS_LIBRARY=" + braid::test::verbsDouble()), Catch::Contains("\nNET/0 (mlx5_0, dev 0"));
   }
 }
+
+TEST_CASE("ranks on two 'hosts' put each ring channel on the net plugin device the topology's graph names",
+          "[plugins][net][topology]") {
+  const char* program = std::getenv("BRAID_RANK_MAIN_EXE");
+  const char* nvml = std::getenv("BRAID_FAKE_NVML");
+  REQUIRE(program != nullptr);
+  REQUIRE(nvml != nullptr);
+  braid::test::TempDir dir;
+  // Ring channel 0 through loop1 (NET/1): by number it would take device 0.
+  std::string channel = "<channel><net dev=\"1\"/>";
+  for (int g = 0; g < 4; ++g) channel += "<gpu dev=\"" + std::to_string(g) + "\"/>";
+  channel += "<net dev=\"1\"/></channel>";
+  const std::string graph = dir.write("ring.xml",
+      "<graphs version=\"1\"><graph id=\"0\" pattern=\"4\" crossnic=\"0\" nchannels=\"1\" speedintra=\"1.2\" "
+      "speedinter=\"1.2\" latencyinter=\"0\" typeintra=\"NVL\" typeinter=\"PHB\" samechannels=\"1\">" + channel +
+      "</graph></graphs>\n");
+  auto run = [&](const std::string& extra) {
+    std::string command = "unset NCCL_NET NCCL_TOPO_FILE NCCL_GRAPH_FILE NCCL_TUNER_PLUGIN NCCL_PROFILER_PLUGIN; "
+                          "export NCCL_COMM_ID=127.0.0.1:" + std::to_string(braid::test::freeLoopbackPort()) +
+                          " NCCL_SOCKET_IFNAME=lo BRAID_BOOTSTRAP_TIMEOUT=20 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=NET "
+                          "NCCL_ALGO=Ring BRAID_IBVERBS_LIBRARY=libbraid-no-such-verbs.so BRAID_NVML_LIBRARY=" +
+                          std::string(nvml) + " NCCL_NET_PLUGIN=" + plugin("net-loopback") + " " + extra + "; ";
+    for (int r = 0; r < 2; ++r)
+      command += "NCCL_HOSTID=host" + std::to_string(r) + " timeout 60 " + program + " 2 " + std::to_string(r) + " allreduce & ";
+    return braid::test::runCommand(command + "wait");
+  };
+  std::string out = run("NCCL_GRAPH_FILE=" + graph);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("rank 0 of 2 ok") && Catch::Contains("rank 1 of 2 ok"));
+  CHECK(occurrences(out, ": network ports from the topology: rings in loop1:1, out loop1:1;") == 2);
+  CHECK(occurrences(out, "through loopback device 1 (loop1:1, the topology's port; ring0;") == 4);  // 2 ranks x 2 ends
+  CHECK(occurrences(out, "through loopback device 0") == 0);
+  CHECK(occurrences(out, "NCCL WARN") == 0);
+  // The search's own graph: ring channel 0 on NET/0 (loop0), as `braid-topo --nodes 2` shows.
+  out = run("");
+  CHECK(occurrences(out, ": network ports from the topology: rings in loop0:1 loop1:1, out loop0:1 loop1:1;") == 2);
+  CHECK(occurrences(out, "through loopback device 0 (loop0:1, the topology's port; ring0;") == 4);
+  CHECK_THAT(out, Catch::Contains("rank 0 of 2 ok") && Catch::Contains("rank 1 of 2 ok"));
+}
