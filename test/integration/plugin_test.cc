@@ -719,7 +719,8 @@ TEST_CASE("braid-topo: a net plugin's devices are the network ports; without it,
   CHECK_THAT(out, Catch::Contains("Network ports from net plugin loopback (v11, " + loopback + "):\n"
                                   "  NET/0 loop0: 10000 Mb/s, port 1, guid 0x1000, ptrSupport 0x1, no PCI path (under the CPU)\n"
                                   "  NET/1 loop1: 10000 Mb/s, port 1, guid 0x1001, ptrSupport 0x1, no PCI path (under the CPU)\n"));
-  CHECK_THAT(out, Catch::Contains("\nNET/0 (loop0, dev 0, port 1, 1.2 GB/s)\n"));
+  CHECK_THAT(out, Catch::Contains("\nNIC/0 (no PCI device)\n  + PCI[5000.0] - CPU/0\n  + NET[1.2] - NET/0\n"
+                                  "NET/0 (loop0, dev 0, port 1, 1.2 GB/s)\n"));
   CHECK_THAT(out, Catch::Contains("\nNET/1 (loop1, dev 1, port 1, 1.2 GB/s)\n"));
   CHECK(occurrences(out, "(lo, dev") == 0);  // the plugin replaced the Ethernet interface
   CHECK(occurrences(out, "WARN") == 0);
