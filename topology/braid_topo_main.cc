@@ -14,6 +14,7 @@
 #include "core/params.h"
 #include "core/status.h"
 #include "plan/planner.h"
+#include "plugin/net_plugin.h"
 #include "topology/topology.h"
 #include "topology/tuner.h"
 
@@ -36,7 +37,8 @@ const char* const kUsage =
     "                    ring channels found) or host (the host backend: --ranks ranks per machine)\n"
     "  --ranks N         host backend: ranks per machine (default: its CPUs)\n"
     "Honours NCCL_TOPO_FILE, NCCL_TOPO_DUMP_FILE, NCCL_GRAPH_FILE, NCCL_GRAPH_DUMP_FILE, NCCL_P2P_LEVEL,\n"
-    "NCCL_P2P_DISABLE, NCCL_NET_GDR_LEVEL, NCCL_CROSS_NIC, NCCL_SHM_DISABLE as the library does, and for\n"
+    "NCCL_P2P_DISABLE, NCCL_NET_GDR_LEVEL, NCCL_CROSS_NIC, NCCL_SHM_DISABLE, NCCL_NET_PLUGIN and NCCL_NET\n"
+    "(a net plugin's devices are the detected network ports) as the library does, and for\n"
     "--tuning NCCL_ALGO, NCCL_PROTO, NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS, NCCL_NTHREADS.\n";
 
 [[noreturn]] void usage(const std::string& problem) {
@@ -150,6 +152,20 @@ int printTuning(const braid::topo::Tuner& tuner, const braid::plan::AlgoProtoMas
   return 0;
 }
 
+/// The net plugin whose devices detection made the network ports, when there is one.
+void printNetPlugin() {
+  const auto plugin = braid::plugin::NetSession::probe(braid::params::process().string("NCCL_NET"));
+  if (!plugin || plugin->devices.empty()) return;
+  printf("Network ports from net plugin %s (v%d, %s):\n", plugin->name.c_str(), plugin->version, plugin->path.c_str());
+  for (size_t d = 0; d < plugin->devices.size(); ++d) {
+    const braid::plugin::NetDeviceProperties& p = plugin->devices[d];
+    printf("  NET/%zu %s: %d Mb/s, port %d, guid 0x%llx, ptrSupport 0x%x, %s\n", d, p.name.c_str(), p.speedMbps,
+           p.port, static_cast<unsigned long long>(p.guid), static_cast<unsigned>(p.ptrSupport),
+           p.pciPath.empty() ? "no PCI path (under the CPU)" : p.pciPath.c_str());
+  }
+  printf("\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -231,6 +247,7 @@ int main(int argc, char** argv) {
     printf("%s (%d GPUs, %d network ports, %d NUMA nodes)\n\n", title.c_str(), t->system.count(NodeType::Gpu),
            t->system.count(NodeType::Net), t->system.count(NodeType::Cpu));
     for (const std::string& note : t->system.notes) printf("note: %s\n", note.c_str());
+    if (request.detect && request.topoFile.empty()) printNetPlugin();
     printf("Nodes and links (GB/s):\n%s\n%s\n%s\n", t->system.describe().c_str(), describePaths(*t->paths).c_str(),
            describeDecisions(*t).c_str());
     printf("Rings%s:\n%s\n", request.nodes > 1 ? " (across machines)" : "", describeGraph(t->ring).c_str());

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -202,15 +203,12 @@ std::vector<DetectedDevice> ethernetPorts(const DetectOptions& options) {
     std::string speed = readLine(options.sysRoot + "/sys/class/net/" + name + "/speed");
     long mbps = speed.empty() ? -1 : atol(speed.c_str());
     d.element.name = "nic";
-    XmlNode& net = d.element.add("net");
-    net.set("name", name);
-    net.set("dev", std::to_string(dev++));
-    net.set("speed", std::to_string(mbps > 0 ? mbps : 10000));
-    net.set("port", "0");
-    net.set("latency", "0");
-    net.set("guid", "0x0");
-    net.set("maxconn", "65536");
-    net.set("gdr", "0");
+    NetPort port;
+    port.name = name;
+    port.dev = dev++;
+    port.speedMbps = mbps > 0 ? mbps : 10000;
+    port.maxConn = 65536;
+    addNetPort(d.element, port);
     out.push_back(std::move(d));
   }
   return out;
@@ -255,6 +253,21 @@ void completePcis(XmlNode& fileDoc, const XmlNode& detected) {
 
 }  // namespace
 
+void addNetPort(XmlNode& nic, const NetPort& port) {
+  XmlNode& net = nic.add("net");
+  net.set("name", port.name);
+  net.set("dev", std::to_string(port.dev));
+  net.set("speed", std::to_string(port.speedMbps));
+  net.set("port", std::to_string(port.port));
+  char text[32];
+  snprintf(text, sizeof text, "%g", port.latencyUs);
+  net.set("latency", text);
+  snprintf(text, sizeof text, "0x%llx", static_cast<unsigned long long>(port.guid));
+  net.set("guid", text);
+  net.set("maxconn", std::to_string(port.maxConn));
+  net.set("gdr", port.gdr ? "1" : "0");
+}
+
 DetectOptions detectOptionsFromParams() {
   auto& store = params::process();
   DetectOptions o;
@@ -263,6 +276,7 @@ DetectOptions detectOptionsFromParams() {
   o.verbsLibrary = store.string("BRAID_IBVERBS_LIBRARY");
   o.ibHca = store.string("NCCL_IB_HCA");
   o.hwlocLibrary = store.string("BRAID_HWLOC_LIBRARY");
+  if (auto plugin = plugin::NetSession::probe(store.string("NCCL_NET"))) o.netPluginDevices = std::move(plugin->devices);
   return o;
 }
 
@@ -271,7 +285,8 @@ XmlNode detectSystem(const DetectOptions& options) {
   XmlNode doc = sysfs.cpus(detectHwlocNumaNodes(options.hwlocLibrary));
   std::vector<std::pair<int, XmlNode>> unplaced;
   std::vector<DetectedDevice> devices = detectNvmlGpus(options.nvmlLibrary);
-  std::vector<DetectedDevice> ports = detectVerbsPorts(options.verbsLibrary, options.sysRoot, options.ibHca);
+  std::vector<DetectedDevice> ports = pluginNetPorts(options.netPluginDevices);  // the plugin's, when it carries it
+  if (ports.empty()) ports = detectVerbsPorts(options.verbsLibrary, options.sysRoot, options.ibHca);
   if (ports.empty()) ports = ethernetPorts(options);  // sockets carry the network then
   devices.insert(devices.end(), ports.begin(), ports.end());
   for (DetectedDevice& d : devices) {

@@ -5,11 +5,18 @@
 // and their NVLinks from NVML; InfiniBand/RoCE ports from libibverbs; Ethernet interfaces from
 // /sys/class/net when no RDMA port exists. NVML and libibverbs are opened with dlopen: where
 // a library or device is absent, that part is simply empty. Nothing here fails the caller.
+//
+// A net plugin (NCCL_NET_PLUGIN) that would carry the network (NCCL_NET's rule, the
+// transport's: plugin::NetSession::picks) replaces RDMA ports and Ethernet interfaces: each of
+// its devices is a NIC, under its PCI path when sysfs knows it, else under the CPU (NCCL's
+// virtual NICs).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
+#include "plugin/net_plugin.h"
 #include "topology/xml.h"
 
 namespace braid::topo {
@@ -21,11 +28,15 @@ struct DetectOptions {
   std::string hwlocLibrary = "libhwloc.so.15";
   std::string socketIfname;  ///< NCCL_SOCKET_IFNAME: which Ethernet interfaces count
   std::string ibHca;         ///< NCCL_IB_HCA: which RDMA devices and ports count
+  /// The net plugin's devices when it carries the network; when there are any they are the
+  /// network ports (pluginNetPorts), in place of RDMA ports and Ethernet interfaces.
+  std::vector<plugin::NetDeviceProperties> netPluginDevices;
 };
 
-/// From the parameter registry: NCCL_SOCKET_IFNAME, NCCL_IB_HCA, and BRAID_NVML_LIBRARY /
+/// From the parameter registry: NCCL_SOCKET_IFNAME, NCCL_IB_HCA, BRAID_NVML_LIBRARY /
 /// BRAID_IBVERBS_LIBRARY / BRAID_HWLOC_LIBRARY (which library to open; tests point them at
-/// doubles or at nothing).
+/// doubles or at nothing), and the devices of the net plugin NCCL_NET_PLUGIN and NCCL_NET
+/// pick (plugin::NetSession::probe: the plugin is loaded, once per process, to ask).
 DetectOptions detectOptionsFromParams();
 
 /// The document (one <system version="1">) describing this machine.
@@ -54,6 +65,26 @@ struct NumaNode {
 std::vector<NumaNode> detectHwlocNumaNodes(const std::string& library);
 /// CPU numbers as NCCL's affinity text: 32-bit hex words, most significant first, commas.
 std::string cpuMaskText(const std::vector<int>& cpus);
+
+/// One network port of a NIC, as every source describes it (<net> in NCCL's schema).
+struct NetPort {
+  std::string name;    ///< the device's name ("mlx5_0", "eth0", a plugin's)
+  int dev = 0;         ///< its number among the network ports (the transport's device index)
+  long speedMbps = 0;
+  int port = 0;
+  double latencyUs = 0;
+  uint64_t guid = 0;
+  int maxConn = 0;
+  bool gdr = false;    ///< GPU memory can be registered (GPU Direct RDMA)
+};
+/// Appends `port` to `nic` (a <nic>) as <net name dev speed port latency guid maxconn gdr/>.
+void addNetPort(XmlNode& nic, const NetPort& port);
+
+/// The net plugin's devices as NICs, one per device, numbered as the plugin numbers them: a
+/// pciPath naming a PCI function gives its bus id (where sysfs places it), else none (the NIC
+/// sits under the CPU); speed in Mb/s, port, guid, latency, maxComms; gdr when ptrSupport
+/// includes NCCL_PTR_CUDA.
+std::vector<DetectedDevice> pluginNetPorts(const std::vector<plugin::NetDeviceProperties>& devices);
 
 /// Every GPU NVML reports, as <gpu dev sm rank gdr> with its <nvlink>s; empty without NVML.
 std::vector<DetectedDevice> detectNvmlGpus(const std::string& library);

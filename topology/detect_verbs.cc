@@ -117,17 +117,15 @@ std::vector<DetectedDevice> detectVerbsPorts(const std::string& library, const s
         continue;
       }
       if (pa.link_layer == IBV_LINK_LAYER_ETHERNET) d.pciClass = "0x020000";
-      XmlNode& net = d.element.add("net");
-      net.set("name", name);
-      net.set("dev", std::to_string(netDev++));
-      net.set("speed", std::to_string(static_cast<long>(laneMbps(pa.active_speed)) * lanes(pa.active_width)));
-      net.set("port", std::to_string(port));
-      net.set("latency", "0");
-      char guid[32];
-      snprintf(guid, sizeof guid, "0x%llx", static_cast<unsigned long long>(attr.node_guid));
-      net.set("guid", guid);
-      net.set("maxconn", std::to_string(attr.max_qp));
-      net.set("gdr", gdr ? "1" : "0");
+      NetPort net;
+      net.name = name;
+      net.dev = netDev++;
+      net.speedMbps = static_cast<long>(laneMbps(pa.active_speed)) * lanes(pa.active_width);
+      net.port = port;
+      net.guid = attr.node_guid;
+      net.maxConn = attr.max_qp;
+      net.gdr = gdr;
+      addNetPort(d.element, net);
       ibv_gid gid{};
       if (queryGid && queryGid(ctx, static_cast<uint8_t>(port), 0, &gid) == 0)
         BRAID_INFO(log::kGraph, "%s port %d (%s): GID[0] %016llx:%016llx", name, port,

@@ -106,8 +106,8 @@ std::string System::describe() const {
         snprintf(buf, sizeof buf, " (%s, dev %d, port %d, %.1f GB/s%s)", n.netName.c_str(), n.netDev, n.port,
                  n.netBw, n.netGdr ? ", gdr" : "");
         break;
-      case NodeType::Nic:
-        snprintf(buf, sizeof buf, " (bus %s)", n.busId.c_str());
+      case NodeType::Nic:  // (no bus id: a virtual NIC, a net plugin's without a PCI path)
+        snprintf(buf, sizeof buf, n.busId.empty() ? " (no PCI device)" : " (bus %s)", n.busId.c_str());
         break;
       default:
         buf[0] = '\0';

@@ -173,7 +173,7 @@ std::string toDot(const System& sys, const std::string& title) {
         style = "shape=box3d, style=filled, fillcolor=\"#fdae6b\"";
         label += "\\nNUMA " + std::to_string(n.numa);
         break;
-      case NodeType::Nic: style = "shape=diamond, style=filled, fillcolor=\"#fff7bc\""; label = "NIC\\n" + n.busId; break;
+      case NodeType::Nic: style = "shape=diamond, style=filled, fillcolor=\"#fff7bc\""; label = "NIC\\n" + (n.busId.empty() ? "virtual" : n.busId); break;
       case NodeType::Net:
         style = "shape=oval, style=\"filled,dashed\", fillcolor=\"#c7e9c0\"";
         snprintf(buf, sizeof buf, "\\n%s\\n%.1f GB/s", n.netName.c_str(), n.netBw);

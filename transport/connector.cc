@@ -57,10 +57,11 @@ Kind Connector::networkKind() {
   if (networkKind_ != Kind::kP2p) return networkKind_;
   const std::string& net = options_.net;
   const bool wantIb = strcasecmp(net.c_str(), "IB") == 0;
-  if (!wantIb && strcasecmp(net.c_str(), "Socket") != 0) {
-    // A net plugin with devices comes first, as in NCCL; NCCL_NET may name it.
+  if (!plugin::NetSession::namesBuiltin(net)) {
+    // A net plugin with devices comes first, as in NCCL; NCCL_NET may name it (the topology's
+    // NICs follow the same rule: plugin::NetSession::probe).
     netSession_ = plugin::NetSession::open(options_.commHash, rank_);
-    if (netSession_ != nullptr && (net.empty() || strcasecmp(net.c_str(), netSession_->name().c_str()) == 0)) {
+    if (netSession_ != nullptr && plugin::NetSession::picks(net, netSession_->name())) {
       networkKind_ = Kind::kPlugin;
       BRAID_INFO(log::kInit | log::kNet, "NET/Plugin : Using net plugin %s (v%d), %d device(s)",
                  netSession_->name().c_str(), netSession_->version(), netSession_->devices());
@@ -132,6 +133,7 @@ netplugin::Settings Connector::pluginSettings(const Lane& lane) const {
   s.abortFlag = options_.abortFlag;
   s.session = netSession_;
   s.deviceHint = lane.hint;
+  s.port = lane.port;
   s.what = lane.what;
   return s;
 }

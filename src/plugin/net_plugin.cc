@@ -1,6 +1,7 @@
 #include "plugin/net_plugin.h"
 
 #include <nccl_net.h>
+#include <strings.h>
 
 #include <algorithm>
 #include <climits>
@@ -352,41 +353,80 @@ std::shared_ptr<LoadedNet> acquire() {
   return nullptr;
 }
 
+/// acquire(), with a failure to load said and remembered (no plugin then).
+std::shared_ptr<LoadedNet> acquireOrNone(Registry& r) {
+  try {
+    return acquire();
+  } catch (const std::exception& e) {
+    BRAID_WARN("NET/Plugin: %s; going on without a net plugin", e.what());
+    r.net = nullptr;
+    return nullptr;
+  }
+}
+
+/// Initialises `net` for a session (v11: each time, *context its answer; older versions: the
+/// first time) and, the first time, reads its devices. False (said, and the plugin dropped for
+/// the rest of the process, as NCCL does) when init fails or the devices are unusable.
+bool initialise(Registry& r, LoadedNet& net, uint64_t commHash, const std::string& who, void** context) {
+  const bool perComm = net.version == 11;
+  if (perComm || !net.initialised) {
+    const ncclResult_t ir = net.api->init(context, commHash);
+    if (ir != ncclSuccess) {
+      BRAID_WARN("NET/Plugin: %s: net plugin %s (v%d) init failed with %s %s; going on without a net plugin",
+                 net.library.path().c_str(), net.name.c_str(), net.version, NetSession::resultText(ir).c_str(),
+                 who.c_str());
+      r.net = nullptr;  // as NCCL: a plugin whose init failed is not tried again
+      return false;
+    }
+  }
+  if (!net.initialised) {
+    if (!checkDevices(net)) {
+      if (perComm) net.api->finalize(*context);
+      r.net = nullptr;
+      return false;
+    }
+    net.initialised = true;
+    BRAID_INFO(log::kInit | log::kNet, "NET/Plugin: Loaded net plugin %s (v%d) from %s, %zu device(s)",
+               net.name.c_str(), net.version, net.library.path().c_str(), net.devices.size());
+  }
+  return true;
+}
+
 }  // namespace
+
+bool NetSession::picks(const std::string& net, const std::string& plugin) {
+  return net.empty() || strcasecmp(net.c_str(), plugin.c_str()) == 0;
+}
+
+bool NetSession::namesBuiltin(const std::string& net) {
+  return strcasecmp(net.c_str(), "IB") == 0 || strcasecmp(net.c_str(), "Socket") == 0;
+}
 
 std::shared_ptr<NetSession> NetSession::open(uint64_t commHash, int rank) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
-  std::shared_ptr<LoadedNet> net;
-  try {
-    net = acquire();
-  } catch (const std::exception& e) {
-    BRAID_WARN("NET/Plugin: %s; going on without a net plugin", e.what());
-    r.net = nullptr;
-  }
+  std::shared_ptr<LoadedNet> net = acquireOrNone(r);
   if (net == nullptr) return nullptr;
   void* context = nullptr;
-  const bool perComm = net->version == 11;
-  if (perComm || !net->initialised) {
-    const ncclResult_t ir = net->api->init(&context, commHash);
-    if (ir != ncclSuccess) {
-      BRAID_WARN("NET/Plugin: %s: net plugin %s (v%d) init failed with %s on rank %d; going on without a net plugin",
-                 net->library.path().c_str(), net->name.c_str(), net->version, resultText(ir).c_str(), rank);
-      r.net = nullptr;  // as NCCL: a plugin whose init failed is not tried again
-      return nullptr;
-    }
-  }
-  if (!net->initialised) {
-    if (!checkDevices(*net)) {
-      if (perComm) net->api->finalize(context);
-      r.net = nullptr;
-      return nullptr;
-    }
-    net->initialised = true;
-    BRAID_INFO(log::kInit | log::kNet, "NET/Plugin: Loaded net plugin %s (v%d) from %s, %zu device(s)",
-               net->name.c_str(), net->version, net->library.path().c_str(), net->devices.size());
-  }
+  if (!initialise(r, *net, commHash, "on rank " + std::to_string(rank), &context)) return nullptr;
   return std::shared_ptr<NetSession>(new NetSession(std::move(net), context));
+}
+
+std::optional<NetPluginDevices> NetSession::probe(const std::string& net) {
+  if (namesBuiltin(net)) return std::nullopt;
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  std::shared_ptr<LoadedNet> loaded = acquireOrNone(r);
+  if (loaded == nullptr || !picks(net, loaded->name)) return std::nullopt;
+  if (!loaded->initialised) {
+    void* context = nullptr;
+    if (!initialise(r, *loaded, 0, "(for the topology)", &context)) return std::nullopt;
+    if (loaded->version == 11) {
+      const ncclResult_t fr = loaded->api->finalize(context);
+      if (fr != ncclSuccess) BRAID_WARN("NET/Plugin: %s finalize failed with %s", loaded->name.c_str(), resultText(fr).c_str());
+    }
+  }
+  return NetPluginDevices{loaded->name, loaded->version, loaded->library.path(), loaded->devices};
 }
 
 NetSession::NetSession(std::shared_ptr<LoadedNet> net, void* context) : net_(std::move(net)), context_(context) {}

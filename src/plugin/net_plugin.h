@@ -15,11 +15,16 @@
 // version is driven through NetSession's calls, which take v11's arguments (size_t sizes, one
 // receive per irecv) and never throw: they return the plugin's result, or ncclInternalError for
 // an answer that breaks the interface (a negative size, a size beyond what was posted).
+//
+// Which network a process uses is one rule, the transport's and the topology's (picks): the
+// plugin when NCCL_NET is unset or names it, Braid's own IB or Socket otherwise. The topology
+// asks for the plugin's devices (probe) before any communicator connects: they are its NICs.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,6 +55,14 @@ struct NetDeviceProperties {
   uint64_t maxP2pBytes = 0;  ///< 0: not said (before v9)
 };
 
+/// The loaded plugin and its devices, as the topology sees them.
+struct NetPluginDevices {
+  std::string name;  ///< the plugin's name (NCCL_NET selects by it)
+  int version = 0;
+  std::string path;  ///< the library's path
+  std::vector<NetDeviceProperties> devices;
+};
+
 struct LoadedNet;
 
 /// A communicator's use of the net plugin.
@@ -58,6 +71,20 @@ class NetSession {
   /// The plugin's session for a communicator, loading the library first if this process has
   /// not looked yet; nullptr when there is none to use (said in the log). Never throws.
   static std::shared_ptr<NetSession> open(uint64_t commHash, int rank);
+
+  /// NCCL_NET's rule: whether NCCL_NET (`net`: "" unset, any case) lets a plugin named
+  /// `plugin` carry the network: when unset (a plugin with devices comes before IB and
+  /// Socket, as in NCCL) or when it names the plugin.
+  static bool picks(const std::string& net, const std::string& plugin);
+  /// Whether NCCL_NET names one of Braid's own networks (IB, Socket): then no plugin is opened.
+  static bool namesBuiltin(const std::string& net);
+
+  /// The plugin and its devices when NCCL_NET picks it (`net`, see picks), for the topology:
+  /// loaded as open loads it, the first time this process looks. A plugin not yet initialised
+  /// is initialised as open would (v11: with commHash 0, the context finalized at once), so
+  /// its devices are known before any communicator connects. nullopt when there is no plugin
+  /// to use, NCCL_NET names another network, or (said in the log) it failed. Never throws.
+  static std::optional<NetPluginDevices> probe(const std::string& net);
   ~NetSession();
   NetSession(const NetSession&) = delete;
   NetSession& operator=(const NetSession&) = delete;

@@ -650,3 +650,95 @@ TEST_CASE("PCI paths from sysfs: one switch is PIX, more bridges PXB, one root c
   CHECK(busIdText((int64_t(1) << 16) | (0x17 << 8) | (2 << 3) | 1) == "0001:17:02.1");
   fs::remove_all(root + "/sys");
 }
+
+TEST_CASE("A net plugin's devices are the NICs: under their PCI path when sysfs has it, else under the CPU",
+          "[topology][detect]") {
+  namespace fs = std::filesystem;
+  braid::test::TempDir dir;
+  const std::string root = dir.path();
+  const std::string rootPort = "/sys/devices/pci0000:00/0000:00:01.0";
+  fs::create_directories(root + rootPort + "/0000:01:00.0");
+  std::ofstream(root + rootPort + "/class") << "0x060400\n";
+  std::ofstream(root + rootPort + "/0000:01:00.0/class") << "0x020000\n";
+  std::ofstream(root + rootPort + "/0000:01:00.0/max_link_speed") << "16.0 GT/s PCIe\n";
+  std::ofstream(root + rootPort + "/0000:01:00.0/max_link_width") << "16\n";
+  fs::create_directories(root + "/sys/bus/pci/devices");
+  fs::create_directory_symlink(root + rootPort + "/0000:01:00.0", root + "/sys/bus/pci/devices/0000:01:00.0");
+  fs::create_directory_symlink(root + rootPort, root + "/sys/bus/pci/devices/0000:00:01.0");
+
+  std::vector<braid::plugin::NetDeviceProperties> devices(3);
+  devices[0].name = "fabric0";
+  devices[0].pciPath = rootPort + "/0000:01:00.0";  // (as NCCL's plugins give it: a sysfs path)
+  devices[0].guid = 0xabc;
+  devices[0].port = 1;
+  devices[0].speedMbps = 400000;
+  devices[0].ptrSupport = 0x1 | 0x2;  // NCCL_PTR_HOST | NCCL_PTR_CUDA
+  devices[0].maxComms = 1024;
+  devices[1].name = "fabric1";      // virtual: no PCI path
+  devices[1].port = 2;
+  devices[1].speedMbps = 100000;
+  devices[1].ptrSupport = 0x1;
+  devices[2].name = "fabric2";
+  devices[2].pciPath = "/sys/devices/pci0000:00/0000:00:09.0/0000:0A:00.0";  // sysfs does not know it
+  devices[2].speedMbps = 25000;
+
+  const std::vector<DetectedDevice> ports = pluginNetPorts(devices);
+  REQUIRE(ports.size() == 3);
+  CHECK(ports[0].busId == "0000:01:00.0");
+  CHECK(ports[1].busId.empty());
+  CHECK(ports[2].busId == "0000:0a:00.0");
+  REQUIRE(ports[0].element.children.size() == 1);
+  const XmlNode& net0 = ports[0].element.children[0];
+  CHECK(net0.attrOr("name", "") == "fabric0");
+  CHECK(net0.attrOr("dev", "") == "0");
+  CHECK(net0.attrOr("speed", "") == "400000");
+  CHECK(net0.attrOr("port", "") == "1");
+  CHECK(net0.attrOr("guid", "") == "0xabc");
+  CHECK(net0.attrOr("maxconn", "") == "1024");
+  CHECK(net0.attrOr("gdr", "") == "1");
+  CHECK(ports[1].element.children.at(0).attrOr("gdr", "") == "0");
+
+  DetectOptions o;
+  o.sysRoot = root;
+  o.nvmlLibrary = "libbraid-no-such-nvml.so";
+  o.hwlocLibrary = "libbraid-no-such-hwloc.so";
+  o.verbsLibrary = env("BRAID_FAKE_VERBS");  // (its RDMA ports are replaced by the plugin's)
+  o.netPluginDevices = devices;
+  const System s = buildSystem(detectSystem(o), "detection");
+  REQUIRE(s.count(NodeType::Net) == 3);
+  REQUIRE(s.count(NodeType::Nic) == 3);
+  const Node& n0 = s.nodes[net(s, 0)];
+  CHECK(n0.netName == "fabric0");
+  CHECK(n0.netBw == Approx(50));
+  CHECK(n0.port == 1);
+  CHECK(n0.guid == 0xabc);
+  CHECK(n0.netGdr);
+  CHECK(n0.maxConn == 1024);
+  CHECK(s.nodes[net(s, 1)].netName == "fabric1");
+  CHECK(s.nodes[net(s, 1)].netBw == Approx(12.5));
+  CHECK_FALSE(s.nodes[net(s, 1)].netGdr);
+  CHECK(s.nodes[net(s, 2)].netName == "fabric2");
+  // Where each NIC hangs: fabric0 below its root port, fabric1 and fabric2 on the CPU.
+  auto nicOf = [&](int netNode) {
+    for (const Link& l : s.nodes[netNode].links)
+      if (s.nodes[l.to].type == NodeType::Nic) return l.to;
+    return -1;
+  };
+  auto above = [&](int nic) {
+    std::string out;
+    for (const Link& l : s.nodes[nic].links)
+      if (s.nodes[l.to].type != NodeType::Net) out += s.nodes[l.to].label() + " ";
+    return out;
+  };
+  CHECK(s.nodes[nicOf(net(s, 0))].busId == "0000:01:00.0");
+  CHECK(above(nicOf(net(s, 0))) == "PCI/0000:00:01.0 ");
+  CHECK(above(nicOf(net(s, 1))) == "CPU/0 ");
+  CHECK(s.nodes[nicOf(net(s, 2))].busId == "0000:0a:00.0");
+  CHECK(above(nicOf(net(s, 2))) == "CPU/0 ");
+  // No plugin devices: the RDMA ports of the verbs double (or, without it, Ethernet) as before.
+  o.netPluginDevices.clear();
+  const System without = buildSystem(detectSystem(o), "detection");
+  for (int n : without.of(NodeType::Net)) CHECK(without.nodes[n].netName.rfind("fabric", 0) == std::string::npos);
+  CHECK(without.count(NodeType::Net) >= 1);
+  fs::remove_all(root + "/sys");
+}

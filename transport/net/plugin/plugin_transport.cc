@@ -34,8 +34,23 @@ uint64_t extraBytes(const FifoSizes& sizes, bool isSend) {
   return kStagingOffset + (isSend ? 0 : kernels::kSteps * stagingCapacity(sizes));
 }
 
-int chooseDevice(const Settings& s) {
+/// The device a connection uses: the topology's (s.port, "name:port") when the plugin has it,
+/// else s.deviceHint modulo the devices; *planned says which.
+int chooseDevice(const Settings& s, bool* planned = nullptr) {
   const int n = s.session->devices();
+  if (planned != nullptr) *planned = false;
+  if (!s.port.empty()) {
+    for (int dev = 0; dev < n; ++dev) {
+      const plugin::NetDeviceProperties& p = s.session->properties(dev);
+      if (p.name + ":" + std::to_string(p.port) != s.port) continue;
+      if (planned != nullptr) *planned = true;
+      return dev;
+    }
+    if (planned != nullptr) {
+      BRAID_INFO(log::kNet, "NET/Plugin: %s: rank %d: net plugin %s has no device %s (the topology's port); choosing "
+                 "by number", s.what.c_str(), s.rank, s.session->name().c_str(), s.port.c_str());
+    }
+  }
   return n > 0 ? (s.deviceHint % n + n) % n : 0;
 }
 
@@ -55,8 +70,12 @@ class PluginEnd : public EndPump {
   PluginEnd(const FifoSizes& sizes, bool isSend, const Settings& s, int peer)
       : EndPump(sizes, extraBytes(sizes, isSend), isSend, s.rank, peer, ""),
         session_(s.session),
-        device_(chooseDevice(s)),
-        what_(s.what) {}
+        device_(chooseDevice(s, &planned_)),
+        what_(s.what) {
+    const plugin::NetDeviceProperties& p = session_->properties(device_);
+    where_ = session_->name() + " device " + std::to_string(device_) + " (" + p.name + ":" + std::to_string(p.port) +
+             (planned_ ? ", the topology's port; " : ", by number; ") + what_;
+  }
   ~PluginEnd() override { release(); }
 
   void close() override {
@@ -166,8 +185,10 @@ class PluginEnd : public EndPump {
   }
 
   std::shared_ptr<plugin::NetSession> session_;
+  bool planned_ = false;  // device_ is the topology's port
   int device_;
   std::string what_;
+  std::string where_;  // "loopback device 1 (loop1:1, the topology's port; ring0": for the log
   void* comm_ = nullptr;
   void* listenComm_ = nullptr;
   void* mhandle_ = nullptr;
@@ -222,8 +243,8 @@ class SendEnd final : public PluginEnd {
     std::vector<net::Socket> sockets;
     sockets.push_back(std::move(sock));
     adoptSockets(std::move(sockets));
-    BRAID_INFO(log::kNet, "NET/Plugin: rank %d -> rank %d through %s device %d (%s; control %s)", s.rank, peer,
-               session_->name().c_str(), device_, s.what.c_str(), peerName_.c_str());
+    BRAID_INFO(log::kNet, "NET/Plugin: rank %d -> rank %d through %s; control %s)", s.rank, peer, where_.c_str(),
+               peerName_.c_str());
   }
 
   bool progress(const pollfd* polled) override {
@@ -391,8 +412,8 @@ class RecvEnd final : public PluginEnd {
     }
     if (comm_ != nullptr && !acceptor_.listening()) {
       connected_ = true;
-      BRAID_INFO(log::kNet, "NET/Plugin: rank %d <- rank %d through %s device %d (%s; control %s)", rank_, peer_,
-                 session_->name().c_str(), device_, what_.c_str(), peerName_.c_str());
+      BRAID_INFO(log::kNet, "NET/Plugin: rank %d <- rank %d through %s; control %s)", rank_, peer_, where_.c_str(),
+                 peerName_.c_str());
     }
     return moved;
   }

@@ -47,6 +47,7 @@ struct Settings {
   const uint32_t* abortFlag = nullptr;
   std::shared_ptr<plugin::NetSession> session;  ///< the communicator's net plugin
   int deviceHint = 0;                ///< which of the plugin's devices (modulo their count)
+  std::string port;                  ///< the device the topology chose ("loop1:1": name:port; "": by deviceHint)
   std::string what;                  ///< the connection, for the log ("ring3", "p2p0")
 };
 
