@@ -62,6 +62,8 @@ for net in Socket Plugin; do
   fi
 done
 
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+before=$(load)
 socket=()
 plug=()
 for i in $(seq "$repeats"); do
@@ -77,6 +79,7 @@ sm=$(printf '%s\n' "${socket[@]}" | median)
 pm=$(printf '%s\n' "${plug[@]}" | median)
 
 echo "# 64 MiB all_reduce busbw, 4 ranks on 2 namespaces (veth + bridge), medians of $repeats"
+echo "# $(nproc) CPUs; load average $before before, $(load) after"
 printf '%-8s %10s   %s\n' "net" "GB/s" "runs"
 printf '%-8s %10s   %s\n' "socket" "$sm" "${socket[*]}"
 printf '%-8s %10s   %s\n' "plugin" "$pm" "${plug[*]}"
