@@ -586,6 +586,36 @@ TEST_CASE("a v11 net plugin carries AllReduce, AllGather, Broadcast and Send/Rec
   CHECK(occurrences(out, "loopback net: more than") == 0);  // never beyond 8 requests a comm
 }
 
+TEST_CASE("a net plugin with maxRecvs 8 carries the collectives between 4 processes, one receive per irecv",
+          "[plugins][net]") {
+  const std::string out = runNetDriver("NCCL_NET_PLUGIN=" + plugin("net-recvs8"), std::string("4 destroy") + kCounts);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("all ranks ok"));
+  CHECK(occurrences(out, ": 300000 ok") == 4);
+  CHECK(occurrences(out, "NET/Plugin : Using net plugin loopback-recvs (v11), 2 device(s)") == 4);
+  CHECK(occurrences(out, "maxRecvs 8,") == 8);  // 2 devices per process
+  CHECK(occurrences(out, "via NET/Plugin") >= 8);
+  CHECK(occurrences(out, "via NET/Socket") == 0);
+  CHECK(occurrences(out, "NCCL WARN") == 0);
+  CHECK(occurrences(out, "loopback net: more than") == 0);  // never beyond 8 requests a comm
+  CHECK(occurrences(out, "loopback net: an irecv of") == 0);  // never more receives than maxRecvs
+}
+
+TEST_CASE("the loopback net plugin's irecv: n receives matched by tag up to maxRecvs, refused beyond",
+          "[plugins][net]") {
+  const std::string program = pluginDir() + "/net_multirecv";
+  SECTION("maxRecvs 8") {
+    const std::string out = braid::test::runCommand("timeout 60 " + program + " " + plugin("net-recvs8") + " 8 2>&1");
+    INFO(out);
+    CHECK_THAT(out, Catch::Contains("multirecv: ok"));
+  }
+  SECTION("maxRecvs 1") {
+    const std::string out = braid::test::runCommand("timeout 60 " + program + " " + plugin("net-loopback") + " 1 2>&1");
+    INFO(out);
+    CHECK_THAT(out, Catch::Contains("multirecv: ok"));
+  }
+}
+
 TEST_CASE("a net plugin found by name and chosen by NCCL_NET, 4 ranks, ended by abort", "[plugins][net]") {
   const std::string out = runNetDriver("LD_LIBRARY_PATH=" + pluginDir() + " NCCL_NET_PLUGIN=loopback NCCL_NET=LoopBack",
                                        std::string("4 abort") + kCounts);

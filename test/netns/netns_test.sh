@@ -1,6 +1,7 @@
 #!/bin/bash
 # Suite netns: ranks on separate "hosts" made of network namespaces, talking through the socket
-# transport (and the verbs transport over its test double), as jobs across machines do.
+# transport (and the verbs transport over its test double, and a net plugin), as jobs across
+# machines do.
 #
 # A hub namespace holds a bridge; each host namespace is joined to it by a veth pair and gets a
 # private address from 198.18.0.0/15 (RFC 2544's range for network tests), which exists only
@@ -10,8 +11,9 @@
 # happened.
 #
 #   netns_test.sh BUILD_DIR
-# needs BUILD_DIR/perf/*_perf and BUILD_DIR/test/rank_main. Exits 77 (meson: skipped) with the
-# reason when namespaces cannot be made (not root, no ip, no permission).
+# needs BUILD_DIR/perf/*_perf, BUILD_DIR/test/rank_main and BUILD_DIR/test/plugins. Exits 77
+# (meson: skipped) with the reason when namespaces cannot be made (not root, no ip, no
+# permission).
 set -u
 build=$(cd "$1" && pwd)
 perf="$build/perf"
@@ -107,6 +109,29 @@ if [ -f "$verbs" ]; then
   check "the log names the verbs transport" grep -q "via NET/IB" "$out/0"
 else
   echo "skipped the verbs transport: $verbs was not built (no verbs headers)"
+fi
+
+# A net plugin across the namespaces: test/plugins/net_loopback.c (TCP; each rank's plugin
+# listens on the address of its namespace's interface, NCCL_SOCKET_IFNAME) carries what goes
+# between hosts, shared memory what stays inside one; then its maxRecvs-8 build.
+plugins="$build/test/plugins"
+if [ -f "$plugins/libnccl-net-loopback.so" ] && [ -f "$plugins/libnccl-net-recvs8.so" ]; then
+  for tool in all_reduce all_gather broadcast sendrecv reduce_scatter; do
+    run_job 4 2 120 "NCCL_NET_PLUGIN=$plugins/libnccl-net-loopback.so" -- "$perf/${tool}_perf" -b 8 -e 4M -f 16 -n 3 -w 1 -c 1
+    check "$tool 2x2 over the loopback net plugin" grep -q "Out of bounds values : 0 OK" "$out/0"
+  done
+  run_job 4 2 120 "NCCL_NET_PLUGIN=$plugins/libnccl-net-loopback.so NCCL_SHM_DISABLE=1 NCCL_P2P_DISABLE=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=NET" \
+    -- "$perf/all_reduce_perf" -b 8 -e 4M -f 16 -n 3 -w 1 -c 1
+  check "all_reduce 2x2 over the loopback net plugin, every pair on the network" grep -q "Out of bounds values : 0 OK" "$out/0"
+  check "the log names the net plugin, not the socket transport" \
+    sh -c "grep -q 'via NET/Plugin' '$out/0' && ! grep -q 'via NET/Socket' '$out/0'"
+  for tool in all_reduce all_gather broadcast sendrecv; do
+    run_job 4 2 120 "NCCL_NET_PLUGIN=$plugins/libnccl-net-recvs8.so" -- "$perf/${tool}_perf" -b 8 -e 4M -f 16 -n 3 -w 1 -c 1
+    check "$tool 2x2 over the maxRecvs-8 loopback net plugin" grep -q "Out of bounds values : 0 OK" "$out/0"
+  done
+else
+  echo "FAILED: the loopback net plugins were not built in $plugins"
+  failures=$((failures + 1))
 fi
 
 # A rank killed on one host: the ranks on the others fail with ncclRemoteError, promptly.

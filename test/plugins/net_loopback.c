@@ -1,13 +1,20 @@
 /*
  * A net plugin for Braid's tests, written against include/nccl_net.h: TCP between processes
- * of one machine (127.0.0.1, or NET_LOOPBACK_ADDR), host memory only, 2 devices (both the same
- * loopback), maxRecvs 1. Exports ncclNetPlugin_v11 (and, to be seen and left alone, a
- * ncclCollNetPlugin_v9 whose functions are NULL), or with -DNET_V6_ONLY only ncclNetPlugin_v6.
+ * (127.0.0.1, or NET_LOOPBACK_ADDR, or the IPv4 address of the interface NCCL_SOCKET_IFNAME
+ * names exactly), host memory only, 2 devices (both the same address), maxRecvs 1. Exports
+ * ncclNetPlugin_v11 (and, to be seen and left alone, a ncclCollNetPlugin_v9 whose functions are
+ * NULL), or with -DNET_V6_ONLY only ncclNetPlugin_v6.
  *
- * Every message is an 8-byte length, then its bytes; requests on a comm move in the order they
- * were posted, progressed by test. The plugin checks what Braid does: more than
- * NCCL_NET_MAX_REQUESTS_V6 (8) requests on a comm, a memory handle that is not the comm's, or
- * data outside the registered range fail the call (and say so in the log).
+ * Every message is a 16-byte header (its length and tag), then its bytes; requests on a comm
+ * move in the order they were posted, progressed by test. A receive request takes the next
+ * messages of the stream, one per receive, each landing in the receive whose tag it carries.
+ * The plugin checks what Braid does: more than NCCL_NET_MAX_REQUESTS_V6 (8) requests on a
+ * comm, an irecv of more receives than maxRecvs, a memory handle that is not the comm's, data
+ * outside the registered range, or a message whose tag no receive of the request waits for,
+ * fail the call (and say so in the log).
+ *
+ * -DNET_MAX_RECVS=8: maxRecvs 8, and an irecv takes 1..8 receives (each its own buffer, size
+ * and tag) in one request, done when all are, whose test reports each one's size.
  *
  * Variants for the bad-plugin tests: -DNET_FAIL_ISEND (the 3rd isend of the process fails with
  * ncclSystemError), -DNET_INIT_FAILS, -DNET_NO_DEVICES (devices() reports 0), -DNET_NO_SYMBOL
@@ -17,6 +24,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -57,6 +65,12 @@ LAYOUT(smallStructs, sizeof(ncclNetDeviceHandle_v7_t) == 32 && sizeof(ncclNetCom
                          sizeof(ncclNetSGE_v11_t) == 24 && sizeof(ncclNetVDeviceProps_v11_t) == 20);
 
 #define MAX_REQUESTS NCCL_NET_MAX_REQUESTS_V6
+#ifdef NET_MAX_RECVS
+#define MAX_RECVS NET_MAX_RECVS
+#else
+#define MAX_RECVS 1
+#endif
+LAYOUT(maxRecvs, MAX_RECVS >= 1 && MAX_RECVS <= NCCL_NET_MAX_REQUESTS);
 #define HANDLE_MAGIC 0x4c4f4f50u /* "LOOP" */
 
 static ncclDebugLogger_t logger;
@@ -76,16 +90,34 @@ struct listenComm {
   uint64_t nonce;
 };
 
+/* What precedes every message on the stream. */
+struct wire {
+  uint64_t len;
+  int32_t tag;
+  uint32_t pad;
+};
+#define HEADER ((size_t)sizeof(struct wire))
+
+/* One buffer of a request: a send's, or one receive of an irecv. */
+struct part {
+  char* data;
+  size_t size;  /* posted (receive: at most) */
+  int tag;
+  uint64_t len; /* what arrived (receive), once filled */
+  int filled;
+};
+
 struct comm;
 struct request {
   struct comm* owner;
   int used;
   int isSend;
-  char* data;
-  size_t size;    /* posted (receive: at most) */
-  uint64_t len;   /* the message's length (receive: once its header arrived) */
-  size_t done;    /* bytes of header + data moved */
-  int complete;
+  int n; /* parts */
+  struct part parts[MAX_RECVS];
+  int nDone;        /* parts whose message has moved */
+  int cur;          /* the part the current message is for; receive: -1 until its header is in */
+  struct wire head; /* the current message's header */
+  size_t done;      /* bytes of the current message (header + data) moved */
 };
 
 struct comm {
@@ -133,13 +165,32 @@ static void fillCommon(int dev, char** name, char** pciPath, uint64_t* guid, int
   *port = 1;
   *latency = 0;
   *maxComms = 65536;
-  *maxRecvs = 1;
+  *maxRecvs = MAX_RECVS;
 }
 
+/* NET_LOOPBACK_ADDR, else the IPv4 address of the one interface NCCL_SOCKET_IFNAME names
+ * ("eth0" or "=eth0"; lists and prefixes are not looked at), else 127.0.0.1: ranks in separate
+ * network namespaces listen on their own namespace's address. */
 static struct in_addr localAddress(void) {
   struct in_addr a;
+  a.s_addr = htonl(INADDR_LOOPBACK);
   const char* text = getenv("NET_LOOPBACK_ADDR");
-  if (text == NULL || inet_pton(AF_INET, text, &a) != 1) a.s_addr = htonl(INADDR_LOOPBACK);
+  if (text != NULL) {
+    if (inet_pton(AF_INET, text, &a) != 1) a.s_addr = htonl(INADDR_LOOPBACK);
+    return a;
+  }
+  const char* name = getenv("NCCL_SOCKET_IFNAME");
+  if (name == NULL) return a;
+  if (name[0] == '=') ++name;
+  struct ifaddrs* list = NULL;
+  if (name[0] == '\0' || strchr(name, ',') != NULL || getifaddrs(&list) != 0) return a;
+  for (struct ifaddrs* i = list; i != NULL; i = i->ifa_next) {
+    if (i->ifa_addr != NULL && i->ifa_addr->sa_family == AF_INET && strcmp(i->ifa_name, name) == 0) {
+      a = ((const struct sockaddr_in*)i->ifa_addr)->sin_addr;
+      break;
+    }
+  }
+  freeifaddrs(list);
   return a;
 }
 
@@ -267,38 +318,51 @@ static ncclResult_t loopDeregMr(void* comm, void* mhandle) {
   return ncclSuccess;
 }
 
-/* A new request, after checking what Braid passes. */
-static ncclResult_t post(struct comm* c, void* data, size_t size, void* mhandle, void** request) {
+/* Whether size bytes at data lie in the comm's registered memory mhandle (else says so). */
+static int inRegistered(const struct comm* c, const void* data, size_t size, const void* mhandle) {
   const struct mr* m = (const struct mr*)mhandle;
-  if (m == NULL || m->comm != c || (char*)data < m->base || size > m->bytes ||
-      (size_t)((char*)data - m->base) > m->bytes - size) {
+  if (m == NULL || m->comm != c || (const char*)data < m->base || size > m->bytes ||
+      (size_t)((const char*)data - m->base) > m->bytes - size) {
     LOG(NCCL_LOG_WARN, "loopback net: %zu bytes at %p are not in the registered memory of this comm", size, data);
-    return ncclInternalError;
+    return 0;
   }
-  int used = 0, free_ = -1;
-  for (int i = 0; i < MAX_REQUESTS; ++i) {
-    if (c->reqs[i].used) ++used;
-    else if (free_ < 0) free_ = i;
-  }
+  return 1;
+}
+
+/* A new request of n parts, after checking what Braid passes. */
+static ncclResult_t post(struct comm* c, int n, void** data, const size_t* sizes, const int* tags, void** mhandles,
+                         void** request) {
+  for (int i = 0; i < n; ++i)
+    if (!inRegistered(c, data[i], sizes[i], mhandles[i])) return ncclInternalError;
+  int free_ = -1;
+  for (int i = 0; i < MAX_REQUESTS && free_ < 0; ++i)
+    if (!c->reqs[i].used) free_ = i;
   if (free_ < 0) {
     LOG(NCCL_LOG_WARN, "loopback net: more than %d requests posted on one comm", MAX_REQUESTS);
     return ncclInternalError;
   }
-  (void)used;
   struct request* r = &c->reqs[free_];
   memset(r, 0, sizeof *r);
   r->owner = c;
   r->used = 1;
   r->isSend = c->isSend;
-  r->data = (char*)data;
-  r->size = size;
-  r->len = size;
+  r->n = n;
+  for (int i = 0; i < n; ++i) {
+    r->parts[i].data = (char*)data[i];
+    r->parts[i].size = sizes[i];
+    r->parts[i].tag = tags[i];
+  }
+  r->cur = c->isSend ? 0 : -1;
+  if (c->isSend) {
+    r->head.len = sizes[0];
+    r->head.tag = tags[0];
+  }
   c->order[c->nOrder++] = free_;
   *request = r;
   return ncclSuccess;
 }
 
-static ncclResult_t isendAny(void* sendComm, void* data, size_t size, void* mhandle, void** request) {
+static ncclResult_t isendAny(void* sendComm, void* data, size_t size, int tag, void* mhandle, void** request) {
 #ifdef NET_FAIL_ISEND
   static int calls = 0;
   if (__atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED) == 3) {
@@ -308,67 +372,107 @@ static ncclResult_t isendAny(void* sendComm, void* data, size_t size, void* mhan
 #endif
   struct comm* c = (struct comm*)sendComm;
   if (c == NULL || !c->isSend) return ncclInternalError;
-  return post(c, data, size, mhandle, request);
+  return post(c, 1, &data, &size, &tag, &mhandle, request);
 }
 
-static ncclResult_t irecvAny(void* recvComm, int n, void* data, size_t size, void* mhandle, void** request) {
+static ncclResult_t irecvAny(void* recvComm, int n, void** data, const size_t* sizes, const int* tags, void** mhandles,
+                             void** request) {
   struct comm* c = (struct comm*)recvComm;
-  if (c == NULL || c->isSend || n != 1) return ncclInternalError;
-  return post(c, data, size, mhandle, request);
+  if (c == NULL || c->isSend) return ncclInternalError;
+  if (n < 1 || n > MAX_RECVS) {
+    LOG(NCCL_LOG_WARN, "loopback net: an irecv of %d receives; this plugin reports maxRecvs %d", n, MAX_RECVS);
+    return ncclInvalidArgument;
+  }
+  return post(c, n, data, sizes, tags, mhandles, request);
 }
 
-/* Moves the oldest requests' bytes as far as the socket allows. */
+/* Moves up to len bytes at at through the comm's socket: 1 when some moved, 0 when the socket
+ * would block, -1 when the connection broke (the peer closed, or an error). */
+static int moveBytes(struct comm* c, int isSend, char* at, size_t len, size_t* moved) {
+  ssize_t n = isSend ? send(c->fd, at, len, MSG_NOSIGNAL | MSG_DONTWAIT) : recv(c->fd, at, len, MSG_DONTWAIT);
+  if (n > 0) {
+    *moved += (size_t)n;
+    return 1;
+  }
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
+  c->broken = 1;
+  return -1;
+}
+
+/* The receive of r that a message with this header lands in: the first unfilled one with its
+ * tag (-1, said in the log, when none waits for it or it does not fit). */
+static int matchReceive(const struct request* r) {
+  for (int i = 0; i < r->n; ++i) {
+    const struct part* p = &r->parts[i];
+    if (p->filled || p->tag != r->head.tag) continue;
+    if (r->head.len > p->size) {
+      LOG(NCCL_LOG_WARN, "loopback net: a message of %llu bytes for a receive of %zu",
+          (unsigned long long)r->head.len, p->size);
+      return -1;
+    }
+    return i;
+  }
+  LOG(NCCL_LOG_WARN, "loopback net: a message with tag %d matches none of the %d receive(s) of its request",
+      r->head.tag, r->n);
+  return -1;
+}
+
+/* Moves request r's messages as far as the socket allows: 1 when all moved, 0 when the socket
+ * would block, -1 when the connection broke. */
+static int progressRequest(struct comm* c, struct request* r) {
+  while (r->nDone < r->n) {
+    int m;
+    if (r->done < HEADER) {
+      m = moveBytes(c, r->isSend, (char*)&r->head + r->done, HEADER - r->done, &r->done);
+      if (m <= 0) return m;
+      if (r->done == HEADER && !r->isSend && (r->cur = matchReceive(r)) < 0) {
+        c->broken = 1;
+        return -1;
+      }
+      continue;
+    }
+    struct part* p = &r->parts[r->cur];
+    const size_t off = r->done - HEADER;
+    if (off < r->head.len) {
+      m = moveBytes(c, r->isSend, p->data + off, r->head.len - off, &r->done);
+      if (m <= 0) return m;
+      continue;
+    }
+    p->len = r->head.len;
+    p->filled = 1;
+    ++r->nDone;
+    r->done = 0;
+    if (!r->isSend) r->cur = -1;
+  }
+  return 1;
+}
+
+/* Moves the oldest requests' messages as far as the socket allows. */
 static ncclResult_t progress(struct comm* c) {
   while (c->nOrder > 0 && !c->broken) {
-    struct request* r = &c->reqs[c->order[0]];
-    for (;;) {
-      ssize_t n;
-      if (r->done < 8) {
-        char* header = (char*)&r->len;
-        n = r->isSend ? send(c->fd, header + r->done, 8 - r->done, MSG_NOSIGNAL | MSG_DONTWAIT)
-                      : recv(c->fd, header + r->done, 8 - r->done, MSG_DONTWAIT);
-      } else if (r->done - 8 < r->len) {
-        const size_t off = r->done - 8;
-        n = r->isSend ? send(c->fd, r->data + off, r->len - off, MSG_NOSIGNAL | MSG_DONTWAIT)
-                      : recv(c->fd, r->data + off, r->len - off, MSG_DONTWAIT);
-      } else {
-        break;
-      }
-      if (n == 0 && !r->isSend) {
-        c->broken = 1;  /* the peer closed */
-        return ncclRemoteError;
-      }
-      if (n < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return ncclSuccess;
-        c->broken = 1;
-        return ncclRemoteError;
-      }
-      r->done += (size_t)n;
-      if (!r->isSend && r->done == 8 && r->len > r->size) {
-        LOG(NCCL_LOG_WARN, "loopback net: a message of %llu bytes for a receive of %zu", (unsigned long long)r->len,
-            r->size);
-        c->broken = 1;
-        return ncclRemoteError;
-      }
-    }
-    r->complete = 1;
+    const int m = progressRequest(c, &c->reqs[c->order[0]]);
+    if (m < 0) return ncclRemoteError;
+    if (m == 0) return ncclSuccess;
     memmove(c->order, c->order + 1, (size_t)(c->nOrder - 1) * sizeof(int));
     --c->nOrder;
   }
   return c->broken ? ncclRemoteError : ncclSuccess;
 }
 
-static ncclResult_t loopTest(void* request, int* done, int* size) {
+/* sizes (when not NULL) gets the size of each of the request's messages: one for a send, one
+ * per receive for an irecv. */
+static ncclResult_t loopTest(void* request, int* done, int* sizes) {
   struct request* r = (struct request*)request;
   if (r == NULL || !r->used || r->owner == NULL) return ncclInternalError;
   *done = 0;
-  if (!r->complete) {
+  if (r->nDone < r->n) {
     ncclResult_t res = progress(r->owner);
     if (res != ncclSuccess) return res;
   }
-  if (r->complete) {
+  if (r->nDone == r->n) {
     *done = 1;
-    if (size != NULL) *size = (int)r->len;
+    if (sizes != NULL)
+      for (int i = 0; i < r->n; ++i) sizes[i] = (int)r->parts[i].len;
     r->used = 0;
   }
   return ncclSuccess;
@@ -414,14 +518,16 @@ static ncclResult_t v6RegMr(void* comm, void* data, int size, int type, void** m
   return loopRegMr(comm, data, (size_t)size, type, mhandle);
 }
 static ncclResult_t v6Isend(void* comm, void* data, int size, int tag, void* mhandle, void** request) {
-  (void)tag;
   if (size < 0) return ncclInvalidArgument;
-  return isendAny(comm, data, (size_t)size, mhandle, request);
+  return isendAny(comm, data, (size_t)size, tag, mhandle, request);
 }
 static ncclResult_t v6Irecv(void* comm, int n, void** data, int* sizes, int* tags, void** mhandles, void** request) {
-  (void)tags;
-  if (n != 1 || sizes[0] < 0) return ncclInvalidArgument;
-  return irecvAny(comm, n, data[0], (size_t)sizes[0], mhandles[0], request);
+  size_t wide[MAX_RECVS];
+  for (int i = 0; i < n && i < MAX_RECVS; ++i) {
+    if (sizes[i] < 0) return ncclInvalidArgument;
+    wide[i] = (size_t)sizes[i];
+  }
+  return irecvAny(comm, n, data, wide, tags, mhandles, request);
 }
 
 const ncclNet_v6_t ncclNetPlugin_v6 = {
@@ -473,14 +579,13 @@ static ncclResult_t v11Accept(void* listenComm, void** recvComm, ncclNetDeviceHa
   return loopAccept(listenComm, recvComm);
 }
 static ncclResult_t v11Isend(void* comm, void* data, size_t size, int tag, void* mhandle, void* phandle, void** request) {
-  (void)tag, (void)phandle;
-  return isendAny(comm, data, size, mhandle, request);
+  (void)phandle;
+  return isendAny(comm, data, size, tag, mhandle, request);
 }
 static ncclResult_t v11Irecv(void* comm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** phandles,
                              void** request) {
-  (void)tags, (void)phandles;
-  if (n != 1) return ncclInvalidArgument;
-  return irecvAny(comm, n, data[0], sizes[0], mhandles[0], request);
+  (void)phandles;
+  return irecvAny(comm, n, data, sizes, tags, mhandles, request);
 }
 
 #ifdef NET_NO_SYMBOL
@@ -490,8 +595,10 @@ static ncclResult_t v11Irecv(void* comm, int n, void** data, size_t* sizes, int*
 #endif
 
 const ncclNet_v11_t NET_SYMBOL = {
-#ifdef NET_FAIL_ISEND
+#if defined(NET_FAIL_ISEND)
     "loopback-failing",
+#elif defined(NET_MAX_RECVS)
+    "loopback-recvs",
 #else
     "loopback",
 #endif
