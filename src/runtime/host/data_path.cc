@@ -83,9 +83,26 @@ std::vector<PeerProcess> watchedPeers(const std::vector<PeerInfo>& peers, int ra
   return watched;
 }
 
-transport::ConnectorOptions optionsFor(const DataPathSettings& s, uint64_t commHash,
-                                       const uint32_t* abortFlag, runtime::Device* device, int64_t busId) {
+/// The Simple step of the send/recv and peer-set connections (set c serves channel c of the
+/// peer algorithms and, for c = 0, the user's sends and receives). On the host above 8 ranks a
+/// rank's log-n algorithms reach up to 3 ceil(log2 n) partners (me +- 2^k for Binomial and Bruck,
+/// me xor 2^k for RecDoubling and HalvingDoubling), each a connection whose FIFO a large message
+/// fills: their Simple slots share 2 x NCCL_BUFFSIZE, so that what a rank keeps after large
+/// messages does not grow with n (issue 26); at least 16 KiB a step. A GPU's keep NCCL's 128 KiB
+/// chunks. Every rank computes the same from the same n (the connection's two ends must agree).
+uint32_t peerSimpleStepBytes(uint32_t ringStepBytes, int nRanks, bool onDevice) {
+  if (onDevice || nRanks <= 8) return kP2pSimpleStepBytes;
+  int log2n = 0;
+  while ((1 << log2n) < nRanks) ++log2n;
+  const uint64_t budget = 2 * uint64_t(ringStepBytes) * kernels::kSteps;
+  const uint64_t step = budget / (uint64_t(kernels::kSteps) * 3 * log2n);
+  return static_cast<uint32_t>(std::clamp<uint64_t>(step, 16 * 1024, kP2pSimpleStepBytes)) & ~63u;
+}
+
+transport::ConnectorOptions optionsFor(const DataPathSettings& s, uint64_t commHash, const uint32_t* abortFlag,
+                                       runtime::Device* device, int64_t busId, int nRanks) {
   transport::ConnectorOptions o = s.connector;
+  o.p2p.simpleStepBytes = peerSimpleStepBytes(o.ring.simpleStepBytes, nRanks, device != nullptr);
   o.commHash = commHash;
   o.abortFlag = abortFlag;
   o.allocator = device != nullptr ? device->fifoAllocator() : nullptr;
@@ -194,7 +211,8 @@ DataPath::DataPath(bootstrap::Bootstrap& channel, int rank, const std::vector<Pe
       nRanks_(static_cast<int>(peers.size())),
       settings_(settings),
       abort_(abortWord),
-      connector_(channel, rank, placesOf(peers, rank, device_.get()), optionsFor(settings, commHash, abortWord, device_.get(), peers[rank].busId)),
+      connector_(channel, rank, placesOf(peers, rank, device_.get()), optionsFor(settings, commHash, abortWord, device_.get(), peers[rank].busId,
+                                                                        static_cast<int>(peers.size()))),
       statuses_(device_ != nullptr ? device_->statuses() : hostStatuses_.data()),
       executor_(settings.threadsPerChannel) {
   for (const PeerInfo& p : peers) deviceOf_.push_back(p.cudaDevice);
