@@ -53,6 +53,12 @@ std::vector<int> algorithmPeers(kernels::Algo algo, int nRanks, int rank) {
   return out;
 }
 
+int logPeersBound(int nRanks) {
+  int log2n = 0;
+  while ((1 << log2n) < nRanks) ++log2n;
+  return 3 * log2n;
+}
+
 bool connectsEveryPeer(kernels::Algo algo) {
   return algo == kernels::Algo::kDirect || algo == kernels::Algo::kPairwise;
 }

@@ -27,4 +27,8 @@ std::vector<int> algorithmPeers(kernels::Algo algo, int nRanks, int rank);
 /// rank 0 one).
 bool connectsEveryPeer(kernels::Algo algo);
 
+/// The most distinct partners the log-n algorithms (RecDoubling, HalvingDoubling, Binomial,
+/// Bruck) give one rank together on nRanks ranks: 3 ceil(log2 n) (me +- 2^k, me xor 2^k).
+int logPeersBound(int nRanks);
+
 }  // namespace braid::runtime::host

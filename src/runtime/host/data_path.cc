@@ -92,10 +92,8 @@ std::vector<PeerProcess> watchedPeers(const std::vector<PeerInfo>& peers, int ra
 /// chunks. Every rank computes the same from the same n (the connection's two ends must agree).
 uint32_t peerSimpleStepBytes(uint32_t ringStepBytes, int nRanks, bool onDevice) {
   if (onDevice || nRanks <= 8) return kP2pSimpleStepBytes;
-  int log2n = 0;
-  while ((1 << log2n) < nRanks) ++log2n;
   const uint64_t budget = 2 * uint64_t(ringStepBytes) * kernels::kSteps;
-  const uint64_t step = budget / (uint64_t(kernels::kSteps) * 3 * log2n);
+  const uint64_t step = budget / (uint64_t(kernels::kSteps) * logPeersBound(nRanks));
   return static_cast<uint32_t>(std::clamp<uint64_t>(step, 16 * 1024, kP2pSimpleStepBytes)) & ~63u;
 }
 

@@ -3,6 +3,7 @@
 // rank for Direct and Pairwise; and the partners of small cases written out.
 #include <catch2/catch.hpp>
 #include <algorithm>
+#include <set>
 
 #include "runtime/host/algorithm_peers.h"
 
@@ -68,4 +69,21 @@ TEST_CASE("algorithm peers: only Direct and Pairwise connect every rank on every
   // RecDoubling on 3 ranks: rank 1 has both others, rank 0 only one (why a count cannot decide).
   CHECK(algorithmPeers(Algo::kRecDoubling, 3, 1).size() == 2);
   CHECK(algorithmPeers(Algo::kRecDoubling, 3, 0).size() == 1);
+}
+
+TEST_CASE("algorithm peers: the log-n algorithms together stay within logPeersBound", "[unit][runtime]") {
+  // (the host's send/recv FIFOs above 8 ranks share a budget over this many partners)
+  using braid::runtime::host::logPeersBound;
+  for (int n : {2, 3, 8, 9, 16, 17, 100, 255, 256, 257, 1000, 1024, 4096}) {
+    for (int r : {0, 1, n / 2, n - 1}) {
+      std::set<int> all;
+      for (Algo a : {Algo::kRecDoubling, Algo::kHalvingDoubling, Algo::kBinomial, Algo::kBruck})
+        for (int p : algorithmPeers(a, n, r)) all.insert(p);
+      CAPTURE(n, r);
+      CHECK(static_cast<int>(all.size()) <= logPeersBound(n));
+    }
+  }
+  CHECK(logPeersBound(1024) == 30);
+  CHECK(logPeersBound(1000) == 30);
+  CHECK(logPeersBound(9) == 12);
 }
