@@ -87,12 +87,12 @@ std::vector<PeerProcess> watchedPeers(const std::vector<PeerInfo>& peers, int ra
 /// peer algorithms and, for c = 0, the user's sends and receives). On the host above 8 ranks a
 /// rank's log-n algorithms reach up to 3 ceil(log2 n) partners (me +- 2^k for Binomial and Bruck,
 /// me xor 2^k for RecDoubling and HalvingDoubling), each a connection whose FIFO a large message
-/// fills: their Simple slots share 2 x NCCL_BUFFSIZE, so that what a rank keeps after large
-/// messages does not grow with n (issue 26); at least 16 KiB a step. A GPU's keep NCCL's 128 KiB
+/// fills: their Simple slots share NCCL_BUFFSIZE (one ring connection's), so that what a rank
+/// keeps after large messages does not grow with n (issue 26); at least 16 KiB a step. A GPU's keep NCCL's 128 KiB
 /// chunks. Every rank computes the same from the same n (the connection's two ends must agree).
 uint32_t peerSimpleStepBytes(uint32_t ringStepBytes, int nRanks, bool onDevice) {
   if (onDevice || nRanks <= 8) return kP2pSimpleStepBytes;
-  const uint64_t budget = 2 * uint64_t(ringStepBytes) * kernels::kSteps;
+  const uint64_t budget = uint64_t(ringStepBytes) * kernels::kSteps;
   const uint64_t step = budget / (uint64_t(kernels::kSteps) * logPeersBound(nRanks));
   return static_cast<uint32_t>(std::clamp<uint64_t>(step, 16 * 1024, kP2pSimpleStepBytes)) & ~63u;
 }
