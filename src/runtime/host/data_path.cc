@@ -16,6 +16,7 @@
 #include "core/status.h"
 #include "plugin/profiler_plugin.h"
 #include "plugin/tuner_plugin.h"
+#include "proxy/op_trace.h"
 #include "proxy/proxy.h"
 #include "kernels/algorithms/send_recv.h"
 #include "runtime/host/algorithm_peers.h"
@@ -574,6 +575,19 @@ void DataPath::runCollective(const plan::Task& given) {
     plan.works[c].checkSig = settings_.checkMismatch ? 1 : 0;
     plan.works[c].status = &statuses_[c];
   }
+  if (profile_ != nullptr && profile_->wantsProxy() && connector_.usesNetwork()) {
+    for (int c = 0; c < plan.nChannels; ++c) {
+      if (plan.works[c].algo == kernels::Algo::kRing) {
+        watchProxy(ring[c].send, true, c, plan.proto);
+        watchProxy(ring[c].recv, false, c, plan.proto);
+        continue;
+      }
+      for (int r = 0; r < nRanks_; ++r) {  // (an end the algorithm does not use reports nothing)
+        if (plan.works[c].peerSend != nullptr) watchProxy(plan.works[c].peerSend[r], true, c, plan.proto);
+        if (plan.works[c].peerRecv != nullptr) watchProxy(plan.works[c].peerRecv[r], false, c, plan.proto);
+      }
+    }
+  }
   std::atomic<bool> aborted{false};
   uint64_t* times = profile_ != nullptr ? profile_->beforeRun() : nullptr;  // (KernelCh events)
   executor_.runChannels(plan.nChannels, [&](int c, HostGroup& g) {
@@ -731,6 +745,17 @@ void DataPath::runPeers(const std::vector<const plan::Task*>& ops) {
   device_->releaseStreams(main, others);
 }
 
+void DataPath::watchProxy(const kernels::ConnHandle& h, bool isSend, int channel, kernels::Proto proto, int op) {
+  if (h.step == nullptr) return;
+  const auto kind = static_cast<transport::Kind>(h.transport);
+  if (kind != transport::Kind::kSocket && kind != transport::Kind::kIb && kind != transport::Kind::kPlugin) return;
+  proxy::OpTrace* trace = nullptr;
+  connector_.forEachEnd([&](const transport::Connector::End& end) {
+    if (end.isSend == isSend && end.memory->stepWord(isSend) == h.step) trace = end.memory->opTrace();
+  });
+  profile_->watch(trace, h, isSend, channel, proto, abort_, op);
+}
+
 void DataPath::runPeersOn(const std::vector<const plan::Task*>& ops) {
   // Sends to and receives from this rank itself are matched in order and copied.
   std::vector<const plan::Task*> selfSends, selfRecvs;
@@ -800,6 +825,15 @@ void DataPath::runPeersOn(const std::vector<const plan::Task*>& ops) {
   }
   if (device_ != nullptr) return enqueuePeers(queues, ops.front()->stream, ops.front()->name);
   if (connector_.usesNetwork()) proxy::kick();
+  if (profile_ != nullptr && profile_->wantsProxy() && connector_.usesNetwork()) {
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (ops[i]->peer == rank_) continue;
+      const plan::Task& t = *ops[i];
+      const kernels::ConnHandle h = t.isSend ? connector_.peerSend(t.peer) : connector_.peerRecv(t.peer);
+      watchProxy(h, t.isSend, 0, plan::peerProtocol(t.count * plan::typeSize(t.dtype), settings_.limits),
+                 static_cast<int>(i));
+    }
+  }
   std::vector<std::deque<kernels::PeerOp>> ordered;  // (the map's order: by peer, then direction)
   for (auto& [key, q] : queues) ordered.push_back(std::move(q));
   Watchdog::Operation running(*watchdog_, kernels::OpSignature{}, ops.front()->name, 1);
