@@ -8,7 +8,8 @@
 // moves from there on:
 //
 //   sender:   ProxyStep start when it takes a step the kernel published, SendWait (with the
-//             step's bytes) while the frame goes into the network, stop once it is there;
+//             step's bytes) while the frame goes into the network, stop once it is there (the
+//             socket transport: in the socket; a net plugin: landed, as the receiver says);
 //   receiver: ProxyStep start when a step's header arrives, RecvWait while its payload does,
 //             RecvGPUWait (its bytes) once it is in the FIFO for the kernel, stop once the
 //             kernel freed the slot.

@@ -558,9 +558,9 @@ namespace {
 /// Runs the group of plugin_driver, then an AllReduce of 2000000 floats (many steps a
 /// connection), on 2 ranks as processes whose connections all go through the socket
 /// transport (so through the proxy thread), with the recording profiler `name` asking for
-/// `mask`.
-std::string runProxyDriver(const std::string& name, const std::string& mask) {
-  return runDriver("NCCL_SHM_DISABLE=1 NCCL_P2P_DISABLE=1 NCCL_IB_DISABLE=1 NCCL_PROFILE_EVENT_MASK=" + mask +
+/// `mask`; `env` may add a net plugin.
+std::string runProxyDriver(const std::string& name, const std::string& mask, const std::string& env = "") {
+  return runDriver(env + " NCCL_SHM_DISABLE=1 NCCL_P2P_DISABLE=1 NCCL_IB_DISABLE=1 NCCL_PROFILE_EVENT_MASK=" + mask +
                        " NCCL_PROFILER_PLUGIN=" + plugin(name) + " NCCL_COMM_ID=127.0.0.1:" +
                        std::to_string(braid::test::freeLoopbackPort()),
                    "2 processes destroy group 2000000");
@@ -660,12 +660,17 @@ std::vector<ProxyOpSeen> checkProxyEvents(const std::vector<ProfLine>& lines, in
 
 }  // namespace
 
-TEST_CASE("ProxyOp and ProxyStep events of an AllReduce and a send/recv pair over the socket transport",
+TEST_CASE("ProxyOp and ProxyStep events of an AllReduce and a send/recv pair over the network",
           "[plugins][profiler]") {
+  // Over Braid's socket transport, then through a net plugin (the loopback one, over TCP).
+  const std::string transport = GENERATE(as<std::string>(), "Socket", "loopback");
+  const std::string netEnv = transport == "loopback" ? "NCCL_NET_PLUGIN=" + plugin("net-loopback") : "";
+  INFO(transport);
   SECTION("asked for: every operation's network ends, with their steps") {
-    const std::string out = runProxyDriver("profiler-record", "0xfff");
+    const std::string out = runProxyDriver("profiler-record", "0xfff", netEnv);
     INFO(out);
     CHECK_THAT(out, Catch::Contains("all ranks ok"));
+    if (transport == "loopback") CHECK_THAT(out, Catch::Contains("Using net plugin loopback"));
     CHECK(occurrences(out, "NCCL WARN") == 0);
     CHECK(occurrences(out, "=bad") == 0);
     CHECK(occurrences(out, "bad handle") == 0);
@@ -692,7 +697,7 @@ TEST_CASE("ProxyOp and ProxyStep events of an AllReduce and a send/recv pair ove
     }
   }
   SECTION("not asked for: none") {
-    const std::string out = runProxyDriver("profiler-record", "0xfe7");
+    const std::string out = runProxyDriver("profiler-record", "0xfe7", netEnv);
     INFO(out);
     CHECK_THAT(out, Catch::Contains("all ranks ok"));
     CHECK(occurrences(out, " Coll parent=") == 8);  // (the rest of the events as ever)
@@ -700,7 +705,7 @@ TEST_CASE("ProxyOp and ProxyStep events of an AllReduce and a send/recv pair ove
     CHECK(occurrences(out, "ProxyStep") == 0);
   }
   SECTION("ProxyOp without ProxyStep: the operations, no steps") {
-    const std::string out = runProxyDriver("profiler-record", "0x8");
+    const std::string out = runProxyDriver("profiler-record", "0x8", netEnv);
     INFO(out);
     CHECK_THAT(out, Catch::Contains("all ranks ok"));
     CHECK(occurrences(out, " ProxyOp parent=") >= 6);
