@@ -576,15 +576,16 @@ void DataPath::runCollective(const plan::Task& given) {
     plan.works[c].status = &statuses_[c];
   }
   if (profile_ != nullptr && profile_->wantsProxy() && connector_.usesNetwork()) {
-    for (int c = 0; c < plan.nChannels; ++c) {
+    const auto traces = netTraces();
+    for (int c = 0; c < plan.nChannels && !traces.empty(); ++c) {
       if (plan.works[c].algo == kernels::Algo::kRing) {
-        watchProxy(ring[c].send, true, c, plan.proto);
-        watchProxy(ring[c].recv, false, c, plan.proto);
+        watchProxy(traces, ring[c].send, true, c, plan.proto);
+        watchProxy(traces, ring[c].recv, false, c, plan.proto);
         continue;
       }
       for (int r = 0; r < nRanks_; ++r) {  // (an end the algorithm does not use reports nothing)
-        if (plan.works[c].peerSend != nullptr) watchProxy(plan.works[c].peerSend[r], true, c, plan.proto);
-        if (plan.works[c].peerRecv != nullptr) watchProxy(plan.works[c].peerRecv[r], false, c, plan.proto);
+        if (plan.works[c].peerSend != nullptr) watchProxy(traces, plan.works[c].peerSend[r], true, c, plan.proto);
+        if (plan.works[c].peerRecv != nullptr) watchProxy(traces, plan.works[c].peerRecv[r], false, c, plan.proto);
       }
     }
   }
@@ -745,15 +746,18 @@ void DataPath::runPeers(const std::vector<const plan::Task*>& ops) {
   device_->releaseStreams(main, others);
 }
 
-void DataPath::watchProxy(const kernels::ConnHandle& h, bool isSend, int channel, kernels::Proto proto, int op) {
-  if (h.step == nullptr) return;
-  const auto kind = static_cast<transport::Kind>(h.transport);
-  if (kind != transport::Kind::kSocket && kind != transport::Kind::kIb && kind != transport::Kind::kPlugin) return;
-  proxy::OpTrace* trace = nullptr;
+std::map<const uint64_t*, proxy::OpTrace*> DataPath::netTraces() const {
+  std::map<const uint64_t*, proxy::OpTrace*> traces;
   connector_.forEachEnd([&](const transport::Connector::End& end) {
-    if (end.isSend == isSend && end.memory->stepWord(isSend) == h.step) trace = end.memory->opTrace();
+    if (proxy::OpTrace* t = end.memory->opTrace()) traces[end.memory->stepWord(end.isSend)] = t;
   });
-  profile_->watch(trace, h, isSend, channel, proto, abort_, op);
+  return traces;
+}
+
+void DataPath::watchProxy(const std::map<const uint64_t*, proxy::OpTrace*>& traces, const kernels::ConnHandle& h,
+                          bool isSend, int channel, kernels::Proto proto, int op) {
+  const auto found = h.step != nullptr ? traces.find(h.step) : traces.end();
+  if (found != traces.end()) profile_->watch(found->second, h, isSend, channel, proto, abort_, op);
 }
 
 void DataPath::runPeersOn(const std::vector<const plan::Task*>& ops) {
@@ -826,11 +830,12 @@ void DataPath::runPeersOn(const std::vector<const plan::Task*>& ops) {
   if (device_ != nullptr) return enqueuePeers(queues, ops.front()->stream, ops.front()->name);
   if (connector_.usesNetwork()) proxy::kick();
   if (profile_ != nullptr && profile_->wantsProxy() && connector_.usesNetwork()) {
+    const auto traces = netTraces();
     for (size_t i = 0; i < ops.size(); ++i) {
       if (ops[i]->peer == rank_) continue;
       const plan::Task& t = *ops[i];
       const kernels::ConnHandle h = t.isSend ? connector_.peerSend(t.peer) : connector_.peerRecv(t.peer);
-      watchProxy(h, t.isSend, 0, plan::peerProtocol(t.count * plan::typeSize(t.dtype), settings_.limits),
+      watchProxy(traces, h, t.isSend, 0, plan::peerProtocol(t.count * plan::typeSize(t.dtype), settings_.limits),
                  static_cast<int>(i));
     }
   }
