@@ -25,6 +25,10 @@
 #include "core/socket.h"
 #include "kernels/work.h"
 
+namespace braid::proxy {
+class OpTrace;
+}
+
 namespace braid::transport {
 
 /// Sizes of one connection's FIFOs.
@@ -172,6 +176,9 @@ class FifoMemory {
   virtual char* data() const { return base() + fifoControlBytes(); }
   /// The LL and LL128 slots: after the Simple ones, unless the transport put those elsewhere.
   virtual char* lineSlots() const { return data() + uint64_t(kernels::kSteps) * sizes_.simpleStepBytes; }
+  /// A network end's trace of the steps its proxy moves, for the profiler plugin
+  /// (proxy/op_trace.h); null for the other transports, which have no proxy.
+  virtual proxy::OpTrace* opTrace() const { return nullptr; }
   /// Bytes of host memory at base() (the whole FIFO, unless the slots are elsewhere).
   virtual uint64_t hostBytes() const { return sizes_.bytes(); }
   /// Whether the slots are the receiver's GPU memory that a sender in another process maps:

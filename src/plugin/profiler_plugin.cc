@@ -18,6 +18,10 @@ namespace braid::plugin {
 static_assert(profile::kGroup == ncclProfileGroup && profile::kKernelCh == ncclProfileKernelCh &&
               profile::kNetPlugin == ncclProfileNetPlugin && profile::kGroupApi == ncclProfileGroupApi &&
               profile::kKernelLaunch == ncclProfileKernelLaunch);
+static_assert(profile::kProxyOp == ncclProfileProxyOp && profile::kProxyStep == ncclProfileProxyStep);
+static_assert(profile::kProxyStepSendWait == ncclProfilerProxyStepSendWait &&
+              profile::kProxyStepRecvWait == ncclProfilerProxyStepRecvWait &&
+              profile::kProxyStepRecvGPUWait == ncclProfilerProxyStepRecvGPUWait);
 static_assert(profile::kKernelChStop == ncclProfilerKernelChStop &&
               profile::kGroupStartApiStop == ncclProfilerGroupStartApiStop &&
               profile::kGroupEndApiStart == ncclProfilerGroupEndApiStart);
@@ -124,10 +128,30 @@ std::shared_ptr<LoadedProfiler> acquire() {
 
 // ---- the descriptors of each version ----------------------------------------------------------
 
+/// ProxyOp and ProxyStep: the same fields in every version (false: another type).
+template <typename Descr>
+bool fillProxy(const ProfileEvent& e, Descr* d) {
+  if (e.type == profile::kProxyOp) {
+    d->proxyOp.pid = static_cast<pid_t>(e.pid);
+    d->proxyOp.channelId = static_cast<uint8_t>(e.channelId);
+    d->proxyOp.peer = e.peer;
+    d->proxyOp.nSteps = e.nSteps;
+    d->proxyOp.chunkSize = e.chunkSize;
+    d->proxyOp.isSend = e.isSend ? 1 : 0;
+    return true;
+  }
+  if (e.type == profile::kProxyStep) {
+    d->proxyStep.step = e.step;
+    return true;
+  }
+  return false;
+}
+
 void fill(const ProfileEvent& e, int rank, ncclProfilerEventDescr_v5_t* d) {
   d->type = e.type;
   d->parentObj = e.parent;
   d->rank = rank;
+  if (fillProxy(e, d)) return;
   switch (e.type) {
     case profile::kGroupApi: d->groupApi.graphCaptured = false, d->groupApi.groupDepth = e.groupDepth; break;
     case profile::kCollApi:
@@ -182,6 +206,7 @@ void fill(const ProfileEvent& e, int rank, ncclProfilerEventDescr_v4_t* d) {
   d->type = static_cast<uint8_t>(e.type);
   d->parentObj = e.parent;
   d->rank = rank;
+  if (fillProxy(e, d)) return;
   switch (e.type) {
     case profile::kColl:
       d->parentObj = e.parentGroup;
@@ -220,6 +245,7 @@ void fillNamed(const ProfileEvent& e, int rank, const ProfilerCommInfo& comm, De
   d->type = static_cast<uint8_t>(e.type);
   d->parentObj = e.parent;
   d->rank = rank;
+  if (fillProxy(e, d)) return;
   const char* name = comm.commName.empty() ? nullptr : comm.commName.c_str();
   switch (e.type) {
     case profile::kColl:
@@ -257,6 +283,7 @@ void fill(const ProfileEvent& e, int rank, const ProfilerCommInfo& comm, ncclPro
   d->type = static_cast<uint8_t>(e.type);
   d->parentObj = e.parent;
   d->rank = rank;
+  if (fillProxy(e, d)) return;
   const char* name = comm.commName.empty() ? nullptr : comm.commName.c_str();
   switch (e.type) {
     case profile::kColl:
@@ -398,26 +425,41 @@ void ProfilerSession::stop(void* handle) {
   if (r != ncclSuccess) warnOnce(1, "stopEvent", static_cast<int>(r));
 }
 
-void ProfilerSession::record(void* handle, int state, uint64_t pTimer) {
+void ProfilerSession::record(void* handle, int state, uint64_t value) {
   if (handle == nullptr) return;
   ncclResult_t r = ncclSuccess;
   const auto eState = static_cast<ncclProfilerEventState_t>(state);
+  const bool step = state >= profile::kProxyStepSendWait && state <= profile::kProxyStepRecvGPUWait;
   switch (profiler_->version) {
     case 5: {
       ncclProfilerEventStateArgs_v5_t args{};
-      if (state == profile::kKernelChStop) args.kernelCh.pTimer = pTimer;
+      if (state == profile::kKernelChStop) args.kernelCh.pTimer = value;
+      if (step) args.proxyStep.transSize = static_cast<size_t>(value);
       r = static_cast<const ncclProfiler_v5_t*>(profiler_->symbol)
-              ->recordEventState(handle, eState, state == profile::kKernelChStop ? &args : nullptr);
+              ->recordEventState(handle, eState, state == profile::kKernelChStop || step ? &args : nullptr);
       break;
     }
     case 4: {
-      if (state != profile::kKernelChStop) return;  // (v4 has no API events)
+      if (state != profile::kKernelChStop && !step) return;  // (v4 has no API events)
       ncclProfilerEventStateArgs_v4_t args{};
-      args.kernelCh.pTimer = pTimer;
+      if (step) {
+        args.proxyStep.transSize = static_cast<size_t>(value);
+      } else {
+        args.kernelCh.pTimer = value;
+      }
       r = static_cast<const ncclProfiler_v4_t*>(profiler_->symbol)->recordEventState(handle, eState, &args);
       break;
     }
-    default: return;  // v1-v3 know only the proxy's states, which Braid does not emit
+    default: {  // v1-v3 know only the proxy's states; their arguments have the bytes as a ProxyOp's
+      if (!step) return;
+      ncclProfilerEventStateArgs_v3_t args{};
+      args.proxyOp.transSize = static_cast<size_t>(value);
+      static_assert(sizeof(ncclProfilerEventStateArgs_v3_t) == sizeof(ncclProfilerEventStateArgs_v1_t) &&
+                    sizeof(ncclProfilerEventStateArgs_v3_t) == sizeof(ncclProfilerEventStateArgs_v2_t));
+      // (the three versions' recordEventState differ only in the names of the same types)
+      r = static_cast<const ncclProfiler_v3_t*>(profiler_->symbol)->recordEventState(handle, eState, &args);
+      break;
+    }
   }
   if (r != ncclSuccess) warnOnce(2, "recordEventState", static_cast<int>(r));
 }

@@ -9,8 +9,9 @@
 // event as the parent of Coll and P2P; v3 gets the communicator's name and hash in them; v2
 // and v1 get no KernelCh events; v1 gets NCCL's indices instead of names.
 //
-// Where the events come from: group/group.cc (Group API, Coll API, P2P API) and
-// runtime/host/profile_events.h (Group, Coll, P2P, Kernel launch, KernelCh).
+// Where the events come from: group/group.cc (Group API, Coll API, P2P API),
+// runtime/host/profile_events.h (Group, Coll, P2P, Kernel launch, KernelCh) and
+// proxy/op_trace.h (ProxyOp, ProxyStep: every version has them, in the same layout).
 //
 // With no plugin no session exists: callers test one pointer, and nothing else is done.
 #pragma once
@@ -49,6 +50,9 @@ constexpr uint32_t kStartsP2pApi = kP2pApi | kStartsP2p;
 constexpr uint32_t kStartsGroupApi = kGroupApi | kCollApi | kP2pApi | kKernelLaunch | kStartsGroup;
 
 /// recordEventState's states that Braid emits (ncclProfilerEventState_t's values).
+constexpr int kProxyStepSendWait = 9;
+constexpr int kProxyStepRecvWait = 10;
+constexpr int kProxyStepRecvGPUWait = 12;
 constexpr int kKernelChStop = 22;
 constexpr int kGroupStartApiStop = 23;
 constexpr int kGroupEndApiStart = 24;
@@ -73,8 +77,14 @@ struct ProfileEvent {
   const char* proto = nullptr;   ///< "LL", "LL128", "SIMPLE"
   int groupDepth = 0;            ///< Group API
   void* stream = nullptr;        ///< API and kernel launch events
-  int channelId = 0;             ///< KernelCh
+  int channelId = 0;             ///< KernelCh, ProxyOp
   uint64_t pTimer = 0;           ///< KernelCh: when the channel's work started (ns)
+  int pid = 0;                   ///< ProxyOp: the process
+  int peer = 0;                  ///< ProxyOp: the rank at the connection's other end
+  int nSteps = 0;                ///< ProxyOp
+  int chunkSize = 0;             ///< ProxyOp: bytes of a step
+  bool isSend = false;           ///< ProxyOp
+  int step = 0;                  ///< ProxyStep: its number within the ProxyOp
   // v1: NCCL's indices (ncclFunc_t, ncclDataType_t, NCCL_ALGO_*, NCCL_PROTO_*); 255: none.
   uint8_t funcId = 255, datatypeId = 255, algoId = 255, protoId = 255;
 };
@@ -92,7 +102,8 @@ struct LoadedProfiler;
 
 /// One communicator's context in the profiler plugin: init when opened, finalize when
 /// destroyed (at ncclCommDestroy and ncclCommAbort). Thread-safe: events of one communicator
-/// may come from its user thread and its job thread (never at once for one event).
+/// may come from its user thread, its job thread and the proxy thread (never at once for one
+/// event).
 class ProfilerSession {
  public:
   /// The plugin's session for this communicator, loading the library first if no live
@@ -116,9 +127,10 @@ class ProfilerSession {
   void* start(const ProfileEvent& event);
   /// Stops a started event (nullptr: nothing).
   void stop(void* handle);
-  /// Records a state of a started event (nullptr: nothing): the Group API states, or
-  /// KernelChStop with its timestamp. Versions without the state get no call.
-  void record(void* handle, int state, uint64_t pTimer = 0);
+  /// Records a state of a started event (nullptr: nothing): the Group API states,
+  /// KernelChStop with its timestamp (value), or a ProxyStep state with the step's bytes
+  /// (value). Versions without the state get no call.
+  void record(void* handle, int state, uint64_t value = 0);
 
   /// The next sequence number of collective function `func` on this communicator (0 first).
   uint64_t nextSeq(int func) { return seq_[func & 15]++; }

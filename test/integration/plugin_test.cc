@@ -4,6 +4,7 @@
 // and the choices in the TUNING and COLL log lines, or the events a profiler plugin printed.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <set>
@@ -547,6 +548,183 @@ TEST_CASE("profiler plugins exporting only v4 or v3 get their own layouts", "[pl
       CHECK(lines[1].fields.at("dtype") == "ncclFloat32");
     }
     CHECK(occurrences(out, "prof finalize") == 2);
+  }
+}
+
+// ---- ProxyOp and ProxyStep events, of connections through the socket transport's proxy ---------
+
+namespace {
+
+/// Runs the group of plugin_driver, then an AllReduce of 2000000 floats (many steps a
+/// connection), on 2 ranks as processes whose connections all go through the socket
+/// transport (so through the proxy thread), with the recording profiler `name` asking for
+/// `mask`; `env` may add a net plugin.
+std::string runProxyDriver(const std::string& name, const std::string& mask, const std::string& env = "") {
+  return runDriver(env + " NCCL_SHM_DISABLE=1 NCCL_P2P_DISABLE=1 NCCL_IB_DISABLE=1 NCCL_PROFILE_EVENT_MASK=" + mask +
+                       " NCCL_PROFILER_PLUGIN=" + plugin(name) + " NCCL_COMM_ID=127.0.0.1:" +
+                       std::to_string(braid::test::freeLoopbackPort()),
+                   "2 processes destroy group 2000000");
+}
+
+/// What checkProxyEvents found of one ProxyOp.
+struct ProxyOpSeen {
+  int id = 0;
+  std::string parentType;  ///< Coll or P2p
+  std::string parentFunc;  ///< its func field
+  int channel = -1;
+  bool isSend = false;
+  int steps = 0;
+};
+
+/// Checks rank r's ProxyOp and ProxyStep events: each ProxyOp's parent is a Coll or P2P event
+/// of the rank, its peer the other rank, pid and chunk set; its ProxyStep children come in
+/// step order from 0, each with the states of its side in order (a sender's SendWait; a
+/// receiver's RecvWait then RecvGPUWait, or RecvGPUWait alone for a step that landed before
+/// the operation began here), each with positive bytes, and each stopped before the ProxyOp,
+/// which stops before its parent. Every event started stops exactly once.
+std::vector<ProxyOpSeen> checkProxyEvents(const std::vector<ProfLine>& lines, int r) {
+  std::map<int, size_t> startAt, stopAt;
+  std::map<int, int> stops;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (lines[i].op == "start") {
+      CHECK(startAt.count(lines[i].id) == 0);
+      startAt[lines[i].id] = i;
+    }
+    if (lines[i].op == "stop") {
+      ++stops[lines[i].id];
+      stopAt[lines[i].id] = i;
+    }
+  }
+  for (const auto& [id, at] : startAt) {
+    INFO(lines[at].text);
+    CHECK(stops[id] == 1);  // every start has its stop
+  }
+  std::vector<ProxyOpSeen> ops;
+  std::map<int, size_t> opIndex;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const ProfLine& l = lines[i];
+    if (l.op != "start" || l.what != "ProxyOp") continue;
+    INFO(l.text);
+    const ProfLine* p = started(lines, asInt(l.fields.at("parent")));
+    REQUIRE(p != nullptr);
+    CHECK((p->what == "Coll" || p->what == "P2p"));
+    CHECK(asInt(l.fields.at("peer")) == 1 - r);
+    CHECK(asInt(l.fields.at("pid")) > 0);
+    CHECK(asInt(l.fields.at("chunk")) > 0);
+    CHECK(stopAt.count(l.id) == 1);
+    CHECK(stopAt.count(p->id) == 1);
+    if (stopAt.count(l.id) && stopAt.count(p->id)) CHECK(stopAt[l.id] < stopAt[p->id]);
+    ProxyOpSeen seen;
+    seen.id = l.id;
+    seen.parentType = p->what;
+    seen.parentFunc = p->fields.count("func") ? p->fields.at("func") : "";
+    seen.channel = asInt(l.fields.at("channel"));
+    seen.isSend = l.fields.at("send") == "1";
+    opIndex[l.id] = ops.size();
+    ops.push_back(seen);
+  }
+  std::map<int, std::vector<std::string>> states;  // per ProxyStep: its states in order
+  std::map<int, uint64_t> bytes;                    // and the bytes its last state said
+  for (const ProfLine& l : lines) {
+    if (l.op == "state" && started(lines, l.id) != nullptr && started(lines, l.id)->what == "ProxyStep") {
+      states[l.id].push_back(l.what);
+      bytes[l.id] = std::stoull(l.fields.at("size"));
+    }
+  }
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const ProfLine& l = lines[i];
+    if (l.op != "start" || l.what != "ProxyStep") continue;
+    INFO(l.text);
+    const int parent = asInt(l.fields.at("parent"));
+    REQUIRE(opIndex.count(parent) == 1);  // a ProxyOp of this rank
+    ProxyOpSeen& op = ops[opIndex[parent]];
+    CHECK(asInt(l.fields.at("step")) == op.steps);  // in step order, from 0
+    ++op.steps;
+    const std::vector<std::string>& st = states[l.id];
+    CHECK(bytes[l.id] > 0);  // (every operation here is Simple: a step landed early has its size too)
+    if (op.isSend) {
+      CHECK(st == std::vector<std::string>{"SendWait"});
+    } else {
+      CHECK((st == std::vector<std::string>{"RecvWait", "RecvGPUWait"} ||
+             st == std::vector<std::string>{"RecvGPUWait"}));
+    }
+    CHECK(startAt[parent] < i);
+    if (stopAt.count(l.id) && stopAt.count(parent)) CHECK(stopAt[l.id] < stopAt[parent]);
+  }
+  for (const ProxyOpSeen& op : ops) {
+    INFO("ProxyOp " << op.id);
+    CHECK(op.steps > 0);  // a ProxyOp starts with its first step
+  }
+  return ops;
+}
+
+}  // namespace
+
+TEST_CASE("ProxyOp and ProxyStep events of an AllReduce and a send/recv pair over the network",
+          "[plugins][profiler]") {
+  // Over Braid's socket transport, then through a net plugin (the loopback one, over TCP).
+  const std::string transport = GENERATE(as<std::string>(), "Socket", "loopback");
+  const std::string netEnv = transport == "loopback" ? "NCCL_NET_PLUGIN=" + plugin("net-loopback") : "";
+  INFO(transport);
+  SECTION("asked for: every operation's network ends, with their steps") {
+    const std::string out = runProxyDriver("profiler-record", "0xfff", netEnv);
+    INFO(out);
+    CHECK_THAT(out, Catch::Contains("all ranks ok"));
+    if (transport == "loopback") CHECK_THAT(out, Catch::Contains("Using net plugin loopback"));
+    CHECK(occurrences(out, "NCCL WARN") == 0);
+    CHECK(occurrences(out, "=bad") == 0);
+    CHECK(occurrences(out, "bad handle") == 0);
+    for (int r = 0; r < 2; ++r) {
+      INFO("rank " << r);
+      const std::vector<ProfLine> lines = profLines(out, r);
+      const std::vector<ProxyOpSeen> ops = checkProxyEvents(lines, r);
+      std::map<std::string, int> sends, recvs;  // per parent function
+      for (const ProxyOpSeen& op : ops) {
+        (op.isSend ? sends : recvs)[op.parentFunc] += 1;
+        if (op.parentType == "P2p") CHECK(op.channel == 0);
+        if (op.parentType == "P2p") CHECK(op.isSend == (op.parentFunc == "Send"));
+      }
+      CHECK(sends["AllReduce"] >= 2);  // both ways on its channels, in both AllReduces
+      CHECK(recvs["AllReduce"] >= 2);
+      int most = 0;
+      for (const ProxyOpSeen& op : ops) most = std::max(most, op.steps);
+      CHECK(most >= 4);  // the large AllReduce's steps, in order
+      CHECK(sends["Send"] == 1);  // the send's one connection, the receive's one
+      CHECK(recvs["Send"] == 0);
+      CHECK(recvs["Recv"] == 1);
+      CHECK(sends["Recv"] == 0);
+      CHECK(recvs["AllGather"] >= 1);
+    }
+  }
+  SECTION("not asked for: none") {
+    const std::string out = runProxyDriver("profiler-record", "0xfe7", netEnv);
+    INFO(out);
+    CHECK_THAT(out, Catch::Contains("all ranks ok"));
+    CHECK(occurrences(out, " Coll parent=") == 8);  // (the rest of the events as ever)
+    CHECK(occurrences(out, "ProxyOp") == 0);
+    CHECK(occurrences(out, "ProxyStep") == 0);
+  }
+  SECTION("ProxyOp without ProxyStep: the operations, no steps") {
+    const std::string out = runProxyDriver("profiler-record", "0x8", netEnv);
+    INFO(out);
+    CHECK_THAT(out, Catch::Contains("all ranks ok"));
+    CHECK(occurrences(out, " ProxyOp parent=") >= 6);
+    CHECK(occurrences(out, "ProxyStep") == 0);
+  }
+}
+
+TEST_CASE("profiler plugins of v4 and v1 get ProxyOp and ProxyStep events in their layouts", "[plugins][profiler]") {
+  for (const std::string version : {"v4", "v1"}) {
+    INFO(version);
+    const std::string out = runProxyDriver("profiler-" + version + "only", "0x1f");
+    INFO(out);
+    CHECK_THAT(out, Catch::Contains("all ranks ok"));
+    CHECK(occurrences(out, "NCCL WARN") == 0);
+    CHECK(occurrences(out, "=bad") == 0);
+    for (int r = 0; r < 2; ++r) {
+      INFO("rank " << r);
+      CHECK(checkProxyEvents(profLines(out, r), r).size() >= 6);
+    }
   }
 }
 

@@ -6,6 +6,9 @@
  *   prof r<rank> state <id> <State> [pTimer=<ns>]
  *   prof r<rank> stop <id> <Type>
  *   prof finalize <contexts left>
+ * ProxyOp starts print pid, channel, peer, nSteps, chunk and send; ProxyStep starts their step;
+ * a ProxyStep state its bytes (size=). Every line is flushed at once, so that the lines of
+ * ranks that are processes sharing one pipe never mix.
  * Ids count from 1 per context (per communicator); a parent that is not a handle this plugin
  * returned prints as "bad". The mask comes from NCCL_PROFILE_EVENT_MASK (default: every type).
  * Its declarations come from include/nccl_profiler.h, whose layouts are checked below against
@@ -110,6 +113,22 @@ static struct event* newEvent(struct context* ctx, int type, int rank) {
   return e;
 }
 
+/* Whole lines, each in one write: several processes may share the pipe. */
+#define LINE(...) (printf(__VA_ARGS__), fflush(stdout))
+
+/* The ProxyOp and ProxyStep lines (every version has the same fields); 0 for another type. */
+#define PRINT_PROXY(d, e, parent)                                                                                    \
+  ((d)->type == ncclProfileProxyOp                                                                                   \
+       ? (LINE("prof r%d start %d ProxyOp parent=%s pid=%d channel=%d peer=%d nSteps=%d chunk=%d send=%d\n",         \
+               (d)->rank, (e)->id, idOf((d)->parentObj, parent), (int)(d)->proxyOp.pid, (d)->proxyOp.channelId,     \
+               (d)->proxyOp.peer, (d)->proxyOp.nSteps, (d)->proxyOp.chunkSize, (d)->proxyOp.isSend),               \
+          1)                                                                                                         \
+   : (d)->type == ncclProfileProxyStep                                                                               \
+       ? (LINE("prof r%d start %d ProxyStep parent=%s step=%d\n", (d)->rank, (e)->id, idOf((d)->parentObj, parent),  \
+               (d)->proxyStep.step),                                                                                 \
+          1)                                                                                                         \
+       : 0)
+
 /* A parent's id as text: "-" for none, "bad" for a pointer this plugin never returned. */
 static const char* idOf(const void* handle, char* text) {
   const struct event* e = (const struct event*)handle;
@@ -145,17 +164,38 @@ static int maskFromEnv(void) {
 static ncclResult_t stopEvent(void* handle) {
   struct event* e = (struct event*)handle;
   if (e == NULL || e < events || e >= events + MAX_EVENTS) {
-    printf("prof stop of a bad handle %p\n", handle);
+    LINE("prof stop of a bad handle %p\n", handle);
     return ncclSuccess;
   }
-  printf("prof r%d stop %d %s\n", e->rank, e->id, typeName(e->type));
+  LINE("prof r%d stop %d %s\n", e->rank, e->id, typeName(e->type));
   return ncclSuccess;
+}
+
+static ncclResult_t recordState(void* handle, ncclProfilerEventState_t state, uint64_t pTimer, int hasTimer);
+
+/* A ProxyStep state with its bytes; 0 for another state. */
+static int recordStepState(void* handle, ncclProfilerEventState_t state, size_t bytes) {
+  const char* name = state == ncclProfilerProxyStepSendGPUWait     ? "SendGPUWait"
+                     : state == ncclProfilerProxyStepSendPeerWait_v4 ? "SendPeerWait"
+                     : state == ncclProfilerProxyStepSendWait        ? "SendWait"
+                     : state == ncclProfilerProxyStepRecvWait        ? "RecvWait"
+                     : state == ncclProfilerProxyStepRecvFlushWait   ? "RecvFlushWait"
+                     : state == ncclProfilerProxyStepRecvGPUWait     ? "RecvGPUWait"
+                                                                     : NULL;
+  if (name == NULL) return 0;
+  struct event* e = (struct event*)handle;
+  if (e == NULL || e < events || e >= events + MAX_EVENTS) {
+    LINE("prof state of a bad handle %p\n", handle);
+  } else {
+    LINE("prof r%d state %d %s size=%zu\n", e->rank, e->id, name, bytes);
+  }
+  return 1;
 }
 
 static ncclResult_t recordState(void* handle, ncclProfilerEventState_t state, uint64_t pTimer, int hasTimer) {
   struct event* e = (struct event*)handle;
   if (e == NULL || e < events || e >= events + MAX_EVENTS) {
-    printf("prof state of a bad handle %p\n", handle);
+    LINE("prof state of a bad handle %p\n", handle);
     return ncclSuccess;
   }
   const char* name = state == ncclProfilerKernelChStop        ? "KernelChStop"
@@ -163,9 +203,9 @@ static ncclResult_t recordState(void* handle, ncclProfilerEventState_t state, ui
                      : state == ncclProfilerGroupEndApiStart  ? "GroupEndApiStart"
                                                               : "Other";
   if (hasTimer) {
-    printf("prof r%d state %d %s pTimer=%" PRIu64 "\n", e->rank, e->id, name, pTimer);
+    LINE("prof r%d state %d %s pTimer=%" PRIu64 "\n", e->rank, e->id, name, pTimer);
   } else {
-    printf("prof r%d state %d %s\n", e->rank, e->id, name);
+    LINE("prof r%d state %d %s\n", e->rank, e->id, name);
   }
   return ncclSuccess;
 }
@@ -173,7 +213,7 @@ static ncclResult_t recordState(void* handle, ncclProfilerEventState_t state, ui
 static ncclResult_t finalize(void* context) {
   free(context);
   int left = __atomic_sub_fetch(&contexts, 1, __ATOMIC_RELAXED);
-  printf("prof finalize %d\n", left);
+  LINE("prof finalize %d\n", left);
   return ncclSuccess;
 }
 
@@ -185,7 +225,7 @@ static ncclResult_t v1Init(void** context, int* eActivationMask) {
   *context = ctx;
   *eActivationMask = maskFromEnv();
   __atomic_add_fetch(&contexts, 1, __ATOMIC_RELAXED);
-  printf("prof init v1\n");
+  LINE("prof init v1\n");
   return ncclSuccess;
 }
 
@@ -195,22 +235,22 @@ static ncclResult_t v1StartEvent(void* context, void** handle, ncclProfilerEvent
   if (e == NULL) return ncclSuccess;
   char parent[16];
   if (d->type == ncclProfileColl) {
-    printf("prof r%d start %d Coll parent=%s func=%d dtype=%d count=%zu seq=%" PRIu64 " algo=%d proto=%d nch=%d "
+    LINE("prof r%d start %d Coll parent=%s func=%d dtype=%d count=%zu seq=%" PRIu64 " algo=%d proto=%d nch=%d "
            "name=%s hash=%" PRIx64 "\n", d->rank, e->id, idOf(d->parentObj, parent), d->coll.func, d->coll.datatype,
            d->coll.count, d->coll.seqNumber, d->coll.algo, d->coll.proto, d->coll.nMaxChannels,
            d->coll.name != NULL ? d->coll.name : "(null)", d->coll.commHash);
   } else if (d->type == ncclProfileP2p) {
-    printf("prof r%d start %d P2p parent=%s func=%d dtype=%d count=%zu peer=%d\n", d->rank, e->id,
+    LINE("prof r%d start %d P2p parent=%s func=%d dtype=%d count=%zu peer=%d\n", d->rank, e->id,
            idOf(d->parentObj, parent), d->p2p.func, d->p2p.datatype, d->p2p.count, d->p2p.peer);
-  } else {
-    printf("prof r%d start %d %s parent=%s\n", d->rank, e->id, typeName(d->type), idOf(d->parentObj, parent));
+  } else if (!PRINT_PROXY(d, e, parent)) {
+    LINE("prof r%d start %d %s parent=%s\n", d->rank, e->id, typeName(d->type), idOf(d->parentObj, parent));
   }
   return ncclSuccess;
 }
 
 static ncclResult_t v1RecordEventState(void* handle, ncclProfilerEventState_v1_t state,
                                        ncclProfilerEventStateArgs_v1_t* args) {
-  (void)args;
+  if (recordStepState(handle, state, args != NULL ? args->proxyOp.transSize : 0)) return ncclSuccess;
   return recordState(handle, state, 0, 0);
 }
 
@@ -239,11 +279,11 @@ typedef ncclProfilerEventStateArgs_v3_t OldArgs;
 static ncclResult_t oldInit(void** context, int* eActivationMask, const char* commName, uint64_t commHash, int nNodes,
                             int nranks, int rank, ncclDebugLogger_t logfn) {
   (void)logfn;
-  printf("prof r%d init v4 comm=%" PRIx64 " name=%s nNodes=%d nranks=%d\n", rank, commHash,
+  LINE("prof r%d init v4 comm=%" PRIx64 " name=%s nNodes=%d nranks=%d\n", rank, commHash,
          commName != NULL ? commName : "(null)", nNodes, nranks);
 #else
 static ncclResult_t oldInit(void** context, int* eActivationMask) {
-  printf("prof init v3\n");
+  LINE("prof init v3\n");
   const int rank = -1;
 #endif
   struct context* ctx = calloc(1, sizeof *ctx);
@@ -261,27 +301,27 @@ static ncclResult_t oldStartEvent(void* context, void** handle, OldDescr* d) {
   char parent[16];
   if (d->type == ncclProfileColl) {
 #if OLD_VERSION == 4
-    printf("prof r%d start %d Coll parent=%s func=%s count=%zu dtype=%s seq=%" PRIu64 " algo=%s proto=%s nch=%d\n",
+    LINE("prof r%d start %d Coll parent=%s func=%s count=%zu dtype=%s seq=%" PRIu64 " algo=%s proto=%s nch=%d\n",
            d->rank, e->id, idOf(d->parentObj, parent), d->coll.func, d->coll.count, d->coll.datatype,
            d->coll.seqNumber, d->coll.algo, d->coll.proto, d->coll.nChannels);
 #else
-    printf("prof r%d start %d Coll parent=%s func=%s count=%zu dtype=%s seq=%" PRIu64 " algo=%s proto=%s nch=%d "
+    LINE("prof r%d start %d Coll parent=%s func=%s count=%zu dtype=%s seq=%" PRIu64 " algo=%s proto=%s nch=%d "
            "hash=%" PRIx64 "\n", d->rank, e->id, idOf(d->parentObj, parent), d->coll.func, d->coll.count,
            d->coll.datatype, d->coll.seqNumber, d->coll.algo, d->coll.proto, d->coll.nMaxChannels, d->coll.commHash);
 #endif
   } else if (d->type == ncclProfileP2p) {
-    printf("prof r%d start %d P2p parent=%s func=%s count=%zu peer=%d\n", d->rank, e->id, idOf(d->parentObj, parent),
+    LINE("prof r%d start %d P2p parent=%s func=%s count=%zu peer=%d\n", d->rank, e->id, idOf(d->parentObj, parent),
            d->p2p.func, d->p2p.count, d->p2p.peer);
   } else if (d->type == ncclProfileKernelCh) {
 #if OLD_VERSION == 4
-    printf("prof r%d start %d KernelCh parent=%s channel=%d pTimer=%" PRIu64 "\n", d->rank, e->id,
+    LINE("prof r%d start %d KernelCh parent=%s channel=%d pTimer=%" PRIu64 "\n", d->rank, e->id,
            idOf(d->parentObj, parent), d->kernelCh.channelId, d->kernelCh.pTimer);
 #else
-    printf("prof r%d start %d KernelCh parent=%s channel=%d\n", d->rank, e->id, idOf(d->parentObj, parent),
+    LINE("prof r%d start %d KernelCh parent=%s channel=%d\n", d->rank, e->id, idOf(d->parentObj, parent),
            d->kernelCh.channelId);
 #endif
-  } else {
-    printf("prof r%d start %d %s parent=%s\n", d->rank, e->id, typeName(d->type), idOf(d->parentObj, parent));
+  } else if (!PRINT_PROXY(d, e, parent)) {
+    LINE("prof r%d start %d %s parent=%s\n", d->rank, e->id, typeName(d->type), idOf(d->parentObj, parent));
   }
   return ncclSuccess;
 }
@@ -289,8 +329,9 @@ static ncclResult_t oldStartEvent(void* context, void** handle, OldDescr* d) {
 static ncclResult_t oldRecordEventState(void* handle, ncclProfilerEventState_t state, OldArgs* args) {
 #if OLD_VERSION == 4
   if (state == ncclProfilerKernelChStop) return recordState(handle, state, args != NULL ? args->kernelCh.pTimer : 0, 1);
+  if (recordStepState(handle, state, args != NULL ? args->proxyStep.transSize : 0)) return ncclSuccess;
 #else
-  (void)args;
+  if (recordStepState(handle, state, args != NULL ? args->proxyOp.transSize : 0)) return ncclSuccess;
 #endif
   return recordState(handle, state, 0, 0);
 }
@@ -329,7 +370,7 @@ static ncclResult_t v5Init(void** context, uint64_t commId, int* eActivationMask
   *eActivationMask = maskFromEnv();
 #endif
   __atomic_add_fetch(&contexts, 1, __ATOMIC_RELAXED);
-  printf("prof r%d init v5 comm=%" PRIx64 " name=%s nNodes=%d nranks=%d mask=%#x\n", rank, commId,
+  LINE("prof r%d init v5 comm=%" PRIx64 " name=%s nNodes=%d nranks=%d mask=%#x\n", rank, commId,
          commName != NULL ? commName : "(null)", nNodes, nranks, (unsigned)*eActivationMask);
   return ncclSuccess;
 #endif
@@ -344,41 +385,42 @@ static ncclResult_t v5StartEvent(void* context, void** handle, ncclProfilerEvent
     return ncclInternalError;
   }
 #endif
-  if (d->rank != ctx->rank) printf("prof r%d event of rank %d\n", ctx->rank, d->rank);
+  if (d->rank != ctx->rank) LINE("prof r%d event of rank %d\n", ctx->rank, d->rank);
   struct event* e = newEvent(ctx, (int)d->type, d->rank);
   *handle = e;
   if (e == NULL) return ncclSuccess;
   char parent[16], group[16];
   switch (d->type) {
     case ncclProfileGroupApi:
-      printf("prof r%d start %d GroupApi parent=%s depth=%d captured=%d\n", d->rank, e->id,
+      LINE("prof r%d start %d GroupApi parent=%s depth=%d captured=%d\n", d->rank, e->id,
              idOf(d->parentObj, parent), d->groupApi.groupDepth, (int)d->groupApi.graphCaptured);
       break;
     case ncclProfileCollApi:
-      printf("prof r%d start %d CollApi parent=%s func=%s count=%zu dtype=%s root=%d\n", d->rank, e->id,
+      LINE("prof r%d start %d CollApi parent=%s func=%s count=%zu dtype=%s root=%d\n", d->rank, e->id,
              idOf(d->parentObj, parent), d->collApi.func, d->collApi.count, d->collApi.datatype, d->collApi.root);
       break;
     case ncclProfileP2pApi:
-      printf("prof r%d start %d P2pApi parent=%s func=%s count=%zu dtype=%s\n", d->rank, e->id,
+      LINE("prof r%d start %d P2pApi parent=%s func=%s count=%zu dtype=%s\n", d->rank, e->id,
              idOf(d->parentObj, parent), d->p2pApi.func, d->p2pApi.count, d->p2pApi.datatype);
       break;
     case ncclProfileColl:
-      printf("prof r%d start %d Coll parent=%s group=%s func=%s count=%zu dtype=%s root=%d seq=%" PRIu64
+      LINE("prof r%d start %d Coll parent=%s group=%s func=%s count=%zu dtype=%s root=%d seq=%" PRIu64
              " algo=%s proto=%s nch=%d\n", d->rank, e->id, idOf(d->parentObj, parent),
              idOf(d->coll.parentGroup, group), d->coll.func, d->coll.count, d->coll.datatype, d->coll.root,
              d->coll.seqNumber, d->coll.algo, d->coll.proto, d->coll.nChannels);
       break;
     case ncclProfileP2p:
-      printf("prof r%d start %d P2p parent=%s group=%s func=%s count=%zu dtype=%s peer=%d nch=%d\n", d->rank, e->id,
+      LINE("prof r%d start %d P2p parent=%s group=%s func=%s count=%zu dtype=%s peer=%d nch=%d\n", d->rank, e->id,
              idOf(d->parentObj, parent), idOf(d->p2p.parentGroup, group), d->p2p.func, d->p2p.count, d->p2p.datatype,
              d->p2p.peer, d->p2p.nChannels);
       break;
     case ncclProfileKernelCh:
-      printf("prof r%d start %d KernelCh parent=%s channel=%d pTimer=%" PRIu64 "\n", d->rank, e->id,
+      LINE("prof r%d start %d KernelCh parent=%s channel=%d pTimer=%" PRIu64 "\n", d->rank, e->id,
              idOf(d->parentObj, parent), d->kernelCh.channelId, d->kernelCh.pTimer);
       break;
     default:
-      printf("prof r%d start %d %s parent=%s\n", d->rank, e->id, typeName((int)d->type), idOf(d->parentObj, parent));
+      if (PRINT_PROXY(d, e, parent)) break;
+      LINE("prof r%d start %d %s parent=%s\n", d->rank, e->id, typeName((int)d->type), idOf(d->parentObj, parent));
       break;
   }
   return ncclSuccess;
@@ -387,6 +429,7 @@ static ncclResult_t v5StartEvent(void* context, void** handle, ncclProfilerEvent
 static ncclResult_t v5RecordEventState(void* handle, ncclProfilerEventState_v5_t state,
                                        ncclProfilerEventStateArgs_v5_t* args) {
   if (state == ncclProfilerKernelChStop) return recordState(handle, state, args != NULL ? args->kernelCh.pTimer : 0, 1);
+  if (recordStepState(handle, state, args != NULL ? args->proxyStep.transSize : 0)) return ncclSuccess;
   return recordState(handle, state, 0, 0);
 }
 

@@ -28,6 +28,7 @@
 
 #include "core/socket.h"
 #include "core/status.h"
+#include "proxy/op_trace.h"
 #include "proxy/proxy.h"
 #include "transport/fifo.h"
 
@@ -197,6 +198,9 @@ class EndPump : public proxy::Pump {
   char* slots() const { return slots_; }
 
   void pollSet(std::vector<pollfd>* fds) override;
+  /// The profiler plugin's view of this end's steps (proxy/op_trace.h), when this pump
+  /// reports them (tracesSteps_); else null.
+  proxy::OpTrace* trace() { return tracesSteps_ ? &trace_ : nullptr; }
   void bindHandle(const kernels::ConnHandle& h) { conn_ = h; }
   /// The communicator's abort flag: once it is raised, an end stops touching users' buffers
   /// (steps by reference, receives landing in an offered buffer).
@@ -306,6 +310,8 @@ class EndPump : public proxy::Pump {
   std::chrono::steady_clock::time_point pendingSince_{};
   FaultBox faultOut_{};
   FaultBox faultIn_{};
+  proxy::OpTrace trace_;  // armed while a profiler plugin watches an operation on this end
+  bool tracesSteps_ = false;  // the subclass reports its steps to trace_
 
  private:
   bool acceptControl(FrameReader& r);
@@ -322,6 +328,7 @@ class NetFifo final : public FifoMemory {
   ~NetFifo() override;
   char* base() const override { return pump_->base(); }
   char* data() const override { return pump_->slots() != nullptr ? pump_->slots() : FifoMemory::data(); }
+  proxy::OpTrace* opTrace() const override { return pump_->trace(); }
   /// (where the host memory keeps them, whether or not the Simple slots moved)
   char* lineSlots() const override {
     return base() + fifoControlBytes() + uint64_t(kernels::kSteps) * sizes_.simpleStepBytes;

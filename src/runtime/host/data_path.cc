@@ -16,6 +16,7 @@
 #include "core/status.h"
 #include "plugin/profiler_plugin.h"
 #include "plugin/tuner_plugin.h"
+#include "proxy/op_trace.h"
 #include "proxy/proxy.h"
 #include "kernels/algorithms/send_recv.h"
 #include "runtime/host/algorithm_peers.h"
@@ -590,6 +591,20 @@ void DataPath::runCollective(const plan::Task& given) {
     plan.works[c].checkSig = settings_.checkMismatch ? 1 : 0;
     plan.works[c].status = &statuses_[c];
   }
+  if (profile_ != nullptr && profile_->wantsProxy() && connector_.usesNetwork()) {
+    const auto traces = netTraces();
+    for (int c = 0; c < plan.nChannels && !traces.empty(); ++c) {
+      if (plan.works[c].algo == kernels::Algo::kRing) {
+        watchProxy(traces, ring[c].send, true, c, plan.proto);
+        watchProxy(traces, ring[c].recv, false, c, plan.proto);
+        continue;
+      }
+      for (int r = 0; r < nRanks_; ++r) {  // (an end the algorithm does not use reports nothing)
+        if (plan.works[c].peerSend != nullptr) watchProxy(traces, plan.works[c].peerSend[r], true, c, plan.proto);
+        if (plan.works[c].peerRecv != nullptr) watchProxy(traces, plan.works[c].peerRecv[r], false, c, plan.proto);
+      }
+    }
+  }
   std::atomic<bool> aborted{false};
   uint64_t* times = profile_ != nullptr ? profile_->beforeRun() : nullptr;  // (KernelCh events)
   executor_.runChannels(plan.nChannels, [&](int c, HostGroup& g) {
@@ -747,6 +762,20 @@ void DataPath::runPeers(const std::vector<const plan::Task*>& ops) {
   device_->releaseStreams(main, others);
 }
 
+std::map<const uint64_t*, proxy::OpTrace*> DataPath::netTraces() const {
+  std::map<const uint64_t*, proxy::OpTrace*> traces;
+  connector_.forEachEnd([&](const transport::Connector::End& end) {
+    if (proxy::OpTrace* t = end.memory->opTrace()) traces[end.memory->stepWord(end.isSend)] = t;
+  });
+  return traces;
+}
+
+void DataPath::watchProxy(const std::map<const uint64_t*, proxy::OpTrace*>& traces, const kernels::ConnHandle& h,
+                          bool isSend, int channel, kernels::Proto proto, int op) {
+  const auto found = h.step != nullptr ? traces.find(h.step) : traces.end();
+  if (found != traces.end()) profile_->watch(found->second, h, isSend, channel, proto, abort_, op);
+}
+
 void DataPath::runPeersOn(const std::vector<const plan::Task*>& ops) {
   // Sends to and receives from this rank itself are matched in order and copied.
   std::vector<const plan::Task*> selfSends, selfRecvs;
@@ -816,6 +845,16 @@ void DataPath::runPeersOn(const std::vector<const plan::Task*>& ops) {
   }
   if (device_ != nullptr) return enqueuePeers(queues, ops.front()->stream, ops.front()->name);
   if (connector_.usesNetwork()) proxy::kick();
+  if (profile_ != nullptr && profile_->wantsProxy() && connector_.usesNetwork()) {
+    const auto traces = netTraces();
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (ops[i]->peer == rank_) continue;
+      const plan::Task& t = *ops[i];
+      const kernels::ConnHandle h = t.isSend ? connector_.peerSend(t.peer) : connector_.peerRecv(t.peer);
+      watchProxy(traces, h, t.isSend, 0, plan::peerProtocol(t.count * plan::typeSize(t.dtype), settings_.limits),
+                 static_cast<int>(i));
+    }
+  }
   std::vector<std::deque<kernels::PeerOp>> ordered;  // (the map's order: by peer, then direction)
   for (auto& [key, q] : queues) ordered.push_back(std::move(q));
   Watchdog::Operation running(*watchdog_, kernels::OpSignature{}, ops.front()->name, 1);

@@ -36,6 +36,9 @@ namespace braid::plugin {
 class TunerSession;
 class ProfilerSession;
 }
+namespace braid::proxy {
+class OpTrace;
+}
 
 namespace braid::runtime::host {
 
@@ -163,6 +166,12 @@ class DataPath {
   void runPeers(const std::vector<const plan::Task*>& ops);
   /// runPeers' work, on ops.front()->stream with a device.
   void runPeersOn(const std::vector<const plan::Task*>& ops);
+  /// The traces of this rank's network ends (proxy/op_trace.h) by their step counters.
+  std::map<const uint64_t*, proxy::OpTrace*> netTraces() const;
+  /// With a profiler plugin that wants ProxyOp events: this rank's end h, when one of
+  /// `traces`, is watched for the running operation (profile_events.h).
+  void watchProxy(const std::map<const uint64_t*, proxy::OpTrace*>& traces, const kernels::ConnHandle& h,
+                  bool isSend, int channel, kernels::Proto proto, int op = -1);
   /// With a device, before anything of a task moves (run() for a lone call, checkOnDevice for a
   /// group): a mismatch an earlier kernel found, what the backend does not support yet, the
   /// stream and the buffers.

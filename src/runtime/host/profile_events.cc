@@ -2,7 +2,9 @@
 
 #include <algorithm>
 
+#include "kernels/platform.h"
 #include "plugin/profiler_plugin.h"
+#include "proxy/op_trace.h"
 
 namespace braid::runtime::host {
 
@@ -109,12 +111,43 @@ GroupProfile::~GroupProfile() {
 }
 
 void GroupProfile::closeOpen() {
+  unwatch();
   session_.stop(launch_);
   launch_ = nullptr;
   session_.stop(coll_);
   coll_ = nullptr;
   for (void* p : peers_) session_.stop(p);
   peers_.clear();
+}
+
+bool GroupProfile::wantsProxy() const { return session_.wants(profile::kProxyOp | profile::kProxyStep); }
+
+void GroupProfile::watch(proxy::OpTrace* trace, const kernels::ConnHandle& h, bool isSend, int channel,
+                         kernels::Proto proto, const uint32_t* abortFlag, int op) {
+  void* parent = op < 0 ? coll_ : op < static_cast<int>(peers_.size()) ? peers_[op] : nullptr;
+  if (trace == nullptr || parent == nullptr || !wantsProxy()) return;
+  for (const Watched& w : watched_) {
+    if (w.trace == trace) return;  // (several operations on one connection: the first has its steps)
+  }
+  proxy::OpTrace::Op o;
+  o.session = &session_;
+  o.parent = parent;
+  o.channel = channel;
+  o.peer = h.peer;
+  o.isSend = isSend;
+  o.chunkSize = static_cast<int>(kernels::stepElements(proto, h, 1));
+  o.wantSteps = session_.wants(profile::kProxyStep);
+  if (!isSend) o.landedSizes = h.sizes;
+  const uint64_t first = kernels::loadRelaxed(h.step);
+  trace->arm(o, first, isSend ? 0 : kernels::loadAcquire(h.tail));
+  watched_.push_back(Watched{trace, h.step, abortFlag});
+}
+
+void GroupProfile::unwatch() {
+  for (const Watched& w : watched_) {
+    w.trace->disarm(kernels::loadRelaxed(const_cast<uint64_t*>(w.stepWord)), w.abortFlag);
+  }
+  watched_.clear();
 }
 
 void GroupProfile::collStart(const plan::Task& task, const plan::CollPlan& plan) {
@@ -145,6 +178,7 @@ uint64_t* GroupProfile::beforeRun() {
 }
 
 void GroupProfile::afterRun(int nChannels) {
+  unwatch();
   session_.stop(launch_);
   launch_ = nullptr;
   if (wantKernelCh_ && coll_ != nullptr) {
@@ -182,6 +216,7 @@ void GroupProfile::peersStart(const std::vector<const plan::Task*>& ops) {
 
 void GroupProfile::peersDone() {
   const uint64_t end = plugin::profilerClock();
+  unwatch();
   session_.stop(launch_);
   launch_ = nullptr;
   if (wantKernelCh_) {

@@ -13,6 +13,11 @@
 //       KernelCh on channel 0 for each, P2P stops
 //   Group stop
 //
+// With ProxyOp or ProxyStep in the mask, the network ends a collective's channels (or a send's
+// or receive's connection, on channel 0) use are watched while it runs (watch): the proxy
+// thread reports their ProxyOp and ProxyStep events (proxy/op_trace.h), children of its Coll
+// or P2P event, which ends once they have.
+//
 // On the host backend the kernel is the host executor's run, so KernelCh timestamps are CPU
 // times (plugin::profilerClock) and the launch ends when the work does; with a device, Coll
 // and P2P events end when the work is enqueued, without KernelCh events (sends and receives
@@ -37,6 +42,9 @@
 namespace braid::plugin {
 class ProfilerSession;
 struct ProfileEvent;
+}
+namespace braid::proxy {
+class OpTrace;
 }
 
 namespace braid::runtime::host {
@@ -68,6 +76,14 @@ class GroupProfile {
   /// After the run of nChannels channels: launch stop, KernelCh events, Coll stop.
   void afterRun(int nChannels);
 
+  /// Whether ProxyOp or ProxyStep events are wanted: then the run's network ends are watched.
+  bool wantsProxy() const;
+  /// Before the run: network end `trace` (this rank's end h, a sender's if isSend) carries
+  /// the running collective's channel `channel` in protocol `proto`, or (op >= 0) the send or
+  /// receive ops[op] of peersStart. Its events end at afterRun or peersDone.
+  void watch(proxy::OpTrace* trace, const kernels::ConnHandle& h, bool isSend, int channel, kernels::Proto proto,
+             const uint32_t* abortFlag, int op = -1);
+
   /// The group's sends and receives are about to run together.
   void peersStart(const std::vector<const plan::Task*>& ops);
   /// They ran.
@@ -75,6 +91,13 @@ class GroupProfile {
 
  private:
   void closeOpen();
+  void unwatch();  // the watched ends' events end
+
+  struct Watched {
+    proxy::OpTrace* trace;
+    const uint64_t* stepWord;
+    const uint32_t* abortFlag;
+  };
 
   plugin::ProfilerSession& session_;
   void* groupApi_;
@@ -84,6 +107,7 @@ class GroupProfile {
   void* coll_ = nullptr;    // the collective running now
   void* launch_ = nullptr;  // its kernel launch
   std::vector<void*> peers_;  // the P2P events of the sends and receives running now
+  std::vector<Watched> watched_;  // network ends whose proxy reports ProxyOp events now
   bool wantKernelCh_ = false;
   std::array<uint64_t, 2 * kMaxChannels> times_{};
 };

@@ -75,6 +75,7 @@ class PluginEnd : public EndPump {
     const plugin::NetDeviceProperties& p = session_->properties(device_);
     where_ = session_->name() + " device " + std::to_string(device_) + " (" + p.name + ":" + std::to_string(p.port) +
              (planned_ ? ", the topology's port; " : ", by number; ") + what_;
+    tracesSteps_ = true;  // (profiler plugins: proxy/op_trace.h)
   }
   ~PluginEnd() override { release(); }
 
@@ -284,6 +285,7 @@ class SendEnd final : public PluginEnd {
     if (head == head_) return false;
     head_ = head;
     kernels::storeRelease(conn_.head, head_);
+    if (trace_.armed()) trace_.stepsDone(head_);
     return true;
   }
 
@@ -295,6 +297,7 @@ class SendEnd final : public PluginEnd {
       FrameHeader* record = records() + next_ % kernels::kSteps;
       if (stage_ == kNone) {
         if (!stepHeader(next_, record, &payload_)) return true;
+        if (trace_.armed()) trace_.stepTaken(next_, record->bytes);  // (until the receiver says it landed)
         stage_ = kRecord;
       }
       const bool isPayload = stage_ == kPayload;
@@ -364,6 +367,7 @@ class RecvEnd final : public PluginEnd {
     if (broken_) return true;
     if (!writers_[0].busy() && !startFault() && !startLanded()) startBye();
     if (write(0, &moved)) noteByeWritten();
+    if (trace_.armed()) trace_.stepsDone(kernels::loadAcquire(conn_.head));  // (freed by the kernel)
     return moved;
   }
 
@@ -435,6 +439,7 @@ class RecvEnd final : public PluginEnd {
           return true;
         }
         if (!checkStep(h, r.step, "through net plugin " + session_->name())) return true;
+        if (trace_.armed()) trace_.stepTaken(r.step, h.bytes);
         recordPending_ = false;
         if (h.bytes > 0) {
           payloadDue_ = true;
@@ -456,8 +461,14 @@ class RecvEnd final : public PluginEnd {
   /// Step h is here: its signature, its LL lines from staging, then tail.
   void land(const FrameHeader& h) {
     landStep(h, staging(h.step));
+    // (its description: read by nothing but a profiler plugin's trace, proxy/op_trace.h)
+    kernels::storeRelaxed(conn_.sizes + h.step % kernels::kSteps,
+                          h.bytes | ((h.flags & kFrameLL)      ? kernels::kStepLL
+                                     : (h.flags & kFrameLL128) ? kernels::kStepLL128
+                                                               : 0));
     landed_ = h.step + 1;
     kernels::storeRelease(conn_.tail, landed_);
+    if (trace_.armed()) trace_.stepLanded(h.step, h.bytes);
   }
 
   char* staging(uint64_t step) { return extra() + kStagingOffset + step % kernels::kSteps * stagingCapacity(sizes_); }

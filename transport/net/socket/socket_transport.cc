@@ -27,6 +27,7 @@ class SendPump final : public EndPump {
     adoptSockets(std::move(sockets));
     for (size_t k = 0; k < sockets_.size(); ++k) next_.push_back(k);
     acceptsReferences_ = true;  // the host's sends: written from the user's buffer (send_recv.h)
+    tracesSteps_ = true;
   }
 
   bool progress(const pollfd* polled) override {
@@ -58,6 +59,7 @@ class SendPump final : public EndPump {
         next_[k] += n;
         while (sent_[head_ % kernels::kSteps] == head_ + 1) ++head_;
         kernels::storeRelease(conn_.head, head_);  // the slot is in the socket: reusable
+        if (trace_.armed()) trace_.stepsDone(head_);
         moved = true;
       }
     }
@@ -71,6 +73,7 @@ class SendPump final : public EndPump {
     bool byReference = false;
     if (!stepHeader(next_[k], &h, &payload, &byReference)) return;
     writers_[k].start(h, payload);
+    if (trace_.armed()) trace_.stepTaken(next_[k], h.bytes);
     inFlight_[k] = true;
     referenced_[k] = byReference;
   }
@@ -97,7 +100,9 @@ class RecvPump final : public EndPump {
   RecvPump(const FifoSizes& sizes, int rank, int peer, net::Socket listener, uint64_t nonce, uint64_t commHash,
            int nSockets, std::chrono::seconds timeout)
       : EndPump(sizes, 0, false, rank, peer, ""),
-        acceptor_(rank, peer, std::move(listener), nonce, commHash, nSockets, timeout) {}
+        acceptor_(rank, peer, std::move(listener), nonce, commHash, nSockets, timeout) {
+    tracesSteps_ = true;
+  }
 
   void pollSet(std::vector<pollfd>* fds) override {
     if (!acceptor_.listening()) return EndPump::pollSet(fds);
@@ -122,6 +127,7 @@ class RecvPump final : public EndPump {
     }
     if (!broken_ && !writers_[0].busy() && !startFault()) startBye();
     if (!broken_ && write(0, &moved)) noteByeWritten();
+    if (trace_.armed()) trace_.stepsDone(kernels::loadAcquire(conn_.head));  // (freed by the kernel)
     return moved;
   }
 
@@ -154,6 +160,7 @@ class RecvPump final : public EndPump {
     r.payload = (h.flags & kFrameFlagged) ? staging_[k].data()
                 : direct_[k] != nullptr     ? direct_[k]
                                             : conn_.simple + slot * conn_.simpleStepBytes;
+    if (trace_.armed()) trace_.stepTaken(h.step, h.bytes);
     return true;
   }
 
@@ -178,12 +185,16 @@ class RecvPump final : public EndPump {
     if ((h.flags & kFrameFlagged) == 0) {  // (read by a receive by reference, once tail says so)
       kernels::storeRelaxed(conn_.sizes + h.step % kernels::kSteps, h.bytes | (direct_[k] != nullptr ? kernels::kStepDirect : 0));
       if (direct_[k] != nullptr) noteDirectStep();
+    } else {  // (no reader but a profiler plugin's trace: proxy/op_trace.h)
+      kernels::storeRelaxed(conn_.sizes + h.step % kernels::kSteps,
+                            h.bytes | ((h.flags & kFrameLL) ? kernels::kStepLL : kernels::kStepLL128));
     }
     direct_[k] = nullptr;
     arrived_[h.step % kernels::kSteps] = h.step + 1;
     next_[k] += sockets_.size();
     while (arrived_[tail_ % kernels::kSteps] == tail_ + 1) ++tail_;
     kernels::storeRelease(conn_.tail, tail_);
+    if (trace_.armed()) trace_.stepLanded(h.step, h.bytes);
   }
 
   Acceptor acceptor_;

@@ -1,0 +1,119 @@
+#include "proxy/op_trace.h"
+
+#include <unistd.h>
+
+#include <chrono>
+
+#include "kernels/platform.h"
+#include "plugin/profiler_plugin.h"
+
+namespace braid::proxy {
+
+namespace profile = plugin::profile;
+
+void OpTrace::arm(const Op& op, uint64_t firstStep, uint64_t landed) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  op_ = op;
+  opEvent_ = nullptr;
+  opStarted_ = false;
+  first_ = firstStep;
+  end_ = UINT64_MAX;
+  done_ = firstStep;
+  open_.fill(0);
+  steps_.fill(nullptr);
+  armed_.store(true, std::memory_order_seq_cst);
+  // (a step the proxy lands from here on is reported by it; before, by these)
+  for (uint64_t s = firstStep; s < landed && s < firstStep + kernels::kSteps; ++s) {
+    const uint64_t bytes =
+        op.landedSizes != nullptr
+            ? kernels::loadRelaxed(const_cast<uint64_t*>(op.landedSizes) + s % kernels::kSteps) & 0xffffffffu
+            : 0;
+    startStep(s, profile::kProxyStepRecvGPUWait, bytes);
+  }
+}
+
+void OpTrace::startStep(uint64_t s, int state, uint64_t bytes) {
+  if (s < first_ || s >= end_ || s < done_) return;
+  const size_t slot = s % kernels::kSteps;
+  if (open_[slot] == s + 1) return;  // (already reported: arming saw it landed)
+  if (!opStarted_) {
+    opStarted_ = true;
+    plugin::ProfileEvent e;
+    e.type = profile::kProxyOp;
+    e.parent = op_.parent;
+    e.pid = getpid();
+    e.channelId = op_.channel;
+    e.peer = op_.peer;
+    e.nSteps = 0;
+    e.chunkSize = op_.chunkSize;
+    e.isSend = op_.isSend;
+    opEvent_ = op_.session->start(e);
+  }
+  if (!op_.wantSteps) return;
+  plugin::ProfileEvent e;
+  e.type = profile::kProxyStep;
+  e.parent = opEvent_;
+  e.step = static_cast<int>(s - first_);
+  void* h = op_.session->start(e);
+  op_.session->record(h, state, bytes);
+  steps_[slot] = h;
+  open_[slot] = s + 1;
+}
+
+void OpTrace::stopStep(uint64_t s) {
+  const size_t slot = s % kernels::kSteps;
+  if (open_[slot] != s + 1) return;
+  op_.session->stop(steps_[slot]);
+  steps_[slot] = nullptr;
+  open_[slot] = 0;
+}
+
+void OpTrace::stepTaken(uint64_t s, uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!armed_.load(std::memory_order_relaxed)) return;
+  startStep(s, op_.isSend ? profile::kProxyStepSendWait : profile::kProxyStepRecvWait, bytes);
+}
+
+void OpTrace::stepLanded(uint64_t s, uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!armed_.load(std::memory_order_relaxed)) return;
+  const size_t slot = s % kernels::kSteps;
+  if (open_[slot] == s + 1) {
+    op_.session->record(steps_[slot], profile::kProxyStepRecvGPUWait, bytes);
+  } else {  // (its header came before the trace was armed)
+    startStep(s, profile::kProxyStepRecvGPUWait, bytes);
+  }
+}
+
+void OpTrace::stepsDone(uint64_t until) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!armed_.load(std::memory_order_relaxed)) return;
+  for (; done_ < until && done_ < end_; ++done_) stopStep(done_);
+  if (done_ >= end_) idle_.notify_all();
+}
+
+void OpTrace::finish() {
+  for (uint64_t s = done_; s < end_ && s < done_ + kernels::kSteps; ++s) stopStep(s);
+  for (size_t slot = 0; slot < open_.size(); ++slot) {  // (steps past the end: none are started)
+    if (open_[slot] != 0) stopStep(open_[slot] - 1);
+  }
+  op_.session->stop(opEvent_);
+  opEvent_ = nullptr;
+  armed_.store(false, std::memory_order_relaxed);
+}
+
+void OpTrace::disarm(uint64_t endStep, const uint32_t* abortFlag) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!armed_.load(std::memory_order_relaxed)) return;
+  end_ = endStep;
+  if (op_.isSend) {  // its last frames may still be on their way into the network
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    while (done_ < end_ && std::chrono::steady_clock::now() < deadline &&
+           (abortFlag == nullptr || kernels::loadRelaxed(const_cast<uint32_t*>(abortFlag)) == 0)) {
+      idle_.wait_for(lock, std::chrono::milliseconds(5));
+    }
+  }
+  finish();
+}
+
+}  // namespace braid::proxy

@@ -1,0 +1,95 @@
+// The profiler plugin's ProxyOp and ProxyStep events of one network connection end: what the
+// proxy thread sees of an operation's steps on it.
+//
+// NCCL's proxy is handed each operation with its step count; Braid's kernels cut their steps
+// as they run and the proxy only sees FIFO steps come and go. So the data path arms the trace
+// of every network end an operation may use before it runs (the event of its Coll or P2P, the
+// channel, this end's step counter), and the proxy thread, when armed, reports each step it
+// moves from there on:
+//
+//   sender:   ProxyStep start when it takes a step the kernel published, SendWait (with the
+//             step's bytes) while the frame goes into the network, stop once it is there (the
+//             socket transport: in the socket; a net plugin: landed, as the receiver says);
+//   receiver: ProxyStep start when a step's header arrives, RecvWait while its payload does,
+//             RecvGPUWait (its bytes) once it is in the FIFO for the kernel, stop once the
+//             kernel freed the slot.
+//
+// The ProxyOp starts with the first step the operation moves on the end (an end it does not
+// use gets none); its nSteps is 0, as the count is known only when the kernel is done. After
+// the run the data path disarms the trace: a sender's remaining steps are waited for (at
+// most a second: the peer reads them) and a receiver's are stopped (the kernel consumed
+// them); then the ProxyOp stops. A receiver's step that landed before the trace was armed
+// (its peer ran ahead) is reported from arming on, in RecvGPUWait, with the bytes the proxy
+// wrote in the FIFO's step descriptions.
+//
+// With no plugin, or the plugin's mask without ProxyOp and ProxyStep, no trace is armed: the
+// proxy's per-step cost is one relaxed load.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+
+#include "kernels/work.h"
+
+namespace braid::plugin {
+class ProfilerSession;
+}
+
+namespace braid::proxy {
+
+class OpTrace {
+ public:
+  /// What the ProxyOp says of the operation on this end.
+  struct Op {
+    plugin::ProfilerSession* session = nullptr;
+    void* parent = nullptr;  ///< the Coll or P2P event
+    int channel = 0;
+    int peer = 0;
+    bool isSend = false;
+    int chunkSize = 0;       ///< bytes of one step of the operation's protocol
+    bool wantSteps = false;  ///< ProxyStep events too (else only the ProxyOp)
+    /// A receiver's step descriptions (stepInfo), which its proxy writes as it lands each
+    /// step: the bytes of a step that landed before arming; null: not known (reported as 0).
+    const uint64_t* landedSizes = nullptr;
+  };
+
+  /// Data path, before the run: steps from `firstStep` (this end's step counter) are the
+  /// operation's. A receiver passes `landed`, the steps its proxy published so far (tail):
+  /// those from firstStep on are reported at once, waiting for the kernel.
+  void arm(const Op& op, uint64_t firstStep, uint64_t landed);
+  /// Data path, after the run (the kernel's steps end before endStep): see the file comment.
+  /// abortFlag ends a sender's wait at once.
+  void disarm(uint64_t endStep, const uint32_t* abortFlag);
+
+  /// Proxy thread: whether an operation is watched (then the calls below report its steps).
+  bool armed() const { return armed_.load(std::memory_order_relaxed); }
+  /// Proxy thread: the sender took step s (bytes) / the receiver saw its header.
+  void stepTaken(uint64_t s, uint64_t bytes);
+  /// Proxy thread, receiver: step s (bytes) is in the FIFO for the kernel.
+  void stepLanded(uint64_t s, uint64_t bytes);
+  /// Proxy thread: the steps before `until` are done (the sender's are in the network; the
+  /// receiver's freed by the kernel).
+  void stepsDone(uint64_t until);
+
+ private:
+  void startStep(uint64_t s, int state, uint64_t bytes);
+  void stopStep(uint64_t s);
+  void finish();  // (under mutex_) stops what is open
+
+  std::atomic<bool> armed_{false};
+  std::mutex mutex_;
+  std::condition_variable idle_;
+  Op op_;
+  void* opEvent_ = nullptr;
+  bool opStarted_ = false;
+  uint64_t first_ = 0;
+  uint64_t end_ = UINT64_MAX;                     ///< known once disarm begins
+  uint64_t done_ = 0;                             ///< steps before it are done
+  std::array<void*, kernels::kSteps> steps_{};    ///< per slot: the open step's event
+  std::array<uint64_t, kernels::kSteps> open_{};  ///< per slot: its step + 1 (0: none)
+};
+
+}  // namespace braid::proxy
