@@ -31,14 +31,7 @@
 namespace braid::runtime::host {
 
 namespace {
-constexpr int kHostDefaultMaxChannels = 2;
-// A block each; the tuner gives small messages fewer. NCCL's rings on Hopper's NVLink take
-// 16-32 channels; ranks that share a GPU split what it keeps resident (capChannels).
-constexpr int kDeviceDefaultMaxChannels = 32;
 static_assert(transport::kSetChannels == kMaxChannels, "a connection set for every channel");
-constexpr uint32_t kP2pSimpleStepBytes = 128 * 1024;
-constexpr uint32_t kP2pLLStepLines = 2048;  // 16 KiB of payload per step
-constexpr uint32_t kP2pLL128StepLines = 256;  // 30 KiB of payload per step (LL128 only when NCCL_PROTO forces it)
 
 std::vector<transport::PeerPlace> placesOf(const std::vector<PeerInfo>& peers, int rank, runtime::Device* device) {
   std::vector<transport::PeerPlace> places;
@@ -84,20 +77,6 @@ std::vector<PeerProcess> watchedPeers(const std::vector<PeerInfo>& peers, int ra
   return watched;
 }
 
-/// The Simple step of the send/recv and peer-set connections (set c serves channel c of the
-/// peer algorithms and, for c = 0, the user's sends and receives). On the host above 8 ranks a
-/// rank's log-n algorithms reach up to 3 ceil(log2 n) partners (me +- 2^k for Binomial and Bruck,
-/// me xor 2^k for RecDoubling and HalvingDoubling), each a connection whose FIFO a large message
-/// fills: their Simple slots share NCCL_BUFFSIZE (one ring connection's), so that what a rank
-/// keeps after large messages does not grow with n (issue 26); at least 16 KiB a step. A GPU's keep NCCL's 128 KiB
-/// chunks. Every rank computes the same from the same n (the connection's two ends must agree).
-uint32_t peerSimpleStepBytes(uint32_t ringStepBytes, int nRanks, bool onDevice) {
-  if (onDevice || nRanks <= 8) return kP2pSimpleStepBytes;
-  const uint64_t budget = uint64_t(ringStepBytes) * kernels::kSteps;
-  const uint64_t step = budget / (uint64_t(kernels::kSteps) * logPeersBound(nRanks));
-  return static_cast<uint32_t>(std::clamp<uint64_t>(step, 16 * 1024, kP2pSimpleStepBytes)) & ~63u;
-}
-
 transport::ConnectorOptions optionsFor(const DataPathSettings& s, uint64_t commHash, const uint32_t* abortFlag,
                                        runtime::Device* device, int64_t busId, int nRanks) {
   transport::ConnectorOptions o = s.connector;
@@ -108,97 +87,7 @@ transport::ConnectorOptions optionsFor(const DataPathSettings& s, uint64_t commH
   o.ib.gpuBusId = busId;
   return o;
 }
-/// An NCCL_IB_* integer within [low, high]; out of range: a warning and `fallback`.
-int ibKnob(params::Store& p, const char* name, int low, int high, int fallback) {
-  const int64_t v = p.integer(name);
-  if (v >= low && v <= high) return static_cast<int>(v);
-  BRAID_WARN("%s=%lld is outside %d..%d; using %d", name, static_cast<long long>(v), low, high, fallback);
-  return fallback;
-}
-
-transport::ib::Settings ibSettingsFromParams(params::Store& p) {
-  transport::ib::Settings ib;
-  ib.library = p.string("BRAID_IBVERBS_LIBRARY");
-  ib.hca = p.string("NCCL_IB_HCA");
-  ib.gidIndex = ibKnob(p, "NCCL_IB_GID_INDEX", -1, 255, -1);
-  ib.trafficClass = ibKnob(p, "NCCL_IB_TC", -1, 255, -1);
-  ib.serviceLevel = ibKnob(p, "NCCL_IB_SL", -1, 15, -1);
-  ib.ackTimeout = ibKnob(p, "NCCL_IB_TIMEOUT", 1, 31, 20);
-  ib.retryCount = ibKnob(p, "NCCL_IB_RETRY_CNT", 0, 7, 7);
-  ib.dmabuf = p.integer("NCCL_DMABUF_ENABLE") != 0;
-  ib.gdrRead = ibKnob(p, "NCCL_NET_GDR_READ", -1, 1, -1);
-  ib.gdrLevel = topo::levelFromParams("NCCL_NET_GDR_LEVEL", topo::PathType::Pxb);
-  return ib;
-}
-
-/// One protocol's FIFO bytes per connection (NCCL_BUFFSIZE and its kin), or `fallback`, with
-/// a warning, when the value lies outside [lo, hi] (`range` says so in words).
-int64_t fifoBytes(params::Store& p, const char* name, int64_t lo, int64_t hi, int64_t fallback, const char* range) {
-  const int64_t v = p.integer(name);
-  if (v >= lo && v <= hi) return v;
-  BRAID_WARN("%s=%lld is outside %s; using %lld", name, static_cast<long long>(v), range,
-             static_cast<long long>(fallback));
-  return fallback;
-}
 }  // namespace
-
-DataPathSettings DataPathSettings::fromParams(const CommConfig& config, bool onDevice) {
-  params::Store& p = params::process();
-  DataPathSettings s;
-  const int64_t buff = fifoBytes(p, "NCCL_BUFFSIZE", 64 * 1024, int64_t(1) << 30, 4 << 20, "64 KiB..1 GiB");
-  const int64_t llBuff = fifoBytes(p, "NCCL_LL_BUFFSIZE", 8 * 1024, int64_t(1) << 28, 512 << 10, "8 KiB..256 MiB");
-  const int64_t ll128Buff = fifoBytes(p, "NCCL_LL128_BUFFSIZE", 8 * 1024, int64_t(1) << 28, 4915200, "8 KiB..256 MiB");
-  s.connector.ring.simpleStepBytes = static_cast<uint32_t>(buff / kernels::kSteps) & ~63u;
-  s.connector.ring.llStepLines = static_cast<uint32_t>(llBuff / kernels::kSteps / sizeof(kernels::LLLine));
-  s.connector.ring.ll128StepLines = static_cast<uint32_t>(ll128Buff / kernels::kSteps / sizeof(kernels::LL128Line));
-  s.connector.p2p.simpleStepBytes = kP2pSimpleStepBytes;
-  s.connector.p2p.llStepLines = kP2pLLStepLines;
-  s.connector.p2p.ll128StepLines = kP2pLL128StepLines;
-  s.connector.shmDisabled = p.integer("NCCL_SHM_DISABLE") == 1;
-  s.connector.p2pDisabled = p.integer("NCCL_P2P_DISABLE") == 1;
-  s.connector.net = p.string("NCCL_NET");
-  s.connector.ibDisabled = p.integer("NCCL_IB_DISABLE") == 1;
-  s.connector.ib = ibSettingsFromParams(p);
-  const int64_t threads = p.integer("NCCL_SOCKET_NTHREADS");
-  const int64_t perThread = p.integer("NCCL_NSOCKS_PERTHREAD");
-  if (threads < 1 || threads > 16 || perThread < 1 || threads * perThread > 64) {
-    BRAID_WARN("NCCL_SOCKET_NTHREADS=%lld x NCCL_NSOCKS_PERTHREAD=%lld must be 1..16 x at least 1, at most 64 sockets; "
-               "using 1 socket per connection", static_cast<long long>(threads), static_cast<long long>(perThread));
-  } else {
-    s.connector.nSockets = static_cast<int>(threads * perThread);
-  }
-  s.threadsPerChannel = static_cast<int>(std::clamp<int64_t>(p.integer("BRAID_HOST_THREADS_PER_CHANNEL"), 1, 64));
-  s.limits.shape.cpuThreadsPerChannel = s.threadsPerChannel;
-  const int64_t minEnv = p.integer("NCCL_MIN_NCHANNELS");
-  const int64_t maxEnv = p.integer("NCCL_MAX_NCHANNELS");
-  const int defaultMax = onDevice ? kDeviceDefaultMaxChannels : kHostDefaultMaxChannels;
-  s.limits.maxChannels = std::min<int>(config.maxCTAs, maxEnv > 0 ? static_cast<int>(maxEnv) : defaultMax);
-  if (onDevice) s.limits.table = &topo::kGpuCostTable;
-  s.limits.minChannels = std::max<int>(config.minCTAs, minEnv > 0 ? static_cast<int>(minEnv) : 1);
-  s.limits.maxChannels = std::clamp(s.limits.maxChannels, 1, kMaxChannels);
-  s.limits.minChannels = std::clamp(s.limits.minChannels, 1, kMaxChannels);
-  if (s.limits.minChannels > s.limits.maxChannels) s.limits.maxChannels = s.limits.minChannels;
-  s.limits.mask = plan::parseAlgoProto(p.string("NCCL_ALGO"), p.string("NCCL_PROTO"));
-  const int64_t peerLL = p.integer("NCCL_P2P_LL_THRESHOLD");
-  if (peerLL >= 0) s.limits.shape.peerLLMaxBytes = peerLL;
-  const int64_t nThreads = p.integer("NCCL_NTHREADS");
-  if (nThreads != -2 && (nThreads < 64 || nThreads > 512 || nThreads % 64 != 0)) {
-    BRAID_WARN("NCCL_NTHREADS=%lld must be a multiple of 64 in 64..512; using 512", static_cast<long long>(nThreads));
-  } else if (nThreads > 0) {
-    s.limits.shape.threads = static_cast<int>(nThreads);
-  }
-  s.checkMismatch = p.integer("BRAID_CHECK_MISMATCH") != 0;
-  s.peerDirect = p.integer("NCCL_P2P_DIRECT_DISABLE") != 1;
-  const int64_t perNode = p.integer("BRAID_RANKS_PER_NODE");
-  if (perNode < 0 || perNode > 65536) {
-    BRAID_WARN("BRAID_RANKS_PER_NODE=%lld must be 0 (nodes are hosts) or a rank count; using 0", static_cast<long long>(perNode));
-  } else {
-    s.ranksPerNode = static_cast<int>(perNode);
-  }
-  s.watchdog = WatchdogSettings::fromParams();
-  s.commName = config.commName;
-  return s;
-}
 
 DataPath::DataPath(bootstrap::Bootstrap& channel, int rank, const std::vector<PeerInfo>& peers,
                    const DataPathSettings& settings, const uint32_t* abortWord,
@@ -335,7 +224,7 @@ void DataPath::describeShape() {
   const bool oneHost = perHost.size() == 1;
   // BRAID_RANKS_PER_NODE groups on one host still talk through the same transports.
   shape.inter = settings_.ranksPerNode > 0 && oneHost ? shape.intra : topo::LinkClass::kNetwork;
-  shape.directMaxBytes = uint64_t(kP2pLLStepLines) * 8;  // Direct's message is one LL step of a peer connection
+  shape.directMaxBytes = uint64_t(o.p2p.llStepLines) * 8;  // Direct's message is one LL step of a peer connection
   if (rank_ == 0 && log::enabled(log::Level::Info, log::kTuning)) {
     const std::string text = plan::tunerFor(nRanks_, settings_.limits).describe();
     size_t start = 0;

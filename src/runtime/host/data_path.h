@@ -59,6 +59,11 @@ struct DataPathSettings {
   static DataPathSettings fromParams(const CommConfig& config, bool onDevice = false);
 };
 
+/// The Simple step of the send/recv and peer-set connections (set c serves channel c of the
+/// peer algorithms and, for c = 0, the user's sends and receives) on nRanks ranks; every rank
+/// computes the same (a connection's two ends must agree). data_path_settings.cc says how.
+uint32_t peerSimpleStepBytes(uint32_t ringStepBytes, int nRanks, bool onDevice);
+
 class GroupProfile;
 
 class DataPath {

@@ -1,0 +1,127 @@
+// DataPathSettings from NCCL's and Braid's knobs: FIFO sizes, channels, the network transports'
+// settings; and the send/recv connections' FIFO step, which depends on the rank count.
+#include "runtime/host/data_path.h"
+
+#include <algorithm>
+
+#include "core/log.h"
+#include "core/params.h"
+#include "runtime/host/algorithm_peers.h"
+#include "topology/paths.h"
+
+namespace braid::runtime::host {
+
+namespace {
+constexpr int kHostDefaultMaxChannels = 2;
+// A block each; the tuner gives small messages fewer. NCCL's rings on Hopper's NVLink take
+// 16-32 channels; ranks that share a GPU split what it keeps resident (capChannels).
+constexpr int kDeviceDefaultMaxChannels = 32;
+constexpr uint32_t kP2pSimpleStepBytes = 128 * 1024;
+constexpr uint32_t kP2pLLStepLines = 2048;  // 16 KiB of payload per step
+constexpr uint32_t kP2pLL128StepLines = 256;  // 30 KiB of payload per step (LL128 only when NCCL_PROTO forces it)
+
+/// An NCCL_IB_* integer within [low, high]; out of range: a warning and `fallback`.
+int ibKnob(params::Store& p, const char* name, int low, int high, int fallback) {
+  const int64_t v = p.integer(name);
+  if (v >= low && v <= high) return static_cast<int>(v);
+  BRAID_WARN("%s=%lld is outside %d..%d; using %d", name, static_cast<long long>(v), low, high, fallback);
+  return fallback;
+}
+
+transport::ib::Settings ibSettingsFromParams(params::Store& p) {
+  transport::ib::Settings ib;
+  ib.library = p.string("BRAID_IBVERBS_LIBRARY");
+  ib.hca = p.string("NCCL_IB_HCA");
+  ib.gidIndex = ibKnob(p, "NCCL_IB_GID_INDEX", -1, 255, -1);
+  ib.trafficClass = ibKnob(p, "NCCL_IB_TC", -1, 255, -1);
+  ib.serviceLevel = ibKnob(p, "NCCL_IB_SL", -1, 15, -1);
+  ib.ackTimeout = ibKnob(p, "NCCL_IB_TIMEOUT", 1, 31, 20);
+  ib.retryCount = ibKnob(p, "NCCL_IB_RETRY_CNT", 0, 7, 7);
+  ib.dmabuf = p.integer("NCCL_DMABUF_ENABLE") != 0;
+  ib.gdrRead = ibKnob(p, "NCCL_NET_GDR_READ", -1, 1, -1);
+  ib.gdrLevel = topo::levelFromParams("NCCL_NET_GDR_LEVEL", topo::PathType::Pxb);
+  return ib;
+}
+
+/// One protocol's FIFO bytes per connection (NCCL_BUFFSIZE and its kin), or `fallback`, with
+/// a warning, when the value lies outside [lo, hi] (`range` says so in words).
+int64_t fifoBytes(params::Store& p, const char* name, int64_t lo, int64_t hi, int64_t fallback, const char* range) {
+  const int64_t v = p.integer(name);
+  if (v >= lo && v <= hi) return v;
+  BRAID_WARN("%s=%lld is outside %s; using %lld", name, static_cast<long long>(v), range,
+             static_cast<long long>(fallback));
+  return fallback;
+}
+}  // namespace
+
+// NCCL's 128 KiB chunks up to 8 ranks and on a GPU. On the host above 8 ranks a rank's log-n
+// algorithms reach up to 3 ceil(log2 n) partners (me +- 2^k for Binomial and Bruck, me xor 2^k
+// for RecDoubling and HalvingDoubling), each a connection whose FIFO a large message fills:
+// their Simple slots share NCCL_BUFFSIZE (one ring connection's), so that what a rank keeps
+// after large messages does not grow with n (issue 26); at least 16 KiB a step.
+uint32_t peerSimpleStepBytes(uint32_t ringStepBytes, int nRanks, bool onDevice) {
+  if (onDevice || nRanks <= 8) return kP2pSimpleStepBytes;
+  const uint64_t budget = uint64_t(ringStepBytes) * kernels::kSteps;
+  const uint64_t step = budget / (uint64_t(kernels::kSteps) * logPeersBound(nRanks));
+  return static_cast<uint32_t>(std::clamp<uint64_t>(step, 16 * 1024, kP2pSimpleStepBytes)) & ~63u;
+}
+
+DataPathSettings DataPathSettings::fromParams(const CommConfig& config, bool onDevice) {
+  params::Store& p = params::process();
+  DataPathSettings s;
+  const int64_t buff = fifoBytes(p, "NCCL_BUFFSIZE", 64 * 1024, int64_t(1) << 30, 4 << 20, "64 KiB..1 GiB");
+  const int64_t llBuff = fifoBytes(p, "NCCL_LL_BUFFSIZE", 8 * 1024, int64_t(1) << 28, 512 << 10, "8 KiB..256 MiB");
+  const int64_t ll128Buff = fifoBytes(p, "NCCL_LL128_BUFFSIZE", 8 * 1024, int64_t(1) << 28, 4915200, "8 KiB..256 MiB");
+  s.connector.ring.simpleStepBytes = static_cast<uint32_t>(buff / kernels::kSteps) & ~63u;
+  s.connector.ring.llStepLines = static_cast<uint32_t>(llBuff / kernels::kSteps / sizeof(kernels::LLLine));
+  s.connector.ring.ll128StepLines = static_cast<uint32_t>(ll128Buff / kernels::kSteps / sizeof(kernels::LL128Line));
+  s.connector.p2p.simpleStepBytes = kP2pSimpleStepBytes;
+  s.connector.p2p.llStepLines = kP2pLLStepLines;
+  s.connector.p2p.ll128StepLines = kP2pLL128StepLines;
+  s.connector.shmDisabled = p.integer("NCCL_SHM_DISABLE") == 1;
+  s.connector.p2pDisabled = p.integer("NCCL_P2P_DISABLE") == 1;
+  s.connector.net = p.string("NCCL_NET");
+  s.connector.ibDisabled = p.integer("NCCL_IB_DISABLE") == 1;
+  s.connector.ib = ibSettingsFromParams(p);
+  const int64_t threads = p.integer("NCCL_SOCKET_NTHREADS");
+  const int64_t perThread = p.integer("NCCL_NSOCKS_PERTHREAD");
+  if (threads < 1 || threads > 16 || perThread < 1 || threads * perThread > 64) {
+    BRAID_WARN("NCCL_SOCKET_NTHREADS=%lld x NCCL_NSOCKS_PERTHREAD=%lld must be 1..16 x at least 1, at most 64 sockets; "
+               "using 1 socket per connection", static_cast<long long>(threads), static_cast<long long>(perThread));
+  } else {
+    s.connector.nSockets = static_cast<int>(threads * perThread);
+  }
+  s.threadsPerChannel = static_cast<int>(std::clamp<int64_t>(p.integer("BRAID_HOST_THREADS_PER_CHANNEL"), 1, 64));
+  s.limits.shape.cpuThreadsPerChannel = s.threadsPerChannel;
+  const int64_t minEnv = p.integer("NCCL_MIN_NCHANNELS");
+  const int64_t maxEnv = p.integer("NCCL_MAX_NCHANNELS");
+  const int defaultMax = onDevice ? kDeviceDefaultMaxChannels : kHostDefaultMaxChannels;
+  s.limits.maxChannels = std::min<int>(config.maxCTAs, maxEnv > 0 ? static_cast<int>(maxEnv) : defaultMax);
+  if (onDevice) s.limits.table = &topo::kGpuCostTable;
+  s.limits.minChannels = std::max<int>(config.minCTAs, minEnv > 0 ? static_cast<int>(minEnv) : 1);
+  s.limits.maxChannels = std::clamp(s.limits.maxChannels, 1, kMaxChannels);
+  s.limits.minChannels = std::clamp(s.limits.minChannels, 1, kMaxChannels);
+  if (s.limits.minChannels > s.limits.maxChannels) s.limits.maxChannels = s.limits.minChannels;
+  s.limits.mask = plan::parseAlgoProto(p.string("NCCL_ALGO"), p.string("NCCL_PROTO"));
+  const int64_t peerLL = p.integer("NCCL_P2P_LL_THRESHOLD");
+  if (peerLL >= 0) s.limits.shape.peerLLMaxBytes = peerLL;
+  const int64_t nThreads = p.integer("NCCL_NTHREADS");
+  if (nThreads != -2 && (nThreads < 64 || nThreads > 512 || nThreads % 64 != 0)) {
+    BRAID_WARN("NCCL_NTHREADS=%lld must be a multiple of 64 in 64..512; using 512", static_cast<long long>(nThreads));
+  } else if (nThreads > 0) {
+    s.limits.shape.threads = static_cast<int>(nThreads);
+  }
+  s.checkMismatch = p.integer("BRAID_CHECK_MISMATCH") != 0;
+  s.peerDirect = p.integer("NCCL_P2P_DIRECT_DISABLE") != 1;
+  const int64_t perNode = p.integer("BRAID_RANKS_PER_NODE");
+  if (perNode < 0 || perNode > 65536) {
+    BRAID_WARN("BRAID_RANKS_PER_NODE=%lld must be 0 (nodes are hosts) or a rank count; using 0", static_cast<long long>(perNode));
+  } else {
+    s.ranksPerNode = static_cast<int>(perNode);
+  }
+  s.watchdog = WatchdogSettings::fromParams();
+  s.commName = config.commName;
+  return s;
+}
+
+}  // namespace braid::runtime::host
