@@ -6,6 +6,7 @@
 
 #include <mutex>
 #include <sstream>
+#include <type_traits>
 #include <vector>
 
 #include "core/log.h"
@@ -239,79 +240,56 @@ void fill(const ProfileEvent& e, int rank, ncclProfilerEventDescr_v4_t* d) {
   }
 }
 
-/// v3 and v2 (whose Coll and P2P share the v3 fields, plus v2's trafficBytes).
-template <typename Descr>
-void fillNamed(const ProfileEvent& e, int rank, const ProfilerCommInfo& comm, Descr* d) {
-  d->type = static_cast<uint8_t>(e.type);
-  d->parentObj = e.parent;
-  d->rank = rank;
-  if (fillProxy(e, d)) return;
-  const char* name = comm.commName.empty() ? nullptr : comm.commName.c_str();
-  switch (e.type) {
-    case profile::kColl:
-      d->parentObj = e.parentGroup;
-      d->coll.name = name;
-      d->coll.commHash = comm.commHash;
-      d->coll.seqNumber = e.seqNumber;
-      d->coll.func = e.func;
-      d->coll.sendBuff = e.sendBuff;
-      d->coll.recvBuff = e.recvBuff;
-      d->coll.count = e.count;
-      d->coll.root = e.root;
-      d->coll.datatype = e.datatype;
-      d->coll.nMaxChannels = static_cast<uint8_t>(e.nChannels);
-      d->coll.nWarps = static_cast<uint8_t>(e.nWarps);
-      d->coll.algo = e.algo;
-      d->coll.proto = e.proto;
-      break;
-    case profile::kP2p:
-      d->parentObj = e.parentGroup;
-      d->p2p.name = name;
-      d->p2p.commHash = comm.commHash;
-      d->p2p.func = e.func;
-      d->p2p.buff = e.recvBuff != nullptr ? e.recvBuff : const_cast<void*>(e.sendBuff);
-      d->p2p.datatype = e.datatype;
-      d->p2p.count = e.count;
-      d->p2p.peer = e.root;
-      break;
-    default: break;
+/// A name (v2 and v3) or NCCL's index of it (v1): whichever the descriptor's field holds.
+template <typename Field, typename Index>
+Field nameOrIndex(const char* name, Index index) {
+  if constexpr (std::is_pointer_v<Field>) {
+    return name;
+  } else {
+    return static_cast<Field>(index);
   }
 }
 
-/// v1: NCCL's indices instead of names.
-void fill(const ProfileEvent& e, int rank, const ProfilerCommInfo& comm, ncclProfilerEventDescr_v1_t* d) {
+/// v3, v2 (whose Coll and P2P share the v3 fields, plus v2's trafficBytes) and v1 (NCCL's
+/// indices instead of names).
+template <typename Descr>
+void fillOlder(const ProfileEvent& e, int rank, const ProfilerCommInfo& comm, Descr* d) {
   d->type = static_cast<uint8_t>(e.type);
   d->parentObj = e.parent;
   d->rank = rank;
   if (fillProxy(e, d)) return;
   const char* name = comm.commName.empty() ? nullptr : comm.commName.c_str();
   switch (e.type) {
-    case profile::kColl:
+    case profile::kColl: {
+      auto& c = d->coll;
       d->parentObj = e.parentGroup;
-      d->coll.name = name;
-      d->coll.commHash = comm.commHash;
-      d->coll.seqNumber = e.seqNumber;
-      d->coll.func = e.funcId;
-      d->coll.sendBuff = e.sendBuff;
-      d->coll.recvBuff = e.recvBuff;
-      d->coll.count = e.count;
-      d->coll.root = e.root;
-      d->coll.datatype = e.datatypeId;
-      d->coll.nMaxChannels = static_cast<uint8_t>(e.nChannels);
-      d->coll.nWarps = static_cast<uint8_t>(e.nWarps);
-      d->coll.algo = e.algoId;
-      d->coll.proto = e.protoId;
+      c.name = name;
+      c.commHash = comm.commHash;
+      c.seqNumber = e.seqNumber;
+      c.func = nameOrIndex<decltype(c.func)>(e.func, e.funcId);
+      c.sendBuff = e.sendBuff;
+      c.recvBuff = e.recvBuff;
+      c.count = e.count;
+      c.root = e.root;
+      c.datatype = nameOrIndex<decltype(c.datatype)>(e.datatype, e.datatypeId);
+      c.nMaxChannels = static_cast<uint8_t>(e.nChannels);
+      c.nWarps = static_cast<uint8_t>(e.nWarps);
+      c.algo = nameOrIndex<decltype(c.algo)>(e.algo, e.algoId);
+      c.proto = nameOrIndex<decltype(c.proto)>(e.proto, e.protoId);
       break;
-    case profile::kP2p:
+    }
+    case profile::kP2p: {
+      auto& p = d->p2p;
       d->parentObj = e.parentGroup;
-      d->p2p.name = name;
-      d->p2p.commHash = comm.commHash;
-      d->p2p.func = e.funcId;
-      d->p2p.buff = e.recvBuff != nullptr ? e.recvBuff : const_cast<void*>(e.sendBuff);
-      d->p2p.datatype = e.datatypeId;
-      d->p2p.count = e.count;
-      d->p2p.peer = e.root;
+      p.name = name;
+      p.commHash = comm.commHash;
+      p.func = nameOrIndex<decltype(p.func)>(e.func, e.funcId);
+      p.buff = e.recvBuff != nullptr ? e.recvBuff : const_cast<void*>(e.sendBuff);
+      p.datatype = nameOrIndex<decltype(p.datatype)>(e.datatype, e.datatypeId);
+      p.count = e.count;
+      p.peer = e.root;
       break;
+    }
     default: break;
   }
 }
@@ -394,20 +372,20 @@ void* ProfilerSession::start(const ProfileEvent& event) {
     }
     case 3: {
       ncclProfilerEventDescr_v3_t d{};
-      fillNamed(event, info_.rank, info_, &d);
+      fillOlder(event, info_.rank, info_, &d);
       if (event.type == profile::kKernelCh) d.kernelCh.channelId = static_cast<uint8_t>(event.channelId);
       r = static_cast<const ncclProfiler_v3_t*>(profiler_->symbol)->startEvent(context_, &handle, &d);
       break;
     }
     case 2: {
       ncclProfilerEventDescr_v2_t d{};
-      fillNamed(event, info_.rank, info_, &d);
+      fillOlder(event, info_.rank, info_, &d);
       r = static_cast<const ncclProfiler_v2_t*>(profiler_->symbol)->startEvent(context_, &handle, &d);
       break;
     }
     default: {
       ncclProfilerEventDescr_v1_t d{};
-      fill(event, info_.rank, info_, &d);
+      fillOlder(event, info_.rank, info_, &d);
       r = static_cast<const ncclProfiler_v1_t*>(profiler_->symbol)->startEvent(context_, &handle, &d);
       break;
     }
