@@ -30,6 +30,8 @@ uint64_t FifoSizes::bytes() const {
 
 uint64_t fifoControlBytes() { return kCounterBytes; }
 
+uint64_t deviceDataBytes(const FifoSizes& sizes) { return kDeviceCounterBytes + sizes.bytes() - kCounterBytes; }
+
 uint64_t* FifoMemory::stepWord(bool isSender) const {
   return reinterpret_cast<uint64_t*>(base() + kStepsOffset + (isSender ? 0 : 64));
 }

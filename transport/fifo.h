@@ -166,6 +166,14 @@ class FifoAllocator {
 /// offset of the slots when they follow it.
 uint64_t fifoControlBytes();
 
+/// Where a transport puts the slots in a GPU's memory (p2p, shm), tail and head move there
+/// too, a 64-byte line each in front of the slots in the same allocation: the receiver polls
+/// tail in its own GPU's memory and the sender's head polls go GPU to GPU, instead of each poll
+/// crossing the bus to mapped host memory. Nothing on the host reads them for those transports.
+constexpr uint64_t kDeviceCounterBytes = 128;
+/// Bytes of such an allocation: the two counters' lines, then every protocol's slots.
+uint64_t deviceDataBytes(const FifoSizes& sizes);
+
 /// One end's view of the FIFO memory: owner (receiver) or importer (sender).
 class FifoMemory {
  public:

@@ -1,7 +1,8 @@
 // The backends' FIFO memory (transport::FifoAllocator): what the CUDA backend passes so that its
 // kernels reach every FIFO, played here by an allocator of host memory that keeps the slots
-// apart from the counters and counts every call. Ranks as threads take their FIFOs from it
-// (slots, and tail and head, separate, as device memory would be); ranks as processes and over sockets register
+// apart from the control part and counts every call. Ranks as threads take their FIFOs from it
+// (the slots, with the words only kernels touch in front of them, apart from the control part,
+// as device memory would be); ranks as processes and over sockets register
 // their shared or staged memory with it; everything is given back when the ranks are destroyed.
 #include <catch2/catch.hpp>
 
@@ -96,14 +97,14 @@ void collectivesWith(CountingAllocator& allocator, const ncclUniqueId& id, int r
 
 }  // namespace
 
-TEST_CASE("FIFO allocator: threads take slots apart from the counters; all given back", "[integration][allocator]") {
+TEST_CASE("FIFO allocator: threads take slots apart from the control part; all given back", "[integration][allocator]") {
   static CountingAllocator allocator;  // outlives every FIFO made from it
   ncclUniqueId id;
   REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
   const std::string failures = test::runThreads(3, [&](int rank) { collectivesWith(allocator, id, rank, false); });
   CHECK(failures == "");
   CHECK(allocator.controls.load() > 0);
-  CHECK(allocator.datas.load() == 2 * allocator.controls.load());  // every in-process FIFO's slots and tail/head apart
+  CHECK(allocator.datas.load() == allocator.controls.load());  // every in-process FIFO's slots (and counters) apart
   CHECK(allocator.registrations.load() == 0);                  // nothing else to register
   CHECK(allocator.live() == 0);
 }

@@ -27,15 +27,9 @@ struct Prefix {
   std::atomic<int> count;
   FifoAllocator* allocator;  // null: anonymous memory of this process (blockBytes, mapped)
   size_t blockBytes;
-  char* data;                // the slots: after the control part, or the allocator's data memory
-  char* counters;            // tail and head: the control part's, or the allocator's data memory
+  char* data;                // the slots: after the control part, or in the allocator's data memory
+  char* counters;            // tail and head: the control part's, or in front of the slots (kDeviceCounterBytes)
 };
-
-// With an allocator (a GPU), tail and head live in its data memory beside the slots (the
-// receiver's GPU): the receiver polls tail there, not across the bus in mapped host memory;
-// the sender writes tail and reads head there over peer access (its own GPU for ranks that
-// share one). Nothing on the host reads them for this transport.
-constexpr size_t kCounterBlock = 128;
 static_assert(sizeof(Prefix) <= kPrefix);
 
 Prefix* prefixOf(char* base) { return reinterpret_cast<Prefix*>(base - kPrefix); }
@@ -44,7 +38,6 @@ void release(char* base) {
   Prefix* prefix = prefixOf(base);
   if (prefix->count.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   FifoAllocator* allocator = prefix->allocator;
-  char* data = prefix->data;
   char* counters = prefix->counters;
   const size_t blockBytes = prefix->blockBytes;
   prefix->~Prefix();
@@ -52,8 +45,7 @@ void release(char* base) {
     munmap(base - kPrefix, blockBytes);
     return;
   }
-  allocator->freeData(data);
-  allocator->freeData(counters);
+  allocator->freeData(counters);  // (the allocation: the counters, then the slots)
   allocator->freeControl(base - kPrefix);
 }
 
@@ -75,20 +67,14 @@ class HeapFifo final : public FifoMemory {
     memory_ = block + kPrefix;
     char* data = memory_ + fifoControlBytes();
     char* counters = memory_;
-    if (allocator != nullptr) {
+    if (allocator != nullptr) {  // a GPU: the counters and slots in its memory (fifo.h)
       try {
-        data = static_cast<char*>(allocator->allocateData(sizes.bytes() - fifoControlBytes(), false));
+        counters = static_cast<char*>(allocator->allocateData(deviceDataBytes(sizes), false));
       } catch (...) {
         allocator->freeControl(block);
         throw;
       }
-      try {
-        counters = static_cast<char*>(allocator->allocateData(kCounterBlock, false));
-      } catch (...) {
-        allocator->freeData(data);
-        allocator->freeControl(block);
-        throw;
-      }
+      data = counters + kDeviceCounterBytes;
     }
     new (block) Prefix{{1}, allocator, blockBytes, data, counters};
   }

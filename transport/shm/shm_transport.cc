@@ -85,10 +85,13 @@ class MappedFifo final : public FifoMemory {
     PendingFrees::process().sweep();
   }
   char* base() const override { return static_cast<char*>(memory_); }
-  char* data() const override { return data_ != nullptr ? data_ : base() + fifoControlBytes(); }
+  /// With the slots in GPU memory, data_ is their allocation: tail and head, then the slots.
+  char* data() const override { return data_ != nullptr ? data_ + kDeviceCounterBytes : base() + fifoControlBytes(); }
+  uint64_t* counters() const override { return reinterpret_cast<uint64_t*>(data_ != nullptr ? data_ : base()); }
   uint64_t hostBytes() const override { return bytes_; }
   bool slotsShared() const override { return data_ != nullptr; }
-  /// The slots are GPU memory from `allocator`: allocated (creator) or imported (importer).
+  /// The counters and slots are GPU memory from `allocator` (deviceDataBytes of it, zeroed):
+  /// allocated (creator) or imported (importer).
   void setData(char* data, FifoAllocator* allocator) {
     data_ = data;
     allocator_ = allocator;
@@ -125,7 +128,7 @@ std::unique_ptr<FifoMemory> create(const FifoSizes& sizes, FifoAllocator* alloca
   // The slots first, in GPU memory where the backend can share it.
   char* data = nullptr;
   if (allocator != nullptr && deviceData) {
-    data = static_cast<char*>(allocator->allocateData(sizes.bytes() - fifoControlBytes(), true));
+    data = static_cast<char*>(allocator->allocateData(deviceDataBytes(sizes), true));
     if (!allocator->exportData(data, out->dataHandle)) {
       allocator->freeData(data);
       data = nullptr;
@@ -204,7 +207,7 @@ std::unique_ptr<FifoMemory> import(const Descriptor& d, FifoAllocator* allocator
                               "host backend cannot map", d.ownerPid, d.shmName);
     }
     try {
-      memory->setData(static_cast<char*>(allocator->importData(d.dataHandle, d.sizes.bytes() - fifoControlBytes())), allocator);
+      memory->setData(static_cast<char*>(allocator->importData(d.dataHandle, deviceDataBytes(d.sizes))), allocator);
       kernels::storeRelease(memory->importStateWord(), kImportMapped);
     } catch (const Error& e) {
       fail(e.code(), "%s; mapping process %d's FIFO slots (%s) from its GPU's memory failed: NCCL_P2P_DISABLE=1 keeps "

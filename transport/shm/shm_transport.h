@@ -7,9 +7,10 @@
 // setup leaves its segments behind; the next init on the host removes those whose creator's
 // pid no longer exists in this pid namespace (removeOrphans), and leaves other namespaces' alone.
 //
-// With a GPU backend (an allocator) the segment holds only the counters, and the slots are in
-// the receiver's GPU memory, which the sender maps through the allocator's handle (CUDA IPC):
-// the kernels then move data device to device instead of through host memory. Where the
+// With a GPU backend (an allocator) the segment holds the control part only, and the slots,
+// with tail and head in front of them (fifo.h: kDeviceCounterBytes), are in the receiver's GPU
+// memory, which the sender maps through the allocator's handle (cuMem or CUDA IPC): the
+// kernels then move data and poll counters device to device instead of across the bus. Where the
 // allocator cannot share its memory, or `deviceData` is off (NCCL_P2P_DISABLE), the slots
 // stay in the segment.
 #pragma once

@@ -111,8 +111,20 @@ TEST_CASE("shm transport: slots in the backend's memory, shared by both ends", "
   std::memcpy(reinterpret_cast<char*>(s.ll128) + kSizes.ll128StepLines * sizeof(kernels::LL128Line) * 8 - 8, "ll128", 6);
   CHECK(std::strcmp(r.simple + 100, "simple") == 0);
   CHECK(std::strcmp(reinterpret_cast<char*>(r.ll128) + kSizes.ll128StepLines * sizeof(kernels::LL128Line) * 8 - 8, "ll128") == 0);
-  *s.tail = 5;  // the counters stay in the shared segment
+  // tail and head are in the device memory too, in front of the slots, and shared the same way;
+  // the step counters, signatures and fault boxes stay in the segment (the host reads them).
+  CHECK(reinterpret_cast<char*>(r.tail) == receiver->data() - transport::kDeviceCounterBytes);
+  CHECK(reinterpret_cast<char*>(r.head) == reinterpret_cast<char*>(r.tail) + 64);
+  CHECK(reinterpret_cast<char*>(s.tail) == sender->data() - transport::kDeviceCounterBytes);
+  CHECK(*r.tail == 0);  // (zeroed by the allocator)
+  *s.tail = 5;
+  *r.head = 3;
   CHECK(*r.tail == 5);
+  CHECK(*s.head == 3);
+  CHECK(reinterpret_cast<char*>(r.step) >= receiver->base());
+  CHECK(reinterpret_cast<char*>(r.step) < receiver->base() + receiver->hostBytes());
+  *s.step = 7;  // (each end's own counter, in the shared segment)
+  CHECK(*r.step == 0);
 
   SECTION("the receiver goes first: its slots wait until the sender lets go") {
     receiver.reset();
@@ -146,6 +158,7 @@ TEST_CASE("shm transport: an allocator that cannot share, or P2P disabled, keeps
     transport::shm::unlinkName(d);
     std::memcpy(sender->handle(true).simple, "x", 2);
     CHECK(std::strcmp(receiver->handle(false).simple, "x") == 0);
+    CHECK(reinterpret_cast<char*>(receiver->handle(false).tail) == receiver->base());  // the counters in the segment too
     sender.reset();
     receiver.reset();
     CHECK(gpu.freed == (canShare ? 0 : 1));  // (the unshareable slots were allocated, then freed at once)
