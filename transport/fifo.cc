@@ -7,16 +7,19 @@
 namespace braid::transport {
 
 namespace {
-// tail and head (one 64-byte line each; FifoMemory::counters may put them elsewhere), the signature slots, the announcement line, the two
+// tail and head (one 64-byte line each), the signature slots, the announcement line, the two
 // fault boxes, the step sizes, the sender's step counter and the receiver's (a line each: each
 // is written by one end only, so neither line moves between the two ends' caches), then the
 // keys the receiver offers. Beside the sender's counter: the import state (shm); beside the
-// receiver's: its offer.
+// receiver's: its offer. Where the slots are in a GPU's memory, tail, head, the step counters
+// and the signature slots may be there instead (fifo.h: kDeviceCounterBytes); their places
+// here then go unused.
 constexpr uint64_t kSigOffset = 128;
 constexpr uint64_t kAnnounceOffset = kSigOffset + kernels::kSteps * sizeof(kernels::SigSlot);
 constexpr uint64_t kFaultOffset = kAnnounceOffset + 64;
 constexpr uint64_t kSizesOffset = kFaultOffset + 2 * sizeof(FaultBox);
 constexpr uint64_t kStepsOffset = kSizesOffset + kernels::kSteps * sizeof(uint64_t);
+constexpr uint64_t kOfferOffset = kStepsOffset + 64 + sizeof(uint64_t);  // (beside the receiver's step counter)
 constexpr uint64_t kKeysOffset = kStepsOffset + 192;  // (the receiver's line and its offer: 128 bytes)
 constexpr uint64_t kCounterBytes = kKeysOffset + sizeof(OfferedKeys);
 static_assert(kCounterBytes % 64 == 0);
@@ -32,8 +35,15 @@ uint64_t fifoControlBytes() { return kCounterBytes; }
 
 uint64_t deviceDataBytes(const FifoSizes& sizes) { return kDeviceCounterBytes + sizes.bytes() - kCounterBytes; }
 
+// In device memory (kDeviceCounterBytes): tail, head, the sender's and the receiver's step
+// counters a line each, then the signature slots.
+constexpr uint64_t kDeviceStepsOffset = 128;
+constexpr uint64_t kDeviceSigOffset = 256;
+static_assert(kDeviceSigOffset + kernels::kSteps * sizeof(kernels::SigSlot) == kDeviceCounterBytes);
+
 uint64_t* FifoMemory::stepWord(bool isSender) const {
-  return reinterpret_cast<uint64_t*>(base() + kStepsOffset + (isSender ? 0 : 64));
+  char* line = countersOnDevice() ? reinterpret_cast<char*>(counters()) + kDeviceStepsOffset : base() + kStepsOffset;
+  return reinterpret_cast<uint64_t*>(line + (isSender ? 0 : 64));
 }
 
 kernels::ConnHandle FifoMemory::handle(bool isSender) const {
@@ -45,10 +55,11 @@ kernels::ConnHandle FifoMemory::handle(bool isSender) const {
   h.ll = reinterpret_cast<kernels::LLLine*>(lineSlots());
   h.ll128 = reinterpret_cast<kernels::LL128Line*>(h.ll + uint64_t(kernels::kSteps) * sizes_.llStepLines);
   h.step = stepWord(isSender);
-  h.sigs = reinterpret_cast<kernels::SigSlot*>(b + kSigOffset);
+  h.sigs = reinterpret_cast<kernels::SigSlot*>(countersOnDevice() ? reinterpret_cast<char*>(counters()) + kDeviceSigOffset
+                                                                    : b + kSigOffset);
   h.announce = reinterpret_cast<kernels::OpSignature*>(b + kAnnounceOffset);
   h.sizes = reinterpret_cast<uint64_t*>(b + kSizesOffset);
-  h.offer = reinterpret_cast<uint64_t*>(b + kStepsOffset + 64 + sizeof(uint64_t));  // the receiver's line
+  h.offer = reinterpret_cast<uint64_t*>(b + kOfferOffset);  // (offeredKeysOf finds the control part from it)
   h.slotsShared = slotsShared() ? 1 : 0;
   h.simpleStepBytes = sizes_.simpleStepBytes;
   h.llStepLines = sizes_.llStepLines;
@@ -67,7 +78,7 @@ uint32_t* FifoMemory::importStateWord() const {
 OfferedKeys* FifoMemory::offeredKeys() const { return reinterpret_cast<OfferedKeys*>(base() + kKeysOffset); }
 
 OfferedKeys* offeredKeysOf(const kernels::ConnHandle& h) {
-  return reinterpret_cast<OfferedKeys*>(reinterpret_cast<char*>(h.sigs) - kSigOffset + kKeysOffset);
+  return reinterpret_cast<OfferedKeys*>(reinterpret_cast<char*>(h.offer) - kOfferOffset + kKeysOffset);
 }
 
 FaultBox* FifoMemory::faultBox(bool bySender) const {

@@ -7,8 +7,10 @@
 // size of each step (written by the sender before tail), each end's step counter (the
 // receiver's with its offer beside it), the keys the receiver offers, then kSteps Simple slots,
 // then kSteps LL slots, then kSteps LL128 slots. The slots may live apart from the rest
-// (data()): in device memory when a GPU runs the kernels, while the counters stay in host
-// memory the GPU maps, which the host's watchdog also reads.
+// (data()): in device memory when a GPU runs the kernels, while the control part stays in
+// host memory the GPU maps, which the host's watchdog also reads; the words only kernels touch
+// (tail, head, step counters, signatures) then go with the slots where the transport allows
+// (kDeviceCounterBytes).
 // Where the memory lives is the transport's choice: the receiver's heap when both ranks are
 // threads of one process (transport/p2p), a POSIX shared-memory segment when they are
 // processes on one host (transport/shm). The receiver describes it in a Descriptor that
@@ -166,11 +168,15 @@ class FifoAllocator {
 /// offset of the slots when they follow it.
 uint64_t fifoControlBytes();
 
-/// Where a transport puts the slots in a GPU's memory (p2p, shm), tail and head move there
-/// too, a 64-byte line each in front of the slots in the same allocation: the receiver polls
-/// tail in its own GPU's memory and the sender's head polls go GPU to GPU, instead of each poll
-/// crossing the bus to mapped host memory. Nothing on the host reads them for those transports.
-constexpr uint64_t kDeviceCounterBytes = 128;
+/// Where a transport puts the slots in a GPU's memory (p2p, shm), the words only kernels read
+/// move there too, in front of the slots in the same allocation: tail, head, the sender's and
+/// the receiver's step counters (a 64-byte line each), then the kSteps signature slots. The
+/// receiver polls tail and reads its step and the signatures in its own GPU's memory, the
+/// sender's polls go GPU to GPU (its own GPU for ranks that share one), instead of each access
+/// crossing the bus to mapped host memory. Nothing on the host reads them for those transports
+/// (the network transports' proxies, which do, keep everything in host memory).
+constexpr uint64_t kDeviceCounterBytes = 4 * 64 + kernels::kSteps * sizeof(kernels::SigSlot);
+static_assert(kDeviceCounterBytes % 128 == 0);
 /// Bytes of such an allocation: the two counters' lines, then every protocol's slots.
 uint64_t deviceDataBytes(const FifoSizes& sizes);
 
@@ -193,14 +199,18 @@ class FifoMemory {
   /// then the receiver offers its registered buffers (send_recv.h).
   virtual bool slotsShared() const { return false; }
   /// tail (here) and head (64 bytes on): at the start of the control part, unless the
-  /// transport put them where the kernels poll them faster (p2p: the receiver's GPU memory).
+  /// transport put them where the kernels poll them faster (kDeviceCounterBytes in front of
+  /// slots in the receiver's GPU memory, with the step counters and signatures after them).
   virtual uint64_t* counters() const { return reinterpret_cast<uint64_t*>(base()); }
+  /// Whether the kernels' words are in device memory with the counters (see counters()).
+  bool countersOnDevice() const { return reinterpret_cast<char*>(counters()) != base(); }
   /// The keys of the buffers the receiver offers now.
   OfferedKeys* offeredKeys() const;
   const FifoSizes& sizes() const { return sizes_; }
   /// The kernel-facing handle for this end (the sender's or the receiver's step counter).
   kernels::ConnHandle handle(bool isSender) const;
-  /// This end's step counter, in the control part so that kernels can keep it.
+  /// This end's step counter, which kernels keep across operations: in the control part, or
+  /// after tail and head when those are in device memory.
   uint64_t* stepWord(bool isSender) const;
   /// The fault box written by the sender (bySender) or by the receiver.
   FaultBox* faultBox(bool bySender) const;

@@ -111,20 +111,41 @@ TEST_CASE("shm transport: slots in the backend's memory, shared by both ends", "
   std::memcpy(reinterpret_cast<char*>(s.ll128) + kSizes.ll128StepLines * sizeof(kernels::LL128Line) * 8 - 8, "ll128", 6);
   CHECK(std::strcmp(r.simple + 100, "simple") == 0);
   CHECK(std::strcmp(reinterpret_cast<char*>(r.ll128) + kSizes.ll128StepLines * sizeof(kernels::LL128Line) * 8 - 8, "ll128") == 0);
-  // tail and head are in the device memory too, in front of the slots, and shared the same way;
-  // the step counters, signatures and fault boxes stay in the segment (the host reads them).
-  CHECK(reinterpret_cast<char*>(r.tail) == receiver->data() - transport::kDeviceCounterBytes);
-  CHECK(reinterpret_cast<char*>(r.head) == reinterpret_cast<char*>(r.tail) + 64);
+  // tail, head, the step counters and the signature slots are in the device memory too, in
+  // front of the slots, shared the same way; the fault boxes, announcement, step sizes and
+  // offers stay in the segment (the host reads or writes them).
+  char* const words = receiver->data() - transport::kDeviceCounterBytes;
+  CHECK(reinterpret_cast<char*>(r.tail) == words);
+  CHECK(reinterpret_cast<char*>(r.head) == words + 64);
   CHECK(reinterpret_cast<char*>(s.tail) == sender->data() - transport::kDeviceCounterBytes);
+  for (const kernels::ConnHandle* h : {&r, &s}) {
+    const char* inDevice = h == &r ? words : sender->data() - transport::kDeviceCounterBytes;
+    const char* segment = h == &r ? receiver->base() : sender->base();
+    const size_t segmentBytes = h == &r ? receiver->hostBytes() : sender->hostBytes();
+    for (const void* p : {static_cast<const void*>(h->step), static_cast<const void*>(h->sigs),
+                          static_cast<const void*>(h->sigs + kernels::kSteps - 1)}) {
+      CHECK(static_cast<const char*>(p) >= inDevice + 128);
+      CHECK(static_cast<const char*>(p) < inDevice + transport::kDeviceCounterBytes);
+    }
+    for (const void* p : {static_cast<const void*>(h->sizes), static_cast<const void*>(h->offer),
+                          static_cast<const void*>(h->announce)}) {
+      CHECK(static_cast<const char*>(p) >= segment);
+      CHECK(static_cast<const char*>(p) < segment + segmentBytes);
+    }
+  }
+  CHECK(r.step != s.step);
   CHECK(*r.tail == 0);  // (zeroed by the allocator)
   *s.tail = 5;
   *r.head = 3;
+  *s.step = 7;
+  s.sigs[2].stamp = 9;
   CHECK(*r.tail == 5);
   CHECK(*s.head == 3);
-  CHECK(reinterpret_cast<char*>(r.step) >= receiver->base());
-  CHECK(reinterpret_cast<char*>(r.step) < receiver->base() + receiver->hostBytes());
-  *s.step = 7;  // (each end's own counter, in the shared segment)
+  CHECK(*reinterpret_cast<uint64_t*>(words + 128) == 7);  // (the sender's counter, as the receiver maps it)
   CHECK(*r.step == 0);
+  CHECK(r.sigs[2].stamp == 9);
+  CHECK(transport::offeredKeysOf(r) == receiver->offeredKeys());
+  CHECK(transport::offeredKeysOf(s) == sender->offeredKeys());
 
   SECTION("the receiver goes first: its slots wait until the sender lets go") {
     receiver.reset();
@@ -158,7 +179,11 @@ TEST_CASE("shm transport: an allocator that cannot share, or P2P disabled, keeps
     transport::shm::unlinkName(d);
     std::memcpy(sender->handle(true).simple, "x", 2);
     CHECK(std::strcmp(receiver->handle(false).simple, "x") == 0);
-    CHECK(reinterpret_cast<char*>(receiver->handle(false).tail) == receiver->base());  // the counters in the segment too
+    const kernels::ConnHandle r = receiver->handle(false);  // the kernels' words in the segment too
+    CHECK(reinterpret_cast<char*>(r.tail) == receiver->base());
+    CHECK(reinterpret_cast<char*>(r.sigs) > receiver->base());
+    CHECK(reinterpret_cast<char*>(r.step) < receiver->data());
+    CHECK(transport::offeredKeysOf(r) == receiver->offeredKeys());
     sender.reset();
     receiver.reset();
     CHECK(gpu.freed == (canShare ? 0 : 1));  // (the unshareable slots were allocated, then freed at once)
