@@ -216,11 +216,14 @@ __device__ inline bool blockPeerStep(PeerOp& op) {
   return true;
 }
 
-/// One block. The operations of a group's sends and receives, grouped by connection: queue q is
-/// ops[starts[q], starts[q + 1]), to run in that order, each op starting from the step the one
-/// before it left on the connection (*conn.step). The block passes over the queues in turn,
-/// moving one slice of each queue's current operation where its connection allows, until every
-/// queue is done or the communicator is aborted. status->progress counts the slices moved.
+/// One block of the launch's gridDim.x. The operations of a group's sends and receives, grouped
+/// by connection: queue q is ops[starts[q], starts[q + 1]), to run in that order, each op
+/// starting from the step the one before it left on the connection (*conn.step). Queue q is
+/// block q mod gridDim.x's (a connection is in one queue, so no two blocks share one; the host
+/// keeps the grid within the blocks that stay resident with the other ranks'). The block passes
+/// over its queues in turn, moving one slice of each queue's current operation where its
+/// connection allows, until each of them is done or the communicator is aborted.
+/// status->progress counts the slices the block moved.
 __device__ inline void peerLoop(const PeerOp* given, const int* givenStarts, int nQueues, const uint32_t* abortFlag,
                                 ChannelStatus* status) {
   extern __shared__ uint64_t peerShared[];  // peerSharedBytes: the operations, then the starts
@@ -236,7 +239,7 @@ __device__ inline void peerLoop(const PeerOp* given, const int* givenStarts, int
   for (uint32_t spins = 0;;) {
     bool all = true, moved = false;  // the same in every thread
     int firstPending = -1;           // the first unfinished operation of the pass (for the watchdog)
-    for (int q = 0; q < nQueues; ++q) {
+    for (int q = blockIdx.x; q < nQueues; q += gridDim.x) {
       if (threadIdx.x == 0) {  // the queue's first unfinished operation, started from the connection's step
         current = -1;
         for (int i = starts[q]; i < starts[q + 1] && current < 0; ++i) {
@@ -268,13 +271,14 @@ __device__ inline void peerLoop(const PeerOp* given, const int* givenStarts, int
   }
 }
 
-/// The group's sends and receives (peerLoop) as one block, its channel's status (0) marked.
+/// The group's sends and receives (peerLoop), a block per queue up to the grid, each block
+/// marking its channel's status (block b: statuses[b]).
 template <typename Unused = void>
 __global__ void __launch_bounds__(kMaxBlockThreads) peerKernel(const PeerOp* given, const int* givenStarts, int nQueues, const uint32_t* abortFlag,
                                                                ChannelStatus* statuses, uint64_t seq) {
-  markStarted(statuses, seq);
-  peerLoop(given, givenStarts, nQueues, abortFlag, statuses);
-  markDone(statuses, seq);
+  markStarted(statuses + blockIdx.x, seq);
+  peerLoop(given, givenStarts, nQueues, abortFlag, statuses + blockIdx.x);
+  markDone(statuses + blockIdx.x, seq);
 }
 
 }  // namespace braid::kernels

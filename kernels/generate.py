@@ -114,8 +114,11 @@ def cuda_type(type_name, filters):
                 "cudaError_t launchCopy(const CollLaunch& l) {",
                 "  copyKernel<void><<<l.grid, l.block, l.sharedBytes, l.stream>>>(l.works, l.nWorks, l.rings, l.abortFlag, l.statuses, l.seq);",
                 "  return cudaGetLastError();", "}", "",
+                "cudaError_t peerBlocksPerSm(int threads, size_t sharedBytes, int* blocks) {",
+                "  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, peerKernel<void>, threads, sharedBytes);",
+                "}", "",
                 "cudaError_t launchPeers(const PeerLaunch& l) {",
-                "  peerKernel<void><<<1, l.block, l.sharedBytes, l.stream>>>(l.ops, l.starts, l.nQueues, l.abortFlag, l.statuses, l.seq);",
+                "  peerKernel<void><<<l.grid, l.block, l.sharedBytes, l.stream>>>(l.ops, l.starts, l.nQueues, l.abortFlag, l.statuses, l.seq);",
                 "  return cudaGetLastError();", "}", "",
                 "}  // namespace braid::runtime::cuda", ""]
         return "\n".join(out)

@@ -69,9 +69,10 @@ class Device {
                                 int nChannels, int nRanks, bool copy, int red, int dtype, void* stream,
                                 const char* call) = 0;
   /// Enqueues a group's sends and receives: queue q is ops[starts[q], starts[q + 1]), run in
-  /// order on its connection. An op's `mapped` points into mapped[0, nMapped), copied with the
-  /// ops (the kernel reads the copy).
-  virtual void launchPeers(const kernels::PeerOp* ops, const int* starts, int nQueues,
+  /// order on its connection, the queues spread over `blocks` channels (1 to nQueues: queue q
+  /// on channel q mod blocks, each marking its own status). An op's `mapped` points into
+  /// mapped[0, nMapped), copied with the ops (the kernel reads the copy).
+  virtual void launchPeers(const kernels::PeerOp* ops, const int* starts, int nQueues, int blocks,
                            const kernels::MappedBuffer* mapped, int nMapped, void* stream, const char* call) = 0;
   /// Makes `main` wait for the work enqueued so far on each of `others`, so that one launch on
   /// main can serve a group whose operations name several streams.

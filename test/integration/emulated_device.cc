@@ -189,6 +189,8 @@ std::atomic<int> EmulatedDevice::works{0};
 std::atomic<uint64_t> EmulatedDevice::sendSteps{0};
 std::atomic<int> EmulatedDevice::residentBlocksAll{1024};
 std::atomic<int> EmulatedDevice::maxLaunchChannels{0};
+std::atomic<int> EmulatedDevice::maxPeerBlocks{0};
+std::atomic<int> EmulatedDevice::badPeerBlocks{0};
 
 void* EmulatedDevice::allocateShareable(size_t bytes) { return MemoryFiles::process().allocate(bytes); }
 void EmulatedDevice::freeShareable(void* p) { MemoryFiles::process().release(p); }
@@ -281,8 +283,12 @@ void EmulatedDevice::launchCollective(const kernels::CollWork* given, int nWorks
   });
 }
 
-void EmulatedDevice::launchPeers(const kernels::PeerOp* ops, const int* starts, int nQueues,
+void EmulatedDevice::launchPeers(const kernels::PeerOp* ops, const int* starts, int nQueues, int blocks,
                                  const kernels::MappedBuffer* mapped, int nMapped, void*, const char*) {
+  // (one host loop plays every block: it moves every queue's steps in turn)
+  for (int seen = maxPeerBlocks.load(); blocks > seen && !maxPeerBlocks.compare_exchange_weak(seen, blocks);) {
+  }
+  if (blocks < 1 || blocks > std::max(1, nQueues)) ++badPeerBlocks;
   // Copied, the mapped buffers too, as a GPU launch's arguments are.
   auto table = std::make_shared<std::vector<kernels::MappedBuffer>>(mapped, mapped + nMapped);
   std::vector<std::deque<kernels::PeerOp>> queues(nQueues);

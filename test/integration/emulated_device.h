@@ -40,6 +40,10 @@ class EmulatedDevice final : public runtime::Device {
   static std::atomic<int> residentBlocksAll;
   /// The most channels a collective launch of any emulated device has had so far.
   static std::atomic<int> maxLaunchChannels;
+  /// The most blocks a peer launch has asked for so far, and how many asked for fewer than 1 or
+  /// more than their queues.
+  static std::atomic<int> maxPeerBlocks;
+  static std::atomic<int> badPeerBlocks;
   /// Memory other processes can map (what ncclMemAlloc gives on a GPU): a memory file.
   static void* allocateShareable(size_t bytes);
   static void freeShareable(void* p);
@@ -59,8 +63,8 @@ class EmulatedDevice final : public runtime::Device {
   void restoreCapture(int) override {}
   void launchCollective(const kernels::CollWork* works, int nWorks, const kernels::RingHandle* rings, int nChannels,
                         int nRanks, bool copy, int red, int dtype, void* stream, const char* call) override;
-  void launchPeers(const kernels::PeerOp* ops, const int* starts, int nQueues, const kernels::MappedBuffer* mapped,
-                   int nMapped, void* stream, const char* call) override;
+  void launchPeers(const kernels::PeerOp* ops, const int* starts, int nQueues, int blocks,
+                   const kernels::MappedBuffer* mapped, int nMapped, void* stream, const char* call) override;
   bool exportBuffer(const void* p, uint64_t bytes, BufferExport* out) override;
   void* importBuffer(const fds::Offer& from, uint64_t bytes) override;
   void closeBuffer(void* p) override;

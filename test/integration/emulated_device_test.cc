@@ -430,7 +430,7 @@ TEST_CASE("emulated GPU over IB (verbs double): Simple steps go between GPU memo
   }
 }
 
-TEST_CASE("emulated GPU: ranks sharing a device split the blocks it keeps resident between their channels",
+TEST_CASE("emulated GPU: ranks sharing a device split the blocks it keeps resident between their channels and sends",
           "[integration][emulated]") {
   Emulated emulated;
   const int n = 4;
@@ -465,12 +465,42 @@ TEST_CASE("emulated GPU: ranks sharing a device split the blocks it keeps reside
         CHECK(buf[r][i] == want);
       }
     }
+    // Sends and receives to every other rank: 6 connections' queues a rank, on a block each
+    // within the same cap (exact: rank r's block to q is r * 100 + q, everywhere).
+    test::EmulatedDevice::maxPeerBlocks = 0;
+    const size_t block = 1000;
+    std::vector<std::vector<int32_t>> sent(n, std::vector<int32_t>(n * block)), got(n, std::vector<int32_t>(n * block, -1));
+    for (int r = 0; r < n; ++r)
+      for (int q = 0; q < n; ++q) std::fill_n(sent[r].begin() + q * block, block, r * 100 + q);
+    REQUIRE(ncclGroupStart() == ncclSuccess);
+    for (int r = 0; r < n; ++r) {
+      for (int q = 0; q < n; ++q) {
+        if (q == r) continue;
+        REQUIRE(ncclSend(sent[r].data() + q * block, block, ncclInt32, q, comms[r], streamOf(r)) == ncclSuccess);
+        REQUIRE(ncclRecv(got[r].data() + q * block, block, ncclInt32, q, comms[r], streamOf(r)) == ncclSuccess);
+      }
+    }
+    REQUIRE(ncclGroupEnd() == ncclSuccess);
+    for (auto comm : comms) sync(comm);
+    for (int r = 0; r < n; ++r) {
+      for (int q = 0; q < n; ++q) {
+        if (q == r) continue;
+        CHECK(got[r][q * block] == q * 100 + r);
+        CHECK(got[r][q * block + block - 1] == q * 100 + r);
+      }
+    }
     for (auto comm : comms) REQUIRE(ncclCommDestroy(comm) == ncclSuccess);
-    return test::EmulatedDevice::maxLaunchChannels.load();
+    return std::make_pair(test::EmulatedDevice::maxLaunchChannels.load(), test::EmulatedDevice::maxPeerBlocks.load());
   };
-  CHECK(largest(8, 0) == 2);     // 8 blocks over 4 ranks
-  CHECK(largest(1024, 0) > 2);   // the cap, not the tuner, held the first one down
-  CHECK(largest(1024, 5) >= 5);  // a minimum within the share is kept
-  CHECK(largest(6, 4) == 1);     // a minimum beyond it gives way (with a warning)
+  test::EmulatedDevice::badPeerBlocks = 0;
+  const auto [small, smallPeers] = largest(8, 0);
+  CHECK(small == 2);       // 8 blocks over 4 ranks
+  CHECK(smallPeers == 2);  // the peer launches within the same share
+  const auto [big, bigPeers] = largest(1024, 0);
+  CHECK(big > 2);          // the cap, not the tuner, held the first one down
+  CHECK(bigPeers == 2 * (n - 1));  // a block per connection: a send and a receive to each other rank
+  CHECK(largest(1024, 5).first >= 5);  // a minimum within the share is kept
+  CHECK(largest(6, 4).first == 1);     // a minimum beyond it gives way (with a warning)
+  CHECK(test::EmulatedDevice::badPeerBlocks == 0);
   test::EmulatedDevice::residentBlocksAll = 1024;
 }

@@ -146,6 +146,7 @@ class CudaDevice final : public Device {
       : ordinal_(ordinal), threads_(threadsPerBlock), allocator_(fifoAllocatorOf(ordinal)) {
     DeviceGuard guard(ordinal_);
     residentBlocks_ = prepareDevice(ordinal_);
+    BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, ordinal_));
     statuses_ = static_cast<kernels::ChannelStatus*>(
         allocateMapped(sizeof(kernels::ChannelStatus) * kMaxChannels, "channel statuses"));
     abort_ = static_cast<uint32_t*>(allocateMapped(64, "the abort word"));
@@ -173,6 +174,23 @@ class CudaDevice final : public Device {
 
   int ordinal() const override { return ordinal_; }
   int residentBlocks() const override { return residentBlocks_; }
+
+  /// The blocks of a peer launch: a block per queue up to `blocks` (the rank's channel cap, its
+  /// share of the device's resident blocks of kernels with a collective's shared memory). A
+  /// launch of many operations takes more shared memory a block, and the device holds fewer of
+  /// those: the share shrinks in proportion, so that every rank's blocks still run together.
+  int peerGrid(int blocks, int nQueues, size_t shared) const {
+    int grid = std::clamp(blocks, 1, std::max(1, nQueues));
+    if (grid == 1 || residentBlocks_ <= 0) return grid;
+    int perSm = 0;
+    if (cuda::peerBlocksPerSm(kPeerThreads, shared, &perSm) != cudaSuccess) {
+      cudaGetLastError();
+      return 1;  // (unknown: one block, as a launch of one queue)
+    }
+    const int64_t fits = static_cast<int64_t>(perSm) * multiprocessors_;
+    if (fits < residentBlocks_) grid = static_cast<int>(std::max<int64_t>(1, grid * fits / residentBlocks_));
+    return grid;
+  }
   transport::FifoAllocator* fifoAllocator() override { return allocator_; }
   kernels::ChannelStatus* statuses() override { return statuses_; }
   uint32_t* abortWord() override { return abort_; }
@@ -308,8 +326,8 @@ class CudaDevice final : public Device {
     check(err, "the collective kernel's launch");
   }
 
-  void launchPeers(const kernels::PeerOp* ops, const int* starts, int nQueues, const kernels::MappedBuffer* mapped,
-                   int nMapped, void* stream, const char* call) override {
+  void launchPeers(const kernels::PeerOp* ops, const int* starts, int nQueues, int blocks,
+                   const kernels::MappedBuffer* mapped, int nMapped, void* stream, const char* call) override {
     const int nOps = starts[nQueues];
     const size_t shared = kernels::peerSharedBytes(nOps, nQueues);
     if (shared > kMaxSharedBytes - kPeerStaticShared) {
@@ -330,7 +348,8 @@ class CudaDevice final : public Device {
       if (o[i].mapped != nullptr) o[i].mapped = m + (ops[i].mapped - mapped);
     cudaGetLastError();
     const cudaError_t err =
-        cuda::launchPeers(PeerLaunch{dim3(kPeerThreads), shared, s, o, q, nQueues, abort_, statuses_, ++launchSeq_});
+        cuda::launchPeers(PeerLaunch{dim3(peerGrid(blocks, nQueues, shared)), dim3(kPeerThreads), shared, s, o, q,
+                                     nQueues, abort_, statuses_, ++launchSeq_});
     launched(s, args, err);
     check(err, "the send/receive kernel's launch");
   }
@@ -506,6 +525,7 @@ class CudaDevice final : public Device {
   int ordinal_;
   int threads_;
   int residentBlocks_ = 0;
+  int multiprocessors_ = 1;
   transport::FifoAllocator* allocator_;
   kernels::ChannelStatus* statuses_ = nullptr;
   uint32_t* abort_ = nullptr;

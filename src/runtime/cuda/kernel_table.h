@@ -24,8 +24,10 @@ struct CollLaunch {
   uint64_t seq;                      ///< the launch's number (never 0)
 };
 
-/// One launch of a group's sends and receives: queue q is ops[starts[q], starts[q + 1]).
+/// One launch of a group's sends and receives: queue q is ops[starts[q], starts[q + 1]), run
+/// by block q mod grid.x.
 struct PeerLaunch {
+  dim3 grid;
   dim3 block;
   size_t sharedBytes;
   cudaStream_t stream;
@@ -33,7 +35,7 @@ struct PeerLaunch {
   const int* starts;
   int nQueues;
   const uint32_t* abortFlag;
-  kernels::ChannelStatus* statuses;  ///< statuses[0]: started and done with seq; its progress counts the steps moved
+  kernels::ChannelStatus* statuses;  ///< block b marks statuses[b] started and done with seq; its progress counts the steps b moved
   uint64_t seq;                      ///< the launch's number (never 0)
 };
 
@@ -44,6 +46,9 @@ cudaError_t launchReduction(int red, int dtype, const CollLaunch& l);
 cudaError_t launchCopy(const CollLaunch& l);
 /// The point-to-point kernel.
 cudaError_t launchPeers(const PeerLaunch& l);
+/// How many blocks of the point-to-point kernel, `threads` threads and `sharedBytes` of dynamic
+/// shared memory each, one multiprocessor holds at once.
+cudaError_t peerBlocksPerSm(int threads, size_t sharedBytes, int* blocks);
 /// What loading the kernels tells about them (preloadKernels).
 struct KernelFacts {
   size_t maxLocalBytes = 0;  ///< the most local memory a thread of any kernel uses

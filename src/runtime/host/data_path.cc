@@ -601,9 +601,13 @@ void DataPath::enqueuePeers(const std::map<std::pair<int, bool>, std::deque<kern
   starts.push_back(static_cast<int>(flat.size()));
   if (flat.empty()) return;
   for (size_t i = 0; i < flat.size(); ++i) flat[i].mapped = flat[i].nMapped > 0 ? mapped.data() + mappedFrom[i] : nullptr;
-  Watchdog::Operation running(*watchdog_, kernels::OpSignature{}, call, 1);  // (in flight until the kernel ends)
-  device_->launchPeers(flat.data(), starts.data(), static_cast<int>(queues.size()), mapped.data(),
-                       static_cast<int>(mapped.size()), stream, call);
+  // A block per connection's queue, as many as the rank's channels may be (so that the blocks
+  // of every rank on a GPU stay resident together: capChannels), the rest shared round robin.
+  const int nQueues = static_cast<int>(queues.size());
+  const int blocks = std::max(1, std::min({nQueues, settings_.limits.maxChannels, kMaxChannels}));
+  Watchdog::Operation running(*watchdog_, kernels::OpSignature{}, call, blocks);  // (in flight until the kernel ends)
+  device_->launchPeers(flat.data(), starts.data(), nQueues, blocks, mapped.data(), static_cast<int>(mapped.size()),
+                       stream, call);
 }
 
 void DataPath::registrationEnded(const void* buffer, size_t bytes) {
