@@ -264,9 +264,8 @@ void Connector::connectRing(int nChannels) {
     int ack = -1;
     channel_.recv(prev, kRingAckTag + c, &ack, sizeof(ack));
     if (mine.kind == Kind::kShm) shm::unlinkName(mine);
-    std::lock_guard<std::mutex> lock(endsMutex_);
-    ringRecv_[c] = std::move(recvEnd);
-    ringSend_[c] = std::move(sendEnd);
+    adopt(ringRecv_, c, std::move(recvEnd));
+    adopt(ringSend_, c, std::move(sendEnd));
   }
   if (added) logMemory("the ring");
 }
@@ -292,11 +291,7 @@ void Connector::connectPeers(const std::vector<int>& sendTo, const std::vector<i
     const int key = set * nRanks_ + peer;
     if (peer == rank_ || peerRecv_.count(key) != 0) continue;
     Descriptor d;
-    auto end = createReceiver(peer, sizes, peerLane(set, peer), &d);
-    {
-      std::lock_guard<std::mutex> lock(endsMutex_);
-      peerRecv_[key] = std::move(end);
-    }
+    adopt(peerRecv_, key, createReceiver(peer, sizes, peerLane(set, peer), &d));
     channel_.send(peer, tag, &d, sizeof(d));
     created.emplace_back(peer, d);
   }
@@ -305,11 +300,7 @@ void Connector::connectPeers(const std::vector<int>& sendTo, const std::vector<i
     if (peer == rank_ || peerSend_.count(key) != 0) continue;
     Descriptor d;
     channel_.recv(peer, tag, &d, sizeof(d));
-    auto end = importSender(peer, d, peerLane(set, peer), sizes);
-    {
-      std::lock_guard<std::mutex> lock(endsMutex_);
-      peerSend_[key] = std::move(end);
-    }
+    adopt(peerSend_, key, importSender(peer, d, peerLane(set, peer), sizes));
     channel_.send(peer, ackTag, &rank_, sizeof(rank_));
   }
   for (auto& [peer, d] : created) {  // see connectRing: held until the sender has it
@@ -329,9 +320,7 @@ void Connector::connectEveryPeer(int set) {
     mine[peer] = Descriptor{};
     const int key = set * nRanks_ + peer;
     if (peer == rank_ || peerRecv_.count(key) != 0) continue;
-    auto end = createReceiver(peer, sizes, peerLane(set, peer), &mine[peer]);
-    std::lock_guard<std::mutex> lock(endsMutex_);
-    peerRecv_[key] = std::move(end);
+    adopt(peerRecv_, key, createReceiver(peer, sizes, peerLane(set, peer), &mine[peer]));
     created.push_back(peer);
   }
   channel_.allToAll(mine.data(), theirs.data(), sizeof(Descriptor));
@@ -350,9 +339,7 @@ void Connector::connectEveryPeer(int set) {
       fail(ncclInternalError, "rank %d made a new receiver for rank %d in set %d, which was connected to it already",
            peer, rank_, set);
     }
-    auto end = importSender(peer, theirs[peer], peerLane(set, peer), sizes);
-    std::lock_guard<std::mutex> lock(endsMutex_);
-    peerSend_[key] = std::move(end);
+    adopt(peerSend_, key, importSender(peer, theirs[peer], peerLane(set, peer), sizes));
   }
   channel_.barrier();  // (as connectPeers' acknowledgements: every sender has taken hold of its receiver)
   for (int peer : created) {
@@ -383,8 +370,20 @@ kernels::ConnHandle handleOf(const std::map<int, std::unique_ptr<Connector::End>
 
 void Connector::forEachEnd(const std::function<void(const End&)>& visit) const {
   std::lock_guard<std::mutex> lock(endsMutex_);
-  for (const auto* ends : {&ringSend_, &ringRecv_, &peerSend_, &peerRecv_})
-    for (const auto& [key, end] : *ends) visit(*end);
+  for (const End* end : ends_) visit(*end);
+}
+
+size_t Connector::visitEnds(size_t first, size_t count, const std::function<void(const End&)>& visit) const {
+  std::lock_guard<std::mutex> lock(endsMutex_);
+  const size_t n = ends_.size();
+  for (size_t i = 0; i < count && i < n; ++i) visit(*ends_[(first + i) % n]);
+  return n;
+}
+
+void Connector::adopt(std::map<int, std::unique_ptr<End>>& into, int key, std::unique_ptr<End> end) {
+  std::lock_guard<std::mutex> lock(endsMutex_);
+  ends_.push_back(end.get());
+  into[key] = std::move(end);
 }
 
 }  // namespace braid::transport

@@ -101,8 +101,11 @@ class Connector {
     FifoAllocator* registeredWith = nullptr;  ///< the allocator memory was registered with (host memory)
   };
 
-  /// Every connected end (ring and send/recv), for the watchdog.
+  /// Every connected end (ring and send/recv), in the order they were connected.
   void forEachEnd(const std::function<void(const End&)>& visit) const;
+  /// At most `count` ends from the first-th on in that order, wrapping round (a bounded share
+  /// of them, for a watchdog's tick on a rank with thousands); returns how many there are.
+  size_t visitEnds(size_t first, size_t count, const std::function<void(const End&)>& visit) const;
 
   /// The rank connection setup is waiting on now (-1: none), for the watchdog.
   int setupWaitingOn() const;
@@ -145,6 +148,8 @@ class Connector {
   /// Makes a new end's host memory (shared memory, a network end's copy) reachable by the
   /// backend's kernels.
   void registerEnd(End& end);
+  /// Keeps a new end in `into` under key, and in ends_.
+  void adopt(std::map<int, std::unique_ptr<End>>& into, int key, std::unique_ptr<End> end);
 
   bootstrap::Bootstrap& channel_;
   int rank_;
@@ -154,6 +159,7 @@ class Connector {
   mutable std::mutex endsMutex_;  // guards the maps' shape against forEachEnd (another thread)
   std::map<int, std::unique_ptr<End>> ringSend_, ringRecv_;  // by channel
   std::map<int, std::unique_ptr<End>> peerSend_, peerRecv_;  // by set x nRanks + peer rank
+  std::vector<const End*> ends_;  // every end of the maps, in the order connected (none leaves before destruction)
   int nRanks_;
   bool usesNetwork_ = false;
   Kind networkKind_ = Kind::kP2p;  // kP2p until chosen

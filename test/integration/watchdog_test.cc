@@ -261,6 +261,50 @@ TEST_CASE("load: 100,000 small AllReduces and 1,000 create/split/destroy cycles 
   CHECK(rss3 - rss2 < 8192);
 }
 
+TEST_CASE("a failed rank is noticed through fault boxes beyond the first that a watchdog's tick reads",
+          "[integration][watchdog]") {
+  // 70 ranks, each connected to every other both ways (138 ends): a watchdog reads at most 64
+  // fault boxes a tick, the next 64 the tick after. Rank 69's ends come late in each rank's
+  // list, and nothing else fails: every rank must still learn that rank 69 failed, soon.
+  constexpr int n = 70;
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  std::vector<ncclComm_t> comms(n, nullptr);
+  std::vector<std::string> texts(n);
+  const std::string failure = test::runThreads(n, [&](int rank) {
+    EXPECT_OK(ncclCommInitRank(&comms[rank], n, id, rank));
+    std::vector<int> out(n, rank), in(n, -1);
+    EXPECT_OK(ncclGroupStart());
+    for (int p = 0; p < n; ++p) {
+      if (p == rank) continue;
+      EXPECT_OK(ncclSend(&out[p], 1, ncclInt32, p, comms[rank], nullptr));
+      EXPECT_OK(ncclRecv(&in[p], 1, ncclInt32, p, comms[rank], nullptr));
+    }
+    EXPECT_OK(ncclGroupEnd());
+    for (int p = 0; p < n; ++p)
+      if (p != rank && in[p] != p) throw std::runtime_error("from rank " + std::to_string(p) + ": " + std::to_string(in[p]));
+    if (comms[rank]->dataPath().connectionEnds() != 2 * (n - 1)) throw std::runtime_error("not every peer connected");
+  }, std::chrono::seconds(120));
+  REQUIRE(failure == "");
+  comms[n - 1]->dataPath().failRank(ncclInternalError, "test: rank 69 gives up");
+  // (a rank that learns it fails too, so others may hear it second hand: "rank a stopped
+  // because rank b failed: rank b stopped because rank 69 failed: ...", cut at a fault box's
+  // 244 bytes)
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  int direct = 0;
+  for (int r = 0; r < n - 1; ++r) {
+    ncclResult_t code = ncclSuccess;
+    while (!comms[r]->dataPath().takeFailure(&code, &texts[r]) && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    INFO("rank " << r << ": " << texts[r]);
+    CHECK(code == ncclRemoteError);
+    CHECK_THAT(texts[r], Catch::StartsWith("rank " + std::to_string(r) + " stopped because rank "));
+    direct += texts[r].find("because rank 69 failed: test: rank 69 gives up") != std::string::npos ? 1 : 0;
+  }
+  CHECK(direct > 0);
+  REQUIRE(test::runThreads(n, [&](int rank) { ncclCommAbort(comms[rank]); }) == "");
+}
+
 TEST_CASE("scale: 256 thread ranks init, reduce, broadcast, gather and exchange exactly, each with O(log n) connections",
           "[integration][scale]") {
   constexpr int n = 256;

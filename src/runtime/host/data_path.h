@@ -127,6 +127,9 @@ class DataPath {
     connector_.forEachEnd([&n](const transport::Connector::End&) { ++n; });
     return n;
   }
+  /// Fails this rank as its watchdog does when it finds a fault (its peers learn it from the
+  /// fault boxes of their connections to it); tests of that path.
+  void failRank(ncclResult_t code, const std::string& text) { watchdog_->fail(code, text); }
   /// NCCL_P2P_LL_THRESHOLD for this communicator (-1: the backend's); tests set it, every rank
   /// alike, to run sends and receives of a given size with LL or Simple.
   void setPeerLLThreshold(int64_t bytes) {

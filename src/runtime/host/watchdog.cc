@@ -317,13 +317,15 @@ void Watchdog::checkFaultBoxes(const OpView& op) {
   int from = -1;
   std::string text;
   const bool inFlight = op.inFlight;
-  connector_.forEachEnd([&](const transport::Connector::End& end) {
+  const size_t first = faultCursor_;
+  const size_t ends = connector_.visitEnds(first, kFaultBoxesPerTick, [&](const transport::Connector::End& end) {
     const transport::FaultBox* box = end.memory->faultBox(!end.isSend);  // written by the other end
     const uint32_t raised = kernels::loadAcquire(const_cast<uint32_t*>(&box->raised));
     if (from >= 0 || raised == 0 || (raised == transport::kFaultLost && (!inFlight || !stuckOn(box->rank)))) return;
     from = box->rank;
     text.assign(box->text, strnlen(box->text, sizeof box->text));
   });
+  faultCursor_ = ends > kFaultBoxesPerTick ? (first + kFaultBoxesPerTick) % ends : 0;
   if (from < 0) return;
   // The peer's own error code (a mismatch it found, say) stays its own; here it is remote.
   fail(ncclRemoteError, "rank " + std::to_string(rank_) + " stopped because rank " + std::to_string(from) +

@@ -121,6 +121,12 @@ class Watchdog {
   /// Watchdog thread: notices a new operation and restarts the clocks.
   void observe(const OpView& op);
 
+  /// The fault boxes a tick reads at most: a rank connected to every other of thousands has
+  /// thousands of ends, and each rank's watchdog reading all of them every tick (an N²
+  /// process-wide scan, a cache miss an end) had taken the CPUs from the ranks themselves. With
+  /// more ends, successive ticks take the next ones (faultCursor_), round and round.
+  static constexpr size_t kFaultBoxesPerTick = 64;
+
   const int rank_, nRanks_;
   const uint64_t commHash_;
   const std::vector<PeerProcess> watched_;
@@ -132,6 +138,7 @@ class Watchdog {
   const std::function<bool()> deviceBusy_;
 
   mutable std::mutex mutex_;  // guards the failure, the neighbour and stop_
+  size_t faultCursor_ = 0;  // the first end the next tick's checkFaultBoxes reads (watchdog thread)
   bool failed_ = false;
   ncclResult_t failCode_ = ncclSuccess;
   std::string failText_;
