@@ -304,7 +304,9 @@ class SendEnd final : public PluginEnd {
       void* data = isPayload ? const_cast<char*>(payload_) : static_cast<void*>(record);
       const size_t bytes = isPayload ? record->bytes : sizeof(FrameHeader);
       void* handle = nullptr;
-      if (!ok(session_->isend(comm_, data, bytes, kTag, mhandle_, &handle), "isend")) return true;
+      if (!ok(session_->isend(comm_, data, bytes, kTag, mhandle_, trace_.netParent(next_), &handle), "isend")) {
+        return true;
+      }
       if (handle == nullptr) break;  // not now: again at the next pass
       const bool last = isPayload || record->bytes == 0;
       requests_.push_back(Request{handle, next_, isPayload, last, bytes});
@@ -482,7 +484,9 @@ class RecvEnd final : public PluginEnd {
         const uint64_t step = nextRecord_ - 1;
         const FrameHeader& h = records()[step % kernels::kSteps];
         char* into = (h.flags & kFrameFlagged) ? staging(step) : conn_.simple + step % kernels::kSteps * conn_.simpleStepBytes;
-        if (!ok(session_->irecv(comm_, into, h.bytes, kTag, mhandle_, &handle), "irecv")) return true;
+        if (!ok(session_->irecv(comm_, into, h.bytes, kTag, mhandle_, trace_.netParent(step), &handle), "irecv")) {
+          return true;
+        }
         if (handle == nullptr) break;
         requests_.push_back(Request{handle, step, true, true, h.bytes});
         payloadDue_ = false;
@@ -490,7 +494,11 @@ class RecvEnd final : public PluginEnd {
         if (recordPending_) break;  // its answer decides what comes next
         if (kernels::loadAcquire(conn_.head) + kernels::kSteps <= nextRecord_) break;  // the slot is still read
         FrameHeader* record = records() + nextRecord_ % kernels::kSteps;
-        if (!ok(session_->irecv(comm_, record, sizeof(FrameHeader), kTag, mhandle_, &handle), "irecv")) return true;
+        // No phandle: the step's ProxyStep begins when this record arrives, and its slot may
+        // still hold the step before it, whose end the kernel has just freed.
+        if (!ok(session_->irecv(comm_, record, sizeof(FrameHeader), kTag, mhandle_, nullptr, &handle), "irecv")) {
+          return true;
+        }
         if (handle == nullptr) break;
         requests_.push_back(Request{handle, nextRecord_, false, false, sizeof(FrameHeader)});
         recordPending_ = true;
