@@ -5,18 +5,19 @@
 //
 // A phandle is the address of one step slot of a network end's trace (proxy/op_trace.h, the
 // owner): the NetPlugin event a plugin starts with it gets the ProxyStep open in that slot at
-// that moment as its parent, and none starts when no step is open there (the end is not
-// traced, the profiler's mask leaves NetPlugin out, or the transfer's step has ended). A call
-// with no step to name gets a NULL phandle (the plugin transport's receive of a step's record:
-// the step begins when the record arrives). Nothing a plugin hands back is used before it is
-// checked: a phandle must lie in a registered owner's slots, and an event handle must be one
-// this callback gave out and that is still open; what is not is refused with
-// ncclInvalidArgument (start: no event). Only while no owner is registered and no event open,
-// a start is answered ncclSuccess (and no event) without looking at its phandle.
+// that moment as its parent, and none starts when no step is open there (the profiler's mask
+// leaves NetPlugin out, or the transfer's step has ended). A call gets a NULL phandle while
+// its end is not traced, and when it names no step yet (the plugin transport's receive of a
+// step's record: the step begins when the record arrives). Nothing a plugin hands back is
+// used before it is checked: a phandle must lie in a registered owner's slots, and an event
+// handle must be one this callback gave out and that is still open; what is not is refused
+// with ncclInvalidArgument (start: no event). Only while no owner is registered and no event
+// is open is a start answered ncclSuccess (and no event) without looking at its phandle.
 //
 // With no owner registered and no event open (no profiler plugin, or one that wants none of
 // these events) the callback's cost is one relaxed load; Braid's own per-step path does not
-// change (the phandle is an address computed from the step, loaded from nowhere).
+// change (a phandle is given only while the end is traced, decided by the test the trace's
+// calls already make).
 #pragma once
 
 #include <cstdint>

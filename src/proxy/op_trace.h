@@ -23,9 +23,10 @@
 // wrote in the FIFO's step descriptions.
 //
 // A net plugin's NetPlugin events (plugin/net_profiling.h) are children of these ProxySteps:
-// the transport passes netParent(step) as the phandle of each isend and irecv of a step, and
-// the event the plugin starts with it gets the ProxyStep open in that step's slot. So a
-// NetPlugin event in the mask arms the trace with its steps, as ProxyStep does.
+// while armed, the transport passes netParent(step) as the phandle of each isend and irecv of
+// a step (NULL otherwise), and the event the plugin starts with it gets the ProxyStep open in
+// that step's slot. So a NetPlugin event in the mask arms the trace with its steps, as
+// ProxyStep does.
 //
 // With no plugin, or the plugin's mask without ProxyOp, ProxyStep and NetPlugin, no trace is
 // armed: the proxy's per-step cost is one relaxed load.
@@ -85,8 +86,8 @@ class OpTrace final : public plugin::NetEventParents {
   /// receiver's freed by the kernel).
   void stepsDone(uint64_t until);
 
-  /// The phandle of the net plugin calls that move step s: an address, valid while this trace
-  /// lives, whether or not it is armed.
+  /// The phandle of the net plugin calls that move step s (while armed): an address, valid
+  /// while this trace lives.
   void* netParent(uint64_t s) { return &netSlots_[s % kernels::kSteps]; }
   /// A net plugin's callback (plugin/net_profiling.h): a NetPlugin event under the ProxyStep
   /// open in `slot`.

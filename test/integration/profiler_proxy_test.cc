@@ -179,10 +179,12 @@ TEST_CASE("profiler plugins of v4 v3 and v1 get ProxyCtrl events with their appe
 namespace {
 
 /// Rank r's NetPlugin events: each starts under a ProxyStep of the rank that is open then
-/// (started before, stopped after), with the loopback plugin's id and data, is updated once
-/// (NetPluginUpdate) and stopped once. Returns how many there were of sending and receiving
-/// ProxyOps.
-std::map<bool, int> checkNetEvents(const std::vector<Line>& lines) {
+/// (started before, stopped after), with the loopback plugin's id and data, is updated
+/// `updates` times (NetPluginUpdate: once from v4 on, never for v3) and stopped once. (Not
+/// always before its parent: a step of the next operation that arrives early is reported
+/// under the running one, whose end stops it while the plugin's receive is still posted.)
+/// Returns how many there were of sending and receiving ProxyOps.
+std::map<bool, int> checkNetEvents(const std::vector<Line>& lines, int expectedUpdates = 1) {
   std::map<int, size_t> startAt, stopAt;
   std::map<int, const Line*> starts;
   std::map<int, int> stops, updates;
@@ -200,7 +202,7 @@ std::map<bool, int> checkNetEvents(const std::vector<Line>& lines) {
     CHECK(l.fields.at("id") == "0x20001");  // NCCL_PROFILER_NET_TYPE_SOCK | 1
     CHECK(l.fields.at("data") == "set");
     CHECK(stops[id] == 1);
-    CHECK(updates[id] == 1);
+    CHECK(updates[id] == expectedUpdates);
     const std::string parentText = l.fields.at("parent");
     REQUIRE(parentText != "-");
     REQUIRE(parentText != "bad");
@@ -267,5 +269,24 @@ TEST_CASE("a v11 net plugin's own events, through its profiler callback, have Pr
     CHECK(occurrences(out, "the profiler callback answered 4 to a bad phandle (event none)") >= 8);
     CHECK(occurrences(out, "the profiler callback answered 4 to a bad event handle") >= 8);
     CHECK(occurrences(out, "the profiler callback answered 0") == 0);
+  }
+}
+
+TEST_CASE("profiler plugins of v4 and v3 get a net plugin's events in their layouts", "[plugins][profiler][net]") {
+  const std::string netEnv = "NCCL_NET_PLUGIN=" + plugin("net-loopback") + " NET_LOOPBACK_PROFILE=1";
+  for (const std::string version : {"v4", "v3"}) {
+    INFO(version);
+    const std::string out = runOverNetwork("profiler-" + version + "only", "0x80", netEnv);
+    INFO(out);
+    CHECK_THAT(out, Catch::Contains("all ranks ok"));
+    CHECK(occurrences(out, "NCCL WARN") == 0);
+    CHECK(occurrences(out, "bad handle") == 0);
+    CHECK(occurrences(out, "parent=bad") == 0);
+    for (int r = 0; r < 2; ++r) {
+      INFO("rank " << r);
+      std::map<bool, int> perSide = checkNetEvents(linesOf(out, r), version == "v4" ? 1 : 0);
+      CHECK(perSide[true] >= 8);
+      CHECK(perSide[false] >= 4);
+    }
   }
 }
