@@ -23,8 +23,9 @@ std::string plugin(const std::string& name) {
 
 /// plugin_driver's group and an AllReduce of 2000000 floats on 2 processes over the network,
 /// with profiler `profiler` asking for `mask` ("none": no profiler plugin); `env` may add a
-/// net plugin. Its output.
-std::string runOverNetwork(const std::string& profiler, const std::string& mask, const std::string& env = "") {
+/// net plugin; `ranks` may make them threads of one process. Its output.
+std::string runOverNetwork(const std::string& profiler, const std::string& mask, const std::string& env = "",
+                           const std::string& ranks = "2 processes") {
   const char* driver = std::getenv("BRAID_PLUGIN_DRIVER");
   REQUIRE(driver != nullptr);
   return braid::test::runCommand(
@@ -32,8 +33,8 @@ std::string runOverNetwork(const std::string& profiler, const std::string& mask,
       "export NCCL_SOCKET_IFNAME=lo NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,PROFILE BRAID_BOOTSTRAP_TIMEOUT=20 "
       "NCCL_SHM_DISABLE=1 NCCL_P2P_DISABLE=1 NCCL_IB_DISABLE=1 NCCL_PROFILE_EVENT_MASK=" + mask +
       " NCCL_PROFILER_PLUGIN=" + (profiler == "none" ? profiler : plugin(profiler)) + " NCCL_COMM_ID=127.0.0.1:" +
-      std::to_string(braid::test::freeLoopbackPort()) + " " + env + "; timeout 120 " + driver +
-      " 2 processes destroy group 2000000 2>&1");
+      std::to_string(braid::test::freeLoopbackPort()) + " " + env + "; timeout 120 " + driver + " " + ranks +
+      " destroy group 2000000 2>&1");
 }
 
 size_t occurrences(const std::string& text, const std::string& what) {
@@ -157,6 +158,20 @@ TEST_CASE("ProxyCtrl events: only when the mask asks, each whole, in the proxy t
     CHECK(occurrences(out, " ProxyOp parent=") >= 6);  // (the proxy's other events as ever)
     CHECK(occurrences(out, "ProxyCtrl") == 0);
   }
+}
+
+TEST_CASE("ranks that are threads of one process each get the events of its one proxy thread", "[plugins][profiler]") {
+  const std::string out = runOverNetwork("profiler-record", "0x20", "", "2 threads");
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("all ranks ok"));
+  CHECK(occurrences(out, "NCCL WARN") == 0);
+  const ControlSeen first = checkControl(linesOf(out, 0));
+  const ControlSeen second = checkControl(linesOf(out, 1));
+  CHECK(first.active >= 1);
+  CHECK(first.events == second.events);  // the same events, sent to both communicators
+  CHECK(first.appended == second.appended);
+  CHECK(first.appended >= 2);  // operations of both ranks
+  CHECK(first.appended <= 10);
 }
 
 TEST_CASE("profiler plugins of v4 v3 and v1 get ProxyCtrl events with their appended counts", "[plugins][profiler]") {
