@@ -55,8 +55,9 @@ enum {
   ncclProfilerNetEventUpdateAndStop = 3
 };
 
-/* The profiler callback a net plugin receives at init (v10, v11); Braid passes one that records
- * nothing and answers ncclSuccess. */
+/* The profiler callback a net plugin receives at init (v10, v11): with the phandle isend or
+ * irecv got, it starts an event of the plugin's (NetPlugin) under that call's ProxyStep in the
+ * profiler plugin; with the handle it set, it updates or stops it. */
 typedef ncclResult_t (*ncclProfilerCallback_t)(void** eHandle, int type, void* pHandle, int64_t pluginId,
                                                void* extData);
 

@@ -19,7 +19,10 @@
  * Version 5's hierarchy: Group API > Coll API > Coll > (ProxyOp > ProxyStep > NetPlugin,
  * KernelCh); Group API > P2P API > P2P > (the same); Group API > Kernel launch. The Group
  * event has no parent, and Coll and P2P name it in their parentGroup (versions 1 to 4 see it
- * as their parent and get no API or kernel launch events).
+ * as their parent and get no API or kernel launch events). ProxyCtrl events (the proxy
+ * thread's states) have no parent; NetPlugin events are started by a net plugin through the
+ * profiler callback it got at init (nccl_common.h), under the ProxyStep its call's phandle
+ * names (versions 3 to 5).
  */
 #ifndef NCCL_PROFILER_H_
 #define NCCL_PROFILER_H_

@@ -15,6 +15,7 @@
 #include "core/log.h"
 #include "core/params.h"
 #include "core/plugin_library.h"
+#include "plugin/net_profiling.h"
 #include "plugin/plugin_log.h"
 
 namespace braid::plugin {
@@ -29,12 +30,6 @@ const std::vector<std::string> kNetSymbols = {"ncclNetPlugin_v11", "ncclNetPlugi
 const std::vector<std::string> kCollNetSymbols = {"ncclCollNetPlugin_v11", "ncclCollNetPlugin_v10",
                                                   "ncclCollNetPlugin_v9",  "ncclCollNetPlugin_v8",
                                                   "ncclCollNetPlugin_v7",  "ncclCollNetPlugin_v6"};
-
-/// The profiler callback v10 and v11 plugins receive: Braid records no network events.
-ncclResult_t pluginProfile(void** eHandle, int, void*, int64_t, void*) {
-  if (eHandle != nullptr) *eHandle = nullptr;
-  return ncclSuccess;
-}
 
 /// A plugin's string, bounded (it may be anything).
 std::string bounded(const char* s) {
@@ -60,8 +55,9 @@ class NetApi {
   virtual ncclResult_t accept(void* listenComm, void** comm) = 0;
   virtual ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mh) = 0;
   virtual ncclResult_t deregMr(void* comm, void* mh) = 0;
-  virtual ncclResult_t isend(void* comm, void* data, size_t size, int tag, void* mh, void** req) = 0;
-  virtual ncclResult_t irecv(void* comm, void* data, size_t size, int tag, void* mh, void** req) = 0;
+  /// phandle: the profiler's parent of the plugin's events for this call (v10, v11 get it).
+  virtual ncclResult_t isend(void* comm, void* data, size_t size, int tag, void* mh, void* phandle, void** req) = 0;
+  virtual ncclResult_t irecv(void* comm, void* data, size_t size, int tag, void* mh, void* phandle, void** req) = 0;
   virtual ncclResult_t test(void* req, int* done, int* size) = 0;
   virtual ncclResult_t closeSend(void* comm) = 0;
   virtual ncclResult_t closeRecv(void* comm) = 0;
@@ -105,9 +101,9 @@ class VersionedNet final : public NetApi {
     (void)ctx, (void)commId;
     if constexpr (V == 11) {
       ncclNetCommConfig_v11_t config{NCCL_NET_TRAFFIC_CLASS_UNDEF};
-      return t_->init(ctx, commId, &config, pluginLog, pluginProfile);
+      return t_->init(ctx, commId, &config, pluginLog, netProfilerCallback);
     } else if constexpr (V == 10) {
-      return t_->init(pluginLog, pluginProfile);
+      return t_->init(pluginLog, netProfilerCallback);
     } else {
       return t_->init(pluginLog);
     }
@@ -170,18 +166,20 @@ class VersionedNet final : public NetApi {
 
   ncclResult_t deregMr(void* comm, void* mh) override { return t_->deregMr(comm, mh); }
 
-  ncclResult_t isend(void* comm, void* data, size_t size, int tag, void* mh, void** req) override {
+  ncclResult_t isend(void* comm, void* data, size_t size, int tag, void* mh, void* phandle, void** req) override {
+    (void)phandle;
     if constexpr (V <= 8) {
       if (size > static_cast<size_t>(INT_MAX)) return ncclInvalidArgument;
       return t_->isend(comm, data, static_cast<int>(size), tag, mh, req);
     } else if constexpr (V == 9) {
       return t_->isend(comm, data, size, tag, mh, req);
     } else {
-      return t_->isend(comm, data, size, tag, mh, nullptr, req);
+      return t_->isend(comm, data, size, tag, mh, phandle, req);
     }
   }
 
-  ncclResult_t irecv(void* comm, void* data, size_t size, int tag, void* mh, void** req) override {
+  ncclResult_t irecv(void* comm, void* data, size_t size, int tag, void* mh, void* phandle, void** req) override {
+    (void)phandle;
     void* datas[1] = {data};
     int tags[1] = {tag};
     void* mhs[1] = {mh};
@@ -194,7 +192,7 @@ class VersionedNet final : public NetApi {
       return t_->irecv(comm, 1, datas, sizes, tags, mhs, req);
     } else {
       size_t sizes[1] = {size};
-      void* phandles[1] = {nullptr};
+      void* phandles[1] = {phandle};
       return t_->irecv(comm, 1, datas, sizes, tags, mhs, phandles, req);
     }
   }
@@ -455,11 +453,13 @@ ncclResult_t NetSession::regMr(void* comm, void* data, size_t size, int type, vo
   return net_->api->regMr(comm, data, size, type, mhandle);
 }
 ncclResult_t NetSession::deregMr(void* comm, void* mhandle) { return net_->api->deregMr(comm, mhandle); }
-ncclResult_t NetSession::isend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void** request) {
-  return net_->api->isend(sendComm, data, size, tag, mhandle, request);
+ncclResult_t NetSession::isend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void* phandle,
+                               void** request) {
+  return net_->api->isend(sendComm, data, size, tag, mhandle, phandle, request);
 }
-ncclResult_t NetSession::irecv(void* recvComm, void* data, size_t size, int tag, void* mhandle, void** request) {
-  return net_->api->irecv(recvComm, data, size, tag, mhandle, request);
+ncclResult_t NetSession::irecv(void* recvComm, void* data, size_t size, int tag, void* mhandle, void* phandle,
+                               void** request) {
+  return net_->api->irecv(recvComm, data, size, tag, mhandle, phandle, request);
 }
 ncclResult_t NetSession::test(void* request, int* done, size_t* size) {
   int bytes = 0;

@@ -11,7 +11,7 @@
 // for the rest of the process (its threads may outlive any communicator).
 //
 // v6..v10 are initialised once per process; v11 once per communicator (NetSession), with the
-// communicator's hash, and finalized when the communicator's last connection closes. Every
+// communicator's hash (v10 and v11 with Braid's profiler callback, plugin/net_profiling.h), and finalized when the communicator's last connection closes. Every
 // version is driven through NetSession's calls, which take v11's arguments (size_t sizes, one
 // receive per irecv) and never throw: they return the plugin's result, or ncclInternalError for
 // an answer that breaks the interface (a negative size, a size beyond what was posted).
@@ -101,8 +101,10 @@ class NetSession {
   ncclResult_t accept(void* listenComm, void** recvComm);
   ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle);
   ncclResult_t deregMr(void* comm, void* mhandle);
-  ncclResult_t isend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void** request);
-  ncclResult_t irecv(void* recvComm, void* data, size_t size, int tag, void* mhandle, void** request);
+  /// phandle: the parent of the events the plugin starts through its profiler callback for
+  /// this call (plugin/net_profiling.h; v10 and v11 get it, with the callback at init).
+  ncclResult_t isend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void* phandle, void** request);
+  ncclResult_t irecv(void* recvComm, void* data, size_t size, int tag, void* mhandle, void* phandle, void** request);
   /// *size: the bytes moved, when done.
   ncclResult_t test(void* request, int* done, size_t* size);
   ncclResult_t closeSend(void* sendComm);

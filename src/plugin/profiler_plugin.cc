@@ -12,6 +12,7 @@
 #include "core/log.h"
 #include "core/params.h"
 #include "core/plugin_library.h"
+#include "plugin/net_profiling.h"
 #include "plugin/plugin_log.h"
 
 namespace braid::plugin {
@@ -23,6 +24,13 @@ static_assert(profile::kProxyOp == ncclProfileProxyOp && profile::kProxyStep == 
 static_assert(profile::kProxyStepSendWait == ncclProfilerProxyStepSendWait &&
               profile::kProxyStepRecvWait == ncclProfilerProxyStepRecvWait &&
               profile::kProxyStepRecvGPUWait == ncclProfilerProxyStepRecvGPUWait);
+static_assert(profile::kProxyCtrl == ncclProfileProxyCtrl && profile::kProxyCtrlIdle == ncclProfilerProxyCtrlIdle &&
+              profile::kProxyCtrlActive == ncclProfilerProxyCtrlActive &&
+              profile::kProxyCtrlSleep == ncclProfilerProxyCtrlSleep &&
+              profile::kProxyCtrlWakeup == ncclProfilerProxyCtrlWakeup &&
+              profile::kProxyCtrlAppend == ncclProfilerProxyCtrlAppend &&
+              profile::kProxyCtrlAppendEnd == ncclProfilerProxyCtrlAppendEnd &&
+              profile::kNetPluginUpdate == ncclProfilerNetPluginUpdate);
 static_assert(profile::kKernelChStop == ncclProfilerKernelChStop &&
               profile::kGroupStartApiStop == ncclProfilerGroupStartApiStop &&
               profile::kGroupEndApiStart == ncclProfilerGroupEndApiStart);
@@ -198,6 +206,7 @@ void fill(const ProfileEvent& e, int rank, ncclProfilerEventDescr_v5_t* d) {
       d->kernelCh.channelId = static_cast<uint8_t>(e.channelId);
       d->kernelCh.pTimer = e.pTimer;
       break;
+    case profile::kNetPlugin: d->netPlugin.id = e.netId, d->netPlugin.data = e.netData; break;
     default: break;
   }
 }
@@ -236,6 +245,7 @@ void fill(const ProfileEvent& e, int rank, ncclProfilerEventDescr_v4_t* d) {
       d->kernelCh.channelId = static_cast<uint8_t>(e.channelId);
       d->kernelCh.pTimer = e.pTimer;
       break;
+    case profile::kNetPlugin: d->netPlugin.id = e.netId, d->netPlugin.data = e.netData; break;
     default: break;
   }
 }
@@ -342,6 +352,7 @@ ProfilerSession::ProfilerSession(std::shared_ptr<LoadedProfiler> profiler, void*
 
 ProfilerSession::~ProfilerSession() {
   if (profiler_ == nullptr) return;
+  forgetNetEvents(this);  // (a net plugin's event left open: a later stop of it is refused)
   const ncclResult_t r = static_cast<const AnyTable*>(profiler_->symbol)->finalize(context_);
   if (r != ncclSuccess) {
     BRAID_WARN("PROFILER/Plugin: rank %d: profiler plugin %s (v%d) finalize returned %d", info_.rank,
@@ -374,6 +385,7 @@ void* ProfilerSession::start(const ProfileEvent& event) {
       ncclProfilerEventDescr_v3_t d{};
       fillOlder(event, info_.rank, info_, &d);
       if (event.type == profile::kKernelCh) d.kernelCh.channelId = static_cast<uint8_t>(event.channelId);
+      if (event.type == profile::kNetPlugin) d.netPlugin.id = event.netId, d.netPlugin.data = event.netData;
       r = static_cast<const ncclProfiler_v3_t*>(profiler_->symbol)->startEvent(context_, &handle, &d);
       break;
     }
@@ -403,35 +415,40 @@ void ProfilerSession::stop(void* handle) {
   if (r != ncclSuccess) warnOnce(1, "stopEvent", static_cast<int>(r));
 }
 
-void ProfilerSession::record(void* handle, int state, uint64_t value) {
+void ProfilerSession::record(void* handle, int state, uint64_t value, void* data) {
   if (handle == nullptr) return;
   ncclResult_t r = ncclSuccess;
   const auto eState = static_cast<ncclProfilerEventState_t>(state);
   const bool step = state >= profile::kProxyStepSendWait && state <= profile::kProxyStepRecvGPUWait;
+  const bool control = state >= profile::kProxyCtrlIdle && state <= profile::kProxyCtrlAppendEnd;
+  const bool net = state == profile::kNetPluginUpdate;
   switch (profiler_->version) {
-    case 5: {
+    case 5:
+    case 4: {
+      if (profiler_->version == 4 && state != profile::kKernelChStop && !step && !control && !net) {
+        return;  // (v4 has no API events)
+      }
+      // (the two versions' state arguments have the same layout; only v5 adds states)
+      static_assert(sizeof(ncclProfilerEventStateArgs_v5_t) == sizeof(ncclProfilerEventStateArgs_v4_t));
       ncclProfilerEventStateArgs_v5_t args{};
       if (state == profile::kKernelChStop) args.kernelCh.pTimer = value;
       if (step) args.proxyStep.transSize = static_cast<size_t>(value);
-      r = static_cast<const ncclProfiler_v5_t*>(profiler_->symbol)
-              ->recordEventState(handle, eState, state == profile::kKernelChStop || step ? &args : nullptr);
-      break;
-    }
-    case 4: {
-      if (state != profile::kKernelChStop && !step) return;  // (v4 has no API events)
-      ncclProfilerEventStateArgs_v4_t args{};
-      if (step) {
-        args.proxyStep.transSize = static_cast<size_t>(value);
+      if (control) args.proxyCtrl.appendedProxyOps = static_cast<int>(value);
+      if (net) args.netPlugin.data = data;
+      const bool withArgs = state == profile::kKernelChStop || step || control || net;
+      if (profiler_->version == 5) {
+        r = static_cast<const ncclProfiler_v5_t*>(profiler_->symbol)->recordEventState(handle, eState, withArgs ? &args : nullptr);
       } else {
-        args.kernelCh.pTimer = value;
+        r = static_cast<const ncclProfiler_v4_t*>(profiler_->symbol)
+                ->recordEventState(handle, eState, reinterpret_cast<ncclProfilerEventStateArgs_v4_t*>(&args));
       }
-      r = static_cast<const ncclProfiler_v4_t*>(profiler_->symbol)->recordEventState(handle, eState, &args);
       break;
     }
     default: {  // v1-v3 know only the proxy's states; their arguments have the bytes as a ProxyOp's
-      if (!step) return;
+      if (!step && !control) return;  // (nor a place for a NetPluginUpdate's data: NCCL gives v3 none)
       ncclProfilerEventStateArgs_v3_t args{};
-      args.proxyOp.transSize = static_cast<size_t>(value);
+      if (step) args.proxyOp.transSize = static_cast<size_t>(value);
+      if (control) args.proxyCtrl.appendedProxyOps = static_cast<int>(value);
       static_assert(sizeof(ncclProfilerEventStateArgs_v3_t) == sizeof(ncclProfilerEventStateArgs_v1_t) &&
                     sizeof(ncclProfilerEventStateArgs_v3_t) == sizeof(ncclProfilerEventStateArgs_v2_t));
       // (the three versions' recordEventState differ only in the names of the same types)

@@ -10,8 +10,10 @@
 // and v1 get no KernelCh events; v1 gets NCCL's indices instead of names.
 //
 // Where the events come from: group/group.cc (Group API, Coll API, P2P API),
-// runtime/host/profile_events.h (Group, Coll, P2P, Kernel launch, KernelCh) and
-// proxy/op_trace.h (ProxyOp, ProxyStep: every version has them, in the same layout).
+// runtime/host/profile_events.h (Group, Coll, P2P, Kernel launch, KernelCh),
+// proxy/op_trace.h (ProxyOp, ProxyStep: every version has them, in the same layout),
+// proxy/control_events.h (ProxyCtrl: every version) and plugin/net_profiling.h (NetPlugin,
+// started by a net plugin through its profiler callback: v3 and later).
 //
 // With no plugin no session exists: callers test one pointer, and nothing else is done.
 #pragma once
@@ -53,6 +55,13 @@ constexpr uint32_t kStartsGroupApi = kGroupApi | kCollApi | kP2pApi | kKernelLau
 constexpr int kProxyStepSendWait = 9;
 constexpr int kProxyStepRecvWait = 10;
 constexpr int kProxyStepRecvGPUWait = 12;
+constexpr int kProxyCtrlIdle = 13;
+constexpr int kProxyCtrlActive = 14;
+constexpr int kProxyCtrlSleep = 15;
+constexpr int kProxyCtrlWakeup = 16;
+constexpr int kProxyCtrlAppend = 17;
+constexpr int kProxyCtrlAppendEnd = 18;
+constexpr int kNetPluginUpdate = 21;
 constexpr int kKernelChStop = 22;
 constexpr int kGroupStartApiStop = 23;
 constexpr int kGroupEndApiStart = 24;
@@ -85,6 +94,8 @@ struct ProfileEvent {
   int chunkSize = 0;             ///< ProxyOp: bytes of a step
   bool isSend = false;           ///< ProxyOp
   int step = 0;                  ///< ProxyStep: its number within the ProxyOp
+  int64_t netId = 0;             ///< NetPlugin: the net plugin's event id (NCCL_PROFILER_NET_*)
+  void* netData = nullptr;       ///< NetPlugin: the net plugin's own data
   // v1: NCCL's indices (ncclFunc_t, ncclDataType_t, NCCL_ALGO_*, NCCL_PROTO_*); 255: none.
   uint8_t funcId = 255, datatypeId = 255, algoId = 255, protoId = 255;
 };
@@ -128,9 +139,10 @@ class ProfilerSession {
   /// Stops a started event (nullptr: nothing).
   void stop(void* handle);
   /// Records a state of a started event (nullptr: nothing): the Group API states,
-  /// KernelChStop with its timestamp (value), or a ProxyStep state with the step's bytes
-  /// (value). Versions without the state get no call.
-  void record(void* handle, int state, uint64_t value = 0);
+  /// KernelChStop with its timestamp (value), a ProxyStep state with the step's bytes
+  /// (value), a ProxyCtrl state with the operations appended (value: AppendEnd's), or
+  /// NetPluginUpdate with the net plugin's data. Versions without the state get no call.
+  void record(void* handle, int state, uint64_t value = 0, void* data = nullptr);
 
   /// The next sequence number of collective function `func` on this communicator (0 first).
   uint64_t nextSeq(int func) { return seq_[func & 15]++; }

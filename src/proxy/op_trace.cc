@@ -11,7 +11,13 @@ namespace braid::proxy {
 
 namespace profile = plugin::profile;
 
+OpTrace::~OpTrace() {
+  if (registered_.load(std::memory_order_relaxed)) plugin::forgetNetParents(this);
+}
+
 void OpTrace::arm(const Op& op, uint64_t firstStep, uint64_t landed) {
+  // (before mutex_: a callback holds the registry's lock, then takes mutex_)
+  if (!registered_.exchange(true)) plugin::registerNetParents(this, netSlots_.data(), kernels::kSteps);
   std::lock_guard<std::mutex> lock(mutex_);
   op_ = op;
   opEvent_ = nullptr;
@@ -100,6 +106,23 @@ void OpTrace::finish() {
   op_.session->stop(opEvent_);
   opEvent_ = nullptr;
   armed_.store(false, std::memory_order_relaxed);
+}
+
+void* OpTrace::startNetEvent(int slot, int64_t id, void* data, plugin::ProfilerSession** session) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!armed_.load(std::memory_order_relaxed) || slot < 0 || slot >= static_cast<int>(kernels::kSteps)) {
+    return nullptr;
+  }
+  const size_t at = static_cast<size_t>(slot);
+  if (open_[at] == 0 || steps_[at] == nullptr || !op_.session->wants(profile::kNetPlugin)) return nullptr;
+  plugin::ProfileEvent e;
+  e.type = profile::kNetPlugin;
+  e.parent = steps_[at];
+  e.netId = id;
+  e.netData = data;
+  void* handle = op_.session->start(e);
+  if (handle != nullptr) *session = op_.session;
+  return handle;
 }
 
 void OpTrace::disarm(uint64_t endStep, const uint32_t* abortFlag) {

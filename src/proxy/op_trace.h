@@ -22,8 +22,14 @@
 // (its peer ran ahead) is reported from arming on, in RecvGPUWait, with the bytes the proxy
 // wrote in the FIFO's step descriptions.
 //
-// With no plugin, or the plugin's mask without ProxyOp and ProxyStep, no trace is armed: the
-// proxy's per-step cost is one relaxed load.
+// A net plugin's NetPlugin events (plugin/net_profiling.h) are children of these ProxySteps:
+// while armed, the transport passes netParent(step) as the phandle of each isend and irecv of
+// a step (NULL otherwise), and the event the plugin starts with it gets the ProxyStep open in
+// that step's slot. So a NetPlugin event in the mask arms the trace with its steps, as
+// ProxyStep does.
+//
+// With no plugin, or the plugin's mask without ProxyOp, ProxyStep and NetPlugin, no trace is
+// armed: the proxy's per-step cost is one relaxed load.
 #pragma once
 
 #include <array>
@@ -33,6 +39,7 @@
 #include <mutex>
 
 #include "kernels/work.h"
+#include "plugin/net_profiling.h"
 
 namespace braid::plugin {
 class ProfilerSession;
@@ -40,8 +47,13 @@ class ProfilerSession;
 
 namespace braid::proxy {
 
-class OpTrace {
+class OpTrace final : public plugin::NetEventParents {
  public:
+  OpTrace() = default;
+  ~OpTrace();  // (forgets its phandles, if it was ever armed)
+  OpTrace(const OpTrace&) = delete;
+  OpTrace& operator=(const OpTrace&) = delete;
+
   /// What the ProxyOp says of the operation on this end.
   struct Op {
     plugin::ProfilerSession* session = nullptr;
@@ -74,6 +86,13 @@ class OpTrace {
   /// receiver's freed by the kernel).
   void stepsDone(uint64_t until);
 
+  /// The phandle of the net plugin calls that move step s (while armed): an address, valid
+  /// while this trace lives.
+  void* netParent(uint64_t s) { return &netSlots_[s % kernels::kSteps]; }
+  /// A net plugin's callback (plugin/net_profiling.h): a NetPlugin event under the ProxyStep
+  /// open in `slot`.
+  void* startNetEvent(int slot, int64_t id, void* data, plugin::ProfilerSession** session) override;
+
  private:
   void startStep(uint64_t s, int state, uint64_t bytes);
   void stopStep(uint64_t s);
@@ -90,6 +109,8 @@ class OpTrace {
   uint64_t done_ = 0;                             ///< steps before it are done
   std::array<void*, kernels::kSteps> steps_{};    ///< per slot: the open step's event
   std::array<uint64_t, kernels::kSteps> open_{};  ///< per slot: its step + 1 (0: none)
+  std::array<char, kernels::kSteps> netSlots_{};  ///< the phandles (their addresses only)
+  std::atomic<bool> registered_{false};           ///< netSlots_ are known to the callback
 };
 
 }  // namespace braid::proxy

@@ -15,6 +15,7 @@
 
 #include "core/log.h"
 #include "kernels/platform.h"
+#include "proxy/control_events.h"
 
 namespace braid::proxy {
 
@@ -118,6 +119,7 @@ void loop() {
   uint32_t idle = 0;
   std::vector<pollfd> fds;
   std::vector<size_t> first;  // per pump: its first entry in fds
+  ControlReporter control;    // ProxyCtrl events, for the communicators that want them
   while (!s.stop.load(std::memory_order_acquire)) {
     uint64_t generation;
     {
@@ -140,7 +142,10 @@ void loop() {
     const int ready = ppoll(fds.data(), fds.size(), &wait, nullptr);
     if (ready > 0 && (fds[0].revents & POLLIN)) {
       uint64_t rings = 0;
-      if (read(s.doorbell, &rings, sizeof rings) > 0) idle = 0;
+      if (read(s.doorbell, &rings, sizeof rings) > 0) {
+        idle = 0;
+        control.doorbell();
+      }
     }
     bool moved = false;
     {
@@ -154,6 +159,7 @@ void loop() {
       }
     }
     idle = moved ? 0 : std::min<uint32_t>(idle + 1, 1u << 30);
+    control.afterPass(moved, idle >= kBusyPasses);
     // Nothing moved: give the core to a rank thread that may be about to publish (or to
     // consume what just arrived) rather than spin through the rest of a time slice.
     if (!moved && idle < kBusyPasses) sched_yield();

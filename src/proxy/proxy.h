@@ -54,8 +54,9 @@ void waitForPass();
 /// thread starts, or at its next pass.
 void preferCpus(const std::vector<int>& cpus, const std::string& why);
 
-/// Wakes the proxy thread from an idle wait (an operation over the network starts): it then
-/// passes over its pumps without waiting until they fall quiet again.
+/// Wakes the proxy thread from an idle wait: it then passes over its pumps without waiting
+/// until they fall quiet again. (An operation over the network starting calls post(),
+/// control_events.h, which also counts it for the profiler's ProxyCtrl events.)
 void kick();
 
 }  // namespace braid::proxy

@@ -16,6 +16,13 @@
  * -DNET_MAX_RECVS=8: maxRecvs 8, and an irecv takes 1..8 receives (each its own buffer, size
  * and tag) in one request, done when all are, whose test reports each one's size.
  *
+ * NET_LOOPBACK_PROFILE=1 (v11): each isend and irecv starts a NetPlugin event through the
+ * profiler callback init got, with the call's phandle, NCCL_PROFILER_NET_TYPE_SOCK | 1 as its id
+ * and the request as its data; test stops it when the request is done (a send's: Update, then
+ * Stop; a receive's: UpdateAndStop); a call without a phandle starts none.
+ * NET_LOOPBACK_PROFILE=bad: each call given a phandle hands back one of its own instead (an
+ * address Braid never gave), and stops an event handle it made up; what the callback answers is logged ("loopback net: the profiler callback answered N to a bad ...").
+ *
  * Variants for the bad-plugin tests: -DNET_FAIL_ISEND (the 3rd isend of the process fails with
  * ncclSystemError), -DNET_INIT_FAILS, -DNET_NO_DEVICES (devices() reports 0), -DNET_NO_SYMBOL
  * (exports no ncclNetPlugin_v* symbol).
@@ -35,6 +42,7 @@
 #include <unistd.h>
 
 #include "nccl_net.h"
+#include "nccl_profiler.h" /* NCCL_PROFILER_NET_TYPE_SOCK */
 
 /* The layouts NVIDIA's nccl_net.h gives (LP64): a plugin built against it sees the same. */
 #define LAYOUT(name, cond) typedef char name[(cond) ? 1 : -1]
@@ -118,6 +126,8 @@ struct request {
   int cur;          /* the part the current message is for; receive: -1 until its header is in */
   struct wire head; /* the current message's header */
   size_t done;      /* bytes of the current message (header + data) moved */
+  void* event;      /* NET_LOOPBACK_PROFILE: its NetPlugin event (NULL: the profiler gave none) */
+  int profiled;     /* its event was asked for: it is stopped when the request is done */
 };
 
 struct comm {
@@ -136,6 +146,28 @@ struct mr {
   char* base;
   size_t bytes;
 };
+
+/* NET_LOOPBACK_PROFILE (v11 only): 1 for events, 2 for bad handles; the callback init got. */
+static int profileMode;
+static ncclProfilerCallback_t profiler;
+
+/* A done request's NetPlugin event ends (see the file comment). */
+static void profileDone(struct request* r) {
+  if (profiler == NULL) return;
+  if (profileMode == 2) {
+    void* madeUp = (void*)&profileMode;
+    const ncclResult_t a = profiler(&madeUp, ncclProfilerNetEventStop, NULL, 0, NULL);
+    LOG(NCCL_LOG_INFO, "loopback net: the profiler callback answered %d to a bad event handle", (int)a);
+    return;
+  }
+  if (r->isSend) {
+    profiler(&r->event, ncclProfilerNetEventUpdate, NULL, 0, r);
+    profiler(&r->event, ncclProfilerNetEventStop, NULL, 0, NULL);
+  } else {
+    profiler(&r->event, ncclProfilerNetEventUpdateAndStop, NULL, 0, r);
+  }
+  r->event = NULL;
+}
 
 static ncclResult_t loopInit(void) {
 #ifdef NET_INIT_FAILS
@@ -473,6 +505,7 @@ static ncclResult_t loopTest(void* request, int* done, int* sizes) {
     *done = 1;
     if (sizes != NULL)
       for (int i = 0; i < r->n; ++i) sizes[i] = (int)r->parts[i].len;
+    if (r->profiled) profileDone(r);
     r->used = 0;
   }
   return ncclSuccess;
@@ -536,10 +569,29 @@ const ncclNet_v6_t ncclNetPlugin_v6 = {
 
 #else
 
+/* A posted request's NetPlugin event starts, under the call's phandle. */
+static void profilePosted(void* request, void* phandle) {
+  struct request* r = (struct request*)request;
+  if (profiler == NULL || profileMode == 0 || r == NULL) return;
+  if (phandle == NULL) return; /* (Braid names no parent for it: no event) */
+  r->profiled = 1;
+  if (profileMode == 2) {
+    void* ignored = NULL;
+    const ncclResult_t a =
+        profiler(&ignored, ncclProfilerNetEventStart, &profileMode, NCCL_PROFILER_NET_TYPE_SOCK | 1, r);
+    LOG(NCCL_LOG_INFO, "loopback net: the profiler callback answered %d to a bad phandle (event %s)", (int)a,
+        ignored != NULL ? "given" : "none");
+    return;
+  }
+  profiler(&r->event, ncclProfilerNetEventStart, phandle, NCCL_PROFILER_NET_TYPE_SOCK | 1, r);
+}
+
 static ncclResult_t v11Init(void** ctx, uint64_t commId, ncclNetCommConfig_v11_t* config, ncclDebugLogger_t log,
                             ncclProfilerCallback_t prof) {
-  (void)prof;
   logger = log;
+  const char* mode = getenv("NET_LOOPBACK_PROFILE");
+  profileMode = mode == NULL ? 0 : strcmp(mode, "bad") == 0 ? 2 : atoi(mode) != 0 ? 1 : 0;
+  profiler = prof;
   LOG(NCCL_LOG_INFO, "loopback net: init comm %#llx traffic class %d", (unsigned long long)commId,
       config != NULL ? config->trafficClass : -2);
   ncclResult_t r = loopInit();
@@ -579,13 +631,15 @@ static ncclResult_t v11Accept(void* listenComm, void** recvComm, ncclNetDeviceHa
   return loopAccept(listenComm, recvComm);
 }
 static ncclResult_t v11Isend(void* comm, void* data, size_t size, int tag, void* mhandle, void* phandle, void** request) {
-  (void)phandle;
-  return isendAny(comm, data, size, tag, mhandle, request);
+  const ncclResult_t r = isendAny(comm, data, size, tag, mhandle, request);
+  if (r == ncclSuccess) profilePosted(*request, phandle);
+  return r;
 }
 static ncclResult_t v11Irecv(void* comm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** phandles,
                              void** request) {
-  (void)phandles;
-  return irecvAny(comm, n, data, sizes, tags, mhandles, request);
+  const ncclResult_t r = irecvAny(comm, n, data, sizes, tags, mhandles, request);
+  if (r == ncclSuccess) profilePosted(*request, phandles != NULL ? phandles[0] : NULL);
+  return r;
 }
 
 #ifdef NET_NO_SYMBOL

@@ -7,7 +7,9 @@
  *   prof r<rank> stop <id> <Type>
  *   prof finalize <contexts left>
  * ProxyOp starts print pid, channel, peer, nSteps, chunk and send; ProxyStep starts their step;
- * a ProxyStep state its bytes (size=). Every line is flushed at once, so that the lines of
+ * a ProxyStep state its bytes (size=); ProxyCtrl states print by name (Idle, Active, Sleep,
+ * Wakeup, Append, AppendEnd with appended=); NetPlugin starts their id and whether data is set,
+ * NetPluginUpdate states by name. Every line is flushed at once, so that the lines of
  * ranks that are processes sharing one pipe never mix.
  * Ids count from 1 per context (per communicator); a parent that is not a handle this plugin
  * returned prints as "bad". The mask comes from NCCL_PROFILE_EVENT_MASK (default: every type).
@@ -192,6 +194,28 @@ static int recordStepState(void* handle, ncclProfilerEventState_t state, size_t 
   return 1;
 }
 
+/* A ProxyCtrl state (with AppendEnd's appended count), or NetPluginUpdate; 0 for another state. */
+static int recordProxyCtrlOrNetState(void* handle, ncclProfilerEventState_t state, int appended) {
+  const char* name = state == ncclProfilerProxyCtrlIdle        ? "Idle"
+                     : state == ncclProfilerProxyCtrlActive    ? "Active"
+                     : state == ncclProfilerProxyCtrlSleep     ? "Sleep"
+                     : state == ncclProfilerProxyCtrlWakeup    ? "Wakeup"
+                     : state == ncclProfilerProxyCtrlAppend    ? "Append"
+                     : state == ncclProfilerProxyCtrlAppendEnd ? "AppendEnd"
+                     : state == ncclProfilerNetPluginUpdate    ? "NetPluginUpdate"
+                                                               : NULL;
+  if (name == NULL) return 0;
+  struct event* e = (struct event*)handle;
+  if (e == NULL || e < events || e >= events + MAX_EVENTS) {
+    LINE("prof state of a bad handle %p\n", handle);
+  } else if (state == ncclProfilerProxyCtrlAppendEnd) {
+    LINE("prof r%d state %d %s appended=%d\n", e->rank, e->id, name, appended);
+  } else {
+    LINE("prof r%d state %d %s\n", e->rank, e->id, name);
+  }
+  return 1;
+}
+
 static ncclResult_t recordState(void* handle, ncclProfilerEventState_t state, uint64_t pTimer, int hasTimer) {
   struct event* e = (struct event*)handle;
   if (e == NULL || e < events || e >= events + MAX_EVENTS) {
@@ -251,6 +275,7 @@ static ncclResult_t v1StartEvent(void* context, void** handle, ncclProfilerEvent
 static ncclResult_t v1RecordEventState(void* handle, ncclProfilerEventState_v1_t state,
                                        ncclProfilerEventStateArgs_v1_t* args) {
   if (recordStepState(handle, state, args != NULL ? args->proxyOp.transSize : 0)) return ncclSuccess;
+  if (recordProxyCtrlOrNetState(handle, state, args != NULL ? args->proxyCtrl.appendedProxyOps : -1)) return ncclSuccess;
   return recordState(handle, state, 0, 0);
 }
 
@@ -320,6 +345,9 @@ static ncclResult_t oldStartEvent(void* context, void** handle, OldDescr* d) {
     LINE("prof r%d start %d KernelCh parent=%s channel=%d\n", d->rank, e->id, idOf(d->parentObj, parent),
            d->kernelCh.channelId);
 #endif
+  } else if (d->type == ncclProfileNetPlugin) {
+    LINE("prof r%d start %d NetPlugin parent=%s id=%#" PRIx64 " data=%s\n", d->rank, e->id,
+           idOf(d->parentObj, parent), (uint64_t)d->netPlugin.id, d->netPlugin.data != NULL ? "set" : "null");
   } else if (!PRINT_PROXY(d, e, parent)) {
     LINE("prof r%d start %d %s parent=%s\n", d->rank, e->id, typeName(d->type), idOf(d->parentObj, parent));
   }
@@ -333,6 +361,7 @@ static ncclResult_t oldRecordEventState(void* handle, ncclProfilerEventState_t s
 #else
   if (recordStepState(handle, state, args != NULL ? args->proxyOp.transSize : 0)) return ncclSuccess;
 #endif
+  if (recordProxyCtrlOrNetState(handle, state, args != NULL ? args->proxyCtrl.appendedProxyOps : -1)) return ncclSuccess;
   return recordState(handle, state, 0, 0);
 }
 
@@ -418,6 +447,10 @@ static ncclResult_t v5StartEvent(void* context, void** handle, ncclProfilerEvent
       LINE("prof r%d start %d KernelCh parent=%s channel=%d pTimer=%" PRIu64 "\n", d->rank, e->id,
              idOf(d->parentObj, parent), d->kernelCh.channelId, d->kernelCh.pTimer);
       break;
+    case ncclProfileNetPlugin:
+      LINE("prof r%d start %d NetPlugin parent=%s id=%#" PRIx64 " data=%s\n", d->rank, e->id,
+             idOf(d->parentObj, parent), (uint64_t)d->netPlugin.id, d->netPlugin.data != NULL ? "set" : "null");
+      break;
     default:
       if (PRINT_PROXY(d, e, parent)) break;
       LINE("prof r%d start %d %s parent=%s\n", d->rank, e->id, typeName((int)d->type), idOf(d->parentObj, parent));
@@ -430,6 +463,7 @@ static ncclResult_t v5RecordEventState(void* handle, ncclProfilerEventState_v5_t
                                        ncclProfilerEventStateArgs_v5_t* args) {
   if (state == ncclProfilerKernelChStop) return recordState(handle, state, args != NULL ? args->kernelCh.pTimer : 0, 1);
   if (recordStepState(handle, state, args != NULL ? args->proxyStep.transSize : 0)) return ncclSuccess;
+  if (recordProxyCtrlOrNetState(handle, state, args != NULL ? args->proxyCtrl.appendedProxyOps : -1)) return ncclSuccess;
   return recordState(handle, state, 0, 0);
 }
 

@@ -16,6 +16,7 @@
 #include "core/status.h"
 #include "plugin/profiler_plugin.h"
 #include "plugin/tuner_plugin.h"
+#include "proxy/control_events.h"
 #include "proxy/op_trace.h"
 #include "proxy/proxy.h"
 #include "kernels/algorithms/send_recv.h"
@@ -125,6 +126,7 @@ DataPath::DataPath(bootstrap::Bootstrap& channel, int rank, const std::vector<Pe
   setRanksPerNode(settings_.ranksPerNode);
   openTunerPlugin(commHash);
   profiler_ = openProfiler(commHash, settings_.commName, rank_, nodeOf_);
+  if (profiler_ != nullptr) proxyControl_ = std::make_unique<proxy::ControlWatch>(profiler_.get());
   std::vector<PeerProcess> watched = watchedPeers(peers, rank);
   std::function<bool()> busy;
   if (device_ != nullptr) busy = [d = device_.get()] { return d->busy(); };
@@ -473,7 +475,7 @@ void DataPath::runCollective(const plan::Task& given) {
     fail(ncclSystemError, "rank %d: cannot map %llu bytes of scratch memory for %s", rank_,
          static_cast<unsigned long long>(plan.scratchBytes), task.name);
   }
-  if (connector_.usesNetwork()) proxy::kick();  // the proxy passes without waiting while this runs
+  if (connector_.usesNetwork()) proxy::post();  // the proxy passes without waiting while this runs
   for (int c = 0; c < plan.nChannels; ++c) {
     plan.works[c].scratch = scratch;  // each channel's part of it at its own offsets
     plan.works[c].sig = sig;
@@ -737,7 +739,7 @@ void DataPath::runPeersOn(const std::vector<const plan::Task*>& ops) {
     queues[{t->peer, t->isSend}].push_back(op);
   }
   if (device_ != nullptr) return enqueuePeers(queues, ops.front()->stream, ops.front()->name);
-  if (connector_.usesNetwork()) proxy::kick();
+  if (connector_.usesNetwork()) proxy::post();
   if (profile_ != nullptr && profile_->wantsProxy() && connector_.usesNetwork()) {
     const auto traces = netTraces();
     for (size_t i = 0; i < ops.size(); ++i) {

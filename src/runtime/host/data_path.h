@@ -38,6 +38,7 @@ class ProfilerSession;
 }
 namespace braid::proxy {
 class OpTrace;
+class ControlWatch;
 }
 
 namespace braid::runtime::host {
@@ -229,6 +230,7 @@ class DataPath {
   DataPathSettings settings_;
   std::unique_ptr<plugin::TunerSession> tunerPlugin_;  // settings_.limits.tunerPlugin (null: none)
   std::unique_ptr<plugin::ProfilerSession> profiler_;  // null: no profiler plugin; finalized at destroy/abort
+  std::unique_ptr<proxy::ControlWatch> proxyControl_;  // with profiler_: its ProxyCtrl events (ends before it)
   GroupProfile* profile_ = nullptr;  // the events of the group running now (with profiler_)
   const uint32_t* abort_;  // the communicator's (host) abort word (a device's kernels poll its own copy)
   transport::Connector connector_;

@@ -120,7 +120,9 @@ void GroupProfile::closeOpen() {
   peers_.clear();
 }
 
-bool GroupProfile::wantsProxy() const { return session_.wants(profile::kProxyOp | profile::kProxyStep); }
+bool GroupProfile::wantsProxy() const {
+  return session_.wants(profile::kProxyOp | profile::kProxyStep | profile::kNetPlugin);
+}
 
 void GroupProfile::watch(proxy::OpTrace* trace, const kernels::ConnHandle& h, bool isSend, int channel,
                          kernels::Proto proto, const uint32_t* abortFlag, int op) {
@@ -136,7 +138,7 @@ void GroupProfile::watch(proxy::OpTrace* trace, const kernels::ConnHandle& h, bo
   o.peer = h.peer;
   o.isSend = isSend;
   o.chunkSize = static_cast<int>(kernels::stepElements(proto, h, 1));
-  o.wantSteps = session_.wants(profile::kProxyStep);
+  o.wantSteps = session_.wants(profile::kProxyStep | profile::kNetPlugin);  // (a NetPlugin's parent is its step)
   if (!isSend) o.landedSizes = h.sizes;
   const uint64_t first = kernels::loadRelaxed(h.step);
   trace->arm(o, first, isSend ? 0 : kernels::loadAcquire(h.tail));

@@ -76,7 +76,8 @@ class GroupProfile {
   /// After the run of nChannels channels: launch stop, KernelCh events, Coll stop.
   void afterRun(int nChannels);
 
-  /// Whether ProxyOp or ProxyStep events are wanted: then the run's network ends are watched.
+  /// Whether ProxyOp, ProxyStep or NetPlugin events are wanted: then the run's network ends
+  /// are watched.
   bool wantsProxy() const;
   /// Before the run: network end `trace` (this rank's end h, a sender's if isSend) carries
   /// the running collective's channel `channel` in protocol `proto`, or (op >= 0) the send or

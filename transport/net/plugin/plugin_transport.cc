@@ -297,14 +297,18 @@ class SendEnd final : public PluginEnd {
       FrameHeader* record = records() + next_ % kernels::kSteps;
       if (stage_ == kNone) {
         if (!stepHeader(next_, record, &payload_)) return true;
-        if (trace_.armed()) trace_.stepTaken(next_, record->bytes);  // (until the receiver says it landed)
+        stepParent_ = nullptr;
+        if (trace_.armed()) {
+          trace_.stepTaken(next_, record->bytes);  // (until the receiver says it landed)
+          stepParent_ = trace_.netParent(next_);
+        }
         stage_ = kRecord;
       }
       const bool isPayload = stage_ == kPayload;
       void* data = isPayload ? const_cast<char*>(payload_) : static_cast<void*>(record);
       const size_t bytes = isPayload ? record->bytes : sizeof(FrameHeader);
       void* handle = nullptr;
-      if (!ok(session_->isend(comm_, data, bytes, kTag, mhandle_, &handle), "isend")) return true;
+      if (!ok(session_->isend(comm_, data, bytes, kTag, mhandle_, stepParent_, &handle), "isend")) return true;
       if (handle == nullptr) break;  // not now: again at the next pass
       const bool last = isPayload || record->bytes == 0;
       requests_.push_back(Request{handle, next_, isPayload, last, bytes});
@@ -322,6 +326,7 @@ class SendEnd final : public PluginEnd {
   enum Stage { kNone, kRecord, kPayload };
   Stage stage_ = kNone;  // of step next_: what is to be posted next
   const char* payload_ = nullptr;
+  void* stepParent_ = nullptr;  // step next_'s phandle while its trace is armed (else none)
   uint64_t next_ = 0;
   uint64_t sent_ = 0;  // steps whose messages have all left
   uint64_t head_ = 0;  // steps freed: sent and landed
@@ -439,7 +444,11 @@ class RecvEnd final : public PluginEnd {
           return true;
         }
         if (!checkStep(h, r.step, "through net plugin " + session_->name())) return true;
-        if (trace_.armed()) trace_.stepTaken(r.step, h.bytes);
+        payloadParent_ = nullptr;
+        if (trace_.armed()) {
+          trace_.stepTaken(r.step, h.bytes);
+          payloadParent_ = trace_.netParent(r.step);
+        }
         recordPending_ = false;
         if (h.bytes > 0) {
           payloadDue_ = true;
@@ -482,7 +491,7 @@ class RecvEnd final : public PluginEnd {
         const uint64_t step = nextRecord_ - 1;
         const FrameHeader& h = records()[step % kernels::kSteps];
         char* into = (h.flags & kFrameFlagged) ? staging(step) : conn_.simple + step % kernels::kSteps * conn_.simpleStepBytes;
-        if (!ok(session_->irecv(comm_, into, h.bytes, kTag, mhandle_, &handle), "irecv")) return true;
+        if (!ok(session_->irecv(comm_, into, h.bytes, kTag, mhandle_, payloadParent_, &handle), "irecv")) return true;
         if (handle == nullptr) break;
         requests_.push_back(Request{handle, step, true, true, h.bytes});
         payloadDue_ = false;
@@ -490,7 +499,11 @@ class RecvEnd final : public PluginEnd {
         if (recordPending_) break;  // its answer decides what comes next
         if (kernels::loadAcquire(conn_.head) + kernels::kSteps <= nextRecord_) break;  // the slot is still read
         FrameHeader* record = records() + nextRecord_ % kernels::kSteps;
-        if (!ok(session_->irecv(comm_, record, sizeof(FrameHeader), kTag, mhandle_, &handle), "irecv")) return true;
+        // No phandle: the step's ProxyStep begins when this record arrives, and its slot may
+        // still hold the step before it, whose end the kernel has just freed.
+        if (!ok(session_->irecv(comm_, record, sizeof(FrameHeader), kTag, mhandle_, nullptr, &handle), "irecv")) {
+          return true;
+        }
         if (handle == nullptr) break;
         requests_.push_back(Request{handle, nextRecord_, false, false, sizeof(FrameHeader)});
         recordPending_ = true;
@@ -507,6 +520,7 @@ class RecvEnd final : public PluginEnd {
   bool connected_ = false;
   bool recordPending_ = false;  // the record of step nextRecord_ - 1 is posted, not yet checked
   bool payloadDue_ = false;     // step nextRecord_ - 1's payload is to be posted
+  void* payloadParent_ = nullptr;  // its phandle while its trace is armed (else none)
   uint64_t nextRecord_ = 0;
   uint64_t landed_ = 0;  // steps landed (tail)
   uint64_t said_ = 0;    // landed_ as last sent to the sender

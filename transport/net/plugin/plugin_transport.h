@@ -22,6 +22,12 @@
 // the plugin gives a comm, then connects the control socket; the receiver's proxy calls accept
 // until it gives one.
 //
+// Profiling: while the end's trace is armed, each isend of a step, and the irecv of its
+// payload, passes the step's phandle (proxy/op_trace.h netParent): a net plugin's NetPlugin
+// events then have its ProxyStep as parent. Otherwise, and for the irecv of a record (its step
+// has not begun), the phandle is NULL. (The armed test is the one the trace's calls make
+// already: the per-step cost does not change.)
+//
 // Faults: a plugin call that fails, or answers what the interface does not allow (a record of
 // the wrong size, more bytes than posted), breaks the connection with an error naming the
 // plugin, the call and the peer: ncclRemoteError when the plugin said so, else ncclSystemError.
