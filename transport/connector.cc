@@ -136,6 +136,8 @@ netplugin::Settings Connector::pluginSettings(const Lane& lane) const {
   s.deviceHint = lane.hint;
   s.port = lane.port;
   s.what = lane.what;
+  s.gpuDirect = options_.gpuDirect;
+  s.gpuDirect.allocator = options_.allocator;
   return s;
 }
 
