@@ -19,6 +19,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -64,19 +65,19 @@ std::string selfPath() {
   return n > 0 ? std::string(path, static_cast<size_t>(n)) : "";
 }
 
-/// Runs the hidden case in a new process of this binary with `env`; returns what it printed.
-std::string runRanks(const std::string& env) {
+/// Runs a hidden case (`tag`) in a new process of this binary with `env`; returns what it printed.
+std::string runRanks(const std::string& env, const std::string& tag = "[.emulated-net-ranks]") {
   const char* dir = std::getenv("BRAID_PLUGIN_DIR");
   const std::string plugin = std::string(dir != nullptr ? dir : "") + "/libnccl-net-loopback.so";
   return test::runCommand("unset NCCL_NET NCCL_NET_FORCE_FLUSH NET_LOOPBACK_PTR NET_LOOPBACK_FORCE_FLUSH; "
                           "env NCCL_NET_PLUGIN=" + plugin + " NCCL_NET_GDR_LEVEL=SYS NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=NET " +
-                          env + " timeout 120 " + selfPath() + " '[.emulated-net-ranks]' 2>&1");
+                          env + " timeout 120 " + selfPath() + " '" + tag + "' 2>&1");
 }
 
 }  // namespace
 
 // Not a test by itself (hidden): the ranks of the case below, in the process it started.
-TEST_CASE("emulated GPU over a net plugin: the ranks", "[.emulated-net-ranks]") {
+TEST_CASE("(hidden) the ranks of the emulated-GPU net plugin case", "[.emulated-net-ranks]") {
   comm::setTestDeviceFactory([](int) { return std::make_unique<test::EmulatedDevice>(); });
   ncclUniqueId id;
   REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
@@ -110,6 +111,52 @@ TEST_CASE("emulated GPU over a net plugin: the ranks", "[.emulated-net-ranks]") 
   std::printf("emulated net ranks: all exact\n");
 }
 
+// Not a test by itself (hidden): ranks whose plugin refuses the receivers' GPU memory.
+TEST_CASE("(hidden) the ranks of the emulated-GPU refused-registration case", "[.emulated-net-refused]") {
+  comm::setTestDeviceFactory([](int) { return std::make_unique<test::EmulatedDevice>(); });
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  const std::string failures = test::runProcesses(2, [id](int rank) {
+    ncclComm_t comm = nullptr;
+    EXPECT_OK(ncclCommInitRank(&comm, 2, id, rank));
+    comm->dataPath().connectorOptions().networkOnly = true;
+    std::vector<float> x(size_t(1) << 20, 1.0f);
+    const cudaStream_t s = reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(0x1000 + 16 * rank));
+    // (the connection is made when the AllReduce is enqueued: it may fail there, or later)
+    const ncclResult_t r = ncclAllReduce(x.data(), x.data(), x.size(), ncclFloat, ncclSum, comm, s);
+    const auto start = std::chrono::steady_clock::now();
+    ncclResult_t async = ncclSuccess;
+    while (r == ncclSuccess && async == ncclSuccess && std::chrono::steady_clock::now() - start < std::chrono::seconds(20)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      EXPECT_OK(ncclCommGetAsyncError(comm, &async));
+    }
+    const std::string text = ncclGetLastError(comm);
+    expect(r != ncclSuccess || async != ncclSuccess, "the AllReduce did not fail");
+    expect(text.find("failed in net plugin loopback") != std::string::npos &&
+               text.find("regMr (NCCL_PTR_CUDA) returned ncclSystemError (2)") != std::string::npos &&
+               text.find("rank " + std::to_string(1 - rank)) != std::string::npos,
+           "the error names the plugin, the call and the peer: " + text);
+    comm->dataPath().synchronize();
+    ncclCommAbort(comm);
+  }, std::chrono::seconds(60));
+  comm::setTestDeviceFactory(nullptr);
+  INFO(failures);
+  REQUIRE(failures.empty());
+  std::printf("emulated net ranks: refused as expected\n");
+}
+
+TEST_CASE("emulated GPU over a net plugin: a receiver whose regMr of GPU memory fails breaks the connection, named",
+          "[integration][emulated][plugins]") {
+  if (std::getenv("BRAID_PLUGIN_DIR") == nullptr) {
+    WARN("skipped: BRAID_PLUGIN_DIR is not set (the plugin tests' environment)");
+    return;
+  }
+  const std::string out = runRanks("NET_LOOPBACK_PTR=cuda NET_LOOPBACK_REFUSE_GPU=recv", "[.emulated-net-refused]");
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("emulated net ranks: refused as expected"));
+  CHECK_THAT(out, Catch::Contains("All tests passed"));
+}
+
 TEST_CASE("emulated GPU over a net plugin: Simple steps go between GPU memories (NCCL_PTR_CUDA, dma-buf), flushed "
           "where asked; without the report, through host memory",
           "[integration][emulated][plugins]") {
@@ -122,6 +169,7 @@ TEST_CASE("emulated GPU over a net plugin: Simple steps go between GPU memories 
     std::string env;
     const char* registration;  // the GPU slots' registrations ("" none)
     bool flushed;
+    bool sendersRefused = false;  // the senders' registrations fail: they stage through host memory
   };
   const std::vector<Mode> modes = {
       {"NCCL_PTR_CUDA", "NET_LOOPBACK_PTR=cuda", "regMr cuda", false},
@@ -133,6 +181,8 @@ TEST_CASE("emulated GPU over a net plugin: Simple steps go between GPU memories 
        "regMrDmaBuf cuda", true},
       {"NCCL_PTR_DMABUF, NCCL_DMABUF_ENABLE=0: NCCL_PTR_CUDA", "NET_LOOPBACK_PTR=cuda,dmabuf NCCL_DMABUF_ENABLE=0",
        "regMr cuda", false},
+      {"NCCL_PTR_CUDA, the senders' regMr of GPU memory failing", "NET_LOOPBACK_PTR=cuda NET_LOOPBACK_REFUSE_GPU=send",
+       "regMr cuda", false, true},
       {"host memory only", "", "", false},
       {"NCCL_PTR_CUDA, NCCL_NET_GDR_LEVEL=PHB (the device's path is unknown)", "NET_LOOPBACK_PTR=cuda NCCL_NET_GDR_LEVEL=PHB",
        "", false},
@@ -151,7 +201,13 @@ TEST_CASE("emulated GPU over a net plugin: Simple steps go between GPU memories 
     const int hostRegistrations = r.count("regMr host");  // one per end: records, LL staging
     CHECK(hostRegistrations >= 4);
     const int gpuRegistrations = r.count("regMr cuda") + r.count("regMrDmaBuf cuda");
-    if (*mode.registration != '\0') {
+    if (mode.sendersRefused) {
+      // every receiver's Simple slots; every sender tried, failed and staged through the host
+      CHECK(2 * r.count(mode.registration) == hostRegistrations);
+      CHECK(2 * r.count("refused cuda") == hostRegistrations);
+      CHECK_THAT(out, Catch::Contains("regMr (NCCL_PTR_CUDA) of GPU memory returned ncclSystemError (2); staging "
+                                      "through host memory"));
+    } else if (*mode.registration != '\0') {
       CHECK(r.count(mode.registration) == hostRegistrations);  // every end's Simple slots
       CHECK(gpuRegistrations == hostRegistrations);
       CHECK_THAT(out, Catch::Contains("Simple steps in GPU memory"));

@@ -26,6 +26,8 @@
  * before its flush (or never flushes) sees stale bytes. iflush answers a request (done at its
  * second test) for GPU memory and none for host memory. NET_LOOPBACK_RECORD=file appends a line per regMr ("regMr TYPE BYTES"),
  * regMrDmaBuf ("regMrDmaBuf TYPE BYTES") and iflush ("iflush TYPE BYTES") for the test to count.
+ * NET_LOOPBACK_REFUSE_GPU=send (or recv) makes registrations of GPU memory on send (receive)
+ * comms fail with ncclSystemError, recorded as "refused TYPE BYTES".
  *
  * Variants for the bad-plugin tests: -DNET_FAIL_ISEND (the 3rd isend of the process fails with
  * ncclSystemError), -DNET_INIT_FAILS, -DNET_NO_DEVICES (devices() reports 0), -DNET_NO_SYMBOL
@@ -343,12 +345,23 @@ static ncclResult_t loopAccept(void* listenComm, void** recvComm) {
   return ncclSuccess;
 }
 
+/* Whether NET_LOOPBACK_REFUSE_GPU refuses GPU memory on comm c (recorded when so). */
+static int refusesGpu(const void* comm, int type, size_t size) {
+  const char* side = getenv("NET_LOOPBACK_REFUSE_GPU");
+  const struct comm* c = (const struct comm*)comm;
+  if (side == NULL || strcmp(side, c->isSend ? "send" : "recv") != 0) return 0;
+  record("refused", type, size);
+  LOG(NCCL_LOG_INFO, "loopback net: registration of GPU memory refused on purpose");
+  return 1;
+}
+
 static ncclResult_t loopRegMr(void* comm, void* data, size_t size, int type, void** mhandle) {
   const int supported = NCCL_PTR_HOST | (extraPtrSupport() & NCCL_PTR_CUDA);
   if ((type != NCCL_PTR_HOST && type != NCCL_PTR_CUDA) || (type & supported) == 0 || comm == NULL || data == NULL) {
     LOG(NCCL_LOG_WARN, "loopback net: regMr of memory type %d, which this device does not report", type);
     return ncclInternalError;
   }
+  if (type == NCCL_PTR_CUDA && refusesGpu(comm, type, size)) return ncclSystemError;
   struct mr* m = calloc(1, sizeof *m);
   if (m == NULL) return ncclSystemError;
   m->comm = (struct comm*)comm;
@@ -366,6 +379,7 @@ static ncclResult_t loopRegMrDmaBuf(void* comm, void* data, size_t size, int typ
     LOG(NCCL_LOG_WARN, "loopback net: regMrDmaBuf of type %d, fd %d, %zu bytes refused", type, fd, size);
     return ncclInternalError;
   }
+  if (refusesGpu(comm, NCCL_PTR_DMABUF, size)) return ncclSystemError;
   const long page = sysconf(_SC_PAGESIZE);
   const uint64_t start = offset / (uint64_t)page * (uint64_t)page;
   const size_t mapBytes = (size_t)(offset - start) + size;
