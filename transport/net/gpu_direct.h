@@ -23,26 +23,26 @@ namespace braid::transport {
 
 /// The knobs and facts of the decision, one set per communicator.
 struct GpuDirectPolicy {
-  FifoAllocator* allocator = nullptr;  ///< the backend's FIFO memory (null: the host backend, no GPU)
-  bool dmabuf = true;                  ///< NCCL_DMABUF_ENABLE
-  int read = -1;                       ///< NCCL_NET_GDR_READ (-1: automatic)
+  FifoAllocator* allocator = nullptr;          ///< the backend's FIFO memory (null: the host backend, no GPU)
+  bool dmabuf = true;                          ///< NCCL_DMABUF_ENABLE
+  int read = -1;                               ///< NCCL_NET_GDR_READ (-1: automatic)
   topo::PathType level = topo::PathType::Pxb;  ///< NCCL_NET_GDR_LEVEL
-  bool forceFlush = false;             ///< NCCL_NET_FORCE_FLUSH
-  int64_t gpuBusId = -1;               ///< this rank's GPU (runtime::cudaBusId)
-  std::string sysRoot;                 ///< where sysfs is (tests)
+  bool forceFlush = false;                     ///< NCCL_NET_FORCE_FLUSH
+  int64_t gpuBusId = -1;                       ///< this rank's GPU (runtime::cudaBusId)
+  std::string sysRoot;                         ///< where sysfs is (tests)
 };
 
 /// What the decision says for one end.
 struct GpuDirectChoice {
-  bool slotsOnGpu = false;   ///< the Simple slots live in GPU memory
-  bool needsFlush = false;   ///< receiver: each Simple step needs a flush before tail is published
-  std::string why;           ///< when not on the GPU: why (empty for the host backend)
+  bool slotsOnGpu = false;  ///< the Simple slots live in GPU memory
+  bool needsFlush = false;  ///< receiver: each Simple step needs a flush before tail is published
+  std::string why;          ///< when not on the GPU: why (empty for the host backend)
 };
 
 /// The decision for an end whose NIC sits at `nicChain` (topo::pciChain and kin; empty:
 /// unknown to sysfs). `nicForcesFlush`: the NIC asks for a flush after every receive;
 /// `canFlush`: the transport can flush (else a receiver that needs one stays in host memory).
-GpuDirectChoice chooseGpuDirect(const GpuDirectPolicy& policy, const std::vector<std::string>& nicChain, bool receiving,
-                                bool nicForcesFlush, bool canFlush);
+GpuDirectChoice chooseGpuDirect(const GpuDirectPolicy& policy, const std::vector<std::string>& nicChain,
+                                bool receiving, bool nicForcesFlush, bool canFlush);
 
 }  // namespace braid::transport

@@ -3,6 +3,8 @@
 // NCCL_NET_GDR_LEVEL (a NIC sysfs does not place only at SYS), NCCL_NET_GDR_READ for senders,
 // and for receivers the flush: needed on GPUs that do not order the NIC's writes, when the NIC
 // or NCCL_NET_FORCE_FLUSH asks, refused where the transport cannot flush.
+#include "transport/net/gpu_direct.h"
+
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,7 +13,6 @@
 #include <string>
 
 #include "topology/pci_path.h"
-#include "transport/net/gpu_direct.h"
 
 using namespace braid;
 using namespace braid::transport;
@@ -47,14 +48,17 @@ struct FakeSysfs {
     const std::string b = devices + "/pci0000:80/0000:80:01.0";
     for (const std::string& d : {a + "/0000:01:00.0", a + "/0000:01:00.1", b + "/0000:81:00.0"}) makeDirs(d);
     makeDirs(root + "/sys/bus/pci/devices");
-    REQUIRE(symlink((a + "/0000:01:00.0").c_str(), (root + "/sys/bus/pci/devices/0000:01:00.0").c_str()) == 0);
-    REQUIRE(symlink((b + "/0000:81:00.0").c_str(), (root + "/sys/bus/pci/devices/0000:81:00.0").c_str()) == 0);
+    REQUIRE(symlink((a + "/0000:01:00.0").c_str(), (root + "/sys/bus/pci/devices/0000:01:00.0").c_str()) ==
+            0);
+    REQUIRE(symlink((b + "/0000:81:00.0").c_str(), (root + "/sys/bus/pci/devices/0000:81:00.0").c_str()) ==
+            0);
     write(a + "/0000:01:00.0/numa_node", "0");
     write(b + "/0000:81:00.0/numa_node", "1");
   }
   ~FakeSysfs() { std::system(("rm -rf " + root).c_str()); }
   static void makeDirs(const std::string& path) {
-    for (size_t at = 1; at != std::string::npos; at = path.find('/', at + 1)) mkdir(path.substr(0, at).c_str(), 0755);
+    for (size_t at = 1; at != std::string::npos; at = path.find('/', at + 1))
+      mkdir(path.substr(0, at).c_str(), 0755);
     mkdir(path.c_str(), 0755);
   }
   static void write(const std::string& path, const char* text) {
@@ -75,7 +79,8 @@ TEST_CASE("GPU Direct RDMA: the GPU-NIC path, NCCL_NET_GDR_READ and the flush de
   p.gpuBusId = 1 << 8;  // 0000:01:00.0 (bus 1)
   p.sysRoot = sysfs.root;
   REQUIRE(topo::busIdText(p.gpuBusId) == "0000:01:00.0");
-  const auto nearNic = topo::sysfsDeviceChain("/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.1", sysfs.root);
+  const auto nearNic =
+      topo::sysfsDeviceChain("/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.1", sysfs.root);
   const auto farNic = topo::sysfsDeviceChain("/sys/devices/pci0000:80/0000:80:01.0/0000:81:00.0", sysfs.root);
   REQUIRE(nearNic.size() == 3);
   REQUIRE(farNic.size() == 3);
