@@ -217,8 +217,9 @@ class PluginEnd : public EndPump {
   uint64_t gpuBytes() const { return uint64_t(kernels::kSteps) * sizes_.simpleStepBytes; }
 
   /// The memory handle of what a step's payload moves through: a Simple slot or a staging one.
+  /// (By where the slots are, not by the handle: a plugin may answer a registration with null.)
   void* payloadHandle(const FrameHeader& h) const {
-    return (h.flags & kFrameFlagged) == 0 && gpuMhandle_ != nullptr ? gpuMhandle_ : mhandle_;
+    return (h.flags & kFrameFlagged) == 0 && gpuSlots_ != nullptr ? gpuMhandle_ : mhandle_;
   }
 
   /// Tests the oldest request; true (and *bytes) once it is done; false while it runs or after
