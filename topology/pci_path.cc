@@ -61,6 +61,11 @@ std::vector<std::string> ibDeviceChain(const std::string& name, const std::strin
   return chainOf(sysRoot + "/sys/class/infiniband/" + name + "/device");
 }
 
+std::vector<std::string> sysfsDeviceChain(const std::string& path, const std::string& sysRoot) {
+  if (path.empty() || path[0] != '/') return {};
+  return chainOf(sysRoot + path);
+}
+
 PathType pciPathBetween(const std::vector<std::string>& a, const std::vector<std::string>& b, const std::string& sysRoot) {
   if (a.size() < 2 || b.size() < 2) return PathType::Dis;
   if (a.front() != b.front()) {

@@ -24,6 +24,9 @@ std::string busIdText(int64_t busId);
 std::vector<std::string> pciChain(const std::string& busId, const std::string& sysRoot = "");
 /// The same for InfiniBand device `name` (mlx5_0).
 std::vector<std::string> ibDeviceChain(const std::string& name, const std::string& sysRoot = "");
+/// The same for the device at sysfs path `path` ("/sys/devices/pci0000:00/0000:00:01.0/...", as
+/// a net plugin's pciPath says it; placed under sysRoot); empty for a relative path.
+std::vector<std::string> sysfsDeviceChain(const std::string& path, const std::string& sysRoot = "");
 
 /// The path between the devices of two chains: PIX when they hang below one PCI switch (at
 /// most one bridge each below the one they share), PXB when they share bridges further up,

@@ -120,7 +120,8 @@ ib::Settings Connector::ibSettings(const Lane& lane) const {
   s.portHint = lane.hint;
   s.port = lane.port;
   s.what = lane.what;
-  s.allocator = options_.allocator;
+  s.gpuDirect = options_.gpuDirect;
+  s.gpuDirect.allocator = options_.allocator;
   return s;
 }
 
@@ -135,6 +136,8 @@ netplugin::Settings Connector::pluginSettings(const Lane& lane) const {
   s.deviceHint = lane.hint;
   s.port = lane.port;
   s.what = lane.what;
+  s.gpuDirect = options_.gpuDirect;
+  s.gpuDirect.allocator = options_.allocator;
   return s;
 }
 

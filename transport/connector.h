@@ -53,6 +53,9 @@ struct ConnectorOptions {
   std::string net;           ///< NCCL_NET ("", IB, Socket or a net plugin's name)
   bool ibDisabled = false;   ///< NCCL_IB_DISABLE
   ib::Settings ib;           ///< the verbs transport's knobs (the rest is filled in per connection)
+  /// GPU Direct RDMA's knobs and this rank's GPU, for the verbs transport and net plugins (the
+  /// connector adds `allocator`).
+  GpuDirectPolicy gpuDirect;
   int nSockets = 1;          ///< NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD
   uint64_t commHash = 0;     ///< presented on every network connection
   const uint32_t* abortFlag = nullptr;  ///< the communicator's abort flag

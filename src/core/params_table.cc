@@ -50,8 +50,9 @@ const std::vector<KnobSpec>& knobTable() {
       {"NCCL_DEBUG_SUBSYS", KnobType::String, "INIT,BOOTSTRAP,ENV",
        "comma list of log subsystems (INIT, COLL, P2P, ..., ALL); a leading ^ logs all but these", true},
       {"NCCL_DMABUF_ENABLE", KnobType::Integer, "1",
-       "1: the verbs transport reaches GPU memory through dma-buf (GPU Direct RDMA) where the GPU, the driver, "
-       "libibverbs and NCCL_NET_GDR_LEVEL allow; 0: it stages through host memory", true},
+       "1: the verbs transport and net plugins reporting NCCL_PTR_DMABUF reach GPU memory through dma-buf (GPU Direct "
+       "RDMA) where the GPU, the driver, the library and NCCL_NET_GDR_LEVEL allow; 0: the verbs transport stages through "
+       "host memory, net plugins register GPU memory as NCCL_PTR_CUDA when they report it", true},
       {"NCCL_ENV_PLUGIN", KnobType::String, "",
        "env plugin (ncclEnvPlugin_v1) whose getEnv answers for every NCCL_* variable: a path, or X for libnccl-env-X.so or X; unset: libnccl-env.so if present; none: no plugin (read from the process environment only)", true},
       {"NCCL_GRAPH_DUMP_FILE", KnobType::String, "",
@@ -86,13 +87,16 @@ const std::vector<KnobSpec>& knobTable() {
        "fewest channels per collective (-2: automatic)", true},
       {"NCCL_NET", KnobType::String, "",
        "network transport between hosts: IB or Socket (default: IB when an RDMA port is active, else Socket)", true},
+      {"NCCL_NET_FORCE_FLUSH", KnobType::Integer, "0",
+       "1: a net plugin's receiver flushes (iflush) every Simple step that lands in GPU memory, even where the GPU "
+       "orders the NIC's writes (Hopper and later); the verbs transport, which makes no flush, then receives into host memory", true},
       {"NCCL_NET_GDR_LEVEL", KnobType::String, "",
        "farthest GPU-NIC path that uses GPU Direct RDMA: LOC, PIX, PXB, PHB, SYS or 0..4 (default PXB)", true},
       {"NCCL_NET_GDR_READ", KnobType::Integer, "-1",
        "1: a sender's NIC reads GPU memory (GPU Direct RDMA) wherever it may; 0: its FIFO slots stay in host memory; "
        "-1: from Ampere on", true},
       {"NCCL_NET_PLUGIN", KnobType::String, "",
-       "net plugin library (a path, or X for libnccl-net-X.so or X; none: no plugin): net plugins themselves are not supported yet, but a tuner plugin is looked for in this library when NCCL_TUNER_PLUGIN finds none", true},
+       "net plugin library (a path, or X for libnccl-net-X.so or X; none: no plugin): its ncclNetPlugin_v11..v6 carries the network when NCCL_NET is unset or names it, and a tuner or profiler plugin is looked for in this library when their own variables find none", true},
       {"NCCL_NSOCKS_PERTHREAD", KnobType::Integer, "1",
        "socket transport: sockets per helper thread; a connection uses NCCL_SOCKET_NTHREADS x this many (at most 64)", true},
       {"NCCL_NTHREADS", KnobType::Integer, "-2",
@@ -215,7 +219,6 @@ const std::vector<const char*>& unhonouredNcclVariables() {
       "NCCL_NCHANNELS_PER_NET_PEER",
       "NCCL_NETDEVS_POLICY",
       "NCCL_NET_DISABLE_INTRA",
-      "NCCL_NET_FORCE_FLUSH",
       "NCCL_NET_FORCE_MERGE",
       "NCCL_NET_GDR_C2C",
       "NCCL_NET_MERGE_LEVEL",

@@ -55,6 +55,12 @@ class NetApi {
   virtual ncclResult_t accept(void* listenComm, void** comm) = 0;
   virtual ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mh) = 0;
   virtual ncclResult_t deregMr(void* comm, void* mh) = 0;
+  /// Whether the struct has regMrDmaBuf and iflush (neither is required: a plugin of host
+  /// memory only may leave them NULL).
+  virtual bool hasRegMrDmaBuf() const = 0;
+  virtual bool hasIflush() const = 0;
+  virtual ncclResult_t regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mh) = 0;
+  virtual ncclResult_t iflush(void* comm, void* data, int size, void* mh, void** req) = 0;
   /// phandle: the profiler's parent of the plugin's events for this call (v10, v11 get it).
   virtual ncclResult_t isend(void* comm, void* data, size_t size, int tag, void* mh, void* phandle, void** req) = 0;
   virtual ncclResult_t irecv(void* comm, void* data, size_t size, int tag, void* mh, void* phandle, void** req) = 0;
@@ -165,6 +171,22 @@ class VersionedNet final : public NetApi {
   }
 
   ncclResult_t deregMr(void* comm, void* mh) override { return t_->deregMr(comm, mh); }
+
+  bool hasRegMrDmaBuf() const override { return t_->regMrDmaBuf != nullptr; }
+  bool hasIflush() const override { return t_->iflush != nullptr; }
+
+  ncclResult_t regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mh) override {
+    if (t_->regMrDmaBuf == nullptr) return ncclInternalError;
+    return t_->regMrDmaBuf(comm, data, size, type, offset, fd, mh);
+  }
+
+  ncclResult_t iflush(void* comm, void* data, int size, void* mh, void** req) override {
+    if (t_->iflush == nullptr) return ncclInternalError;
+    void* datas[1] = {data};
+    int sizes[1] = {size};
+    void* mhs[1] = {mh};
+    return t_->iflush(comm, 1, datas, sizes, mhs, req);
+  }
 
   ncclResult_t isend(void* comm, void* data, size_t size, int tag, void* mh, void* phandle, void** req) override {
     (void)phandle;
@@ -453,6 +475,16 @@ ncclResult_t NetSession::regMr(void* comm, void* data, size_t size, int type, vo
   return net_->api->regMr(comm, data, size, type, mhandle);
 }
 ncclResult_t NetSession::deregMr(void* comm, void* mhandle) { return net_->api->deregMr(comm, mhandle); }
+bool NetSession::canRegisterDmaBuf() const { return net_->api->hasRegMrDmaBuf(); }
+bool NetSession::canFlush() const { return net_->api->hasIflush(); }
+ncclResult_t NetSession::regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd,
+                                     void** mhandle) {
+  return net_->api->regMrDmaBuf(comm, data, size, type, offset, fd, mhandle);
+}
+ncclResult_t NetSession::iflush(void* recvComm, void* data, size_t size, void* mhandle, void** request) {
+  if (size > static_cast<size_t>(INT_MAX)) return ncclInvalidArgument;
+  return net_->api->iflush(recvComm, data, static_cast<int>(size), mhandle, request);
+}
 ncclResult_t NetSession::isend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void* phandle,
                                void** request) {
   return net_->api->isend(sendComm, data, size, tag, mhandle, phandle, request);

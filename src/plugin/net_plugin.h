@@ -101,6 +101,14 @@ class NetSession {
   ncclResult_t accept(void* listenComm, void** recvComm);
   ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle);
   ncclResult_t deregMr(void* comm, void* mhandle);
+  /// Whether the plugin has regMrDmaBuf, and iflush (a plugin of host memory only may lack them).
+  bool canRegisterDmaBuf() const;
+  bool canFlush() const;
+  /// Registers [data, data + size) of a dma-buf: fd, data's offset in it (the caller keeps fd).
+  ncclResult_t regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle);
+  /// Makes what one receive into GPU memory (data, size) delivered visible to the GPU; the
+  /// flush is done when *request is null or test says so.
+  ncclResult_t iflush(void* recvComm, void* data, size_t size, void* mhandle, void** request);
   /// phandle: the parent of the events the plugin starts through its profiler callback for
   /// this call (plugin/net_profiling.h; v10 and v11 get it, with the callback at init).
   ncclResult_t isend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void* phandle, void** request);

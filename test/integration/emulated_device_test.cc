@@ -401,8 +401,8 @@ TEST_CASE("emulated GPU over IB (verbs double): Simple steps go between GPU memo
       o.networkOnly = true;
       o.net = "IB";
       o.ib.library = verbs;
-      o.ib.dmabuf = dmabuf;
-      o.ib.gdrLevel = topo::PathType::Sys;  // (the double's NICs are unknown to sysfs)
+      o.gpuDirect.dmabuf = dmabuf;
+      o.gpuDirect.level = topo::PathType::Sys;  // (the double's NICs are unknown to sysfs)
       const cudaStream_t s = streamOf(rank);
       for (size_t count : {size_t(7), size_t(100003), size_t(1) << 20}) {  // LL, then Simple
         std::vector<float> in(count), out(count, -1), got(count, -1);

@@ -22,6 +22,18 @@
  * Stop; a receive's: UpdateAndStop); a call without a phandle starts none.
  * NET_LOOPBACK_PROFILE=bad: each call given a phandle hands back one of its own instead (an
  * address Braid never gave), and stops an event handle it made up; what the callback answers is logged ("loopback net: the profiler callback answered N to a bad ...").
+ * GPU memory (emulated_device_test.cc, where the "GPU" is host memory and memory files):
+ * NET_LOOPBACK_PTR=cuda, dmabuf or cuda,dmabuf adds NCCL_PTR_CUDA and/or NCCL_PTR_DMABUF to
+ * what the devices report (v11), and regMr (NCCL_PTR_CUDA) / regMrDmaBuf then take such
+ * memory: a dma-buf is mapped from its descriptor and every byte of the region moves through
+ * that mapping, so a wrong descriptor or offset shows in the data. NET_LOOPBACK_FORCE_FLUSH=1
+ * reports forceFlush, and the device then behaves as one that needs it: what it receives into GPU
+ * memory reaches that memory only when an iflush covering it is done, so a receiver that reads
+ * before its flush (or never flushes) sees stale bytes. iflush answers a request (done at its
+ * second test) for GPU memory and none for host memory. NET_LOOPBACK_RECORD=file appends a line per regMr ("regMr TYPE BYTES"),
+ * regMrDmaBuf ("regMrDmaBuf TYPE BYTES") and iflush ("iflush TYPE BYTES") for the test to count.
+ * NET_LOOPBACK_REFUSE_GPU=send (or recv) makes registrations of GPU memory on send (receive)
+ * comms fail with ncclSystemError, recorded as "refused TYPE BYTES".
  *
  * Variants for the bad-plugin tests: -DNET_FAIL_ISEND (the 3rd isend of the process fails with
  * ncclSystemError), -DNET_INIT_FAILS, -DNET_NO_DEVICES (devices() reports 0), -DNET_NO_SYMBOL
@@ -38,6 +50,8 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -109,6 +123,7 @@ struct wire {
 /* One buffer of a request: a send's, or one receive of an irecv. */
 struct part {
   char* data;
+  char* target; /* a late write's GPU memory (data is then its shadow), or NULL */
   size_t size;  /* posted (receive: at most) */
   int tag;
   uint64_t len; /* what arrived (receive), once filled */
@@ -120,6 +135,7 @@ struct request {
   struct comm* owner;
   int used;
   int isSend;
+  int flushTests; /* an iflush's request: its tests so far (-1: not one) */
   int n; /* parts */
   struct part parts[MAX_RECVS];
   int nDone;        /* parts whose message has moved */
@@ -139,12 +155,22 @@ struct comm {
   int order[MAX_REQUESTS]; /* indexes in posting order, of requests still moving */
   int nOrder;
   int broken;
+  struct late { /* received into GPU memory, waiting for an iflush (forceFlush) */
+    char* target;
+    char* shadow;
+    size_t len;
+  } late[MAX_REQUESTS * MAX_RECVS];
+  int nLate;
 };
 
 struct mr {
   struct comm* comm;
   char* base;
   size_t bytes;
+  int type;      /* NCCL_PTR_HOST, NCCL_PTR_CUDA, NCCL_PTR_DMABUF */
+  char* mapping; /* a dma-buf's mapping (mapBytes from its page), through which its bytes move */
+  size_t mapBytes;
+  char* mapped;  /* base in the mapping */
 };
 
 /* NET_LOOPBACK_PROFILE (v11 only): 1 for events, 2 for bad handles; the callback init got. */
@@ -167,6 +193,26 @@ static void profileDone(struct request* r) {
     profiler(&r->event, ncclProfilerNetEventUpdateAndStop, NULL, 0, r);
   }
   r->event = NULL;
+}
+
+/* The NCCL_PTR_* bits NET_LOOPBACK_PTR adds to host memory. */
+static int extraPtrSupport(void) {
+  const char* text = getenv("NET_LOOPBACK_PTR");
+  int bits = 0;
+  if (text != NULL && strstr(text, "cuda") != NULL) bits |= NCCL_PTR_CUDA;
+  if (text != NULL && strstr(text, "dmabuf") != NULL) bits |= NCCL_PTR_DMABUF;
+  return bits;
+}
+
+/* One line in NET_LOOPBACK_RECORD's file (when set). */
+static void record(const char* call, int type, size_t bytes) {
+  const char* path = getenv("NET_LOOPBACK_RECORD");
+  if (path == NULL) return;
+  int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  const char* name = type == NCCL_PTR_DMABUF ? "dmabuf" : type == NCCL_PTR_CUDA ? "cuda" : "host";
+  dprintf(fd, "%s %s %zu\n", call, name, bytes);
+  close(fd);
 }
 
 static ncclResult_t loopInit(void) {
@@ -193,6 +239,9 @@ static void fillCommon(int dev, char** name, char** pciPath, uint64_t* guid, int
   *pciPath = NULL;
   *guid = 0x1000 + (uint64_t)dev;
   *ptrSupport = NCCL_PTR_HOST;
+#ifndef NET_V6_ONLY
+  *ptrSupport |= extraPtrSupport();
+#endif
   *speed = 10000;
   *port = 1;
   *latency = 0;
@@ -327,27 +376,98 @@ static ncclResult_t loopAccept(void* listenComm, void** recvComm) {
   return ncclSuccess;
 }
 
+/* Whether NET_LOOPBACK_REFUSE_GPU refuses GPU memory on comm c (recorded when so). */
+static int refusesGpu(const void* comm, int type, size_t size) {
+  const char* side = getenv("NET_LOOPBACK_REFUSE_GPU");
+  const struct comm* c = (const struct comm*)comm;
+  if (side == NULL || strcmp(side, c->isSend ? "send" : "recv") != 0) return 0;
+  record("refused", type, size);
+  LOG(NCCL_LOG_INFO, "loopback net: registration of GPU memory refused on purpose");
+  return 1;
+}
+
 static ncclResult_t loopRegMr(void* comm, void* data, size_t size, int type, void** mhandle) {
-  if (type != NCCL_PTR_HOST) return ncclInternalError;
+  const int supported = NCCL_PTR_HOST | (extraPtrSupport() & NCCL_PTR_CUDA);
+  if ((type != NCCL_PTR_HOST && type != NCCL_PTR_CUDA) || (type & supported) == 0 || comm == NULL || data == NULL) {
+    LOG(NCCL_LOG_WARN, "loopback net: regMr of memory type %d, which this device does not report", type);
+    return ncclInternalError;
+  }
+  if (type == NCCL_PTR_CUDA && refusesGpu(comm, type, size)) return ncclSystemError;
   struct mr* m = calloc(1, sizeof *m);
   if (m == NULL) return ncclSystemError;
   m->comm = (struct comm*)comm;
   m->base = (char*)data;
   m->bytes = size;
+  m->type = type;
+  record("regMr", type, size);
   *mhandle = m;
   return ncclSuccess;
 }
 
 static ncclResult_t loopRegMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mh) {
-  (void)comm, (void)data, (void)size, (void)type, (void)offset, (void)fd, (void)mh;
-  return ncclInternalError;
+  if ((extraPtrSupport() & NCCL_PTR_DMABUF) == 0 || type != NCCL_PTR_CUDA || comm == NULL || data == NULL || fd < 0 ||
+      size == 0) {
+    LOG(NCCL_LOG_WARN, "loopback net: regMrDmaBuf of type %d, fd %d, %zu bytes refused", type, fd, size);
+    return ncclInternalError;
+  }
+  if (refusesGpu(comm, NCCL_PTR_DMABUF, size)) return ncclSystemError;
+  const long page = sysconf(_SC_PAGESIZE);
+  const uint64_t start = offset / (uint64_t)page * (uint64_t)page;
+  const size_t mapBytes = (size_t)(offset - start) + size;
+  void* mapping = mmap(NULL, mapBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)start);
+  if (mapping == MAP_FAILED) {
+    LOG(NCCL_LOG_WARN, "loopback net: cannot map the dma-buf (fd %d, offset %llu): %s", fd, (unsigned long long)offset,
+        strerror(errno));
+    return ncclSystemError;
+  }
+  struct mr* m = calloc(1, sizeof *m);
+  if (m == NULL) {
+    munmap(mapping, mapBytes);
+    return ncclSystemError;
+  }
+  m->comm = (struct comm*)comm;
+  m->base = (char*)data;
+  m->bytes = size;
+  m->type = NCCL_PTR_DMABUF;
+  m->mapping = (char*)mapping;
+  m->mapBytes = mapBytes;
+  m->mapped = (char*)mapping + (offset - start);
+  record("regMrDmaBuf", type, size);
+  *mh = m;
+  return ncclSuccess;
 }
 
 static ncclResult_t loopDeregMr(void* comm, void* mhandle) {
   struct mr* m = (struct mr*)mhandle;
   if (m == NULL || m->comm != comm) return ncclInternalError;
+  if (m->mapping != NULL) munmap(m->mapping, m->mapBytes);
   free(m);
   return ncclSuccess;
+}
+
+static int lateWrites(void) {
+  const char* force = getenv("NET_LOOPBACK_FORCE_FLUSH");
+  return force != NULL && strcmp(force, "1") == 0;
+}
+
+/* Late writes covered by [at, at + len) reach their GPU memory (an iflush is done). */
+static void applyLate(struct comm* c, const char* at, size_t len) {
+  for (int i = 0; i < c->nLate;) {
+    struct late* l = &c->late[i];
+    if (l->target >= at && l->target + l->len <= at + len) {
+      memcpy(l->target, l->shadow, l->len);
+      free(l->shadow);
+      c->late[i] = c->late[--c->nLate];
+    } else {
+      ++i;
+    }
+  }
+}
+
+/* Where the plugin moves the bytes of data (in mhandle's range): through a dma-buf's mapping. */
+static char* moveAddress(const void* mhandle, void* data) {
+  const struct mr* m = (const struct mr*)mhandle;
+  return m->mapped != NULL ? m->mapped + ((char*)data - m->base) : (char*)data;
 }
 
 /* Whether size bytes at data lie in the comm's registered memory mhandle (else says so). */
@@ -378,9 +498,15 @@ static ncclResult_t post(struct comm* c, int n, void** data, const size_t* sizes
   r->owner = c;
   r->used = 1;
   r->isSend = c->isSend;
+  r->flushTests = -1;
   r->n = n;
   for (int i = 0; i < n; ++i) {
-    r->parts[i].data = (char*)data[i];
+    r->parts[i].data = moveAddress(mhandles[i], data[i]);
+    if (!c->isSend && lateWrites() && ((const struct mr*)mhandles[i])->type != NCCL_PTR_HOST) {
+      r->parts[i].target = r->parts[i].data;
+      r->parts[i].data = malloc(sizes[i] > 0 ? sizes[i] : 1);
+      if (r->parts[i].data == NULL) return ncclSystemError;
+    }
     r->parts[i].size = sizes[i];
     r->parts[i].tag = tags[i];
   }
@@ -497,11 +623,25 @@ static ncclResult_t loopTest(void* request, int* done, int* sizes) {
   struct request* r = (struct request*)request;
   if (r == NULL || !r->used || r->owner == NULL) return ncclInternalError;
   *done = 0;
+  if (r->flushTests >= 0) { /* an iflush: done at its second test, so Braid has to wait for it */
+    if (++r->flushTests < 2) return ncclSuccess;
+    applyLate(r->owner, r->parts[0].data, r->parts[0].size);
+    *done = 1;
+    if (sizes != NULL) sizes[0] = 0;
+    r->used = 0;
+    return ncclSuccess;
+  }
   if (r->nDone < r->n) {
     ncclResult_t res = progress(r->owner);
     if (res != ncclSuccess) return res;
   }
   if (r->nDone == r->n) {
+    struct comm* c = r->owner;
+    for (int i = 0; i < r->n; ++i) {
+      if (r->parts[i].target == NULL) continue;
+      if (c->nLate == MAX_REQUESTS * MAX_RECVS) return ncclInternalError;
+      c->late[c->nLate++] = (struct late){r->parts[i].target, r->parts[i].data, r->parts[i].len};
+    }
     *done = 1;
     if (sizes != NULL)
       for (int i = 0; i < r->n; ++i) sizes[i] = (int)r->parts[i].len;
@@ -515,6 +655,7 @@ static ncclResult_t closeComm(void* comm) {
   struct comm* c = (struct comm*)comm;
   if (c == NULL) return ncclSuccess;
   close(c->fd);
+  for (int i = 0; i < c->nLate; ++i) free(c->late[i].shadow);
   free(c);
   return ncclSuccess;
 }
@@ -527,10 +668,34 @@ static ncclResult_t loopCloseListen(void* listenComm) {
   return ncclSuccess;
 }
 
+/* A flush of GPU memory is a request of its own (counted against MAX_REQUESTS, outside the
+ * stream's order); host memory needs none. */
 static ncclResult_t loopIflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request) {
-  (void)recvComm, (void)n, (void)data, (void)sizes, (void)mhandles;
-  *request = NULL;  /* host memory: nothing to flush */
-  return ncclSuccess;
+  struct comm* c = (struct comm*)recvComm;
+  *request = NULL;
+  if (c == NULL || c->isSend || n < 1 || n > MAX_RECVS) return ncclInternalError;
+  int gpu = 0;
+  for (int i = 0; i < n; ++i) {
+    if (sizes[i] < 0 || !inRegistered(c, data[i], (size_t)sizes[i], mhandles[i])) return ncclInternalError;
+    const int type = ((const struct mr*)mhandles[i])->type;
+    record("iflush", type, (size_t)sizes[i]);
+    gpu |= type != NCCL_PTR_HOST;
+  }
+  if (!gpu) return ncclSuccess;
+  for (int i = 0; i < MAX_REQUESTS; ++i) {
+    struct request* r = &c->reqs[i];
+    if (r->used) continue;
+    memset(r, 0, sizeof *r);
+    r->owner = c;
+    r->used = 1;
+    r->flushTests = 0;
+    r->parts[0].data = moveAddress(mhandles[0], data[0]); /* (Braid flushes one receive at a time) */
+    r->parts[0].size = (size_t)sizes[0];
+    *request = r;
+    return ncclSuccess;
+  }
+  LOG(NCCL_LOG_WARN, "loopback net: an iflush beyond %d requests on one comm", MAX_REQUESTS);
+  return ncclInternalError;
 }
 
 #ifdef NET_V6_ONLY
@@ -613,6 +778,8 @@ static ncclResult_t v11Properties(int dev, ncclNetProperties_v11_t* p) {
   p->vProps.ndevs = 1;
   p->vProps.devs[0] = dev;
   p->maxP2pBytes = NCCL_MAX_NET_SIZE_BYTES;
+  const char* force = getenv("NET_LOOPBACK_FORCE_FLUSH");
+  p->forceFlush = force != NULL && strcmp(force, "1") == 0;
   p->maxCollBytes = NCCL_MAX_NET_SIZE_BYTES;
   p->maxMultiRequestSize = 1;
   return ncclSuccess;

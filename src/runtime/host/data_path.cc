@@ -85,7 +85,7 @@ transport::ConnectorOptions optionsFor(const DataPathSettings& s, uint64_t commH
   o.commHash = commHash;
   o.abortFlag = abortFlag;
   o.allocator = device != nullptr ? device->fifoAllocator() : nullptr;
-  o.ib.gpuBusId = busId;
+  o.gpuDirect.gpuBusId = busId;
   return o;
 }
 }  // namespace

@@ -37,10 +37,18 @@ transport::ib::Settings ibSettingsFromParams(params::Store& p) {
   ib.serviceLevel = ibKnob(p, "NCCL_IB_SL", -1, 15, -1);
   ib.ackTimeout = ibKnob(p, "NCCL_IB_TIMEOUT", 1, 31, 20);
   ib.retryCount = ibKnob(p, "NCCL_IB_RETRY_CNT", 0, 7, 7);
-  ib.dmabuf = p.integer("NCCL_DMABUF_ENABLE") != 0;
-  ib.gdrRead = ibKnob(p, "NCCL_NET_GDR_READ", -1, 1, -1);
-  ib.gdrLevel = topo::levelFromParams("NCCL_NET_GDR_LEVEL", topo::PathType::Pxb);
   return ib;
+}
+
+/// GPU Direct RDMA's knobs, for the verbs transport and net plugins alike (the allocator and
+/// the GPU are the data path's).
+transport::GpuDirectPolicy gpuDirectFromParams(params::Store& p) {
+  transport::GpuDirectPolicy g;
+  g.dmabuf = p.integer("NCCL_DMABUF_ENABLE") != 0;
+  g.read = ibKnob(p, "NCCL_NET_GDR_READ", -1, 1, -1);
+  g.level = topo::levelFromParams("NCCL_NET_GDR_LEVEL", topo::PathType::Pxb);
+  g.forceFlush = p.integer("NCCL_NET_FORCE_FLUSH") != 0;
+  return g;
 }
 
 /// One protocol's FIFO bytes per connection (NCCL_BUFFSIZE and its kin), or `fallback`, with
@@ -83,6 +91,7 @@ DataPathSettings DataPathSettings::fromParams(const CommConfig& config, bool onD
   s.connector.net = p.string("NCCL_NET");
   s.connector.ibDisabled = p.integer("NCCL_IB_DISABLE") == 1;
   s.connector.ib = ibSettingsFromParams(p);
+  s.connector.gpuDirect = gpuDirectFromParams(p);
   const int64_t threads = p.integer("NCCL_SOCKET_NTHREADS");
   const int64_t perThread = p.integer("NCCL_NSOCKS_PERTHREAD");
   if (threads < 1 || threads > 16 || perThread < 1 || threads * perThread > 64) {

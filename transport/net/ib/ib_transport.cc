@@ -97,12 +97,14 @@ Choice choose(const Settings& s, int roce) {
        roce == 1 ? "RoCE" : "InfiniBand", s.hca.empty() ? "" : " (NCCL_IB_HCA=", s.hca.empty() ? "" : (s.hca + ")").c_str());
 }
 
-/// Whether an end on `port` keeps its Simple slots in GPU memory (GPU Direct RDMA by dma-buf);
-/// when not, `why` says why (empty for the host backend, which has no GPU).
+/// Whether an end on `port` keeps its Simple slots in GPU memory (GPU Direct RDMA by dma-buf,
+/// with no flush: this transport makes none); when not, `why` says why (empty for the host
+/// backend, which has no GPU).
 bool gdrWanted(const Settings& s, const Verbs& v, const Port& port, bool receiving, std::string* why) {
   why->clear();
-  if (s.allocator == nullptr) return false;
-  if (!s.dmabuf) {
+  const GpuDirectPolicy& p = s.gpuDirect;
+  if (p.allocator == nullptr) return false;
+  if (!p.dmabuf) {
     *why = "NCCL_DMABUF_ENABLE=0";
     return false;
   }
@@ -110,23 +112,9 @@ bool gdrWanted(const Settings& s, const Verbs& v, const Port& port, bool receivi
     *why = v.library + " lacks ibv_reg_dmabuf_mr";
     return false;
   }
-  const topo::PathType path = topo::pciPathBetween(topo::pciChain(topo::busIdText(s.gpuBusId), s.sysRoot),
-                                                   topo::ibDeviceChain(port.device, s.sysRoot), s.sysRoot);
-  const bool unknown = path == topo::PathType::Dis;
-  if (unknown ? s.gdrLevel < topo::PathType::Sys : path > s.gdrLevel) {
-    *why = std::string("the GPU-NIC path is ") + (unknown ? "unknown to sysfs" : topo::pathTypeName(path)) +
-           ", beyond NCCL_NET_GDR_LEVEL=" + topo::pathTypeName(s.gdrLevel);
-    return false;
-  }
-  if (receiving && !s.allocator->ordersRemoteWrites()) {
-    *why = "received data would need a flush on this GPU (before Hopper, not ordering the NIC's writes, or C2C)";
-    return false;
-  }
-  if (!receiving && (s.gdrRead == 0 || (s.gdrRead < 0 && !s.allocator->nicReadsWell()))) {
-    *why = s.gdrRead == 0 ? "NCCL_NET_GDR_READ=0" : "the NIC reads this GPU's memory slowly (before Ampere; NCCL_NET_GDR_READ=1 insists)";
-    return false;
-  }
-  return true;
+  const GpuDirectChoice c = chooseGpuDirect(p, topo::ibDeviceChain(port.device, p.sysRoot), receiving, false, false);
+  *why = c.why;
+  return c.slotsOnGpu;
 }
 
 /// What both ends share: the device, the registered memory, the completion queue and the
@@ -143,7 +131,7 @@ class IbEnd : public EndPump {
         where_(port_.device + " port " + std::to_string(port_.port)),
         why_(s.what + (choice.planned ? ", the topology's port" : ", port by number")) {
     // The proxy thread runs best near the device it drives (when sysfs knows its node).
-    proxy::preferCpus(net::cpusNearRdmaDevice(port_.device, s.sysRoot), port_.device);
+    proxy::preferCpus(net::cpusNearRdmaDevice(port_.device, s.gpuDirect.sysRoot), port_.device);
     try {
       setUp();
     } catch (...) {
@@ -321,9 +309,9 @@ class IbEnd : public EndPump {
     int fd = -1;
     if (wanted) {
       try {
-        gpuSlots_ = static_cast<char*>(settings_.allocator->allocateData(bytes, true));
+        gpuSlots_ = static_cast<char*>(settings_.gpuDirect.allocator->allocateData(bytes, true));
         uint64_t offset = 0;
-        fd = settings_.allocator->dmabufFd(gpuSlots_, bytes, &offset);
+        fd = settings_.gpuDirect.allocator->dmabufFd(gpuSlots_, bytes, &offset);
         if (fd < 0) fail(ncclSystemError, "the device cannot export its memory as dma-buf");
         gpuMr_ = device_->registerDmabuf(fd, offset, bytes, gpuSlots_, access);
       } catch (const std::exception& e) {  // (out of GPU memory, say: the host's slots serve)
@@ -331,12 +319,12 @@ class IbEnd : public EndPump {
       }
       if (fd >= 0) ::close(fd);
       if (gpuMr_ == nullptr && gpuSlots_ != nullptr) {
-        settings_.allocator->freeData(gpuSlots_);
+        settings_.gpuDirect.allocator->freeData(gpuSlots_);
         gpuSlots_ = nullptr;
       }
     }
     slots_ = gpuSlots_;
-    if (settings_.allocator != nullptr) {
+    if (settings_.gpuDirect.allocator != nullptr) {
       BRAID_INFO(log::kNet, "NET/IB: rank %d %s rank %d on %s: %s%s", settings_.rank, isSend_ ? "->" : "<-", peer_,
                  where_.c_str(), gpuSlots_ != nullptr ? "GPU Direct RDMA (dma-buf)" : "Simple steps stage in host memory: ",
                  gpuSlots_ != nullptr ? "" : why.c_str());
@@ -348,7 +336,7 @@ class IbEnd : public EndPump {
     if (cq_ != nullptr) v_.destroyCq(cq_);
     if (mr_ != nullptr) device_->release(mr_);
     if (gpuMr_ != nullptr) device_->release(gpuMr_);
-    if (gpuSlots_ != nullptr) settings_.allocator->freeData(gpuSlots_);
+    if (gpuSlots_ != nullptr) settings_.gpuDirect.allocator->freeData(gpuSlots_);
     qp_ = nullptr;
     cq_ = nullptr;
     mr_ = nullptr;

@@ -20,14 +20,14 @@
 // peer: ncclRemoteError when the peer or the fabric failed (remote access, retries
 // exhausted), ncclSystemError for a local failure.
 //
-// GPU Direct RDMA: with the CUDA backend, where the GPU and the library can (dma-buf), the
-// GPU-NIC PCI path is at most NCCL_NET_GDR_LEVEL (PXB by default; a NIC sysfs does not place
-// counts as beyond every level but SYS) and NCCL_DMABUF_ENABLE is not 0, an end keeps its
-// Simple slots in GPU memory registered with the NIC (ibv_reg_dmabuf_mr): the sender's NIC reads
-// the kernel's data there and the receiver's writes it there, no host copy in between. A
-// receiver does so only where received data needs no flush (Hopper or later, its GPU ordering
-// the NIC's writes, no C2C); a sender only where NCCL_NET_GDR_READ allows (by default from
-// Ampere on). Otherwise the slots stay in host memory. LL and LL128 steps always stage there.
+// GPU Direct RDMA: with the CUDA backend, where the GPU and the library can (dma-buf),
+// NCCL_DMABUF_ENABLE is not 0 and transport/net/gpu_direct.h's decision allows (the GPU-NIC
+// path, NCCL_NET_GDR_READ), an end keeps its Simple slots in GPU memory registered with the NIC
+// (ibv_reg_dmabuf_mr): the sender's NIC reads the kernel's data there and the receiver's writes
+// it there, no host copy in between. This transport makes no flush, so a receiver does so only
+// where received data needs none (Hopper or later, its GPU ordering the NIC's writes, no C2C,
+// NCCL_NET_FORCE_FLUSH unset). Otherwise the slots stay in host memory. LL and LL128 steps
+// always stage there.
 //
 // Ports: the active ones NCCL_IB_HCA allows. A connection uses the port the topology chose for
 // it (topo::PortPlan) when that port is usable and, for a sender, of the receiver's link
@@ -43,6 +43,7 @@
 
 #include "topology/paths.h"
 #include "transport/fifo.h"
+#include "transport/net/gpu_direct.h"
 
 namespace braid::transport::ib {
 
@@ -62,15 +63,8 @@ struct Settings {
   int portHint = 0;                  ///< which of the usable ports (modulo their count)
   std::string port;                  ///< the port the topology chose ("mlx5_0:1"; "": by portHint)
   std::string what;                  ///< the connection, for the log ("ring3", "p2p0")
-  /// GPU Direct RDMA: the backend's FIFO memory (null: the host backend, none), NCCL_DMABUF_ENABLE,
-  /// NCCL_NET_GDR_READ (-1: automatic), NCCL_NET_GDR_LEVEL, this rank's GPU (runtime::cudaBusId)
-  /// and the sysfs root (tests).
-  FifoAllocator* allocator = nullptr;
-  bool dmabuf = true;
-  int gdrRead = -1;
-  topo::PathType gdrLevel = topo::PathType::Pxb;
-  int64_t gpuBusId = -1;
-  std::string sysRoot;
+  /// GPU Direct RDMA's knobs (transport/net/gpu_direct.h); its sysRoot also places the ports.
+  GpuDirectPolicy gpuDirect;
 };
 
 /// Whether the verbs transport can run here: the library loads and a port is usable. `why`

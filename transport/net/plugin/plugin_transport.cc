@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <deque>
 #include <thread>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "core/process.h"
 #include "core/status.h"
 #include "plugin/net_plugin.h"
+#include "topology/pci_path.h"
 #include "transport/net/net_end.h"
 
 namespace braid::transport::netplugin {
@@ -54,6 +56,37 @@ int chooseDevice(const Settings& s, bool* planned = nullptr) {
   return n > 0 ? (s.deviceHint % n + n) % n : 0;
 }
 
+/// How an end on device `dev` registers its Simple slots: NCCL_PTR_DMABUF or NCCL_PTR_CUDA
+/// (GPU memory), or 0 (host memory, *why says why unless the backend has no GPU); *flush: a
+/// receiver's steps need iflush.
+int gpuSlotsType(const Settings& s, int dev, bool receiving, bool* flush, std::string* why) {
+  *flush = false;
+  why->clear();
+  const GpuDirectPolicy& policy = s.gpuDirect;
+  if (policy.allocator == nullptr) return 0;
+  const plugin::NetDeviceProperties& p = s.session->properties(dev);
+  const bool cuda = (p.ptrSupport & NCCL_PTR_CUDA) != 0;
+  const bool dmabuf = (p.ptrSupport & NCCL_PTR_DMABUF) != 0 && policy.dmabuf && s.session->canRegisterDmaBuf();
+  if (!cuda && !dmabuf) {
+    *why = (p.ptrSupport & NCCL_PTR_DMABUF) == 0 ? "the device reports neither NCCL_PTR_CUDA nor NCCL_PTR_DMABUF"
+           : policy.dmabuf                      ? "the device reports only NCCL_PTR_DMABUF and the plugin has no regMrDmaBuf"
+                                                : "the device reports only NCCL_PTR_DMABUF and NCCL_DMABUF_ENABLE=0";
+    return 0;
+  }
+  const GpuDirectChoice c = chooseGpuDirect(policy, topo::sysfsDeviceChain(p.pciPath, policy.sysRoot), receiving,
+                                            p.forceFlush, s.session->canFlush());
+  if (!c.slotsOnGpu) {
+    *why = c.why + (c.why.find("flush") != std::string::npos && !s.session->canFlush() ? " (the plugin has no iflush)" : "");
+    return 0;
+  }
+  *flush = c.needsFlush;
+  return dmabuf ? NCCL_PTR_DMABUF : NCCL_PTR_CUDA;
+}
+
+const char* typeName(int type) {
+  return type == NCCL_PTR_DMABUF ? "dma-buf" : type == NCCL_PTR_CUDA ? "NCCL_PTR_CUDA" : "host";
+}
+
 /// One posted request: a step's record or its payload.
 struct Request {
   void* handle = nullptr;
@@ -76,6 +109,7 @@ class PluginEnd : public EndPump {
     where_ = session_->name() + " device " + std::to_string(device_) + " (" + p.name + ":" + std::to_string(p.port) +
              (planned_ ? ", the topology's port; " : ", by number; ") + what_;
     tracesSteps_ = true;  // (profiler plugins: proxy/op_trace.h)
+    allocateGpuSlots(s);
   }
   ~PluginEnd() override { release(); }
 
@@ -155,6 +189,39 @@ class PluginEnd : public EndPump {
     return session_->regMr(comm, memory_.get(), memory_.bytes(), NCCL_PTR_HOST, &mhandle_);
   }
 
+  /// Registers the GPU slots (when there are any) with `comm`, as gpuType_ says.
+  ncclResult_t registerGpuSlots(void* comm) {
+    if (gpuSlots_ == nullptr) return ncclSuccess;
+    const ncclResult_t r = gpuType_ == NCCL_PTR_DMABUF
+                               ? session_->regMrDmaBuf(comm, gpuSlots_, gpuBytes(), NCCL_PTR_CUDA, dmabufOffset_, dmabuf_,
+                                                       &gpuMhandle_)
+                               : session_->regMr(comm, gpuSlots_, gpuBytes(), NCCL_PTR_CUDA, &gpuMhandle_);
+    closeDmabuf();
+    return r;
+  }
+
+  /// The call registerGpuSlots made, for messages.
+  const char* gpuCall() const { return gpuType_ == NCCL_PTR_DMABUF ? "regMrDmaBuf" : "regMr (NCCL_PTR_CUDA)"; }
+
+  /// Gives the GPU slots back (after a failed registration, or at the end); the Simple slots
+  /// are the host memory's again.
+  void freeGpuSlots() {
+    closeDmabuf();
+    if (gpuSlots_ != nullptr) gpu_.allocator->freeData(gpuSlots_);
+    gpuSlots_ = nullptr;
+    slots_ = nullptr;
+    gpuType_ = 0;
+    needsFlush_ = false;
+  }
+
+  uint64_t gpuBytes() const { return uint64_t(kernels::kSteps) * sizes_.simpleStepBytes; }
+
+  /// The memory handle of what a step's payload moves through: a Simple slot or a staging one.
+  /// (By where the slots are, not by the handle: a plugin may answer a registration with null.)
+  void* payloadHandle(const FrameHeader& h) const {
+    return (h.flags & kFrameFlagged) == 0 && gpuSlots_ != nullptr ? gpuMhandle_ : mhandle_;
+  }
+
   /// Tests the oldest request; true (and *bytes) once it is done; false while it runs or after
   /// reporting a failure (broken_).
   bool oldestDone(size_t* bytes) {
@@ -172,6 +239,7 @@ class PluginEnd : public EndPump {
     comm_ = nullptr;  // the parent's: hands off
     listenComm_ = nullptr;
     mhandle_ = nullptr;
+    gpuMhandle_ = nullptr;
   }
 
   /// Deregisters and closes the plugin's comms (once; never in a forked child).
@@ -179,10 +247,47 @@ class PluginEnd : public EndPump {
     if (orphaned_) return;
     if (mhandle_ != nullptr && comm_ != nullptr) session_->deregMr(comm_, mhandle_);
     mhandle_ = nullptr;
+    if (gpuMhandle_ != nullptr && comm_ != nullptr) session_->deregMr(comm_, gpuMhandle_);
+    gpuMhandle_ = nullptr;
     if (comm_ != nullptr) isSend_ ? session_->closeSend(comm_) : session_->closeRecv(comm_);
     comm_ = nullptr;
     if (listenComm_ != nullptr) session_->closeListen(listenComm_);
     listenComm_ = nullptr;
+    freeGpuSlots();
+  }
+
+  /// Moves the Simple slots into GPU memory where gpuSlotsType says so (registered once the
+  /// plugin's comm exists); a dma-buf the backend cannot export falls back to NCCL_PTR_CUDA
+  /// where the device reports it.
+  void allocateGpuSlots(const Settings& s) {
+    gpu_ = s.gpuDirect;
+    gpuType_ = gpuSlotsType(s, device_, !isSend_, &needsFlush_, &gpuWhy_);
+    if (gpuType_ == 0) return;
+    try {
+      gpuSlots_ = static_cast<char*>(gpu_.allocator->allocateData(gpuBytes(), gpuType_ == NCCL_PTR_DMABUF));
+      if (gpuType_ == NCCL_PTR_DMABUF) {
+        dmabuf_ = gpu_.allocator->dmabufFd(gpuSlots_, gpuBytes(), &dmabufOffset_);
+        if (dmabuf_ < 0 && (session_->properties(device_).ptrSupport & NCCL_PTR_CUDA) != 0) gpuType_ = NCCL_PTR_CUDA;
+        if (dmabuf_ < 0 && gpuType_ == NCCL_PTR_DMABUF) fail(ncclSystemError, "the device cannot export its memory as dma-buf");
+      }
+    } catch (const std::exception& e) {  // (out of GPU memory, say: the host's slots serve)
+      gpuWhy_ = e.what();
+      freeGpuSlots();
+      return;
+    }
+    slots_ = gpuSlots_;
+  }
+
+  void closeDmabuf() {
+    if (dmabuf_ >= 0) ::close(dmabuf_);
+    dmabuf_ = -1;
+  }
+
+  /// For the connection's log line: where the Simple slots are.
+  std::string slotsText() const {
+    if (gpu_.allocator == nullptr) return "";
+    if (gpuSlots_ == nullptr) return "; Simple steps stage in host memory: " + gpuWhy_;
+    return std::string("; Simple steps in GPU memory (") + typeName(gpuType_) + (needsFlush_ ? ", flushed by iflush)" : ")");
   }
 
   std::shared_ptr<plugin::NetSession> session_;
@@ -193,6 +298,14 @@ class PluginEnd : public EndPump {
   void* comm_ = nullptr;
   void* listenComm_ = nullptr;
   void* mhandle_ = nullptr;
+  GpuDirectPolicy gpu_;            // (its allocator gave gpuSlots_)
+  char* gpuSlots_ = nullptr;       // the Simple slots in GPU memory, or null (host memory's)
+  int gpuType_ = 0;                // how they are registered: NCCL_PTR_DMABUF, NCCL_PTR_CUDA
+  void* gpuMhandle_ = nullptr;
+  int dmabuf_ = -1;                // the slots' dma-buf until registered
+  uint64_t dmabufOffset_ = 0;
+  bool needsFlush_ = false;        // receiver: iflush each Simple step before publishing tail
+  std::string gpuWhy_;             // why the slots are in host memory (the log)
   std::vector<Request> requests_;  // oldest first; at most kMaxRequests
   bool lossDeferred_ = false;  // the control socket ended without goodbye (see lost)
   std::string lossWhy_;
@@ -236,6 +349,14 @@ class SendEnd final : public PluginEnd {
            s.rank, session_->name().c_str(), static_cast<unsigned long long>(memory_.bytes()),
            plugin::NetSession::resultText(r).c_str());
     }
+    if (const ncclResult_t r = registerGpuSlots(comm_); r != ncclSuccess) {
+      // (the FIFO is not handed out yet: its Simple slots may still be the host memory's)
+      gpuWhy_ = std::string(gpuCall()) + " of GPU memory returned " + plugin::NetSession::resultText(r);
+      BRAID_INFO(log::kNet, "NET/Plugin: rank %d -> rank %d: net plugin %s (device %d, %s): %s; staging through host "
+                 "memory", s.rank, peer, session_->name().c_str(), device_, s.what.c_str(), gpuWhy_.c_str());
+      gpuMhandle_ = nullptr;
+      freeGpuSlots();
+    }
     const net::SocketAddress to = net::SocketAddress::unpack(d.listen);
     net::Socket sock = net::Socket::connect(to, deadline, s.abortFlag);
     const Hello hello{kHelloMagic, kWireVersion, d.nonce, s.commHash, s.rank, peer, 0, 1, {}};
@@ -244,8 +365,8 @@ class SendEnd final : public PluginEnd {
     std::vector<net::Socket> sockets;
     sockets.push_back(std::move(sock));
     adoptSockets(std::move(sockets));
-    BRAID_INFO(log::kNet, "NET/Plugin: rank %d -> rank %d through %s; control %s)", s.rank, peer, where_.c_str(),
-               peerName_.c_str());
+    BRAID_INFO(log::kNet, "NET/Plugin: rank %d -> rank %d through %s; control %s)%s", s.rank, peer, where_.c_str(),
+               peerName_.c_str(), slotsText().c_str());
   }
 
   bool progress(const pollfd* polled) override {
@@ -308,7 +429,8 @@ class SendEnd final : public PluginEnd {
       void* data = isPayload ? const_cast<char*>(payload_) : static_cast<void*>(record);
       const size_t bytes = isPayload ? record->bytes : sizeof(FrameHeader);
       void* handle = nullptr;
-      if (!ok(session_->isend(comm_, data, bytes, kTag, mhandle_, stepParent_, &handle), "isend")) return true;
+      void* mhandle = isPayload ? payloadHandle(*record) : mhandle_;
+      if (!ok(session_->isend(comm_, data, bytes, kTag, mhandle, stepParent_, &handle), "isend")) return true;
       if (handle == nullptr) break;  // not now: again at the next pass
       const bool last = isPayload || record->bytes == 0;
       requests_.push_back(Request{handle, next_, isPayload, last, bytes});
@@ -366,6 +488,7 @@ class RecvEnd final : public PluginEnd {
     bool moved = readControl();  // the sender's announcement, fault notice and goodbye
     if (!broken_ && !settle()) {
       moved |= reap();
+      moved |= landArrived();
       moved |= post();
       drainLoss(moved);
     }
@@ -412,6 +535,7 @@ class RecvEnd final : public PluginEnd {
       if (comm_ != nullptr) {
         moved = true;
         if (!ok(registerMemory(comm_), "regMr")) return true;
+        if (!ok(registerGpuSlots(comm_), gpuCall())) return true;
         session_->closeListen(listenComm_);
         listenComm_ = nullptr;
       } else if (std::chrono::steady_clock::now() > deadline_) {
@@ -421,8 +545,8 @@ class RecvEnd final : public PluginEnd {
     }
     if (comm_ != nullptr && !acceptor_.listening()) {
       connected_ = true;
-      BRAID_INFO(log::kNet, "NET/Plugin: rank %d <- rank %d through %s; control %s)", rank_, peer_, where_.c_str(),
-                 peerName_.c_str());
+      BRAID_INFO(log::kNet, "NET/Plugin: rank %d <- rank %d through %s; control %s)%s", rank_, peer_, where_.c_str(),
+                 peerName_.c_str(), slotsText().c_str());
     }
     return moved;
   }
@@ -453,7 +577,7 @@ class RecvEnd final : public PluginEnd {
         if (h.bytes > 0) {
           payloadDue_ = true;
         } else {
-          land(h);
+          arrived_.push_back(Arrival{r.step, nullptr});
         }
       } else {
         if (bytes != h.bytes) {
@@ -461,8 +585,34 @@ class RecvEnd final : public PluginEnd {
                  std::to_string(h.bytes) + " were announced");
           return true;
         }
-        land(h);
+        void* flush = nullptr;
+        if (needsFlush_ && (h.flags & kFrameFlagged) == 0) {  // (a Simple step, in GPU memory)
+          char* at = conn_.simple + r.step % kernels::kSteps * conn_.simpleStepBytes;
+          if (!ok(session_->iflush(comm_, at, h.bytes, gpuMhandle_, &flush), "iflush")) return true;
+          flushing_ += flush != nullptr ? 1 : 0;
+        }
+        arrived_.push_back(Arrival{r.step, flush});
       }
+    }
+    return moved;
+  }
+
+  /// Lands the steps that arrived, in order, each once its flush (if it has one) is done: only
+  /// then may the kernel read what the NIC wrote into GPU memory.
+  bool landArrived() {
+    bool moved = false;
+    while (!broken_ && !failing_ && !arrived_.empty()) {
+      const Arrival a = arrived_.front();
+      if (a.flush != nullptr) {
+        int done = 0;
+        size_t bytes = 0;
+        if (!ok(session_->test(a.flush, &done, &bytes), "test (of an iflush)")) return true;
+        if (done == 0) break;
+        --flushing_;
+      }
+      arrived_.pop_front();
+      land(records()[a.step % kernels::kSteps]);
+      moved = true;
     }
     return moved;
   }
@@ -485,13 +635,13 @@ class RecvEnd final : public PluginEnd {
   /// The next receive: a due payload, else the next record once its slot is free.
   bool post() {
     bool moved = false;
-    while (!broken_ && !failing_ && static_cast<int>(requests_.size()) < kMaxRequests) {
+    while (!broken_ && !failing_ && static_cast<int>(requests_.size()) + flushing_ < kMaxRequests) {
       void* handle = nullptr;
       if (payloadDue_) {
         const uint64_t step = nextRecord_ - 1;
         const FrameHeader& h = records()[step % kernels::kSteps];
         char* into = (h.flags & kFrameFlagged) ? staging(step) : conn_.simple + step % kernels::kSteps * conn_.simpleStepBytes;
-        if (!ok(session_->irecv(comm_, into, h.bytes, kTag, mhandle_, payloadParent_, &handle), "irecv")) return true;
+        if (!ok(session_->irecv(comm_, into, h.bytes, kTag, payloadHandle(h), payloadParent_, &handle), "irecv")) return true;
         if (handle == nullptr) break;
         requests_.push_back(Request{handle, step, true, true, h.bytes});
         payloadDue_ = false;
@@ -522,6 +672,13 @@ class RecvEnd final : public PluginEnd {
   bool payloadDue_ = false;     // step nextRecord_ - 1's payload is to be posted
   void* payloadParent_ = nullptr;  // its phandle while its trace is armed (else none)
   uint64_t nextRecord_ = 0;
+  /// A step whose messages are all in, waiting for its flush or for earlier steps to land.
+  struct Arrival {
+    uint64_t step;
+    void* flush;  // its iflush request, or null (none, or done at once)
+  };
+  std::deque<Arrival> arrived_;  // oldest first
+  int flushing_ = 0;             // flush requests in arrived_ (they count towards kMaxRequests)
   uint64_t landed_ = 0;  // steps landed (tail)
   uint64_t said_ = 0;    // landed_ as last sent to the sender
 };

@@ -28,6 +28,21 @@
 // has not begun), the phandle is NULL. (The armed test is the one the trace's calls make
 // already: the per-step cost does not change.)
 //
+// GPU memory: with the CUDA backend, when the plugin's device reports NCCL_PTR_CUDA or
+// NCCL_PTR_DMABUF and transport/net/gpu_direct.h's decision allows (the GPU-NIC path against the
+// device's pciPath, NCCL_NET_GDR_LEVEL, NCCL_NET_GDR_READ), an end keeps its Simple slots in GPU
+// memory registered with the plugin: by regMrDmaBuf (a dma-buf of the slots) where the device
+// reports NCCL_PTR_DMABUF, the plugin has regMrDmaBuf, NCCL_DMABUF_ENABLE is not 0 and the
+// backend can export one; else by regMr with NCCL_PTR_CUDA where it reports that. The plugin
+// then sends from and receives into those slots, no host copy in between; records and LL/LL128
+// steps stay in host memory. A receiver whose data needs a flush (before Hopper, C2C, the
+// device's forceFlush, NCCL_NET_FORCE_FLUSH) calls iflush on each Simple step with bytes once
+// its receive is done, and publishes tail only after the flush is done (test); a plugin
+// without iflush keeps such a receiver's slots in host memory. A sender whose regMr of GPU
+// memory fails stages through host memory (said at INFO); a receiver cannot, since its kernel
+// already reads the GPU slots when the plugin's comm (which regMr needs) is accepted, so there
+// the failure breaks the connection as any failed call does.
+//
 // Faults: a plugin call that fails, or answers what the interface does not allow (a record of
 // the wrong size, more bytes than posted), breaks the connection with an error naming the
 // plugin, the call and the peer: ncclRemoteError when the plugin said so, else ncclSystemError.
@@ -38,6 +53,7 @@
 #include <string>
 
 #include "transport/fifo.h"
+#include "transport/net/gpu_direct.h"
 
 namespace braid::plugin {
 class NetSession;
@@ -55,6 +71,7 @@ struct Settings {
   int deviceHint = 0;                ///< which of the plugin's devices (modulo their count)
   std::string port;                  ///< the device the topology chose ("loop1:1": name:port; "": by deviceHint)
   std::string what;                  ///< the connection, for the log ("ring3", "p2p0")
+  GpuDirectPolicy gpuDirect;         ///< GPU memory for the Simple slots (transport/net/gpu_direct.h)
 };
 
 /// Receiver side: FIFO memory, the plugin's listening comm and a listening control socket,

@@ -1,0 +1,244 @@
+// A net plugin carrying a GPU's FIFO steps (transport/net/plugin/plugin_transport.h), on the
+// GPU the CPU plays (emulated_device.h): the loopback test plugin (test/plugins/net_loopback.c)
+// reports NCCL_PTR_CUDA and/or NCCL_PTR_DMABUF when NET_LOOPBACK_PTR says so, reads and writes
+// the "GPU memory" (host memory, memory files for dma-bufs) and records its regMr, regMrDmaBuf
+// and iflush calls in a file, which the test counts.
+//
+// The plugin is loaded once per process, at the first communicator, and this binary's earlier
+// tests have already looked (without NCCL_NET_PLUGIN). So each run starts this binary again
+// with the plugin's variables set and runs only the hidden case "[.emulated-net-ranks]", which
+// runs the two ranks as processes; the visible case checks its output and the record.
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "comm/init.h"
+#include "harness/ranks.h"
+#include "integration/emulated_device.h"
+#include "integration/test_env.h"
+#include "runtime/host/data_path.h"
+
+using namespace braid;
+using braid::test::expect;
+
+namespace {
+
+float input(int rank, size_t i) {
+  return static_cast<float>((rank * 7 + i) % 5);
+}  // exact sums in float
+
+/// The calls the plugin recorded: "regMr cuda" -> how many, "iflush dmabuf" -> ..., and the
+/// bytes of every iflush.
+struct Recorded {
+  std::map<std::string, int> calls;
+  long flushedBytes = 0;
+  int count(const std::string& key) const {
+    auto it = calls.find(key);
+    return it == calls.end() ? 0 : it->second;
+  }
+};
+
+Recorded readRecord(const std::string& path) {
+  Recorded r;
+  std::ifstream in(path);
+  std::string call, type;
+  long bytes = 0;
+  while (in >> call >> type >> bytes) {
+    ++r.calls[call + " " + type];
+    if (call == "iflush") r.flushedBytes += bytes;
+  }
+  return r;
+}
+
+std::string selfPath() {
+  char path[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+  return n > 0 ? std::string(path, static_cast<size_t>(n)) : "";
+}
+
+/// Runs a hidden case (`tag`) in a new process of this binary with `env`; returns what it printed.
+std::string runRanks(const std::string& env, const std::string& tag = "[.emulated-net-ranks]") {
+  const char* dir = std::getenv("BRAID_PLUGIN_DIR");
+  const std::string plugin = std::string(dir != nullptr ? dir : "") + "/libnccl-net-loopback.so";
+  return test::runCommand(
+      "unset NCCL_NET NCCL_NET_FORCE_FLUSH NET_LOOPBACK_PTR NET_LOOPBACK_FORCE_FLUSH; "
+      "env NCCL_NET_PLUGIN=" +
+      plugin + " NCCL_NET_GDR_LEVEL=SYS NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=NET " + env + " timeout 120 " +
+      selfPath() + " '" + tag + "' 2>&1");
+}
+
+}  // namespace
+
+// Not a test by itself (hidden): the ranks of the case below, in the process it started.
+TEST_CASE("(hidden) the ranks of the emulated-GPU net plugin case", "[.emulated-net-ranks]") {
+  comm::setTestDeviceFactory([](int) { return std::make_unique<test::EmulatedDevice>(); });
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  const std::string failures = test::runProcesses(
+      2,
+      [id](int rank) {
+        ncclComm_t comm = nullptr;
+        EXPECT_OK(ncclCommInitRank(&comm, 2, id, rank));
+        comm->dataPath().connectorOptions().networkOnly = true;
+        const cudaStream_t s = reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(0x1000 + 16 * rank));
+        for (size_t count : {size_t(7), size_t(100003), size_t(1) << 20}) {  // LL, then Simple
+          std::vector<float> in(count), out(count, -1), got(count, -1);
+          for (size_t i = 0; i < count; ++i) in[i] = input(rank, i);
+          EXPECT_OK(ncclAllReduce(in.data(), out.data(), count, ncclFloat, ncclSum, comm, s));
+          EXPECT_OK(ncclGroupStart());
+          EXPECT_OK(ncclSend(in.data(), count, ncclFloat, 1 - rank, comm, s));
+          EXPECT_OK(ncclRecv(got.data(), count, ncclFloat, 1 - rank, comm, s));
+          EXPECT_OK(ncclGroupEnd());
+          comm->dataPath().synchronize();
+          long wrong = 0, wrongRecv = 0;
+          for (size_t i = 0; i < count; ++i) {
+            wrong += out[i] != input(0, i) + input(1, i);
+            wrongRecv += got[i] != input(1 - rank, i);
+          }
+          expect(wrong == 0 && wrongRecv == 0, "count " + std::to_string(count) + ": AllReduce " +
+                                                   std::to_string(wrong) + " wrong, receive " +
+                                                   std::to_string(wrongRecv) + " wrong");
+        }
+        EXPECT_OK(ncclCommDestroy(comm));
+      },
+      std::chrono::seconds(60));
+  comm::setTestDeviceFactory(nullptr);
+  INFO(failures);
+  REQUIRE(failures.empty());
+  std::printf("emulated net ranks: all exact\n");
+}
+
+// Not a test by itself (hidden): ranks whose plugin refuses the receivers' GPU memory.
+TEST_CASE("(hidden) the ranks of the emulated-GPU refused-registration case", "[.emulated-net-refused]") {
+  comm::setTestDeviceFactory([](int) { return std::make_unique<test::EmulatedDevice>(); });
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  const std::string failures = test::runProcesses(
+      2,
+      [id](int rank) {
+        ncclComm_t comm = nullptr;
+        EXPECT_OK(ncclCommInitRank(&comm, 2, id, rank));
+        comm->dataPath().connectorOptions().networkOnly = true;
+        std::vector<float> x(size_t(1) << 20, 1.0f);
+        const cudaStream_t s = reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(0x1000 + 16 * rank));
+        // (the connection is made when the AllReduce is enqueued: it may fail there, or later)
+        const ncclResult_t r = ncclAllReduce(x.data(), x.data(), x.size(), ncclFloat, ncclSum, comm, s);
+        const auto start = std::chrono::steady_clock::now();
+        ncclResult_t async = ncclSuccess;
+        while (r == ncclSuccess && async == ncclSuccess &&
+               std::chrono::steady_clock::now() - start < std::chrono::seconds(20)) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          EXPECT_OK(ncclCommGetAsyncError(comm, &async));
+        }
+        const std::string text = ncclGetLastError(comm);
+        expect(r != ncclSuccess || async != ncclSuccess, "the AllReduce did not fail");
+        expect(text.find("failed in net plugin loopback") != std::string::npos &&
+                   text.find("regMr (NCCL_PTR_CUDA) returned ncclSystemError (2)") != std::string::npos &&
+                   text.find("rank " + std::to_string(1 - rank)) != std::string::npos,
+               "the error names the plugin, the call and the peer: " + text);
+        comm->dataPath().synchronize();
+        ncclCommAbort(comm);
+      },
+      std::chrono::seconds(60));
+  comm::setTestDeviceFactory(nullptr);
+  INFO(failures);
+  REQUIRE(failures.empty());
+  std::printf("emulated net ranks: refused as expected\n");
+}
+
+TEST_CASE(
+    "emulated GPU over a net plugin: a receiver whose regMr of GPU memory fails breaks the connection, named",
+    "[integration][emulated][plugins]") {
+  if (std::getenv("BRAID_PLUGIN_DIR") == nullptr) {
+    WARN("skipped: BRAID_PLUGIN_DIR is not set (the plugin tests' environment)");
+    return;
+  }
+  const std::string out =
+      runRanks("NET_LOOPBACK_PTR=cuda NET_LOOPBACK_REFUSE_GPU=recv", "[.emulated-net-refused]");
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("emulated net ranks: refused as expected"));
+  CHECK_THAT(out, Catch::Contains("All tests passed"));
+}
+
+TEST_CASE(
+    "emulated GPU over a net plugin: Simple steps go between GPU memories (NCCL_PTR_CUDA, dma-buf), flushed "
+    "where asked; without the report, through host memory",
+    "[integration][emulated][plugins]") {
+  if (std::getenv("BRAID_PLUGIN_DIR") == nullptr) {
+    WARN("skipped: BRAID_PLUGIN_DIR is not set (the plugin tests' environment)");
+    return;
+  }
+  struct Mode {
+    const char* name;
+    std::string env;
+    const char* registration;  // the GPU slots' registrations ("" none)
+    bool flushed;
+    bool sendersRefused = false;  // the senders' registrations fail: they stage through host memory
+  };
+  const std::vector<Mode> modes = {
+      {"NCCL_PTR_CUDA", "NET_LOOPBACK_PTR=cuda", "regMr cuda", false},
+      {"NCCL_PTR_CUDA, NCCL_NET_FORCE_FLUSH=1", "NET_LOOPBACK_PTR=cuda NCCL_NET_FORCE_FLUSH=1", "regMr cuda",
+       true},
+      // (the device's forceFlush: its writes reach GPU memory only at the flush, so a tail
+      // published before the flush is done shows in the results)
+      {"NCCL_PTR_CUDA, the device's forceFlush", "NET_LOOPBACK_PTR=cuda NET_LOOPBACK_FORCE_FLUSH=1",
+       "regMr cuda", true},
+      {"NCCL_PTR_DMABUF, the device's forceFlush", "NET_LOOPBACK_PTR=cuda,dmabuf NET_LOOPBACK_FORCE_FLUSH=1",
+       "regMrDmaBuf cuda", true},
+      {"NCCL_PTR_DMABUF, NCCL_DMABUF_ENABLE=0: NCCL_PTR_CUDA",
+       "NET_LOOPBACK_PTR=cuda,dmabuf NCCL_DMABUF_ENABLE=0", "regMr cuda", false},
+      {"NCCL_PTR_CUDA, the senders' regMr of GPU memory failing",
+       "NET_LOOPBACK_PTR=cuda NET_LOOPBACK_REFUSE_GPU=send", "regMr cuda", false, true},
+      {"host memory only", "", "", false},
+      {"NCCL_PTR_CUDA, NCCL_NET_GDR_LEVEL=PHB (the device's path is unknown)",
+       "NET_LOOPBACK_PTR=cuda NCCL_NET_GDR_LEVEL=PHB", "", false},
+  };
+  for (const Mode& mode : modes) {
+    char path[] = "/tmp/braid-netgpu-XXXXXX";
+    const int fd = mkstemp(path);
+    REQUIRE(fd >= 0);
+    close(fd);
+    const std::string out = runRanks(mode.env + " NET_LOOPBACK_RECORD=" + path);
+    const Recorded r = readRecord(path);
+    unlink(path);
+    INFO(mode.name << "\n" << out);
+    REQUIRE_THAT(out, Catch::Contains("emulated net ranks: all exact"));
+    CHECK_THAT(out, Catch::Contains("All tests passed"));
+    const int hostRegistrations = r.count("regMr host");  // one per end: records, LL staging
+    CHECK(hostRegistrations >= 4);
+    const int gpuRegistrations = r.count("regMr cuda") + r.count("regMrDmaBuf cuda");
+    if (mode.sendersRefused) {
+      // every receiver's Simple slots; every sender tried, failed and staged through the host
+      CHECK(2 * r.count(mode.registration) == hostRegistrations);
+      CHECK(2 * r.count("refused cuda") == hostRegistrations);
+      CHECK_THAT(out,
+                 Catch::Contains("regMr (NCCL_PTR_CUDA) of GPU memory returned ncclSystemError (2); staging "
+                                 "through host memory"));
+    } else if (*mode.registration != '\0') {
+      CHECK(r.count(mode.registration) == hostRegistrations);  // every end's Simple slots
+      CHECK(gpuRegistrations == hostRegistrations);
+      CHECK_THAT(out, Catch::Contains("Simple steps in GPU memory"));
+    } else {
+      CHECK(gpuRegistrations == 0);
+      CHECK_THAT(out, Catch::Contains("Simple steps stage in host memory"));
+    }
+    CHECK(r.count("iflush host") == 0);  // (host memory needs none)
+    if (mode.flushed) {
+      CHECK(r.count("iflush cuda") + r.count("iflush dmabuf") > 0);
+      // at least the Simple payloads of the receives of 1 Mi floats, on both ranks
+      CHECK(r.flushedBytes >= 2 * static_cast<long>(sizeof(float) << 20));
+    } else {
+      CHECK(r.count("iflush cuda") + r.count("iflush dmabuf") == 0);
+    }
+  }
+}
