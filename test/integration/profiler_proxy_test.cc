@@ -12,14 +12,13 @@
 #include <vector>
 
 #include "harness/ranks.h"
+#include "plugin_helpers.h"
+#include "profiler_lines.h"
 #include "test_env.h"
 
-namespace {
+using namespace braid::test::plugins;
 
-std::string plugin(const std::string& name) {
-  const char* dir = std::getenv("BRAID_PLUGIN_DIR");
-  return std::string(dir != nullptr ? dir : "") + "/libnccl-" + name + ".so";
-}
+namespace {
 
 /// plugin_driver's group and an AllReduce of 2000000 floats on 2 processes over the network,
 /// with profiler `profiler` asking for `mask` ("none": no profiler plugin); `env` may add a
@@ -37,41 +36,9 @@ std::string runOverNetwork(const std::string& profiler, const std::string& mask,
       " destroy group 2000000 2>&1");
 }
 
-size_t occurrences(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
 
-/// "prof r<rank> start|state|stop <id> <what> key=value...", one rank's, in order.
-struct Line {
-  std::string op;
-  int id = 0;
-  std::string what;
-  std::map<std::string, std::string> fields;
-  std::string text;
-};
-
-std::vector<Line> linesOf(const std::string& out, int rank) {
-  std::vector<Line> lines;
-  const std::string prefix = "prof r" + std::to_string(rank) + " ";
-  std::istringstream in(out);
-  for (std::string text; std::getline(in, text);) {
-    if (text.rfind(prefix, 0) != 0) continue;
-    std::istringstream words(text.substr(prefix.size()));
-    Line l;
-    l.text = text;
-    words >> l.op;
-    if (l.op != "start" && l.op != "state" && l.op != "stop") continue;
-    words >> l.id >> l.what;
-    for (std::string w; words >> w;) {
-      const size_t eq = w.find('=');
-      if (eq != std::string::npos) l.fields[w.substr(0, eq)] = w.substr(eq + 1);
-    }
-    lines.push_back(l);
-  }
-  return lines;
-}
+using braid::test::ProfLine;
+using braid::test::profLines;
 
 /// What checkControl counted of one rank's ProxyCtrl events.
 struct ControlSeen {
@@ -84,11 +51,11 @@ struct ControlSeen {
 /// (no parent), then Active, Idle, Sleep + Wakeup, or Append + AppendEnd (appended >= 1),
 /// then stop; Active and Idle alternate, Active first. With a mask of ProxyCtrl alone every
 /// line of the rank is one of these.
-ControlSeen checkControl(const std::vector<Line>& lines) {
+ControlSeen checkControl(const std::vector<ProfLine>& lines) {
   ControlSeen seen;
   std::string lastActivity;
   for (size_t i = 0; i < lines.size();) {
-    const Line& l = lines[i];
+    const ProfLine& l = lines[i];
     INFO(l.text);
     REQUIRE(l.op == "start");
     REQUIRE(l.what == "ProxyCtrl");
@@ -140,7 +107,7 @@ TEST_CASE("ProxyCtrl events: only when the mask asks, each whole, in the proxy t
     CHECK(occurrences(out, "bad handle") == 0);
     for (int r = 0; r < 2; ++r) {
       INFO("rank " << r);
-      const ControlSeen seen = checkControl(linesOf(out, r));
+      const ControlSeen seen = checkControl(profLines(out, r));
       CHECK(seen.active >= 1);  // the proxy moved the group's and the AllReduce's steps
       CHECK(seen.appends >= 1);
       // The operations posted while the proxy was there to see them: the group's (a collective
@@ -165,8 +132,8 @@ TEST_CASE("ranks that are threads of one process each get the events of its one 
   INFO(out);
   CHECK_THAT(out, Catch::Contains("all ranks ok"));
   CHECK(occurrences(out, "NCCL WARN") == 0);
-  const ControlSeen first = checkControl(linesOf(out, 0));
-  const ControlSeen second = checkControl(linesOf(out, 1));
+  const ControlSeen first = checkControl(profLines(out, 0));
+  const ControlSeen second = checkControl(profLines(out, 1));
   CHECK(first.active >= 1);
   CHECK(first.events == second.events);  // the same events, sent to both communicators
   CHECK(first.appended == second.appended);
@@ -184,7 +151,7 @@ TEST_CASE("profiler plugins of v4 v3 and v1 get ProxyCtrl events with their appe
     CHECK(occurrences(out, "bad handle") == 0);
     for (int r = 0; r < 2; ++r) {
       INFO("rank " << r);
-      const ControlSeen seen = checkControl(linesOf(out, r));
+      const ControlSeen seen = checkControl(profLines(out, r));
       CHECK(seen.active >= 1);
       CHECK(seen.appended >= 1);
     }
@@ -199,19 +166,19 @@ namespace {
 /// always before its parent: a step of the next operation that arrives early is reported
 /// under the running one, whose end stops it while the plugin's receive is still posted.)
 /// Returns how many there were of sending and receiving ProxyOps.
-std::map<bool, int> checkNetEvents(const std::vector<Line>& lines, int expectedUpdates = 1) {
+std::map<bool, int> checkNetEvents(const std::vector<ProfLine>& lines, int expectedUpdates = 1) {
   std::map<int, size_t> startAt, stopAt;
-  std::map<int, const Line*> starts;
+  std::map<int, const ProfLine*> starts;
   std::map<int, int> stops, updates;
   for (size_t i = 0; i < lines.size(); ++i) {
-    const Line& l = lines[i];
+    const ProfLine& l = lines[i];
     if (l.op == "start") startAt[l.id] = i, starts[l.id] = &l;
     if (l.op == "stop") ++stops[l.id], stopAt[l.id] = i;
     if (l.op == "state" && l.what == "NetPluginUpdate") ++updates[l.id];
   }
   std::map<bool, int> perSide;
   for (const auto& [id, at] : startAt) {
-    const Line& l = lines[at];
+    const ProfLine& l = lines[at];
     if (l.what != "NetPlugin") continue;
     INFO(l.text);
     CHECK(l.fields.at("id") == "0x20001");  // NCCL_PROFILER_NET_TYPE_SOCK | 1
@@ -223,7 +190,7 @@ std::map<bool, int> checkNetEvents(const std::vector<Line>& lines, int expectedU
     REQUIRE(parentText != "bad");
     const int parent = std::stoi(parentText);
     REQUIRE(starts.count(parent) == 1);
-    const Line& step = *starts[parent];
+    const ProfLine& step = *starts[parent];
     CHECK(step.what == "ProxyStep");
     CHECK(startAt[parent] < at);
     CHECK(stopAt.count(parent) == 1);
@@ -254,7 +221,7 @@ TEST_CASE("a v11 net plugin's own events, through its profiler callback, have Pr
       CHECK(occurrences(out, "parent=bad") == 0);
       for (int r = 0; r < 2; ++r) {
         INFO("rank " << r);
-        std::map<bool, int> perSide = checkNetEvents(linesOf(out, r));
+        std::map<bool, int> perSide = checkNetEvents(profLines(out, r));
         CHECK(perSide[true] >= 8);   // the large AllReduce's sent steps (a record and a payload each)
         CHECK(perSide[false] >= 4);  // and its received payloads
       }
@@ -299,7 +266,7 @@ TEST_CASE("profiler plugins of v4 and v3 get a net plugin's events in their layo
     CHECK(occurrences(out, "parent=bad") == 0);
     for (int r = 0; r < 2; ++r) {
       INFO("rank " << r);
-      std::map<bool, int> perSide = checkNetEvents(linesOf(out, r), version == "v4" ? 1 : 0);
+      std::map<bool, int> perSide = checkNetEvents(profLines(out, r), version == "v4" ? 1 : 0);
       CHECK(perSide[true] >= 8);
       CHECK(perSide[false] >= 4);
     }

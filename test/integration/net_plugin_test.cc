@@ -1,0 +1,307 @@
+// NCCL's net plugins (v6-v11) in Braid: test/plugins/net_loopback.c (a loopback TCP plugin, in
+// several builds) carrying collectives between processes forced onto the network, the plugin's
+// faults, and its devices in the topology (braid-topo, the channels' ports).
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <string>
+
+#include "harness/ranks.h"
+#include "plugin_helpers.h"
+#include "test_env.h"
+#include "../unit/core/test_env.h"
+
+using namespace braid::test::plugins;
+
+// ---- net plugins (test/plugins/net_loopback.c), between processes forced onto the network ----
+
+namespace {
+
+/// Runs test/plugins/net_driver with `env` over NRANKS processes of this host whose every pair
+/// goes through the network transport (NCCL_SHM_DISABLE, NCCL_P2P_DISABLE); returns its output.
+std::string runNetDriver(const std::string& env, const std::string& args) {
+  const char* driver = std::getenv("BRAID_NET_DRIVER");
+  REQUIRE(driver != nullptr);
+  return braid::test::runCommand(
+      "unset NCCL_TUNER_PLUGIN NCCL_ENV_PLUGIN NCCL_NET_PLUGIN NCCL_NET NCCL_ALGO NCCL_PROTO; export "
+      "NCCL_SOCKET_IFNAME=lo NCCL_SHM_DISABLE=1 NCCL_P2P_DISABLE=1 NCCL_IB_DISABLE=1 NCCL_DEBUG=INFO "
+      "NCCL_DEBUG_SUBSYS=INIT,NET BRAID_BOOTSTRAP_TIMEOUT=20 NCCL_COMM_ID=127.0.0.1:" +
+      std::to_string(braid::test::freeLoopbackPort()) + " " + env + "; timeout 120 " + driver + " " + args + " 2>&1");
+}
+
+const char* const kCounts = " 1 1001 300000";
+
+}  // namespace
+
+TEST_CASE("a v11 net plugin carries AllReduce, AllGather, Broadcast and Send/Recv between processes", "[plugins][net]") {
+  const std::string out = runNetDriver("NCCL_NET_PLUGIN=" + plugin("net-loopback"), std::string("3 destroy") + kCounts);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("all ranks ok"));
+  CHECK(occurrences(out, ": 300000 ok") == 3);
+  CHECK(occurrences(out, "NET/Plugin: Loaded net plugin loopback (v11)") == 3);  // once per process
+  CHECK(occurrences(out, "NET/Plugin : Using net plugin loopback (v11), 2 device(s)") == 3);
+  CHECK(occurrences(out, "also exports ncclCollNetPlugin_v9; Braid does not run CollNet") == 3);
+  CHECK(occurrences(out, "loopback net: init comm") == 3);  // v11: once per communicator
+  CHECK(occurrences(out, "loopback net: finalize") == 3);   // at destroy
+  CHECK(occurrences(out, "via NET/Plugin") >= 6);
+  CHECK(occurrences(out, "via NET/Socket") == 0);
+  CHECK(occurrences(out, "NCCL WARN") == 0);
+  CHECK(occurrences(out, "loopback net: more than") == 0);  // never beyond 8 requests a comm
+}
+
+TEST_CASE("a net plugin with maxRecvs 8 carries the collectives between 4 processes, one receive per irecv",
+          "[plugins][net]") {
+  const std::string out = runNetDriver("NCCL_NET_PLUGIN=" + plugin("net-recvs8"), std::string("4 destroy") + kCounts);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("all ranks ok"));
+  CHECK(occurrences(out, ": 300000 ok") == 4);
+  CHECK(occurrences(out, "NET/Plugin : Using net plugin loopback-recvs (v11), 2 device(s)") == 4);
+  CHECK(occurrences(out, "maxRecvs 8,") == 8);  // 2 devices per process
+  CHECK(occurrences(out, "via NET/Plugin") >= 8);
+  CHECK(occurrences(out, "via NET/Socket") == 0);
+  CHECK(occurrences(out, "NCCL WARN") == 0);
+  CHECK(occurrences(out, "loopback net: more than") == 0);  // never beyond 8 requests a comm
+  CHECK(occurrences(out, "loopback net: an irecv of") == 0);  // never more receives than maxRecvs
+}
+
+TEST_CASE("the loopback net plugin's irecv: n receives matched by tag up to maxRecvs, refused beyond",
+          "[plugins][net]") {
+  const std::string program = pluginDir() + "/net_multirecv";
+  SECTION("maxRecvs 8") {
+    const std::string out = braid::test::runCommand("timeout 60 " + program + " " + plugin("net-recvs8") + " 8 2>&1");
+    INFO(out);
+    CHECK_THAT(out, Catch::Contains("multirecv: ok"));
+  }
+  SECTION("maxRecvs 1") {
+    const std::string out = braid::test::runCommand("timeout 60 " + program + " " + plugin("net-loopback") + " 1 2>&1");
+    INFO(out);
+    CHECK_THAT(out, Catch::Contains("multirecv: ok"));
+  }
+}
+
+TEST_CASE("a net plugin found by name and chosen by NCCL_NET, 4 ranks, ended by abort", "[plugins][net]") {
+  const std::string out = runNetDriver("LD_LIBRARY_PATH=" + pluginDir() + " NCCL_NET_PLUGIN=loopback NCCL_NET=LoopBack",
+                                       std::string("4 abort") + kCounts);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("all ranks ok"));
+  CHECK(occurrences(out, ": 300000 ok") == 4);
+  CHECK(occurrences(out, "NET/Plugin : Using net plugin loopback") == 4);
+  CHECK(occurrences(out, "loopback net: finalize") == 4);  // at abort too
+  // (an abort says no goodbye, so peers that abort later see their connections lost, as over
+  // Braid's own sockets; no plugin call failed)
+  CHECK(occurrences(linesWith(out, "NCCL WARN"), "net plugin") == 0);
+}
+
+TEST_CASE("NCCL_NET=Socket leaves a net plugin unused", "[plugins][net]") {
+  const std::string out =
+      runNetDriver("NCCL_NET_PLUGIN=" + plugin("net-loopback") + " NCCL_NET=Socket", std::string("2 destroy 1001"));
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("all ranks ok"));
+  CHECK(occurrences(out, "via NET/Plugin") == 0);
+  CHECK(occurrences(out, "via NET/Socket") >= 2);
+}
+
+TEST_CASE("a net plugin exporting only v6 loads and carries the collectives", "[plugins][net]") {
+  const std::string out = runNetDriver("NCCL_NET_PLUGIN=" + plugin("net-loopback6"), std::string("2 destroy") + kCounts);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("all ranks ok"));
+  CHECK(occurrences(out, "NET/Plugin: Loaded net plugin loopback6 (v6)") == 2);
+  CHECK(occurrences(out, "loopback net v6: init") == 2);  // once per process
+  CHECK(occurrences(out, "via NET/Plugin") >= 2);
+  CHECK(occurrences(out, "NCCL WARN") == 0);
+}
+
+TEST_CASE("a net plugin whose isend fails mid-collective: a named error on every rank and a clean abort",
+          "[plugins][net]") {
+  const std::string out = runNetDriver("NCCL_NET_PLUGIN=" + plugin("net-failisend"), std::string("2 destroy") + kCounts);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("FAILED"));
+  // (a rank whose peer failed first may fail by losing it, before its own 3rd isend)
+  CHECK(occurrences(out, "loopback net: the 3rd isend fails on purpose") >= 1);
+  CHECK(occurrences(out, "rank 0: AllReduce of 1 failed") == 1);
+  CHECK(occurrences(out, "rank 1: AllReduce of 1 failed") == 1);
+  const std::string failures = linesWith(out, " failed: ");
+  CHECK_THAT(failures, Catch::Contains("net plugin loopback-failing"));
+  CHECK_THAT(failures, Catch::Contains("isend returned ncclSystemError (2)"));
+  CHECK_THAT(failures, Catch::Contains("to rank"));
+  CHECK(occurrences(out, "aborted") == 2);  // nothing hung
+}
+
+TEST_CASE("bad net plugins: a WARN, and Braid runs over its own network", "[plugins][net]") {
+  SECTION("missing file: INFO only") {
+    const std::string out = runNetDriver("NCCL_NET_PLUGIN=/nonexistent/libnccl-net-x.so", "2 destroy 1001");
+    INFO(out);
+    CHECK_THAT(out, Catch::Contains("all ranks ok"));
+    CHECK_THAT(out, Catch::Contains("NET/Plugin: Could not find: /nonexistent/libnccl-net-x.so"));
+    CHECK(occurrences(out, "via NET/Socket") >= 2);
+    CHECK(occurrences(out, "NCCL WARN") == 0);
+  }
+  SECTION("no net symbol") {
+    const std::string out = runNetDriver("NCCL_NET_PLUGIN=" + plugin("net-nosymbol"), "2 destroy 1001");
+    INFO(out);
+    CHECK_THAT(out, Catch::Contains("all ranks ok"));
+    CHECK(occurrences(out, "NCCL WARN") == 2);  // one per process
+    CHECK_THAT(linesWith(out, "NCCL WARN"),
+               Catch::Contains("libnccl-net-nosymbol.so exports none of ncclNetPlugin_v11, ncclNetPlugin_v10, "
+                               "ncclNetPlugin_v9, ncclNetPlugin_v8, ncclNetPlugin_v7, ncclNetPlugin_v6"));
+    CHECK(occurrences(out, "via NET/Socket") >= 2);
+  }
+  SECTION("init fails") {
+    const std::string out = runNetDriver("NCCL_NET_PLUGIN=" + plugin("net-initfails"), "2 destroy 1001");
+    INFO(out);
+    CHECK_THAT(out, Catch::Contains("all ranks ok"));
+    CHECK(occurrences(out, "NCCL WARN") == 2);
+    CHECK_THAT(linesWith(out, "NCCL WARN"), Catch::Contains("libnccl-net-initfails.so: net plugin loopback (v11) init "
+                                                            "failed with ncclSystemError (2)"));
+    CHECK(occurrences(out, "via NET/Socket") >= 2);
+  }
+  SECTION("no devices") {
+    const std::string out = runNetDriver("NCCL_NET_PLUGIN=" + plugin("net-nodevices"), "2 destroy 1001");
+    INFO(out);
+    CHECK_THAT(out, Catch::Contains("all ranks ok"));
+    CHECK(occurrences(out, "NCCL WARN") == 2);
+    CHECK_THAT(linesWith(out, "NCCL WARN"), Catch::Contains("libnccl-net-nodevices.so: net plugin loopback (v11) reports 0 devices"));
+    CHECK(occurrences(out, "loopback net: finalize") == 2);  // its context was given back
+    CHECK(occurrences(out, "via NET/Socket") >= 2);
+  }
+}
+
+TEST_CASE("a net plugin between thread ranks of one process (P2P and SHM disabled)", "[plugins][net]") {
+  const std::string out = runDriver("NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1 NCCL_NET_PLUGIN=" +
+                                        plugin("net-loopback"),
+                                    "4 threads destroy 1 1001 300000");
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("all ranks ok"));
+  CHECK(occurrences(out, "NET/Plugin: Loaded net plugin loopback (v11)") == 1);  // once per process
+  CHECK(occurrences(out, "NET/Plugin : Using net plugin loopback") == 4);        // per communicator
+  CHECK(occurrences(out, "via NET/Plugin") >= 8);
+  CHECK(occurrences(out, "NCCL WARN") == 0);
+}
+
+// ---- a net plugin's devices in the topology: braid-topo, and the ports of channels across hosts ----
+
+namespace {
+
+/// braid-topo with `env` on this machine as detection sees it (no GPU unless `env` says, no
+/// RDMA port, loopback only), its output (stdout and stderr) and "exit=N".
+std::string runTopo(const std::string& env, const std::string& args = "") {
+  const char* topo = std::getenv("BRAID_TOPO_EXE");
+  REQUIRE(topo != nullptr);
+  return braid::test::runCommand(
+      "unset NCCL_NET_PLUGIN NCCL_NET NCCL_TOPO_FILE NCCL_GRAPH_FILE NCCL_TOPO_DUMP_FILE NCCL_GRAPH_DUMP_FILE "
+      "NCCL_DEBUG; export NCCL_SOCKET_IFNAME=lo BRAID_NVML_LIBRARY=libbraid-no-such-nvml.so "
+      "BRAID_IBVERBS_LIBRARY=libbraid-no-such-verbs.so " + env + "; timeout 60 " + topo + " " + args +
+      "; echo \"exit=$?\"");
+}
+
+/// What follows "Nodes and links" in braid-topo's output: the system, paths and channels.
+std::string fromNodes(const std::string& out) {
+  const size_t at = out.find("Nodes and links");
+  return at == std::string::npos ? "(no nodes in: " + out + ")" : out.substr(at);
+}
+
+}  // namespace
+
+TEST_CASE("braid-topo: a net plugin's devices are the network ports; without it, or with NCCL_NET=Socket, they are "
+          "not", "[plugins][net][topology]") {
+  const std::string loopback = plugin("net-loopback");
+  const std::string out = runTopo("NCCL_NET_PLUGIN=" + loopback);
+  INFO(out);
+  CHECK_THAT(out, Catch::EndsWith("exit=0\n"));
+  CHECK_THAT(out, Catch::Contains("Braid topology: detection (0 GPUs, 2 network ports, "));
+  CHECK_THAT(out, Catch::Contains("Network ports from net plugin loopback (v11, " + loopback + "):\n"
+                                  "  NET/0 loop0: 10000 Mb/s, port 1, guid 0x1000, ptrSupport 0x1, no PCI path (under the CPU)\n"
+                                  "  NET/1 loop1: 10000 Mb/s, port 1, guid 0x1001, ptrSupport 0x1, no PCI path (under the CPU)\n"));
+  CHECK_THAT(out, Catch::Contains("\nNIC/0 (no PCI device)\n  + PCI[5000.0] - CPU/0\n  + NET[1.2] - NET/0\n"
+                                  "NET/0 (loop0, dev 0, port 1, 1.2 GB/s)\n"));
+  CHECK_THAT(out, Catch::Contains("\nNET/1 (loop1, dev 1, port 1, 1.2 GB/s)\n"));
+  CHECK(occurrences(out, "(lo, dev") == 0);  // the plugin replaced the Ethernet interface
+  CHECK(occurrences(out, "WARN") == 0);
+  // NCCL_NET naming it (any case) picks it too.
+  CHECK(fromNodes(runTopo("NCCL_NET_PLUGIN=" + loopback + " NCCL_NET=LoopBack")) == fromNodes(out));
+
+  // Without the plugin, or with NCCL_NET=Socket: the interface lo, and no loop0/loop1.
+  const std::string none = runTopo("NCCL_NET_PLUGIN=none");
+  INFO(none);
+  CHECK_THAT(none, Catch::Contains("(0 GPUs, 1 network ports, ") && Catch::Contains("\nNET/0 (lo, dev 0, port 0, ") &&
+                       Catch::EndsWith("exit=0\n"));
+  CHECK(occurrences(none, "loop0") + occurrences(none, "loop1") + occurrences(none, "net plugin") == 0);
+  const std::string socket = runTopo("NCCL_NET_PLUGIN=" + loopback + " NCCL_NET=Socket");
+  CHECK(fromNodes(socket) == fromNodes(none));
+  CHECK(occurrences(socket, "net plugin") == 0);
+  // NCCL_NET naming another network: the plugin is not the network, so not the ports either.
+  CHECK(fromNodes(runTopo("NCCL_NET_PLUGIN=" + loopback + " NCCL_NET=carrier-pigeon")) == fromNodes(none));
+
+  // A plugin with no devices leaves the topology as it was (and says why once).
+  const std::string noDevices = runTopo("NCCL_NET_PLUGIN=" + plugin("net-nodevices"));
+  INFO(noDevices);
+  CHECK(fromNodes(noDevices) == fromNodes(none));
+  CHECK(occurrences(noDevices, "NCCL WARN") == 1);
+  CHECK_THAT(noDevices, Catch::Contains("libnccl-net-nodevices.so: net plugin loopback (v11) reports 0 devices"));
+
+  // A v6 plugin: the same ports.
+  // Across machines the channel search runs through them (the NVML double's 4 GPUs, which
+  // like the plugin's devices sysfs does not know, hang under the CPU beside them).
+  const std::string twoNodes = runTopo("BRAID_NVML_LIBRARY=" + std::string(std::getenv("BRAID_FAKE_NVML")) +
+                                       " NCCL_NET_PLUGIN=" + loopback, "--nodes 2");
+  INFO(twoNodes);
+  CHECK_THAT(twoNodes, Catch::Contains("Rings (across machines):\n"
+                                       "Pattern 4, crossNic 0, nChannels 2, bw 1.200000/1.200000, type NVL/PHB, sameChannels 0\n"
+                                       " 0 : NET/0 GPU/0 GPU/1 GPU/2 GPU/3 NET/0\n"
+                                       " 1 : NET/1 GPU/0 GPU/1 GPU/2 GPU/3 NET/1\n"));
+  CHECK_THAT(twoNodes, Catch::Contains("GPU x NET paths (type/GB/s):\n        NET/0      NET/1      \n"
+                                       "GPU/0   PHB/1.2    PHB/1.2    \n"));
+
+  // A v6 plugin: the same ports.
+  const std::string v6 = runTopo("NCCL_NET_PLUGIN=" + plugin("net-loopback6"));
+  CHECK_THAT(v6, Catch::Contains("Network ports from net plugin loopback6 (v6, "));
+  CHECK_THAT(v6, Catch::Contains("\nNET/1 (loop1, dev 1, port 1, 1.2 GB/s)\n"));
+
+  // They replace RDMA ports too: the verbs double's mlx5_0 and mlx5_1 are not listed.
+  if (!braid::test::verbsDouble().empty()) {
+    const std::string ib = runTopo("BRAID_IBVERBS_LIBRARY=" + braid::test::verbsDouble() + " NCCL_NET_PLUGIN=" + loopback);
+    INFO(ib);
+    CHECK_THAT(ib, Catch::Contains("(0 GPUs, 2 network ports, ") && Catch::Contains("\nNET/0 (loop0, dev 0"));
+    CHECK(occurrences(ib, "mlx5") == 0);
+    CHECK_THAT(runTopo("BRAID_IBVERBS_LIBRARY=" + braid::test::verbsDouble()), Catch::Contains("\nNET/0 (mlx5_0, dev 0"));
+  }
+}
+
+TEST_CASE("ranks on two 'hosts' put each ring channel on the net plugin device the topology's graph names",
+          "[plugins][net][topology]") {
+  const char* program = std::getenv("BRAID_RANK_MAIN_EXE");
+  const char* nvml = std::getenv("BRAID_FAKE_NVML");
+  REQUIRE(program != nullptr);
+  REQUIRE(nvml != nullptr);
+  braid::test::TempDir dir;
+  // Ring channel 0 through loop1 (NET/1): by number it would take device 0.
+  std::string channel = "<channel><net dev=\"1\"/>";
+  for (int g = 0; g < 4; ++g) channel += "<gpu dev=\"" + std::to_string(g) + "\"/>";
+  channel += "<net dev=\"1\"/></channel>";
+  const std::string graph = dir.write("ring.xml",
+      "<graphs version=\"1\"><graph id=\"0\" pattern=\"4\" crossnic=\"0\" nchannels=\"1\" speedintra=\"1.2\" "
+      "speedinter=\"1.2\" latencyinter=\"0\" typeintra=\"NVL\" typeinter=\"PHB\" samechannels=\"1\">" + channel +
+      "</graph></graphs>\n");
+  auto run = [&](const std::string& extra) {
+    std::string command = "unset NCCL_NET NCCL_TOPO_FILE NCCL_GRAPH_FILE NCCL_TUNER_PLUGIN NCCL_PROFILER_PLUGIN; "
+                          "export NCCL_COMM_ID=127.0.0.1:" + std::to_string(braid::test::freeLoopbackPort()) +
+                          " NCCL_SOCKET_IFNAME=lo BRAID_BOOTSTRAP_TIMEOUT=20 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=NET "
+                          "NCCL_ALGO=Ring BRAID_IBVERBS_LIBRARY=libbraid-no-such-verbs.so BRAID_NVML_LIBRARY=" +
+                          std::string(nvml) + " NCCL_NET_PLUGIN=" + plugin("net-loopback") + " " + extra + "; ";
+    for (int r = 0; r < 2; ++r)
+      command += "NCCL_HOSTID=host" + std::to_string(r) + " timeout 60 " + program + " 2 " + std::to_string(r) + " allreduce & ";
+    return braid::test::runCommand(command + "wait");
+  };
+  std::string out = run("NCCL_GRAPH_FILE=" + graph);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("rank 0 of 2 ok") && Catch::Contains("rank 1 of 2 ok"));
+  CHECK(occurrences(out, ": network ports from the topology: rings in loop1:1, out loop1:1;") == 2);
+  CHECK(occurrences(out, "through loopback device 1 (loop1:1, the topology's port; ring0;") == 4);  // 2 ranks x 2 ends
+  CHECK(occurrences(out, "through loopback device 0") == 0);
+  CHECK(occurrences(out, "NCCL WARN") == 0);
+  // The search's own graph: ring channel 0 on NET/0 (loop0), as `braid-topo --nodes 2` shows.
+  out = run("");
+  CHECK(occurrences(out, ": network ports from the topology: rings in loop0:1 loop1:1, out loop0:1 loop1:1;") == 2);
+  CHECK(occurrences(out, "through loopback device 0 (loop0:1, the topology's port; ring0;") == 4);
+  CHECK_THAT(out, Catch::Contains("rank 0 of 2 ok") && Catch::Contains("rank 1 of 2 ok"));
+}
