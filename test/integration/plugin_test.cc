@@ -494,9 +494,9 @@ namespace {
 /// transport (so through the proxy thread), with the recording profiler `name` asking for
 /// `mask`; `env` may add a net plugin.
 std::string runProxyDriver(const std::string& name, const std::string& mask, const std::string& env = "") {
-  return runDriver(env + " NCCL_SHM_DISABLE=1 NCCL_P2P_DISABLE=1 NCCL_IB_DISABLE=1 NCCL_PROFILE_EVENT_MASK=" + mask +
+  return runDriver("NCCL_SHM_DISABLE=1 NCCL_P2P_DISABLE=1 NCCL_IB_DISABLE=1 NCCL_PROFILE_EVENT_MASK=" + mask +
                        " NCCL_PROFILER_PLUGIN=" + plugin(name) + " NCCL_COMM_ID=127.0.0.1:" +
-                       std::to_string(braid::test::freeLoopbackPort()),
+                       std::to_string(braid::test::freeLoopbackPort()) + " " + env,
                    "2 processes destroy group 2000000");
 }
 
@@ -596,15 +596,24 @@ std::vector<ProxyOpSeen> checkProxyEvents(const std::vector<ProfLine>& lines, in
 
 TEST_CASE("ProxyOp and ProxyStep events of an AllReduce and a send/recv pair over the network",
           "[plugins][profiler]") {
-  // Over Braid's socket transport, then through a net plugin (the loopback one, over TCP).
-  const std::string transport = GENERATE(as<std::string>(), "Socket", "loopback");
-  const std::string netEnv = transport == "loopback" ? "NCCL_NET_PLUGIN=" + plugin("net-loopback") : "";
+  // Over Braid's socket transport, through a net plugin (the loopback one, over TCP), and over
+  // Braid's verbs transport on the verbs double (RDMA writes played in shared memory).
+  const std::string transport = GENERATE(as<std::string>(), "Socket", "loopback", "IB");
+  const char* verbs = std::getenv("BRAID_FAKE_VERBS");
+  if (transport == "IB" && (verbs == nullptr || *verbs == '\0')) {
+    WARN("skipped over IB: no verbs double (BRAID_FAKE_VERBS)");
+    return;
+  }
+  const std::string netEnv = transport == "loopback" ? "NCCL_NET_PLUGIN=" + plugin("net-loopback")
+                             : transport == "IB"     ? "NCCL_IB_DISABLE=0 NCCL_NET=IB BRAID_IBVERBS_LIBRARY=" + std::string(verbs)
+                                                     : "";
   INFO(transport);
   SECTION("asked for: every operation's network ends, with their steps") {
     const std::string out = runProxyDriver("profiler-record", "0xfff", netEnv);
     INFO(out);
     CHECK_THAT(out, Catch::Contains("all ranks ok"));
     if (transport == "loopback") CHECK_THAT(out, Catch::Contains("Using net plugin loopback"));
+    if (transport == "IB") CHECK_THAT(out, Catch::Contains("via NET/IB") && !Catch::Contains("via NET/Socket"));
     CHECK(occurrences(out, "NCCL WARN") == 0);
     CHECK(occurrences(out, "parent=bad") + occurrences(out, "group=bad") == 0);
     CHECK(occurrences(out, "bad handle") == 0);

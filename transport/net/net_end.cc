@@ -451,6 +451,11 @@ void EndPump::landStep(const FrameHeader& h, const char* staging) {
                                     : reinterpret_cast<uint64_t*>(conn_.ll128 + slot * conn_.ll128StepLines);
     for (uint64_t i = 0; i < h.bytes / 8; ++i) kernels::storeRelease(to + i, from[i]);
   }
+  // The step's description, as the sender's kernel wrote it: read by a receive by reference
+  // (Simple), otherwise by nothing but a profiler plugin's trace (proxy/op_trace.h).
+  kernels::storeRelaxed(conn_.sizes + slot, h.bytes | ((h.flags & kFrameLL)      ? kernels::kStepLL
+                                                       : (h.flags & kFrameLL128) ? kernels::kStepLL128
+                                                                                 : 0));
 }
 
 bool EndPump::write(int k, bool* moved) {

@@ -271,7 +271,8 @@ class EndPump : public proxy::Pump {
   /// `consistent` holds); false after reporting what arrived `how` ("on socket 2", ...).
   bool checkStep(const FrameHeader& h, uint64_t due, const std::string& how, bool consistent = true);
   /// Receiver: step h's signature (when it carries one), then its LL lines from `staging`
-  /// with 8-byte release stores (data and flag together). Tail is the caller's.
+  /// with 8-byte release stores (data and flag together), then its description in conn.sizes
+  /// (bytes and protocol). Tail is the caller's.
   void landStep(const FrameHeader& h, const char* staging);
 
   /// Pumps socket k's writer; false once the connection broke.

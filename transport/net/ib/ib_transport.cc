@@ -132,6 +132,7 @@ class IbEnd : public EndPump {
         why_(s.what + (choice.planned ? ", the topology's port" : ", port by number")) {
     // The proxy thread runs best near the device it drives (when sysfs knows its node).
     proxy::preferCpus(net::cpusNearRdmaDevice(port_.device, s.gpuDirect.sysRoot), port_.device);
+    tracesSteps_ = true;  // (profiler plugins: proxy/op_trace.h)
     try {
       setUp();
     } catch (...) {
@@ -405,6 +406,7 @@ class SendEnd final : public IbEnd {
       return;
     }
     kernels::storeRelease(conn_.head, ++head_);  // the data has left: the slot is reusable
+    if (trace_.armed()) trace_.stepsDone(head_);
   }
 
   bool postSteps() {
@@ -424,6 +426,7 @@ class SendEnd final : public IbEnd {
     FrameHeader* record = reinterpret_cast<FrameHeader*>(extra() + kRecordOffset) + slot;
     const char* payload = nullptr;
     if (!stepHeader(step, record, &payload)) return;
+    if (trace_.armed()) trace_.stepTaken(step, record->bytes);  // (done once its writes complete)
     const bool staged = (record->flags & kFrameFlagged) != 0;
     const uint32_t bytes = record->bytes;
     // Simple data from this end's slot (GPU memory with GPU Direct RDMA) into the receiver's
@@ -476,6 +479,7 @@ class RecvEnd final : public IbEnd {
     bool moved = readControl();  // the sender's announcement, fault notice and goodbye
     if (!broken_) moved |= pollCq();
     if (!broken_) moved |= sendCredit();
+    if (trace_.armed()) trace_.stepsDone(kernels::loadAcquire(conn_.head));  // (freed by the kernel)
     if (broken_) return true;
     if (!writers_[0].busy() && !startFault()) startBye();
     if (write(0, &moved)) noteByeWritten();
@@ -527,9 +531,11 @@ class RecvEnd final : public IbEnd {
       lost("wrote step " + std::to_string(step) + " into a slot this end's kernel still reads", true);
       return;
     }
+    if (trace_.armed()) trace_.stepTaken(step, h.bytes);  // (the record comes last: the step is whole)
     landStep(h, extra() + kStagingOffset + slot * stagingCapacity(sizes_));
     next_ = step + 1;
     kernels::storeRelease(conn_.tail, next_);
+    if (trace_.armed()) trace_.stepLanded(step, h.bytes);
   }
 
   /// The kernel's head, when it moved, into the sender's credit word (one write at a time).

@@ -620,11 +620,6 @@ class RecvEnd final : public PluginEnd {
   /// Step h is here: its signature, its LL lines from staging, then tail.
   void land(const FrameHeader& h) {
     landStep(h, staging(h.step));
-    // (its description: read by nothing but a profiler plugin's trace, proxy/op_trace.h)
-    kernels::storeRelaxed(conn_.sizes + h.step % kernels::kSteps,
-                          h.bytes | ((h.flags & kFrameLL)      ? kernels::kStepLL
-                                     : (h.flags & kFrameLL128) ? kernels::kStepLL128
-                                                               : 0));
     landed_ = h.step + 1;
     kernels::storeRelease(conn_.tail, landed_);
     if (trace_.armed()) trace_.stepLanded(h.step, h.bytes);

@@ -182,12 +182,9 @@ class RecvPump final : public EndPump {
   /// Step h.step is here: its signature and LL lines, then tail, in step order across the sockets.
   void landData(int k, const FrameHeader& h) {
     landStep(h, staging_[k].data());
-    if ((h.flags & kFrameFlagged) == 0) {  // (read by a receive by reference, once tail says so)
-      kernels::storeRelaxed(conn_.sizes + h.step % kernels::kSteps, h.bytes | (direct_[k] != nullptr ? kernels::kStepDirect : 0));
-      if (direct_[k] != nullptr) noteDirectStep();
-    } else {  // (no reader but a profiler plugin's trace: proxy/op_trace.h)
-      kernels::storeRelaxed(conn_.sizes + h.step % kernels::kSteps,
-                            h.bytes | ((h.flags & kFrameLL) ? kernels::kStepLL : kernels::kStepLL128));
+    if (direct_[k] != nullptr) {  // (landed in the receiver's buffer: a receive by reference reads it once tail says so)
+      kernels::storeRelaxed(conn_.sizes + h.step % kernels::kSteps, h.bytes | kernels::kStepDirect);
+      noteDirectStep();
     }
     direct_[k] = nullptr;
     arrived_[h.step % kernels::kSteps] = h.step + 1;
