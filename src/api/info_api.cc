@@ -15,7 +15,9 @@ ncclResult_t pncclGetVersion(int* version) {
 }
 
 BRAID_API(const char*, ncclGetErrorString, ncclResult_t result);
-const char* pncclGetErrorString(ncclResult_t result) { return resultString(result); }
+const char* pncclGetErrorString(ncclResult_t result) {
+  return resultCodeString(rawCode(result));  // (a C caller may pass any int: never loaded as the enum)
+}
 
 BRAID_API(const char*, ncclGetLastError, ncclComm_t comm);
 const char* pncclGetLastError(ncclComm_t comm) {

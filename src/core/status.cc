@@ -2,6 +2,7 @@
 
 #include <cstdarg>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 namespace braid {
@@ -23,8 +24,11 @@ void fail(ncclResult_t code, const char* format, ...) {
   throw Error(code, text.data());
 }
 
-const char* resultString(ncclResult_t result) noexcept {
-  switch (result) {
+const char* resultString(ncclResult_t result) noexcept { return resultCodeString(rawCode(result)); }
+
+const char* resultCodeString(int code) noexcept {
+  if (code < 0 || code >= ncclNumResults) return "unknown result code";
+  switch (static_cast<ncclResult_t>(code)) {
     case ncclSuccess: return "no error";
     case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
     case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";

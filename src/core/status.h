@@ -8,6 +8,7 @@
 
 #include <nccl.h>
 
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -30,6 +31,18 @@ class Error : public std::runtime_error {
 
 /// The fixed text NCCL users expect for each result code.
 const char* resultString(ncclResult_t result) noexcept;
+/// The same for a code read as an int (any value: "unknown result code" outside NCCL's).
+const char* resultCodeString(int code) noexcept;
+/// An ABI enum parameter's value as an int, read from its bytes: a C caller may pass any int,
+/// and loading a value outside an enum's range as the enum is undefined in C++ (clang's
+/// -fsanitize=enum reports it).
+template <typename Enum>
+int rawCode(const Enum& value) noexcept {
+  static_assert(sizeof(Enum) == sizeof(int), "an int-sized enum");
+  int code = 0;
+  std::memcpy(&code, &value, sizeof code);
+  return code;
+}
 
 /// Text of the last failure seen on the calling thread ("" when none).
 const char* threadLastError() noexcept;

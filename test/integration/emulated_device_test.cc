@@ -310,7 +310,7 @@ TEST_CASE("emulated GPU: sends to another process go straight into its registere
     const cudaStream_t s = streamOf(rank);
     // Rank 1 receives into memory other processes can map (ncclMemAlloc's on a GPU), 4 KiB in.
     char* allocation = rank == 1 ? static_cast<char*>(test::EmulatedDevice::allocateShareable(bytes + 8192)) : nullptr;
-    float* registered = reinterpret_cast<float*>(allocation + 4096);
+    float* registered = allocation != nullptr ? reinterpret_cast<float*>(allocation + 4096) : nullptr;
     std::vector<float> plain(count), out(count);
     int token = 0;
     // Rank 0 sends round's pattern to `into` on rank 1; returns the FIFO steps rank 0's send took.

@@ -45,7 +45,8 @@ T valueOf(uint64_t r) {
   else if constexpr (std::is_same_v<T, BFloat16>) return toBFloat16(static_cast<float>(small) * 0.25f);
   else if constexpr (std::is_same_v<T, Fp8E4M3>) return toFp8E4M3(static_cast<float>(small));
   else if constexpr (std::is_same_v<T, Fp8E5M2>) return toFp8E5M2(static_cast<float>(small) * 2.0f);
-  else return static_cast<T>(small + (std::is_floating_point_v<T> ? 0.125 * static_cast<double>(r % 5) : 0));
+  else if constexpr (std::is_floating_point_v<T>) return static_cast<T>(small + 0.125 * static_cast<double>(r % 5));
+  else return static_cast<T>(small);  // (an int to an unsigned type wraps; a negative double would be undefined)
 }
 
 template <typename T>
