@@ -49,6 +49,7 @@ const CostTable kGpuCostTable = {
     /*bytesPerThread*/ {8, 8, 64},
     /*ll128ByDefault*/ true,
     /*peerLLMaxBytes*/ 16384,  // NCCL_P2P_LL_THRESHOLD's default
+    /*connectUs*/ 100,  // an estimate (FIFO memory mapped from a peer, one exchange): no GPU has run Braid's setup
 };
 
 // The host backend: measured by perf/calibrate_host.sh on the development machine (2 CPUs,
@@ -73,7 +74,12 @@ const CostTable kGpuCostTable = {
 // never used on the host and copy memory's. Sends and receives move as LL up to 64 bytes only
 // (sendrecv_perf, 2 processes, 3 interleaved runs: LL 0.71-0.78 us at 8 bytes against Simple's
 // 0.82-0.84, even at 128, then Simple ahead: 512 B 1.0 against 1.9, 2 KiB 1.6 against 5.4,
-// 8 KiB 2.6-3.2 against 26; NCCL's 16 KiB is a GPU figure).
+// 8 KiB 2.6-3.2 against 26; NCCL's 16 KiB is a GPU figure). A connection's setup: the first
+// 8-byte AllReduce on 8 processes (all_reduce_perf -w 0 -n 1 against -w 3 -n 1, 5 runs each,
+// a compile loading the CPUs) took 110 us more than a warm one with Direct (7 new peers), 114
+// with RecDoubling (4), 73 with Ring (channel 0's ring, which every first collective makes):
+// 40 us for Direct's peers beyond it at 4 ranks per CPU, about 1.5 us per connection and rank
+// per CPU; RecDoubling's, 10. 3 us, scaled by the ranks per CPU.
 const CostTable kHostCostTable = {
     "host (measured on 2 CPUs by perf/calibrate_host.sh)",
     /*baseLatency*/ {{0.26, 0.16, 0.16}, {0.26, 0.16, 0.16}, {0.26, 0.16, 0.16}, {0.26, 0.16, 0.16}, {0.26, 0.16, 0.16},
@@ -91,6 +97,7 @@ const CostTable kHostCostTable = {
     /*bytesPerThread*/ {0, 0, 0},
     /*ll128ByDefault*/ false,
     /*peerLLMaxBytes*/ 64,
+    /*connectUs*/ 3,  // see above
 };
 
 const char* linkClassName(LinkClass link) {
@@ -354,6 +361,33 @@ double Tuner::predict(Func f, Algo a, Proto p, int nChannels, uint64_t bytes) co
   Terms t;
   if (!terms(f, a, p, nChannels, bytes, &t)) return -1;
   return t.latency + static_cast<double>(bytes) * t.moved / (1000.0 * t.bandwidth);
+}
+
+int Tuner::peersPerChannel(Algo a) const {
+  const int n = std::max(1, shape_.nRanks);
+  int peers = n - 1;
+  switch (a) {
+    case Algo::kRing: peers = 2; break;
+    case Algo::kTree: peers = 3; break;
+    case Algo::kHier2D: peers = 4; break;
+    case Algo::kRecDoubling:
+    case Algo::kHalvingDoubling: peers = ceilLog2(n) + 1; break;
+    case Algo::kBinomial:
+    case Algo::kBruck: peers = 2 * ceilLog2(n); break;
+    default: break;  // Direct, Pairwise: every other rank
+  }
+  return std::min(peers, n - 1);
+}
+
+double Tuner::setupUs(Algo a, int nChannels) const {
+  // On the host both ends of a connection spend CPU time on it, and every rank connects at
+  // once: where a node's ranks oversubscribe its CPUs, each waits for the others' share.
+  const CostShape& s = shape_;
+  const int sharing = std::max(s.ranksPerNode, s.ranksPerCpuSet);
+  const double load = table_->oversubscribedHop[0] > 0 && s.cpusPerNode > 0
+                          ? std::max(1.0, static_cast<double>(sharing) / s.cpusPerNode)
+                          : 1.0;
+  return table_->connectUs * load * peersPerChannel(a) * std::max(0, nChannels);
 }
 
 double Tuner::predictPeer(uint64_t bytes, Proto p) const {

@@ -58,6 +58,7 @@ struct CostTable {
   int bytesPerThread[kTunerProtos];                ///< channels shrink while bytes < channels x threads x this
   bool ll128ByDefault;                             ///< LL128 is a candidate without NCCL_PROTO naming it
   int64_t peerLLMaxBytes;                          ///< a send or receive of up to this many bytes moves as LL
+  double connectUs;                                ///< one rank's setup of one connection on one channel, the first time a collective needs it (0: free)
 };
 
 extern const CostTable kGpuCostTable;
@@ -136,6 +137,17 @@ class Tuner {
   /// The predicted µs of one candidate for `bytes`; negative when it is not a candidate
   /// (not implemented, too large for Direct, a channel count it cannot use).
   double predict(kernels::Func f, kernels::Algo a, kernels::Proto p, int nChannels, uint64_t bytes) const;
+
+  /// The distinct ranks one rank connects to for `a` on one channel (the most any rank does,
+  /// the same on every rank): Ring 2, Tree 3 (parent, two children), Hier2D 4 (row and column
+  /// neighbours), RecDoubling and HalvingDoubling ceil(log2 n) partners and a folding
+  /// neighbour, Binomial and Bruck 2 ceil(log2 n) (me +- 2^k), Direct and Pairwise n-1; never
+  /// more than n-1.
+  int peersPerChannel(kernels::Algo a) const;
+
+  /// The µs one rank spends making `nChannels` channels of connections for `a` (connectUs per
+  /// connection), the first time a collective needs them.
+  double setupUs(kernels::Algo a, int nChannels) const;
 
   /// The protocol a send or receive of `bytes` moves with (peerProtocolFor).
   kernels::Proto peerProtocol(uint64_t bytes) const { return peerProtocolFor(bytes, *table_, shape_); }

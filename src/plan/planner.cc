@@ -47,6 +47,18 @@ void logChoice(const Task& task, uint64_t bytes, int nRanks, const topo::Choice&
              choice.nChannels, choice.timeUs);
 }
 
+/// The algorithms and protocols NCCL_ALGO/NCCL_PROTO leave for a task, as the tuner's bits.
+struct Allowed {
+  uint32_t algos, protos, forced;
+};
+Allowed allowedFor(const Task& task, const PlanLimits& limits) {
+  const EnvFunc f = envFuncOf(task.func);
+  const uint32_t protos = limits.mask.protos[static_cast<int>(f)];
+  const uint32_t allProtos = AlgoProtoMask::all().protos[static_cast<int>(f)];
+  const uint32_t forced = protos == allProtos ? 0 : protos;  // NCCL_PROTO narrowed the list: what it left is forced
+  return Allowed{tunerAlgos(limits.mask.algos[static_cast<int>(f)]), protos, forced};
+}
+
 }  // namespace
 
 topo::Tuner tunerFor(int nRanks, const PlanLimits& limits) {
@@ -75,13 +87,11 @@ topo::Tuner tunerFor(int nRanks, const PlanLimits& limits) {
 
 topo::Choice chooseFor(const Task& task, int nRanks, const PlanLimits& limits) {
   const EnvFunc f = envFuncOf(task.func);
-  const uint32_t protos = limits.mask.protos[static_cast<int>(f)];
-  const uint32_t allProtos = AlgoProtoMask::all().protos[static_cast<int>(f)];
-  const uint32_t forced = protos == allProtos ? 0 : protos;  // NCCL_PROTO narrowed the list: what it left is forced
+  const auto [algos, protos, forced] = allowedFor(task, limits);
   const uint64_t bytes = tunerBytes(task, nRanks);
   const topo::Tuner tuner = tunerFor(nRanks, limits);
   topo::Choice choice;
-  if (!tuner.choose(task.func, bytes, tunerAlgos(limits.mask.algos[static_cast<int>(f)]), protos, forced, &choice)) {
+  if (!tuner.choose(task.func, bytes, algos, protos, forced, &choice)) {
     fail(ncclInvalidUsage,
          "NCCL_ALGO/NCCL_PROTO leave no algorithm and protocol Braid implements for %s of %llu bytes on %d ranks "
          "(Braid implements Ring with LL and Simple for every collective but AlltoAll; for AllReduce also Tree, Direct (LL up to %llu "
@@ -92,17 +102,24 @@ topo::Choice chooseFor(const Task& task, int nRanks, const PlanLimits& limits) {
          static_cast<unsigned long long>(tuner.shape().directMaxBytes));
   }
   if (limits.tunerPlugin != nullptr) {
-    choice = pluginChoice(*limits.tunerPlugin, tuner, task.func, bytes, tunerAlgos(limits.mask.algos[static_cast<int>(f)]),
-                          protos, forced, choice);
+    choice = pluginChoice(*limits.tunerPlugin, tuner, task.func, bytes, algos, protos, forced, choice);
   }
   logChoice(task, bytes, nRanks, choice);
   return choice;
 }
 
-CollPlan planCollective(const Task& task, int nRanks, const PlanLimits& limits, const topo::Choice* known) {
+CollPlan planCollective(const Task& task, int nRanks, const PlanLimits& limits, const topo::Choice* known,
+                        SetupLedger* ledger) {
   CollPlan plan;
   if (known != nullptr) logChoice(task, tunerBytes(task, nRanks), nRanks, *known);
-  plan.choice = known != nullptr ? *known : chooseFor(task, nRanks, limits);
+  plan.tuned = known != nullptr ? *known : chooseFor(task, nRanks, limits);
+  plan.choice = plan.tuned;
+  if (ledger != nullptr && limits.tunerPlugin == nullptr &&
+      ledger->channelsMade(task.func, plan.tuned.algo) < plan.tuned.nChannels) {
+    const auto [algos, protos, forced] = allowedFor(task, limits);
+    plan.choice = ledger->settle(tunerFor(nRanks, limits), task.func, tunerBytes(task, nRanks), algos, protos, forced,
+                                 plan.tuned);
+  }
   plan.proto = plan.choice.proto;
   plan.nChannels = plan.choice.nChannels;
   plan.copy = task.func == kernels::Func::kBroadcast || task.func == kernels::Func::kAllGather ||

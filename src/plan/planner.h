@@ -6,6 +6,7 @@
 #include <array>
 
 #include "plan/algo_proto.h"
+#include "plan/setup_ledger.h"
 #include "plan/task.h"
 #include "topology/tuner.h"
 
@@ -31,7 +32,8 @@ struct CollPlan {
   kernels::Proto proto;
   int nChannels;
   bool copy;  ///< moves bytes (Broadcast, AllGather, AlltoAll): the byte-copy instantiation runs it
-  topo::Choice choice;  ///< what the tuner chose and its predicted time
+  topo::Choice choice;  ///< what runs and its predicted time
+  topo::Choice tuned;   ///< the tuner's (or its plugin's) choice before the ledger's setup charge: what a caller may cache
   uint64_t scratchBytes = 0;  ///< scratch memory the kernels need (CollWork::scratch)
   std::array<kernels::CollWork, 64> works;  ///< one per channel (the first nChannels are used)
 };
@@ -48,8 +50,11 @@ topo::Choice chooseFor(const Task& task, int nRanks, const PlanLimits& limits);
 
 /// Plans one collective of a communicator of nRanks (chooseFor, then the channels' work).
 /// `known`: the choice chooseFor made for the same collective, size and limits before (the
-/// caller's cache), logged as chooseFor logs it.
-CollPlan planCollective(const Task& task, int nRanks, const PlanLimits& limits, const topo::Choice* known = nullptr);
+/// caller's cache), logged as chooseFor logs it. `ledger`: the communicator's connection
+/// setup account (plan/setup_ledger.h), which may defer an algorithm whose connections are not
+/// made yet; not with a tuner plugin, whose answer stands. Null: every connection counts as made.
+CollPlan planCollective(const Task& task, int nRanks, const PlanLimits& limits, const topo::Choice* known = nullptr,
+                        SetupLedger* ledger = nullptr);
 
 /// The protocol of a send/recv of `bytes` under these limits (both sides compute the same).
 kernels::Proto peerProtocol(uint64_t bytes, const PlanLimits& limits);

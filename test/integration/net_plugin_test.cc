@@ -118,8 +118,10 @@ TEST_CASE("a net plugin whose isend fails mid-collective: a named error on every
   CHECK_THAT(out, Catch::Contains("FAILED"));
   // (a rank whose peer failed first may fail by losing it, before its own 3rd isend)
   CHECK(occurrences(out, "loopback net: the 3rd isend fails on purpose") >= 1);
-  CHECK(occurrences(out, "rank 0: AllReduce of 1 failed") == 1);
-  CHECK(occurrences(out, "rank 1: AllReduce of 1 failed") == 1);
+  // (in whichever of count 1's collectives the 3rd isend falls: how many connections the
+  // first AllReduce makes is the tuner's, and its setup ledger's, choice)
+  CHECK(occurrences(linesWith(out, "rank 0: "), " of 1 failed: ") == 1);
+  CHECK(occurrences(linesWith(out, "rank 1: "), " of 1 failed: ") == 1);
   const std::string failures = linesWith(out, " failed: ");
   CHECK_THAT(failures, Catch::Contains("net plugin loopback-failing"));
   CHECK_THAT(failures, Catch::Contains("isend returned ncclSystemError (2)"));
@@ -174,7 +176,7 @@ TEST_CASE("a net plugin between thread ranks of one process (P2P and SHM disable
   CHECK_THAT(out, Catch::Contains("all ranks ok"));
   CHECK(occurrences(out, "NET/Plugin: Loaded net plugin loopback (v11)") == 1);  // once per process
   CHECK(occurrences(out, "NET/Plugin : Using net plugin loopback") == 4);        // per communicator
-  CHECK(occurrences(out, "via NET/Plugin") >= 8);
+  CHECK(occurrences(out, "via NET/Plugin") >= 4);  // every rank's ring at least
   CHECK(occurrences(out, "NCCL WARN") == 0);
 }
 

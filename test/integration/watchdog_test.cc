@@ -349,3 +349,29 @@ TEST_CASE("scale: 256 thread ranks init, reduce, broadcast, gather and exchange 
   CHECK(*std::max_element(ends.begin(), ends.end()) <= 80);
   REQUIRE(test::runThreads(n, [&](int rank) { EXPECT_OK(ncclCommDestroy(comms[rank])); }) == "");
 }
+
+TEST_CASE("scale: a forced AlltoAll:Direct on 66 thread ranks says once at WARN what connecting every rank takes",
+          "[integration][scale]") {
+  const char* perf = std::getenv("BRAID_ALLTOALL_PERF");
+  if (perf == nullptr || *perf == '\0') {
+    WARN("skipped: BRAID_ALLTOALL_PERF (the alltoall_perf tool) is not set");
+    return;
+  }
+  // 66 ranks: each connects to 65 others, one more than the 64 that go unsaid.
+  const std::string run = std::string("NCCL_SOCKET_IFNAME=lo NCCL_DEBUG=WARN timeout 120 ") + perf +
+                          " --threads --ranks 66 -b 264 -e 264 -n 1 -w 0 -c 1 2>&1";
+  const std::string forced = test::runCommand("NCCL_ALGO='alltoall:direct' " + run);
+  INFO(forced);
+  size_t warns = 0;
+  for (size_t at = forced.find("NCCL WARN"); at != std::string::npos; at = forced.find("NCCL WARN", at + 1)) ++warns;
+  CHECK(warns == 1);
+  CHECK_THAT(forced, Catch::Contains("AlltoAll's Direct on 66 ranks connects every rank to each of the other 65") &&
+                         Catch::Contains("130 connection ends and 90 MiB of FIFO memory a rank") &&
+                         Catch::Contains("connect at most 14 ranks each"));
+  CHECK_THAT(forced, Catch::Contains("# Out of bounds values : 0 OK"));
+  // The default (Bruck) connects 2 ceil(log2 n) partners: nothing to say.
+  const std::string chosen = test::runCommand(run);
+  INFO(chosen);
+  CHECK(chosen.find("NCCL WARN") == std::string::npos);
+  CHECK_THAT(chosen, Catch::Contains("# Out of bounds values : 0 OK"));
+}

@@ -324,6 +324,21 @@ DataPath::PeerSet DataPath::connectSet(const std::vector<int>& sendTo, const std
   return conns;
 }
 
+void DataPath::warnEveryPeer(const char* what, int channels, bool sendRecv) {
+  if (everyPeerWarned_ || rank_ != 0 || nRanks_ - 1 <= kEveryPeerWarnPeers) return;
+  everyPeerWarned_ = true;  // (once per communicator, by rank 0: every rank makes the same)
+  const transport::ConnectorOptions& o = connector_.options();
+  const uint64_t newEnds = 2 * static_cast<uint64_t>(nRanks_ - 1) * std::max(1, channels);
+  const double mib = static_cast<double>(newEnds * (sendRecv ? o.p2p : o.ring).bytes()) / (1 << 20);
+  BRAID_WARN("%s on %d ranks connects every rank to each of the other %d (NCCL_ALGO names it, or leaves nothing "
+             "else): %llu connection ends and %.0f MiB of FIFO memory a rank (host memory is backed where "
+             "touched), made the first time it runs. The defaults here (RecDoubling, HalvingDoubling, Bruck) connect "
+             "at most %d ranks each. (On 2 CPUs, AlltoAll's Direct over 1024 thread ranks took 654 s and 14.5 GB for "
+             "its first call.)",
+             what, nRanks_, nRanks_ - 1, static_cast<unsigned long long>(newEnds), mib,
+             plan::tunerFor(nRanks_, settings_.limits).peersPerChannel(kernels::Algo::kBruck));
+}
+
 void DataPath::preparePeers(kernels::Algo algo, int n, kernels::CollWork* works) {
   int& ready = peersReady_[static_cast<size_t>(algo)];
   if (ready < n) {  // (the peers only when a channel is new for the algorithm: this runs per call)
@@ -333,7 +348,10 @@ void DataPath::preparePeers(kernels::Algo algo, int n, kernels::CollWork* works)
     }
     for (int c = ready; c < n; ++c) {
       // (every rank prepares the same algorithm's channel at once: every peer in one exchange)
-      if (connectsEveryPeer(algo)) connector_.connectEveryPeer(transport::peerSet(c));
+      if (connectsEveryPeer(algo)) {
+        warnEveryPeer(topo::algoName(algo), n, false);
+        connector_.connectEveryPeer(transport::peerSet(c));
+      }
       const PeerSet added = connectSet(peers, peers, transport::peerSet(c));
       for (int r : peers) {
         peerSets_[c].send[r] = added.send[r];
@@ -409,10 +427,10 @@ void DataPath::runCollective(const plan::Task& given) {
   // (a tuner plugin is asked every time: no cache)
   auto known = tunerPlugin_ != nullptr ? choices_.end() : choices_.find(key);
   plan::CollPlan plan =
-      plan::planCollective(task, nRanks_, settings_.limits, known != choices_.end() ? &known->second : nullptr);
+      plan::planCollective(task, nRanks_, settings_.limits, known != choices_.end() ? &known->second : nullptr, &ledger_);
   if (known == choices_.end() && tunerPlugin_ == nullptr) {
     if (choices_.size() >= 4096) choices_.clear();  // many sizes: start again rather than grow
-    choices_.emplace(key, plan.choice);
+    choices_.emplace(key, plan.tuned);
   }
   if (profile_ != nullptr) profile_->collStart(task, plan);
   std::vector<char> staged;
@@ -633,6 +651,7 @@ void DataPath::runAllToAllDirect(const plan::Task& task) {
     t.recvbuff = static_cast<char*>(task.recvbuff) + p * bytes;
     ops.push_back(t);
   }
+  warnEveryPeer("AlltoAll's Direct", 1, true);
   try {  // every rank is here at once: every connection in one exchange (runPeers finds them made)
     connector_.connectEveryPeer();
   } catch (const Error&) {

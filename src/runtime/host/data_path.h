@@ -209,6 +209,11 @@ class DataPath {
   /// The algorithms over point-to-point connections: connects channels [0, n) to the ranks
   /// `algo` exchanges with (algorithm_peers.h) on first use and fills those works' connections.
   void preparePeers(kernels::Algo algo, int n, kernels::CollWork* works);
+  /// Before `what` first connects every rank to every other on `channels` channels (send/recv
+  /// connections, or collective ones), on more than kEveryPeerWarnPeers + 1 ranks: a WARN
+  /// (rank 0, once) with the connection ends and FIFO memory it will take, since only
+  /// NCCL_ALGO chooses it there.
+  void warnEveryPeer(const char* what, int channels, bool sendRecv);
   /// Tree: connects channels [0, n) to their tree neighbours (channel c: tree c mod 2) on
   /// first use and fills those works' tree links and connections.
   void prepareTrees(int n, kernels::CollWork* works);
@@ -249,6 +254,12 @@ class DataPath {
   // an 8-byte AllReduce on 2 ranks about as much as the operation. Not with a tuner plugin,
   // which is asked about every collective.
   std::unordered_map<uint64_t, topo::Choice> choices_;
+  // What each algorithm's connections have cost so far and the time it would have saved: an
+  // algorithm whose connections are not made runs once that time pays for them (setup_ledger.h).
+  plan::SetupLedger ledger_;
+  // Above this many peers, a first connection to every rank is said at WARN (warnEveryPeer).
+  static constexpr int kEveryPeerWarnPeers = 64;
+  bool everyPeerWarned_ = false;
   std::vector<uint64_t> hostOf_;  // each rank's host
   std::vector<int> deviceOf_;     // each rank's CUDA device (its process's ordinal; -1 on the host)
   std::vector<int> nodeOf_;       // each rank's node (hosts, or BRAID_RANKS_PER_NODE groups)
