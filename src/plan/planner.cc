@@ -73,7 +73,7 @@ topo::Tuner tunerFor(int nRanks, const PlanLimits& limits) {
   return tuner;
 }
 
-topo::Choice chooseFor(const Task& task, int nRanks, const PlanLimits& limits) {
+topo::Choice chooseFor(const Task& task, int nRanks, const PlanLimits& limits, const PluginInputs& inputs) {
   const EnvFunc f = envFuncOf(task.func);
   const uint32_t protos = limits.mask.protos[static_cast<int>(f)];
   const uint32_t allProtos = AlgoProtoMask::all().protos[static_cast<int>(f)];
@@ -93,16 +93,17 @@ topo::Choice chooseFor(const Task& task, int nRanks, const PlanLimits& limits) {
   }
   if (limits.tunerPlugin != nullptr) {
     choice = pluginChoice(*limits.tunerPlugin, tuner, task.func, bytes, tunerAlgos(limits.mask.algos[static_cast<int>(f)]),
-                          protos, forced, choice);
+                          protos, forced, choice, inputs);
   }
   logChoice(task, bytes, nRanks, choice);
   return choice;
 }
 
-CollPlan planCollective(const Task& task, int nRanks, const PlanLimits& limits, const topo::Choice* known) {
+CollPlan planCollective(const Task& task, int nRanks, const PlanLimits& limits, const topo::Choice* known,
+                        const PluginInputs& inputs) {
   CollPlan plan;
   if (known != nullptr) logChoice(task, tunerBytes(task, nRanks), nRanks, *known);
-  plan.choice = known != nullptr ? *known : chooseFor(task, nRanks, limits);
+  plan.choice = known != nullptr ? *known : chooseFor(task, nRanks, limits, inputs);
   plan.proto = plan.choice.proto;
   plan.nChannels = plan.choice.nChannels;
   plan.copy = task.func == kernels::Func::kBroadcast || task.func == kernels::Func::kAllGather ||

@@ -6,6 +6,7 @@
 #include <array>
 
 #include "plan/algo_proto.h"
+#include "plan/plugin_choice.h"
 #include "plan/task.h"
 #include "topology/tuner.h"
 
@@ -43,13 +44,15 @@ uint32_t tunerAlgos(uint32_t envAlgos);
 topo::Tuner tunerFor(int nRanks, const PlanLimits& limits);
 
 /// The tuner's choice for a task; throws ncclInvalidUsage naming the collective when
-/// NCCL_ALGO/NCCL_PROTO leave no candidate Braid implements.
-topo::Choice chooseFor(const Task& task, int nRanks, const PlanLimits& limits);
+/// NCCL_ALGO/NCCL_PROTO leave no candidate Braid implements. `inputs`: what the tuner plugin,
+/// if any, is told beside the collective's function and size.
+topo::Choice chooseFor(const Task& task, int nRanks, const PlanLimits& limits, const PluginInputs& inputs = {});
 
 /// Plans one collective of a communicator of nRanks (chooseFor, then the channels' work).
 /// `known`: the choice chooseFor made for the same collective, size and limits before (the
 /// caller's cache), logged as chooseFor logs it.
-CollPlan planCollective(const Task& task, int nRanks, const PlanLimits& limits, const topo::Choice* known = nullptr);
+CollPlan planCollective(const Task& task, int nRanks, const PlanLimits& limits, const topo::Choice* known = nullptr,
+                        const PluginInputs& inputs = {});
 
 /// The protocol of a send/recv of `bytes` under these limits (both sides compute the same).
 kernels::Proto peerProtocol(uint64_t bytes, const PlanLimits& limits);

@@ -20,7 +20,8 @@ enum Warning { kNotFinite = 1, kNoEntry, kChannels, kChannelsUnfit };
 }  // namespace
 
 topo::Choice pluginChoice(plugin::TunerSession& session, const topo::Tuner& tuner, kernels::Func f, uint64_t bytes,
-                          uint32_t algos, uint32_t protos, uint32_t forced, const topo::Choice& own) {
+                          uint32_t algos, uint32_t protos, uint32_t forced, const topo::Choice& own,
+                          const PluginInputs& inputs) {
   if (static_cast<int>(f) >= static_cast<int>(kernels::Func::kAlltoAll)) return own;  // NCCL tunes five
   plugin::CostTable table, given;
   topo::Choice best[2][plugin::kNcclProtocols];
@@ -37,7 +38,7 @@ topo::Choice pluginChoice(plugin::TunerSession& session, const topo::Tuner& tune
   }
   std::memcpy(given, table, sizeof table);
   int nChannels = 0;
-  if (!session.getCollInfo(f, bytes, 1, table, &nChannels)) return own;
+  if (!session.getCollInfo(f, bytes, inputs.numPipeOps, inputs.regBuff, table, &nChannels)) return own;
   const bool decided = std::memcmp(given, table, sizeof table) != 0 || nChannels != 0;
   if (!decided) return own;
 

@@ -188,7 +188,8 @@ TunerSession::~TunerSession() {
 const std::string& TunerSession::name() const { return tuner_->name; }
 int TunerSession::version() const { return tuner_->version; }
 
-bool TunerSession::getCollInfo(kernels::Func f, uint64_t bytes, int numPipeOps, CostTable& table, int* nChannels) {
+bool TunerSession::getCollInfo(kernels::Func f, uint64_t bytes, int numPipeOps, int regBuff, CostTable& table,
+                               int* nChannels) {
   const auto func = static_cast<ncclFunc_t>(f);
   auto** costs = reinterpret_cast<float**>(&table[0][0]);  // NCCL passes the 2-D array so
   *nChannels = 0;
@@ -196,11 +197,13 @@ bool TunerSession::getCollInfo(kernels::Func f, uint64_t bytes, int numPipeOps, 
   switch (tuner_->version) {
     case 5:
       r = static_cast<const ncclTuner_v5_t*>(tuner_->symbol)
-              ->getCollInfo(context_, func, bytes, numPipeOps, costs, kNcclAlgorithms, kNcclProtocols, 0, nChannels);
+              ->getCollInfo(context_, func, bytes, numPipeOps, costs, kNcclAlgorithms, kNcclProtocols, regBuff,
+                            nChannels);
       break;
     case 4:
       r = static_cast<const ncclTuner_v4_t*>(tuner_->symbol)
-              ->getCollInfo(context_, func, bytes, numPipeOps, costs, kNcclAlgorithms, kNcclProtocols, 0, nChannels);
+              ->getCollInfo(context_, func, bytes, numPipeOps, costs, kNcclAlgorithms, kNcclProtocols, regBuff,
+                            nChannels);
       break;
     case 3:
       r = static_cast<const ncclTuner_v3_t*>(tuner_->symbol)

@@ -62,10 +62,11 @@ class TunerSession {
 
   /// Asks the plugin about a collective of NCCL's five (f before kAlltoAll) of `bytes`:
   /// `table` holds Braid's predictions (kIgnore where unavailable) and comes back as the plugin
-  /// left it; *nChannels comes back as the plugin set it (0: unset). False when the plugin
-  /// returned an error (a WARN the first time). Calls of one session come from one thread at a
-  /// time (the communicator's).
-  bool getCollInfo(kernels::Func f, uint64_t bytes, int numPipeOps, CostTable& table, int* nChannels);
+  /// left it; *nChannels comes back as the plugin set it (0: unset). numPipeOps and regBuff
+  /// are NCCL's (plan/plugin_choice.h's PluginInputs; v2 and v3 get no regBuff). False when
+  /// the plugin returned an error (a WARN the first time). Calls of one session come from one
+  /// thread at a time (the communicator's).
+  bool getCollInfo(kernels::Func f, uint64_t bytes, int numPipeOps, int regBuff, CostTable& table, int* nChannels);
 
   /// A WARN about this session's answers, said the first time each `what` happens (then at
   /// TRACE): a plugin asked for every collective must not flood the log.
