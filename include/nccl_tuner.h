@@ -87,7 +87,8 @@ typedef struct {
 typedef struct {
   const char* name;
   /* Once per communicator: commId identifies it (the same on every rank); *ctx is the plugin's
-   * state, handed back to the other calls. */
+   * state, handed back to the other calls. constants holds the library's cost-model figures,
+   * which init may change for this communicator. */
   ncclResult_t (*init)(void** ctx, uint64_t commId, size_t nRanks, size_t nNodes, ncclDebugLogger_t logFunction,
                        ncclNvlDomainInfo_v5_t* nvlDomainInfo, ncclTunerConstants_v5_t* constants);
   /* Once per collective of nBytes: may edit collCostTable[numAlgo][numProto] and set *nChannels.

@@ -9,7 +9,9 @@
 // When it leaves the table as it was, Braid's own choice stands, its own algorithms
 // (RecDoubling, Direct, ...) included. Bad answers (NaN, infinities, channel counts beyond
 // any bound, every entry ignored) are a WARN once per communicator, and Braid's choice stands.
-// Beside the table the plugin gets NCCL's numPipeOps and regBuff (PluginInputs).
+// Beside the table the plugin gets NCCL's numPipeOps and regBuff (PluginInputs). A v5 plugin's
+// init may change the latency constants it is given (fillConstants): applyConstants makes the
+// communicator's own copy of Braid's table with those changes.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +21,7 @@
 
 namespace braid::plugin {
 class TunerSession;
+struct TunerCommInfo;
 }
 
 namespace braid::plan {
@@ -45,5 +48,16 @@ struct PluginInputs {
 topo::Choice pluginChoice(plugin::TunerSession& session, const topo::Tuner& tuner, kernels::Func f, uint64_t bytes,
                           uint32_t algos, uint32_t protos, uint32_t forced, const topo::Choice& own,
                           const PluginInputs& inputs);
+
+/// NCCL's v5 constants from Braid's table: Tree's and Ring's base latencies, and their
+/// per-step latencies over NVLink, PCI and the network (Braid's hopLatency plus hopShift for
+/// those link classes; the host's memory link has no NCCL row).
+void fillConstants(const topo::CostTable& table, plugin::TunerCommInfo* info);
+
+/// Whether a plugin's init left `returned` other than `given`; if so, *tuned becomes `table`
+/// with Tree's and Ring's base latencies replaced by the plugin's and their per-step
+/// latencies moved by what it changed (hopShift). Each change is said at INFO (TUNING).
+bool applyConstants(const topo::CostTable& table, const plugin::TunerCommInfo& given,
+                    const plugin::TunerCommInfo& returned, int rank, topo::CostTable* tuned);
 
 }  // namespace braid::plan

@@ -187,13 +187,16 @@ void DataPath::openTunerPlugin(uint64_t commHash) {
     info.maxRanksPerNvlDomain = std::max(info.maxRanksPerNvlDomain, n);
   }
   const topo::CostTable& table = *settings_.limits.table;
-  const topo::LinkClass links[] = {topo::LinkClass::kNvlink, topo::LinkClass::kPcie, topo::LinkClass::kNetwork};
-  for (int p = 0; p < plugin::kNcclProtocols; ++p) {
-    for (int a = 0; a < 2; ++a) info.baseLatency[a][p] = table.baseLatency[a][p];  // Tree and Ring: NCCL's ids
-    for (int l = 0; l < 3; ++l) info.hopLatency[l][p] = table.hopLatency[static_cast<int>(links[l])][p];
-  }
+  plan::fillConstants(table, &info);
+  const plugin::TunerCommInfo given = info;
   tunerPlugin_ = plugin::TunerSession::open(info);
   settings_.limits.tunerPlugin = tunerPlugin_.get();
+  // A v5 plugin's changed latencies: this communicator's own copy of the table.
+  auto tuned = std::make_unique<topo::CostTable>();
+  if (tunerPlugin_ != nullptr && plan::applyConstants(table, given, info, rank_, tuned.get())) {
+    pluginTable_ = std::move(tuned);
+    settings_.limits.table = pluginTable_.get();
+  }
 }
 
 DataPath::~DataPath() {
