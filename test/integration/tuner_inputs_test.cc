@@ -78,3 +78,17 @@ TEST_CASE("a v5 tuner plugin's changed constants change Braid's own choice", "[p
   CHECK(occurrences(slow, "AllReduce: 1048576 bytes on 2 ranks -> Tree/Simple, 1 channel(s)") == 2);
   CHECK(occurrences(slow, "NCCL WARN") == 0);
 }
+
+TEST_CASE("a v5 tuner plugin's constants that are not times: a WARN, and Braid's figures stay", "[plugins]") {
+  const std::string out =
+      runDriver("NCCL_ALGO=Tree,Ring NCCL_TUNER_PLUGIN=" + plugin("tuner-badconstants"), "2 threads destroy 262144");
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("all ranks ok"));
+  CHECK(occurrences(out, "tuner plugin record set the Tree/LL base latency to nan at init: not a time; Braid's 0.26 "
+                         "kept") == 2);
+  CHECK(occurrences(out, "tuner plugin record set the Ring/Simple NVLink latency to -1 at init: not a time; Braid's "
+                         "0.26 kept") == 2);
+  CHECK(occurrences(out, "NCCL WARN") == 4);
+  CHECK(occurrences(out, "the tuner plugin's (Braid's") == 0);  // nothing changed
+  CHECK(occurrences(out, "AllReduce: 1048576 bytes on 2 ranks -> Ring/Simple, 1 channel(s)") == 2);
+}

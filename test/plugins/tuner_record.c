@@ -7,8 +7,11 @@
  * Built with -DTUNER_SLOW_RING its (v5) init changes the constants: Ring's base latency
  * becomes 1e6 us for every protocol, Tree/Simple's per-step latency over the network 50 us,
  * and one LL bandwidth ceiling 99 GB/s (which Braid's model has no place for).
+ * Built with -DTUNER_BAD_CONSTANTS its init sets Tree/LL's base latency to NaN and Ring/Simple's
+ * per-step latency over NVLink to -1 us: no times (Braid must warn and keep its own).
  * Built with -DTUNER_RECORD_V4 it exports only ncclTunerPlugin_v4.
  */
+#include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 
@@ -40,6 +43,9 @@ static ncclResult_t recordInitV5(void** ctx, uint64_t commId, size_t nRanks, siz
   for (int p = 0; p < NCCL_NUM_PROTOCOLS; ++p) constants->baseLatencies[NCCL_ALGO_RING][p] = 1e6;
   constants->hwLatencies[NCCL_HW_NET][NCCL_ALGO_TREE][NCCL_PROTO_SIMPLE] = 50.0;
   constants->llMaxBws[NCCL_HOPPER_COMPCAP_IDX][NCCL_TUNING_SCALE_1NODE] = 99.0;
+#elif defined(TUNER_BAD_CONSTANTS)
+  constants->baseLatencies[NCCL_ALGO_TREE][NCCL_PROTO_LL] = NAN;
+  constants->hwLatencies[NCCL_HW_NVLINK][NCCL_ALGO_RING][NCCL_PROTO_SIMPLE] = -1.0;
 #else
   (void)constants;
 #endif

@@ -231,7 +231,8 @@ class DataPath {
   int localDeviceRanks_ = 1;  // ranks of this process on this rank's device (with device_)
   DataPathSettings settings_;
   std::unique_ptr<plugin::TunerSession> tunerPlugin_;  // settings_.limits.tunerPlugin (null: none)
-  std::unique_ptr<topo::CostTable> pluginTable_;  // settings_.limits.table where a v5 tuner plugin changed its constants
+  // settings_.limits.table where a v5 tuner plugin changed its constants (null: the constant table)
+  std::unique_ptr<topo::CostTable> pluginTable_;
   int groupPipeOps_ = 1;  // inside execute(): the tuner plugin's numPipeOps for the group's collectives
   std::unique_ptr<plugin::ProfilerSession> profiler_;  // null: no profiler plugin; finalized at destroy/abort
   std::unique_ptr<proxy::ControlWatch> proxyControl_;  // with profiler_: its ProxyCtrl events (ends before it)
