@@ -87,10 +87,14 @@ typedef struct {
 typedef struct {
   const char* name;
   /* Once per communicator: commId identifies it (the same on every rank); *ctx is the plugin's
-   * state, handed back to the other calls. */
+   * state, handed back to the other calls. constants holds the library's cost-model figures,
+   * which init may change for this communicator. */
   ncclResult_t (*init)(void** ctx, uint64_t commId, size_t nRanks, size_t nNodes, ncclDebugLogger_t logFunction,
                        ncclNvlDomainInfo_v5_t* nvlDomainInfo, ncclTunerConstants_v5_t* constants);
   /* Once per collective of nBytes: may edit collCostTable[numAlgo][numProto] and set *nChannels.
+   * numPipeOps: the group's collectives on this communicator per channel, rounded up (1 for a
+   * call outside a group); regBuff: 1 when the send and receive buffers are registered with
+   * the communicator (ncclCommRegister) or the call is captured into a CUDA graph.
    * An error leaves the choice to the library. */
   ncclResult_t (*getCollInfo)(void* context, ncclFunc_t collType, size_t nBytes, int numPipeOps,
                               float** collCostTable, int numAlgo, int numProto, int regBuff, int* nChannels);

@@ -50,6 +50,7 @@ const CostTable kGpuCostTable = {
     /*ll128ByDefault*/ true,
     /*peerLLMaxBytes*/ 16384,  // NCCL_P2P_LL_THRESHOLD's default
     /*connectUs*/ 100,  // an estimate (FIFO memory mapped from a peer, one exchange): no GPU has run Braid's setup
+    /*hopShift*/ {},
 };
 
 // The host backend: measured by perf/calibrate_host.sh on the development machine (2 CPUs,
@@ -98,6 +99,7 @@ const CostTable kHostCostTable = {
     /*ll128ByDefault*/ false,
     /*peerLLMaxBytes*/ 64,
     /*connectUs*/ 3,  // see above
+    /*hopShift*/ {},
 };
 
 const char* linkClassName(LinkClass link) {
@@ -293,21 +295,26 @@ bool Tuner::terms(Func f, Algo a, Proto p, int c, uint64_t bytes, Terms* out) co
     default:
       return false;
   }
+  // A step over a link: Tree's and Ring's as a tuner plugin's constants may have moved them.
+  const int shifted = a == Algo::kTree ? 0 : a == Algo::kRing ? 1 : -1;
+  auto hop = [&](LinkClass link) {
+    const int l = static_cast<int>(link);
+    return t.hopLatency[l][pi] + (shifted >= 0 ? t.hopShift[shifted][l][pi] : 0.0);
+  };
   // A step waits for a descheduled peer longer the more threads share each CPU.
   auto hopAt = [&](double threadsPerCpu) {
     return t.oversubscribedHop[pi] > 0 && threadsPerCpu > 1 ? t.oversubscribedHop[pi] * threadsPerCpu / 2
-                                                            : t.hopLatency[static_cast<int>(s.intra)][pi];
+                                                            : hop(s.intra);
   };
   // The ring's Broadcast and Reduce are a chain: a wavefront wakes one rank at a time while the
   // others nap, so its steps wait as on idle CPUs (perf/tuner_bench.sh, 8 B on 4 and 8 processes
   // of 2 CPUs: Broadcast 1.0 and 2.2 us, Reduce 0.9 and 2.6, where steps at the whole load
   // predicted 4.6 and 21).
   const bool chain = a == Algo::kRing && (f == Func::kBroadcast || f == Func::kReduce);
-  const double intraHop =
-      oversubscribed && !chain ? hopAt(load) : t.hopLatency[static_cast<int>(s.intra)][pi];
+  const double intraHop = oversubscribed && !chain ? hopAt(load) : hop(s.intra);
   // Nodes that share the link class of a node's ranks (BRAID_RANKS_PER_NODE on one host) share
   // its CPUs too: their steps wait alike.
-  const double interHop = s.inter == s.intra ? intraHop : t.hopLatency[static_cast<int>(s.inter)][pi];
+  const double interHop = s.inter == s.intra ? intraHop : hop(s.inter);
   out->latency = t.baseLatency[static_cast<int>(a)][pi] + (steps - interSteps) * intraHop + interSteps * interHop;
   // Oversubscribed, a binomial round keeps only its transfers' threads busy (the others sleep
   // in their wait): round k's t_k transfers wait at 2 t_k / n of the load and move bytes at

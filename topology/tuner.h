@@ -59,6 +59,10 @@ struct CostTable {
   bool ll128ByDefault;                             ///< LL128 is a candidate without NCCL_PROTO naming it
   int64_t peerLLMaxBytes;                          ///< a send or receive of up to this many bytes moves as LL
   double connectUs;                                ///< one rank's setup of one connection on one channel, the first time a collective needs it (0: free)
+  /// Tree's [0] and Ring's [1] per-step latency over a link beyond hopLatency's (negative:
+  /// below it): what a v5 tuner plugin changed in NCCL's per-algorithm hwLatencies
+  /// (plan/plugin_choice.h). Zero in the constant tables.
+  double hopShift[2][kTunerLinks][kTunerProtos];
 };
 
 extern const CostTable kGpuCostTable;

@@ -85,7 +85,7 @@ topo::Tuner tunerFor(int nRanks, const PlanLimits& limits) {
   return tuner;
 }
 
-topo::Choice chooseFor(const Task& task, int nRanks, const PlanLimits& limits) {
+topo::Choice chooseFor(const Task& task, int nRanks, const PlanLimits& limits, const PluginInputs& inputs) {
   const EnvFunc f = envFuncOf(task.func);
   const auto [algos, protos, forced] = allowedFor(task, limits);
   const uint64_t bytes = tunerBytes(task, nRanks);
@@ -102,17 +102,17 @@ topo::Choice chooseFor(const Task& task, int nRanks, const PlanLimits& limits) {
          static_cast<unsigned long long>(tuner.shape().directMaxBytes));
   }
   if (limits.tunerPlugin != nullptr) {
-    choice = pluginChoice(*limits.tunerPlugin, tuner, task.func, bytes, algos, protos, forced, choice);
+    choice = pluginChoice(*limits.tunerPlugin, tuner, task.func, bytes, algos, protos, forced, choice, inputs);
   }
   logChoice(task, bytes, nRanks, choice);
   return choice;
 }
 
 CollPlan planCollective(const Task& task, int nRanks, const PlanLimits& limits, const topo::Choice* known,
-                        SetupLedger* ledger) {
+                        const PluginInputs& inputs, SetupLedger* ledger) {
   CollPlan plan;
   if (known != nullptr) logChoice(task, tunerBytes(task, nRanks), nRanks, *known);
-  plan.tuned = known != nullptr ? *known : chooseFor(task, nRanks, limits);
+  plan.tuned = known != nullptr ? *known : chooseFor(task, nRanks, limits, inputs);
   plan.choice = plan.tuned;
   if (ledger != nullptr && limits.tunerPlugin == nullptr &&
       ledger->channelsMade(task.func, plan.tuned.algo) < plan.tuned.nChannels) {

@@ -6,6 +6,7 @@
 #include <array>
 
 #include "plan/algo_proto.h"
+#include "plan/plugin_choice.h"
 #include "plan/setup_ledger.h"
 #include "plan/task.h"
 #include "topology/tuner.h"
@@ -45,16 +46,18 @@ uint32_t tunerAlgos(uint32_t envAlgos);
 topo::Tuner tunerFor(int nRanks, const PlanLimits& limits);
 
 /// The tuner's choice for a task; throws ncclInvalidUsage naming the collective when
-/// NCCL_ALGO/NCCL_PROTO leave no candidate Braid implements.
-topo::Choice chooseFor(const Task& task, int nRanks, const PlanLimits& limits);
+/// NCCL_ALGO/NCCL_PROTO leave no candidate Braid implements. `inputs`: what the tuner plugin,
+/// if any, is told beside the collective's function and size.
+topo::Choice chooseFor(const Task& task, int nRanks, const PlanLimits& limits, const PluginInputs& inputs = {});
 
 /// Plans one collective of a communicator of nRanks (chooseFor, then the channels' work).
 /// `known`: the choice chooseFor made for the same collective, size and limits before (the
-/// caller's cache), logged as chooseFor logs it. `ledger`: the communicator's connection
+/// caller's cache), logged as chooseFor logs it. `inputs`: what a tuner plugin is told
+/// besides the collective (plan/plugin_choice.h). `ledger`: the communicator's connection
 /// setup account (plan/setup_ledger.h), which may defer an algorithm whose connections are not
 /// made yet; not with a tuner plugin, whose answer stands. Null: every connection counts as made.
 CollPlan planCollective(const Task& task, int nRanks, const PlanLimits& limits, const topo::Choice* known = nullptr,
-                        SetupLedger* ledger = nullptr);
+                        const PluginInputs& inputs = {}, SetupLedger* ledger = nullptr);
 
 /// The protocol of a send/recv of `bytes` under these limits (both sides compute the same).
 kernels::Proto peerProtocol(uint64_t bytes, const PlanLimits& limits);

@@ -13,6 +13,9 @@ namespace braid::plan {
 namespace {
 
 constexpr kernels::Algo kNcclAlgos[] = {kernels::Algo::kTree, kernels::Algo::kRing};  // NCCL ids 0 and 1
+/// NCCL's hardware links (NCCL_HW_NVLINK, _PCI, _NET) as Braid's link classes.
+constexpr topo::LinkClass kNcclLinks[] = {topo::LinkClass::kNvlink, topo::LinkClass::kPcie,
+                                          topo::LinkClass::kNetwork};
 constexpr int kMostChannels = 64;  // beyond any communicator's bound: an answer this large is nonsense
 
 enum Warning { kNotFinite = 1, kNoEntry, kChannels, kChannelsUnfit };
@@ -20,7 +23,8 @@ enum Warning { kNotFinite = 1, kNoEntry, kChannels, kChannelsUnfit };
 }  // namespace
 
 topo::Choice pluginChoice(plugin::TunerSession& session, const topo::Tuner& tuner, kernels::Func f, uint64_t bytes,
-                          uint32_t algos, uint32_t protos, uint32_t forced, const topo::Choice& own) {
+                          uint32_t algos, uint32_t protos, uint32_t forced, const topo::Choice& own,
+                          const PluginInputs& inputs) {
   if (static_cast<int>(f) >= static_cast<int>(kernels::Func::kAlltoAll)) return own;  // NCCL tunes five
   plugin::CostTable table, given;
   topo::Choice best[2][plugin::kNcclProtocols];
@@ -37,7 +41,7 @@ topo::Choice pluginChoice(plugin::TunerSession& session, const topo::Tuner& tune
   }
   std::memcpy(given, table, sizeof table);
   int nChannels = 0;
-  if (!session.getCollInfo(f, bytes, 1, table, &nChannels)) return own;
+  if (!session.getCollInfo(f, bytes, inputs.numPipeOps, inputs.regBuff, table, &nChannels)) return own;
   const bool decided = std::memcmp(given, table, sizeof table) != 0 || nChannels != 0;
   if (!decided) return own;
 
@@ -88,6 +92,46 @@ topo::Choice pluginChoice(plugin::TunerSession& session, const topo::Tuner& tune
              choice.nChannels, topo::funcName(f), static_cast<unsigned long long>(bytes), topo::algoName(own.algo),
              topo::protoName(own.proto), own.nChannels);
   return choice;
+}
+
+void fillConstants(const topo::CostTable& table, plugin::TunerCommInfo* info) {
+  for (int a = 0; a < 2; ++a) {
+    for (int p = 0; p < plugin::kNcclProtocols; ++p) {
+      info->baseLatency[a][p] = table.baseLatency[static_cast<int>(kNcclAlgos[a])][p];
+      for (int l = 0; l < 3; ++l) {
+        const int link = static_cast<int>(kNcclLinks[l]);
+        info->hwLatency[l][a][p] = table.hopLatency[link][p] + table.hopShift[a][link][p];
+      }
+    }
+  }
+}
+
+bool applyConstants(const topo::CostTable& table, const plugin::TunerCommInfo& given,
+                    const plugin::TunerCommInfo& returned, int rank, topo::CostTable* tuned) {
+  *tuned = table;
+  bool changed = false;
+  for (int a = 0; a < 2; ++a) {
+    const char* algo = topo::algoName(kNcclAlgos[a]);
+    for (int p = 0; p < plugin::kNcclProtocols; ++p) {
+      const char* proto = topo::protoName(static_cast<kernels::Proto>(p));
+      if (returned.baseLatency[a][p] != given.baseLatency[a][p]) {
+        tuned->baseLatency[static_cast<int>(kNcclAlgos[a])][p] = returned.baseLatency[a][p];
+        changed = true;
+        BRAID_INFO(log::kTuning, "TUNER/Plugin: rank %d: %s/%s base latency %g us, the tuner plugin's (Braid's: %g)",
+                   rank, algo, proto, returned.baseLatency[a][p], given.baseLatency[a][p]);
+      }
+      for (int l = 0; l < 3; ++l) {
+        const double shift = returned.hwLatency[l][a][p] - given.hwLatency[l][a][p];
+        if (shift == 0) continue;
+        tuned->hopShift[a][static_cast<int>(kNcclLinks[l])][p] += shift;
+        changed = true;
+        BRAID_INFO(log::kTuning, "TUNER/Plugin: rank %d: %s/%s step latency over %s %g us, the tuner plugin's "
+                   "(Braid's: %g)", rank, algo, proto, topo::linkClassName(kNcclLinks[l]), returned.hwLatency[l][a][p],
+                   given.hwLatency[l][a][p]);
+      }
+    }
+  }
+  return changed;
 }
 
 }  // namespace braid::plan

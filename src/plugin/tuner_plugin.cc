@@ -3,6 +3,7 @@
 #include <nccl_tuner.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
@@ -120,18 +121,76 @@ std::shared_ptr<LoadedTuner> acquire() {
 }
 
 void fillConstants(const TunerCommInfo& info, ncclTunerConstants_v5_t* c) {
-  std::memset(c, 0, sizeof *c);
+  std::memset(c, 0, sizeof *c);  // (the algorithms Braid does not run, and the bandwidths: 0)
   for (int a = 0; a < 2; ++a) {
     for (int p = 0; p < kNcclProtocols; ++p) {
       c->baseLatencies[a][p] = info.baseLatency[a][p];
-      for (int link = 0; link < 3; ++link) c->hwLatencies[link][a][p] = info.hopLatency[link][p];
+      for (int link = 0; link < NCCL_NUM_HW_LINKS; ++link) c->hwLatencies[link][a][p] = info.hwLatency[link][a][p];
     }
+  }
+}
+
+const char* const kAlgoNames[] = {"Tree", "Ring"};
+const char* const kProtoNames[] = {"LL", "LL128", "Simple"};
+const char* const kLinkNames[] = {"NVLink", "PCI", "network"};
+
+/// Whether any of the n values at `left` differs from those at `given`.
+bool changed(const double* given, const double* left, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    if (!(left[i] == given[i])) return true;  // (a NaN left there counts as a change)
+  return false;
+}
+
+/// What a v5 init left in the constants: Tree's and Ring's latencies into `info` (a value that
+/// is not a time >= 0 is a WARN, and Braid's stays); a change to what Braid's model has no
+/// place for, said at INFO once.
+void readConstants(const ncclTunerConstants_v5_t& given, const ncclTunerConstants_v5_t& left, const LoadedTuner& tuner,
+                   TunerCommInfo& info) {
+  auto take = [&](double value, double* into, const char* what) {
+    if (value == *into) return;
+    if (!std::isfinite(value) || value < 0) {
+      BRAID_WARN("TUNER/Plugin: rank %d: tuner plugin %s set the %s latency to %g at init: not a time; Braid's %g "
+                 "kept", info.rank, tuner.name.c_str(), what, value, *into);
+      return;
+    }
+    *into = value;
+  };
+  char what[64];
+  for (int a = 0; a < 2; ++a) {
+    for (int p = 0; p < kNcclProtocols; ++p) {
+      snprintf(what, sizeof what, "%s/%s base", kAlgoNames[a], kProtoNames[p]);
+      take(left.baseLatencies[a][p], &info.baseLatency[a][p], what);
+      for (int link = 0; link < NCCL_NUM_HW_LINKS; ++link) {
+        snprintf(what, sizeof what, "%s/%s %s", kAlgoNames[a], kProtoNames[p], kLinkNames[link]);
+        take(left.hwLatencies[link][a][p], &info.hwLatency[link][a][p], what);
+      }
+    }
+  }
+  std::string unused;
+  auto note = [&](bool differs, const char* name) {
+    if (differs) unused += (unused.empty() ? "" : ", ") + std::string(name);
+  };
+  constexpr size_t kOthers = (NCCL_NUM_ALGORITHMS - 2) * NCCL_NUM_PROTOCOLS;  // CollNet, NVLS, PAT
+  bool otherLatencies = changed(&given.baseLatencies[2][0], &left.baseLatencies[2][0], kOthers);
+  for (int link = 0; link < NCCL_NUM_HW_LINKS; ++link)
+    otherLatencies |= changed(&given.hwLatencies[link][2][0], &left.hwLatencies[link][2][0], kOthers);
+  note(otherLatencies, "latencies of CollNet, NVLS or PAT");
+  constexpr size_t kBws = NCCL_NUM_COMPCAPS * NCCL_NUM_TUNING_SCALES;
+  note(changed(&given.llMaxBws[0][0], &left.llMaxBws[0][0], kBws), "llMaxBws");
+  note(changed(&given.perChMaxRingLL128Bws[0][0], &left.perChMaxRingLL128Bws[0][0], kBws), "perChMaxRingLL128Bws");
+  note(changed(&given.perChMaxTreeLL128Bws[0][0], &left.perChMaxTreeLL128Bws[0][0], kBws), "perChMaxTreeLL128Bws");
+  note(changed(&given.perChMaxTreeBws[0][0], &left.perChMaxTreeBws[0][0], kBws), "perChMaxTreeBws");
+  note(changed(&given.perChMaxNVLSTreeBws[0][0], &left.perChMaxNVLSTreeBws[0][0], kBws), "perChMaxNVLSTreeBws");
+  if (!unused.empty()) {
+    BRAID_INFO(log::kTuning, "TUNER/Plugin: rank %d: tuner plugin %s changed constants Braid's cost model does not "
+               "use (%s); they are ignored (Braid uses Tree's and Ring's base and NVLink, PCI and network latencies)",
+               info.rank, tuner.name.c_str(), unused.c_str());
   }
 }
 
 }  // namespace
 
-std::unique_ptr<TunerSession> TunerSession::open(const TunerCommInfo& info) {
+std::unique_ptr<TunerSession> TunerSession::open(TunerCommInfo& info) {
   std::shared_ptr<LoadedTuner> tuner;
   try {
     tuner = acquire();
@@ -145,10 +204,12 @@ std::unique_ptr<TunerSession> TunerSession::open(const TunerCommInfo& info) {
   switch (tuner->version) {
     case 5: {
       ncclNvlDomainInfo_v5_t domains{info.nvlDomains, info.minRanksPerNvlDomain, info.maxRanksPerNvlDomain};
-      ncclTunerConstants_v5_t constants;
-      fillConstants(info, &constants);
+      ncclTunerConstants_v5_t given, constants;
+      fillConstants(info, &given);
+      constants = given;
       r = static_cast<const ncclTuner_v5_t*>(tuner->symbol)->init(&context, info.commId, nRanks, nNodes, pluginLog,
                                                                    &domains, &constants);
+      if (r == ncclSuccess) readConstants(given, constants, *tuner, info);
       break;
     }
     case 4: r = static_cast<const ncclTuner_v4_t*>(tuner->symbol)->init(nRanks, nNodes, pluginLog, &context); break;
@@ -188,7 +249,8 @@ TunerSession::~TunerSession() {
 const std::string& TunerSession::name() const { return tuner_->name; }
 int TunerSession::version() const { return tuner_->version; }
 
-bool TunerSession::getCollInfo(kernels::Func f, uint64_t bytes, int numPipeOps, CostTable& table, int* nChannels) {
+bool TunerSession::getCollInfo(kernels::Func f, uint64_t bytes, int numPipeOps, int regBuff, CostTable& table,
+                               int* nChannels) {
   const auto func = static_cast<ncclFunc_t>(f);
   auto** costs = reinterpret_cast<float**>(&table[0][0]);  // NCCL passes the 2-D array so
   *nChannels = 0;
@@ -196,11 +258,13 @@ bool TunerSession::getCollInfo(kernels::Func f, uint64_t bytes, int numPipeOps, 
   switch (tuner_->version) {
     case 5:
       r = static_cast<const ncclTuner_v5_t*>(tuner_->symbol)
-              ->getCollInfo(context_, func, bytes, numPipeOps, costs, kNcclAlgorithms, kNcclProtocols, 0, nChannels);
+              ->getCollInfo(context_, func, bytes, numPipeOps, costs, kNcclAlgorithms, kNcclProtocols, regBuff,
+                            nChannels);
       break;
     case 4:
       r = static_cast<const ncclTuner_v4_t*>(tuner_->symbol)
-              ->getCollInfo(context_, func, bytes, numPipeOps, costs, kNcclAlgorithms, kNcclProtocols, 0, nChannels);
+              ->getCollInfo(context_, func, bytes, numPipeOps, costs, kNcclAlgorithms, kNcclProtocols, regBuff,
+                            nChannels);
       break;
     case 3:
       r = static_cast<const ncclTuner_v3_t*>(tuner_->symbol)

@@ -7,7 +7,8 @@
 // changed in between is honoured; a value that failed before is not tried again, so its WARN
 // is said once). The newest symbol wins: v5, v4, v3, v2. Every version is driven through the
 // v5 form here: older inits get their own arguments, v3 has no regBuff, and v2's answer (an
-// algorithm and a protocol) becomes a zero cost in the table, as NCCL adapts it.
+// algorithm and a protocol) becomes a zero cost in the table, as NCCL adapts it. What a v5
+// init changed in the constants it was given comes back to the caller (open).
 //
 // What the plugin's answer means for Braid's choice is the planner's business
 // (plan/plugin_choice.h); this file only talks to the plugin and checks what it returns.
@@ -37,10 +38,11 @@ struct TunerCommInfo {
   int nvlDomains = 1;  ///< Braid counts a node as an NVLink domain
   int minRanksPerNvlDomain = 1;
   int maxRanksPerNvlDomain = 1;
-  /// Braid's latencies (µs) for the v5 constants: [NCCL algorithm][protocol] once per
-  /// operation, and per step over NVLink, PCI and the network [link][protocol].
+  /// Braid's latencies (µs) as NCCL's v5 constants give them, for Tree and Ring (NCCL's
+  /// algorithms 0 and 1): once per operation [algorithm][protocol], and per step over NVLink,
+  /// PCI and the network [link][algorithm][protocol] (plan/plugin_choice.h fills them).
   double baseLatency[2][kNcclProtocols] = {};
-  double hopLatency[3][kNcclProtocols] = {};
+  double hwLatency[3][2][kNcclProtocols] = {};
 };
 
 struct LoadedTuner;
@@ -52,7 +54,10 @@ class TunerSession {
   /// The plugin's session for this communicator, loading the library first if no live
   /// communicator holds it; nullptr when there is no plugin, or it cannot be used (said at
   /// INFO when absent, WARN when it exists but fails). Never throws.
-  static std::unique_ptr<TunerSession> open(const TunerCommInfo& info);
+  /// A v5 plugin's init may change the constants it is given: `info`'s latencies come back as
+  /// it left them (a value that is not a finite time >= 0 is a WARN and stays Braid's); a
+  /// change to the bandwidth constants, which Braid's model has no place for, is said at INFO.
+  static std::unique_ptr<TunerSession> open(TunerCommInfo& info);
   ~TunerSession();
   TunerSession(const TunerSession&) = delete;
   TunerSession& operator=(const TunerSession&) = delete;
@@ -62,10 +67,11 @@ class TunerSession {
 
   /// Asks the plugin about a collective of NCCL's five (f before kAlltoAll) of `bytes`:
   /// `table` holds Braid's predictions (kIgnore where unavailable) and comes back as the plugin
-  /// left it; *nChannels comes back as the plugin set it (0: unset). False when the plugin
-  /// returned an error (a WARN the first time). Calls of one session come from one thread at a
-  /// time (the communicator's).
-  bool getCollInfo(kernels::Func f, uint64_t bytes, int numPipeOps, CostTable& table, int* nChannels);
+  /// left it; *nChannels comes back as the plugin set it (0: unset). numPipeOps and regBuff
+  /// are NCCL's (plan/plugin_choice.h's PluginInputs; v2 and v3 get no regBuff). False when
+  /// the plugin returned an error (a WARN the first time). Calls of one session come from one
+  /// thread at a time (the communicator's).
+  bool getCollInfo(kernels::Func f, uint64_t bytes, int numPipeOps, int regBuff, CostTable& table, int* nChannels);
 
   /// A WARN about this session's answers, said the first time each `what` happens (then at
   /// TRACE): a plugin asked for every collective must not flood the log.

@@ -8,6 +8,9 @@
  * A COUNT of "group" runs instead one group of an AllReduce (256 floats), a Broadcast from
  * rank 0 (64 floats) and an AllGather (32 floats), then a send of 16 floats to the next rank
  * and a receive from the previous one, and checks them all ("rank R: group ok").
+ * A COUNT of "registered" runs an AllReduce of 256 floats in place on a buffer registered with
+ * ncclCommRegister ("rank R: registered ok"); "sendregistered" one out of place where only the
+ * send buffer is registered ("rank R: sendregistered ok").
  * "processes" forks the ranks and needs NCCL_COMM_ID (each computes the same unique id).
  * Prints "rank R: COUNT ok" per AllReduce and "rank R: done"; exits 0 when every rank did.
  */
@@ -27,6 +30,30 @@ static size_t counts[16];
 static ncclUniqueId id;
 
 #define GROUP_RUN ((size_t)-1)
+#define REGISTERED_RUN ((size_t)-2)
+#define SEND_REGISTERED_RUN ((size_t)-3)
+
+/* An AllReduce of 256 floats over registered memory: in place (both buffers registered), or
+ * out of place with only the send buffer registered; 0 when the result is exact. */
+static int runRegistered(ncclComm_t comm, int rank, int inPlace) {
+  enum { n = 256 };
+  static __thread float send[n], recv[n];
+  float* out = inPlace ? send : recv;
+  for (int k = 0; k < n; ++k) send[k] = (float)(rank + 1);
+  void* handle = NULL;
+  ncclResult_t r = ncclCommRegister(comm, send, sizeof send, &handle);
+  if (r == ncclSuccess) r = ncclAllReduce(send, out, n, ncclFloat, ncclSum, comm, NULL);
+  if (handle != NULL) {
+    const ncclResult_t d = ncclCommDeregister(comm, handle);
+    if (r == ncclSuccess) r = d;
+  }
+  const char* what = inPlace ? "registered" : "sendregistered";
+  int bad = r != ncclSuccess;
+  if (bad) printf("rank %d: %s failed: %s: %s\n", rank, what, ncclGetErrorString(r), ncclGetLastError(comm));
+  for (int k = 0; !bad && k < n; ++k) bad = out[k] != (float)(nranks * (nranks + 1) / 2);
+  printf(bad ? "rank %d: %s wrong\n" : "rank %d: %s ok\n", rank, what);
+  return bad;
+}
 
 /* The group of three collectives and a send/receive pair; 0 when every result is exact. */
 static int runGroup(ncclComm_t comm, int rank) {
@@ -69,8 +96,9 @@ static int runRank(int rank) {
   const float expected = (float)(nranks * (nranks + 1) / 2);
   for (int i = 0; i < ncounts; ++i) {
     const size_t n = counts[i];
-    if (n == GROUP_RUN) {
-      if (runGroup(comm, rank) != 0) {
+    if (n == GROUP_RUN || n == REGISTERED_RUN || n == SEND_REGISTERED_RUN) {
+      const int bad = n == GROUP_RUN ? runGroup(comm, rank) : runRegistered(comm, rank, n == REGISTERED_RUN);
+      if (bad != 0) {
         ncclCommAbort(comm);
         return 1;
       }
@@ -121,7 +149,10 @@ int main(int argc, char** argv) {
   const int processes = strcmp(argv[2], "processes") == 0;
   useAbort = strcmp(argv[3], "abort") == 0;
   for (int i = 4; i < argc && ncounts < 16; ++i) {
-    counts[ncounts++] = strcmp(argv[i], "group") == 0 ? GROUP_RUN : (size_t)strtoull(argv[i], NULL, 10);
+    counts[ncounts++] = strcmp(argv[i], "group") == 0            ? GROUP_RUN
+                        : strcmp(argv[i], "registered") == 0     ? REGISTERED_RUN
+                        : strcmp(argv[i], "sendregistered") == 0 ? SEND_REGISTERED_RUN
+                                                                 : (size_t)strtoull(argv[i], NULL, 10);
   }
   if (nranks < 1 || nranks > 64) return 2;
   setvbuf(stdout, NULL, _IOLBF, 0);

@@ -88,6 +88,14 @@ transport::ConnectorOptions optionsFor(const DataPathSettings& s, uint64_t commH
   o.gpuDirect.gpuBusId = busId;
   return o;
 }
+/// A tuner plugin's numPipeOps for the collectives of a group (plan::PluginInputs): how many
+/// the group has, sends and receives aside, over the most channels one may use, rounded up.
+int pipeOps(const std::vector<plan::Task>& tasks, const plan::PlanLimits& limits) {
+  const long channels = std::max(1, limits.maxChannels);
+  const long collectives = std::count_if(tasks.begin(), tasks.end(),
+                                         [](const plan::Task& t) { return t.func != kernels::Func::kSendRecv; });
+  return static_cast<int>(std::max(1L, (collectives + channels - 1) / channels));
+}
 }  // namespace
 
 DataPath::DataPath(bootstrap::Bootstrap& channel, int rank, const std::vector<PeerInfo>& peers,
@@ -179,13 +187,16 @@ void DataPath::openTunerPlugin(uint64_t commHash) {
     info.maxRanksPerNvlDomain = std::max(info.maxRanksPerNvlDomain, n);
   }
   const topo::CostTable& table = *settings_.limits.table;
-  const topo::LinkClass links[] = {topo::LinkClass::kNvlink, topo::LinkClass::kPcie, topo::LinkClass::kNetwork};
-  for (int p = 0; p < plugin::kNcclProtocols; ++p) {
-    for (int a = 0; a < 2; ++a) info.baseLatency[a][p] = table.baseLatency[a][p];  // Tree and Ring: NCCL's ids
-    for (int l = 0; l < 3; ++l) info.hopLatency[l][p] = table.hopLatency[static_cast<int>(links[l])][p];
-  }
+  plan::fillConstants(table, &info);
+  const plugin::TunerCommInfo given = info;
   tunerPlugin_ = plugin::TunerSession::open(info);
   settings_.limits.tunerPlugin = tunerPlugin_.get();
+  // A v5 plugin's changed latencies: this communicator's own copy of the table.
+  auto tuned = std::make_unique<topo::CostTable>();
+  if (tunerPlugin_ != nullptr && plan::applyConstants(table, given, info, rank_, tuned.get())) {
+    pluginTable_ = std::move(tuned);
+    settings_.limits.table = pluginTable_.get();
+  }
 }
 
 DataPath::~DataPath() {
@@ -266,6 +277,11 @@ void DataPath::execute(const std::vector<plan::Task>& tasks, void* groupApiEvent
   } unset{profile_};
   profile_ = profile ? &*profile : nullptr;
   std::vector<const plan::Task*> peerOps;
+  groupPipeOps_ = pipeOps(tasks, settings_.limits);
+  struct EndGroup {
+    int& groupPipeOps;
+    ~EndGroup() { groupPipeOps = 1; }  // (a lone call after the group: 1)
+  } endGroup{groupPipeOps_};
   batching_ = device_ != nullptr;
   try {
     for (const plan::Task& t : tasks) {
@@ -412,10 +428,28 @@ double DataPath::predict(const std::vector<plan::Task>& tasks) const {
     if (t.func == kernels::Func::kSendRecv) {
       if (t.peer != rank_) peers = std::max(peers, tuner.predictPeer(bytes, tuner.peerProtocol(bytes)));
     } else if (t.count > 0) {
-      total += plan::chooseFor(t, nRanks_, settings_.limits).timeUs;
+      plan::PluginInputs inputs = pluginInputs(t);  // (as execute() would tell the plugin)
+      inputs.numPipeOps = pipeOps(tasks, settings_.limits);
+      total += plan::chooseFor(t, nRanks_, settings_.limits, inputs).timeUs;
     }
   }
   return total + peers;  // the sends and receives of a group run together, after its collectives
+}
+
+plan::PluginInputs DataPath::pluginInputs(const plan::Task& task) const {
+  plan::PluginInputs inputs;
+  if (tunerPlugin_ == nullptr) return inputs;
+  inputs.numPipeOps = groupPipeOps_;
+  // NCCL's getAlgoInfo looks each buffer up over the bytes the collective reads or writes
+  // there (ncclFuncSendCount, ncclFuncRecvCount); AlltoAll never reaches a plugin.
+  const size_t block = task.count * plan::typeSize(task.dtype);
+  const size_t sendBytes = task.func == kernels::Func::kReduceScatter ? block * nRanks_ : block;
+  const size_t recvBytes = task.func == kernels::Func::kAllGather ? block * nRanks_ : block;
+  const bool registered = registrations_ != nullptr && registrations_->covers(task.sendbuff, sendBytes) &&
+                          registrations_->covers(task.recvbuff, recvBytes);
+  const bool captured = device_ != nullptr && device_->captureId(task.stream) != 0;
+  inputs.regBuff = registered || captured ? 1 : 0;
+  return inputs;
 }
 
 void DataPath::runCollective(const plan::Task& given) {
@@ -426,8 +460,9 @@ void DataPath::runCollective(const plan::Task& given) {
   const uint64_t key = (static_cast<uint64_t>(task.func) << 56) | (task.count * plan::typeSize(task.dtype));
   // (a tuner plugin is asked every time: no cache)
   auto known = tunerPlugin_ != nullptr ? choices_.end() : choices_.find(key);
-  plan::CollPlan plan =
-      plan::planCollective(task, nRanks_, settings_.limits, known != choices_.end() ? &known->second : nullptr, &ledger_);
+  plan::CollPlan plan = plan::planCollective(task, nRanks_, settings_.limits,
+                                             known != choices_.end() ? &known->second : nullptr, pluginInputs(task),
+                                             &ledger_);
   if (known == choices_.end() && tunerPlugin_ == nullptr) {
     if (choices_.size() >= 4096) choices_.clear();  // many sizes: start again rather than grow
     choices_.emplace(key, plan.tuned);

@@ -161,6 +161,8 @@ class DataPath {
   void capChannels(bootstrap::Bootstrap& channel, const std::vector<PeerInfo>& peers, int rank);
 
   void runCollective(const plan::Task& task);
+  /// What the tuner plugin is told beside a collective's function and size (plan::PluginInputs).
+  plan::PluginInputs pluginInputs(const plan::Task& task) const;
   /// After an operation ended early: throws the watchdog's (or a kernel's) reason.
   [[noreturn]] void failAborted(const char* what);
   /// In a handler of a connection wait's error: throws the watchdog's reason when it ended the
@@ -234,6 +236,9 @@ class DataPath {
   int localDeviceRanks_ = 1;  // ranks of this process on this rank's device (with device_)
   DataPathSettings settings_;
   std::unique_ptr<plugin::TunerSession> tunerPlugin_;  // settings_.limits.tunerPlugin (null: none)
+  // settings_.limits.table where a v5 tuner plugin changed its constants (null: the constant table)
+  std::unique_ptr<topo::CostTable> pluginTable_;
+  int groupPipeOps_ = 1;  // inside execute(): the tuner plugin's numPipeOps for the group's collectives
   std::unique_ptr<plugin::ProfilerSession> profiler_;  // null: no profiler plugin; finalized at destroy/abort
   std::unique_ptr<proxy::ControlWatch> proxyControl_;  // with profiler_: its ProxyCtrl events (ends before it)
   GroupProfile* profile_ = nullptr;  // the events of the group running now (with profiler_)

@@ -146,7 +146,7 @@ TEST_CASE("The planner runs the ledger's choice and caches the tuner's", "[tuner
   task.dtype = ncclFloat;
   task.name = "ncclAllReduce";
   plan::SetupLedger ledger;
-  const plan::CollPlan p = plan::planCollective(task, 8, limits, nullptr, &ledger);
+  const plan::CollPlan p = plan::planCollective(task, 8, limits, nullptr, {}, &ledger);
   CHECK(p.tuned.algo == Algo::kDirect);
   CHECK(p.choice.algo == Algo::kRing);
   CHECK(p.works[0].algo == Algo::kRing);
