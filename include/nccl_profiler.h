@@ -104,6 +104,42 @@ typedef enum {
   NCCL_PROFILER_NET_TYPE_SOCK = (2U << NCCL_PROFILER_NET_VER_BITS)
 } ncclProfilerNetType;
 
+/* The data of the NetPlugin events of the built-in network transports (as NCCL's own IB and
+ * socket transports describe theirs): the event's id is NCCL_PROFILER_NET_TYPE_IB |
+ * NCCL_PROFILER_NET_IB_VER or NCCL_PROFILER_NET_TYPE_SOCK | NCCL_PROFILER_NET_SOCKET_VER, and its
+ * data points to one of these, valid until the event stops. */
+#define NCCL_PROFILER_NET_IB_VER 1
+enum {
+  ncclProfileQp = (1 << 0) /* one work request on a queue pair */
+};
+typedef struct {
+  uint8_t type; /* ncclProfileQp */
+  union {
+    struct {
+      int device;     /* the network device's index */
+      uint64_t wr_id; /* the work request's id */
+      int opcode;     /* its ibv_wr_opcode */
+      int qpNum;      /* the queue pair's number */
+      size_t length;  /* bytes it moves */
+    } qp;
+  };
+} ncclProfilerNetIbDescr_v1_t;
+
+#define NCCL_PROFILER_NET_SOCKET_VER 1
+enum {
+  ncclProfileSocket = (1 << 0) /* one transfer on a socket */
+};
+typedef struct {
+  uint8_t type; /* ncclProfileSocket */
+  union {
+    struct {
+      int fd;        /* the socket */
+      int op;        /* 0: a send, 1: a receive */
+      size_t length; /* bytes it moves */
+    } sock;
+  };
+} ncclProfilerNetSockDescr_v1_t;
+
 /* ---- version 5 ------------------------------------------------------------------------------ */
 
 typedef struct {

@@ -139,4 +139,52 @@ void OpTrace::disarm(uint64_t endStep, const uint32_t* abortFlag) {
   finish();
 }
 
+void OwnNetEvents::start(OpTrace& trace, uint64_t s, Open& o, int64_t id, void* data) {
+  o.step = s + 1;
+  o.event = nullptr;
+  plugin::netProfilerCallback(&o.event, ncclProfilerNetEventStart, trace.netParent(s), id, data);
+}
+
+OwnNetEvents::Open& OwnNetEvents::reuse(uint64_t s, int k) {
+  Open& o = open_[s % kernels::kSteps][static_cast<size_t>(k)];
+  if (o.event != nullptr) plugin::netProfilerCallback(&o.event, ncclProfilerNetEventStop, nullptr, 0, nullptr);
+  o.step = 0;
+  o.event = nullptr;
+  return o;
+}
+
+void OwnNetEvents::startIb(OpTrace& trace, uint64_t s, int k, int device, uint64_t wrId, int opcode, int qpNum,
+                           size_t length) {
+  if (!trace.armed() || k < 0 || k >= kPerStep) return;
+  Open& o = reuse(s, k);  // (an event a step before left open in this slot stops first)
+  o.ib = ncclProfilerNetIbDescr_v1_t{};
+  o.ib.type = ncclProfileQp;
+  o.ib.qp.device = device;
+  o.ib.qp.wr_id = wrId;
+  o.ib.qp.opcode = opcode;
+  o.ib.qp.qpNum = qpNum;
+  o.ib.qp.length = length;
+  start(trace, s, o, NCCL_PROFILER_NET_TYPE_IB | NCCL_PROFILER_NET_IB_VER, &o.ib);
+}
+
+void OwnNetEvents::startSocket(OpTrace& trace, uint64_t s, int k, int fd, int op, size_t length) {
+  if (!trace.armed() || k < 0 || k >= kPerStep) return;
+  Open& o = reuse(s, k);
+  o.sock = ncclProfilerNetSockDescr_v1_t{};
+  o.sock.type = ncclProfileSocket;
+  o.sock.sock.fd = fd;
+  o.sock.sock.op = op;
+  o.sock.sock.length = length;
+  start(trace, s, o, NCCL_PROFILER_NET_TYPE_SOCK | NCCL_PROFILER_NET_SOCKET_VER, &o.sock);
+}
+
+void OwnNetEvents::stop(uint64_t s) {
+  for (Open& o : open_[s % kernels::kSteps]) {
+    if (o.step != s + 1) continue;
+    if (o.event != nullptr) plugin::netProfilerCallback(&o.event, ncclProfilerNetEventStop, nullptr, 0, nullptr);
+    o.step = 0;
+    o.event = nullptr;
+  }
+}
+
 }  // namespace braid::proxy

@@ -39,6 +39,7 @@
 #include <mutex>
 
 #include "kernels/work.h"
+#include "nccl_profiler.h"
 #include "plugin/net_profiling.h"
 
 namespace braid::plugin {
@@ -111,6 +112,39 @@ class OpTrace final : public plugin::NetEventParents {
   std::array<uint64_t, kernels::kSteps> open_{};  ///< per slot: its step + 1 (0: none)
   std::array<char, kernels::kSteps> netSlots_{};  ///< the phandles (their addresses only)
   std::atomic<bool> registered_{false};           ///< netSlots_ are known to the callback
+};
+
+/// The NetPlugin events of Braid's own network transports, as NCCL's built-in IB and socket
+/// transports (net plugins inside NCCL) start theirs: one per RDMA write (IB) or frame on a
+/// socket (Socket) of a step, under that step's ProxyStep, through the callback a net plugin
+/// gets (plugin/net_profiling.h), with NCCL's descriptors (nccl_profiler.h). A descriptor stays
+/// here until its event stops. Proxy thread only; while the trace is not armed nothing starts.
+class OwnNetEvents {
+ public:
+  /// Events one step may hold open at once (IB: its payload's write and its record's).
+  static constexpr int kPerStep = 2;
+
+  /// Event k of step s: a work request on queue pair qpNum of device `device`.
+  void startIb(OpTrace& trace, uint64_t s, int k, int device, uint64_t wrId, int opcode, int qpNum, size_t length);
+  /// Event k of step s: a frame of `length` payload bytes on socket `fd` (op 0: sent, 1: received).
+  void startSocket(OpTrace& trace, uint64_t s, int k, int fd, int op, size_t length);
+  /// Stops step s's open events.
+  void stop(uint64_t s);
+
+ private:
+  struct Open {
+    uint64_t step = 0;  ///< its step + 1 (0: none open)
+    void* event = nullptr;
+    union {
+      ncclProfilerNetIbDescr_v1_t ib;
+      ncclProfilerNetSockDescr_v1_t sock;
+    };
+    Open() : ib{} {}
+  };
+  Open& reuse(uint64_t s, int k);  ///< event k's place for step s, what it held stopped
+  void start(OpTrace& trace, uint64_t s, Open& o, int64_t id, void* data);
+
+  std::array<std::array<Open, kPerStep>, kernels::kSteps> open_{};
 };
 
 }  // namespace braid::proxy

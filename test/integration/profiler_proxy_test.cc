@@ -165,8 +165,10 @@ namespace {
 /// `updates` times (NetPluginUpdate: once from v4 on, never for v3) and stopped once. (Not
 /// always before its parent: a step of the next operation that arrives early is reported
 /// under the running one, whose end stops it while the plugin's receive is still posted.)
-/// Returns how many there were of sending and receiving ProxyOps.
-std::map<bool, int> checkNetEvents(const std::vector<ProfLine>& lines, int expectedUpdates = 1) {
+/// Returns how many there were of sending and receiving ProxyOps. `netId`: the events' id (the
+/// loopback plugin's, or a built-in transport's).
+std::map<bool, int> checkNetEvents(const std::vector<ProfLine>& lines, int expectedUpdates = 1,
+                                   const std::string& netId = "0x20001") {
   std::map<int, size_t> startAt, stopAt;
   std::map<int, const ProfLine*> starts;
   std::map<int, int> stops, updates;
@@ -181,7 +183,7 @@ std::map<bool, int> checkNetEvents(const std::vector<ProfLine>& lines, int expec
     const ProfLine& l = lines[at];
     if (l.what != "NetPlugin") continue;
     INFO(l.text);
-    CHECK(l.fields.at("id") == "0x20001");  // NCCL_PROFILER_NET_TYPE_SOCK | 1
+    CHECK(l.fields.at("id") == netId);  // (0x20001: NCCL_PROFILER_NET_TYPE_SOCK | 1; 0x10001: IB | 1)
     CHECK(l.fields.at("data") == "set");
     CHECK(stops[id] == 1);
     CHECK(updates[id] == expectedUpdates);
@@ -252,6 +254,62 @@ TEST_CASE("a v11 net plugin's own events, through its profiler callback, have Pr
     CHECK(occurrences(out, "the profiler callback answered 4 to a bad event handle") >= 8);
     CHECK(occurrences(out, "the profiler callback answered 0") == 0);
   }
+}
+
+TEST_CASE("Braid's own Socket and IB transports start NCCL's NetPlugin events under their ProxySteps",
+          "[plugins][profiler][net]") {
+  // Socket: a frame each, sent (op 0) and received (op 1), with its socket and payload bytes.
+  // IB (the verbs double): each step's RDMA writes on the sender, its payload's and its
+  // record's (64 bytes, with the step as immediate value and work request id).
+  const std::string transport = GENERATE(as<std::string>(), "Socket", "IB");
+  INFO(transport);
+  const char* verbs = std::getenv("BRAID_FAKE_VERBS");
+  if (transport == "IB" && (verbs == nullptr || *verbs == '\0')) {
+    WARN("skipped over IB: no verbs double (BRAID_FAKE_VERBS)");
+    return;
+  }
+  const std::string env =
+      transport == "IB" ? "NCCL_IB_DISABLE=0 NCCL_NET=IB BRAID_IBVERBS_LIBRARY=" + std::string(verbs) : "";
+  const std::string out = runOverNetwork("profiler-record", "0xfff", env);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("all ranks ok"));
+  CHECK(occurrences(out, "NCCL WARN") == 0);
+  CHECK(occurrences(out, "parent=bad") == 0);
+  const std::string id = transport == "IB" ? "0x10001" : "0x20001";
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    const std::vector<ProfLine> lines = profLines(out, r);
+    std::map<bool, int> perSide = checkNetEvents(lines, 0, id);
+    CHECK(perSide[true] >= 8);  // the large AllReduce's steps (IB: a payload and a record each)
+    if (transport == "Socket") CHECK(perSide[false] >= 4);  // and those it received
+    if (transport == "IB") CHECK(perSide[false] == 0);      // (its receives are posted ahead, not per step)
+    int payloads = 0;
+    for (const ProfLine& l : lines) {
+      if (l.op != "start" || l.what != "NetPlugin") continue;
+      INFO(l.text);
+      if (transport == "Socket") {
+        CHECK(l.fields.at("socktype") == "1");  // ncclProfileSocket
+        CHECK(std::stoi(l.fields.at("fd")) > 2);
+        CHECK((l.fields.at("op") == "0" || l.fields.at("op") == "1"));
+        payloads += std::stoull(l.fields.at("length")) > 0 ? 1 : 0;
+      } else {
+        CHECK(l.fields.at("ibtype") == "1");  // ncclProfileQp
+        CHECK(std::stoi(l.fields.at("device")) >= 0);  // (its place among the double's usable ports)
+        CHECK(std::stoi(l.fields.at("qp")) > 0);
+        const int opcode = std::stoi(l.fields.at("opcode"));
+        CHECK((opcode == 0 || opcode == 1));  // IBV_WR_RDMA_WRITE, IBV_WR_RDMA_WRITE_WITH_IMM
+        if (opcode == 1) CHECK(l.fields.at("length") == "64");  // a step's record
+        payloads += opcode == 0 && std::stoull(l.fields.at("length")) > 0 ? 1 : 0;
+      }
+    }
+    CHECK(payloads >= 4);
+  }
+  // Not asked for (every type but NetPlugin): none, and the ProxySteps as ever.
+  const std::string without = runOverNetwork("profiler-record", "0xf7f", env);
+  INFO(without);
+  CHECK_THAT(without, Catch::Contains("all ranks ok"));
+  CHECK(occurrences(without, " ProxyStep parent=") >= 8);
+  CHECK(occurrences(without, " NetPlugin parent=") == 0);
 }
 
 TEST_CASE("profiler plugins of v4 and v3 get a net plugin's events in their layouts", "[plugins][profiler][net]") {

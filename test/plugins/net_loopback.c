@@ -144,6 +144,7 @@ struct request {
   size_t done;      /* bytes of the current message (header + data) moved */
   void* event;      /* NET_LOOPBACK_PROFILE: its NetPlugin event (NULL: the profiler gave none) */
   int profiled;     /* its event was asked for: it is stopped when the request is done */
+  ncclProfilerNetSockDescr_v1_t descr; /* the event's data, as NCCL's socket transport gives */
 };
 
 struct comm {
@@ -748,7 +749,13 @@ static void profilePosted(void* request, void* phandle) {
         ignored != NULL ? "given" : "none");
     return;
   }
-  profiler(&r->event, ncclProfilerNetEventStart, phandle, NCCL_PROFILER_NET_TYPE_SOCK | 1, r);
+  memset(&r->descr, 0, sizeof r->descr);
+  r->descr.type = ncclProfileSocket;
+  r->descr.sock.fd = -1; /* (the comm's, not one socket of its own) */
+  r->descr.sock.op = r->isSend ? 0 : 1;
+  r->descr.sock.length = r->parts[0].size;
+  profiler(&r->event, ncclProfilerNetEventStart, phandle, NCCL_PROFILER_NET_TYPE_SOCK | NCCL_PROFILER_NET_SOCKET_VER,
+           &r->descr);
 }
 
 static ncclResult_t v11Init(void** ctx, uint64_t commId, ncclNetCommConfig_v11_t* config, ncclDebugLogger_t log,

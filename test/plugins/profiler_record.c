@@ -140,6 +140,21 @@ static const char* idOf(const void* handle, char* text) {
   return text;
 }
 
+/* The data of a built-in transport's NetPlugin event (NCCL's IB and socket descriptors),
+ * field by field; empty for another id. (Unused in the v1-only build, whose descriptors have none.) */
+__attribute__((unused)) static void netDetail(uint64_t id, const void* data, char* out, size_t size) {
+  out[0] = '\0';
+  if (data == NULL) return;
+  if (id == (NCCL_PROFILER_NET_TYPE_IB | NCCL_PROFILER_NET_IB_VER)) {
+    const ncclProfilerNetIbDescr_v1_t* ib = (const ncclProfilerNetIbDescr_v1_t*)data;
+    snprintf(out, size, " ibtype=%d device=%d wrid=%" PRIu64 " opcode=%d qp=%d length=%zu", ib->type, ib->qp.device,
+             ib->qp.wr_id, ib->qp.opcode, ib->qp.qpNum, ib->qp.length);
+  } else if (id == (NCCL_PROFILER_NET_TYPE_SOCK | NCCL_PROFILER_NET_SOCKET_VER)) {
+    const ncclProfilerNetSockDescr_v1_t* sk = (const ncclProfilerNetSockDescr_v1_t*)data;
+    snprintf(out, size, " socktype=%d fd=%d op=%d length=%zu", sk->type, sk->sock.fd, sk->sock.op, sk->sock.length);
+  }
+}
+
 static const char* typeName(int type) {
   switch (type) {
     case ncclProfileGroup: return "Group";
@@ -346,8 +361,11 @@ static ncclResult_t oldStartEvent(void* context, void** handle, OldDescr* d) {
            d->kernelCh.channelId);
 #endif
   } else if (d->type == ncclProfileNetPlugin) {
-    LINE("prof r%d start %d NetPlugin parent=%s id=%#" PRIx64 " data=%s\n", d->rank, e->id,
-           idOf(d->parentObj, parent), (uint64_t)d->netPlugin.id, d->netPlugin.data != NULL ? "set" : "null");
+    char detail[160];
+    const uint64_t id = (uint64_t)d->netPlugin.id;
+    netDetail(id, d->netPlugin.data, detail, sizeof detail);
+    LINE("prof r%d start %d NetPlugin parent=%s id=%#" PRIx64 " data=%s%s\n", d->rank, e->id,
+           idOf(d->parentObj, parent), id, d->netPlugin.data != NULL ? "set" : "null", detail);
   } else if (!PRINT_PROXY(d, e, parent)) {
     LINE("prof r%d start %d %s parent=%s\n", d->rank, e->id, typeName(d->type), idOf(d->parentObj, parent));
   }
@@ -447,10 +465,13 @@ static ncclResult_t v5StartEvent(void* context, void** handle, ncclProfilerEvent
       LINE("prof r%d start %d KernelCh parent=%s channel=%d pTimer=%" PRIu64 "\n", d->rank, e->id,
              idOf(d->parentObj, parent), d->kernelCh.channelId, d->kernelCh.pTimer);
       break;
-    case ncclProfileNetPlugin:
-      LINE("prof r%d start %d NetPlugin parent=%s id=%#" PRIx64 " data=%s\n", d->rank, e->id,
-             idOf(d->parentObj, parent), (uint64_t)d->netPlugin.id, d->netPlugin.data != NULL ? "set" : "null");
+    case ncclProfileNetPlugin: {
+      char detail[160];
+      netDetail((uint64_t)d->netPlugin.id, d->netPlugin.data, detail, sizeof detail);
+      LINE("prof r%d start %d NetPlugin parent=%s id=%#" PRIx64 " data=%s%s\n", d->rank, e->id,
+             idOf(d->parentObj, parent), (uint64_t)d->netPlugin.id, d->netPlugin.data != NULL ? "set" : "null", detail);
       break;
+    }
     default:
       if (PRINT_PROXY(d, e, parent)) break;
       LINE("prof r%d start %d %s parent=%s\n", d->rank, e->id, typeName((int)d->type), idOf(d->parentObj, parent));

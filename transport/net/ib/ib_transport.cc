@@ -64,6 +64,7 @@ struct Choice {
   std::shared_ptr<Device> device;
   int gidIndex = 0;
   bool planned = false;
+  int index = 0;  ///< the port's place among the usable ones (a profiler's network device id)
 };
 
 /// The topology's port (s.port) when it is usable and of link layer `roce` (when >= 0: 1 RoCE,
@@ -77,7 +78,7 @@ Choice choose(const Settings& s, int roce) {
   }
   auto fits = [roce](const Port& p) { return roce < 0 || p.roce == (roce == 1); };
   auto make = [&](const Port& p, bool planned) {
-    Choice c{p, openDevice(v, p.device), 0, planned};
+    Choice c{p, openDevice(v, p.device), 0, planned, static_cast<int>(&p - ports.data())};
     c.gidIndex = chooseGidIndex(*c.device, p, s.gidIndex);
     return c;
   };
@@ -127,6 +128,7 @@ class IbEnd : public EndPump {
         device_(std::move(choice.device)),
         port_(choice.port),
         gidIndex_(choice.gidIndex),
+        deviceIndex_(choice.index),
         settings_(s),
         where_(port_.device + " port " + std::to_string(port_.port)),
         why_(s.what + (choice.planned ? ", the topology's port" : ", port by number")) {
@@ -253,6 +255,7 @@ class IbEnd : public EndPump {
   std::shared_ptr<Device> device_;
   Port port_;
   int gidIndex_;
+  int deviceIndex_;
   Settings settings_;
   std::string where_;  // "mlx5_0 port 1"
   std::string why_;    // "ring3, the topology's port": the connection and how its port was chosen
@@ -405,6 +408,7 @@ class SendEnd final : public IbEnd {
            true, ncclInternalError);
       return;
     }
+    netEvents_.stop(head_);  // (its writes are done)
     kernels::storeRelease(conn_.head, ++head_);  // the data has left: the slot is reusable
     if (trace_.armed()) trace_.stepsDone(head_);
   }
@@ -443,8 +447,15 @@ class SendEnd final : public IbEnd {
     payloadWr.opcode = IBV_WR_RDMA_WRITE;
     payloadWr.wr.rdma.remote_addr = remotePayload;
     payloadWr.wr.rdma.rkey = staged ? remote_.rkey : remoteSlotsRkey_;
-    postWrite(step, record, sizeof(FrameHeader), remoteRecord, remote_.rkey, true, &imm,
-              bytes > 0 ? &payloadWr : nullptr);
+    if (!postWrite(step, record, sizeof(FrameHeader), remoteRecord, remote_.rkey, true, &imm,
+                   bytes > 0 ? &payloadWr : nullptr)) {
+      return;
+    }
+    if (trace_.armed()) {  // (a profiler's NetPlugin events: a work request each, until the step's completion)
+      if (bytes > 0) netEvents_.startIb(trace_, step, 0, deviceIndex_, kPayloadWr, IBV_WR_RDMA_WRITE, qp_->qp_num, bytes);
+      netEvents_.startIb(trace_, step, 1, deviceIndex_, step, IBV_WR_RDMA_WRITE_WITH_IMM, qp_->qp_num,
+                         sizeof(FrameHeader));
+    }
   }
 
   IbEndpoint remote_;
@@ -452,6 +463,7 @@ class SendEnd final : public IbEnd {
   uint32_t remoteSlotsRkey_;
   uint64_t next_ = 0;  // the next step to post
   uint64_t head_ = 0;  // steps whose writes completed
+  proxy::OwnNetEvents netEvents_;
 };
 
 /// The receiver's end: accepts the sender's control socket and queue pair, then checks and

@@ -55,6 +55,7 @@ class SendPump final : public EndPump {
       if (!w.busy() && w.header().type == kData && inFlight_[k]) {
         inFlight_[k] = false;
         referenced_[k] = false;
+        netEvents_.stop(w.header().step);  // (the frame is in the socket)
         sent_[w.header().step % kernels::kSteps] = w.header().step + 1;
         next_[k] += n;
         while (sent_[head_ % kernels::kSteps] == head_ + 1) ++head_;
@@ -73,7 +74,10 @@ class SendPump final : public EndPump {
     bool byReference = false;
     if (!stepHeader(next_[k], &h, &payload, &byReference)) return;
     writers_[k].start(h, payload);
-    if (trace_.armed()) trace_.stepTaken(next_[k], h.bytes);
+    if (trace_.armed()) {
+      trace_.stepTaken(next_[k], h.bytes);
+      netEvents_.startSocket(trace_, next_[k], 0, sockets_[static_cast<size_t>(k)].fd(), 0, h.bytes);
+    }
     inFlight_[k] = true;
     referenced_[k] = byReference;
   }
@@ -91,6 +95,7 @@ class SendPump final : public EndPump {
   std::array<bool, kMaxSockets> referenced_{};  // per socket: its frame in flight is by reference
   std::array<uint64_t, kernels::kSteps> sent_{};  // per slot: step + 1 once in the socket
   uint64_t head_ = 0;
+  proxy::OwnNetEvents netEvents_;  // a profiler's NetPlugin events: a frame each, while it is written
 };
 
 /// The receiver's end: accepts the sender's sockets, then lands each step in its slot once
@@ -160,7 +165,10 @@ class RecvPump final : public EndPump {
     r.payload = (h.flags & kFrameFlagged) ? staging_[k].data()
                 : direct_[k] != nullptr     ? direct_[k]
                                             : conn_.simple + slot * conn_.simpleStepBytes;
-    if (trace_.armed()) trace_.stepTaken(h.step, h.bytes);
+    if (trace_.armed()) {
+      trace_.stepTaken(h.step, h.bytes);
+      netEvents_.startSocket(trace_, h.step, 0, sockets_[static_cast<size_t>(k)].fd(), 1, h.bytes);
+    }
     return true;
   }
 
@@ -190,6 +198,7 @@ class RecvPump final : public EndPump {
     arrived_[h.step % kernels::kSteps] = h.step + 1;
     next_[k] += sockets_.size();
     while (arrived_[tail_ % kernels::kSteps] == tail_ + 1) ++tail_;
+    netEvents_.stop(h.step);  // (its payload is here)
     kernels::storeRelease(conn_.tail, tail_);
     if (trace_.armed()) trace_.stepLanded(h.step, h.bytes);
   }
@@ -199,6 +208,7 @@ class RecvPump final : public EndPump {
   std::vector<uint64_t> next_;
   std::array<char*, kMaxSockets> direct_{};  // per socket: where the frame in progress lands in an offered buffer
   std::array<uint64_t, kernels::kSteps> arrived_{};
+  proxy::OwnNetEvents netEvents_;  // a profiler's NetPlugin events: a frame each, while it is read
   uint64_t tail_ = 0;
 };
 
