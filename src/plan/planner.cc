@@ -119,6 +119,13 @@ CollPlan planCollective(const Task& task, int nRanks, const PlanLimits& limits, 
     const auto [algos, protos, forced] = allowedFor(task, limits);
     plan.choice = ledger->settle(tunerFor(nRanks, limits), task.func, tunerBytes(task, nRanks), algos, protos, forced,
                                  plan.tuned);
+    if (plan.choice.algo != plan.tuned.algo || plan.choice.nChannels != plan.tuned.nChannels) {
+      BRAID_INFO(log::kColl, "%s: %llu bytes on %d ranks -> %s/%s, %d channel(s), predicted %.2f us, instead of %s/%s "
+                 "(whose connections are not paid for yet: TUNING says how far)", task.name,
+                 static_cast<unsigned long long>(tunerBytes(task, nRanks)), nRanks, topo::algoName(plan.choice.algo),
+                 topo::protoName(plan.choice.proto), plan.choice.nChannels, plan.choice.timeUs,
+                 topo::algoName(plan.tuned.algo), topo::protoName(plan.tuned.proto));
+    }
   }
   plan.proto = plan.choice.proto;
   plan.nChannels = plan.choice.nChannels;
