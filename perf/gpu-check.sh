@@ -123,7 +123,7 @@ run() {
   { echo "### $label: $*"; cat "$last"; echo "### $label: exit status $rc"; } >> "$perf_log"
   return $rc
 }
-run "braid all_reduce 1 rank (quick)" 60 "${braid_env[@]}" "$build/perf/all_reduce_perf" --threads --ranks 1 -b 8 -e 64M -f 8 -n 10 -w 2 -c 1
+run "braid all_reduce 1 rank (quick)" 60 "${braid_env[@]}" "$build/perf/all_reduce_perf" --threads --ranks 1 -b 8 -e 64M -f 8 -n 10 -w 20 -c 1
 say "all_reduce_perf, 1 rank, 8 B..64 MiB: exit status $? ($(elapsed) s)"
 
 # ---- stage 2: the algorithm sweep, the benchmarks, NVIDIA's NCCL, PyTorch -----------------------
@@ -167,7 +167,7 @@ last_table() {
 for tool in all_reduce all_gather reduce_scatter sendrecv; do
   for ranks in 1 2 4; do
     left 40 || { say "stage 2: out of time before $tool on $ranks ranks"; break 2; }
-    run "braid $tool $ranks" 75 "${braid_env[@]}" "$build/perf/${tool}_perf" --threads --ranks "$ranks" -b 8 -e "$max_size" -f 8 -n 10 -w 2 -c 1
+    run "braid $tool $ranks" 75 "${braid_env[@]}" "$build/perf/${tool}_perf" --threads --ranks "$ranks" -b 8 -e "$max_size" -f 8 -n 10 -w 20 -c 1
     rc=$?
     row["braid $tool $ranks"]="$(last_table) rc=$rc"
   done
@@ -179,7 +179,7 @@ if [ -n "$nvidia_lib" ]; then
     left 30 || { say "stage 2: out of time before NVIDIA's $tool"; break; }
     saved=$perf_log
     perf_log="$out/nvidia.log"
-    run "nvidia $tool 1" 60 env LD_PRELOAD="$nvidia_lib" "$build/perf/${tool}_perf" --threads --ranks 1 -b 8 -e "$max_size" -f 8 -n 10 -w 2 -c 1
+    run "nvidia $tool 1" 60 env LD_PRELOAD="$nvidia_lib" "$build/perf/${tool}_perf" --threads --ranks 1 -b 8 -e "$max_size" -f 8 -n 10 -w 20 -c 1
     rc=$?
     row["nvidia $tool 1"]="$(last_table) rc=$rc"
     perf_log=$saved

@@ -623,6 +623,69 @@ TEST_CASE("point to point: ring shift, self, uneven sizes, several messages per 
   }
 }
 
+TEST_CASE("point to point split over several connections a peer: sizes around every part boundary, exact",
+          "[integration][p2p]") {
+  const int n = 3;
+  constexpr size_t kPart = 128 * 1024;  // (runtime::host::kPeerPartMinBytes)
+  // Each rank sends every size below to its next rank and receives them from its previous one,
+  // and one more large message the other way round; the sizes: under one part, at 2, 3 and 4
+  // parts and a byte either side, and more than 4 FIFOs' worth.
+  const std::vector<size_t> sizes = {0, 1, 2 * kPart - 1, 2 * kPart, 2 * kPart + 1, 3 * kPart + 7, 4 * kPart - 1,
+                                     (5 << 20) + 3};
+  for (int perPeer : {2, 4}) {
+  for (bool direct : {true, false}) {
+  INFO(perPeer << " connections a peer, direct " << direct);
+  auto makeBody = [&] {
+    ncclUniqueId id;
+    REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+    return [id, n, perPeer, direct, sizes](int rank) {
+      ncclComm_t comm = nullptr;
+      EXPECT_OK(ncclCommInitRank(&comm, n, id, rank));
+      comm->dataPath().setPeerChannelsPerPeer(perPeer);
+      comm->dataPath().setPeerDirect(direct);
+      const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+      auto fill = [](std::vector<uint8_t>& v, int from, size_t k) {
+        for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<uint8_t>(i * 7 + i / 4093 + from * 31 + k);
+      };
+      std::vector<std::vector<uint8_t>> out, in;
+      for (size_t k = 0; k < sizes.size(); ++k) {
+        out.emplace_back(sizes[k]);
+        fill(out.back(), rank, k);
+        in.emplace_back(sizes[k], 0xee);
+      }
+      std::vector<uint8_t> back(3 * kPart + 100), backIn(back.size(), 0xee);
+      fill(back, rank, 99);
+      EXPECT_OK(ncclGroupStart());
+      for (size_t k = 0; k < sizes.size(); ++k) {
+        EXPECT_OK(ncclSend(out[k].data(), out[k].size(), ncclUint8, next, comm, nullptr));
+        EXPECT_OK(ncclRecv(in[k].data(), in[k].size(), ncclUint8, prev, comm, nullptr));
+      }
+      EXPECT_OK(ncclSend(back.data(), back.size(), ncclUint8, prev, comm, nullptr));
+      EXPECT_OK(ncclRecv(backIn.data(), backIn.size(), ncclUint8, next, comm, nullptr));
+      EXPECT_OK(ncclGroupEnd());
+      for (size_t k = 0; k < sizes.size(); ++k) {
+        std::vector<uint8_t> want(sizes[k]);
+        fill(want, prev, k);
+        expect(in[k] == want, "message " + std::to_string(k) + " of " + std::to_string(sizes[k]) + " bytes");
+      }
+      std::vector<uint8_t> want(backIn.size());
+      fill(want, next, 99);
+      expect(backIn == want, "the message the other way");
+      // A lone large send and receive after the group, on the same connections.
+      std::vector<float> x(300000, static_cast<float>(rank)), y(x.size(), -1);
+      EXPECT_OK(ncclGroupStart());
+      EXPECT_OK(ncclSend(x.data(), x.size(), ncclFloat, next, comm, nullptr));
+      EXPECT_OK(ncclRecv(y.data(), y.size(), ncclFloat, prev, comm, nullptr));
+      EXPECT_OK(ncclGroupEnd());
+      expect(y.front() == prev && y.back() == prev && y[150001] == prev, "the lone message");
+      EXPECT_OK(ncclCommDestroy(comm));
+    };
+  };
+  REQUIRE(test::runBoth(n, makeBody) == "");
+  }
+  }
+}
+
 TEST_CASE("bad collective arguments are named and nothing runs", "[integration][collectives]") {
   ncclUniqueId id;
   REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);

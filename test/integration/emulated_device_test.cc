@@ -97,6 +97,48 @@ TEST_CASE("emulated GPU: every collective and a send/recv ring, asynchronous, ex
   REQUIRE(test::runBoth(n, makeBody) == "");
 }
 
+TEST_CASE("emulated GPU: a large send splits over the peer's connection sets, each a block; odd sizes, offsets",
+          "[integration][emulated]") {
+  Emulated emulated;
+  const int n = 3;
+  constexpr size_t kPart = runtime::host::kPeerPartMinBytes;
+  auto makeBody = [&] {
+    ncclUniqueId id;
+    REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+    return [id, n](int rank) {
+      ncclComm_t comm = nullptr;
+      EXPECT_OK(ncclCommInitRank(&comm, n, id, rank));
+      const runtime::host::PeerChannels channels = comm->dataPath().peerChannels();
+      expect(channels.perPeer == 4, "4 connections a peer on a GPU, not " + std::to_string(channels.perPeer));
+      const cudaStream_t s = streamOf(rank);
+      const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+      // Buffers 0..63 bytes past an alignment, sizes at and either side of 2 and 4 parts, and
+      // more than the FIFOs of all four sets hold.
+      size_t offset = 0;
+      for (size_t bytes : {2 * kPart - 1, 2 * kPart, 2 * kPart + 3, 4 * kPart + 1, size_t(9 << 20) + 5}) {
+        for (size_t sendOff : {size_t(0), size_t(1), size_t(37)}) {
+          offset = (offset + 13) % 64;
+          std::vector<uint8_t> from(bytes + 64), to(bytes + 64, 0xee);
+          for (size_t i = 0; i < bytes; ++i) from[sendOff + i] = static_cast<uint8_t>(i * 11 + i / 1021 + rank);
+          EXPECT_OK(ncclGroupStart());
+          EXPECT_OK(ncclSend(from.data() + sendOff, bytes, ncclUint8, next, comm, s));
+          EXPECT_OK(ncclRecv(to.data() + offset, bytes, ncclUint8, prev, comm, s));
+          EXPECT_OK(ncclGroupEnd());
+          sync(comm);
+          size_t wrong = 0;
+          for (size_t i = 0; i < bytes; ++i) wrong += to[offset + i] != static_cast<uint8_t>(i * 11 + i / 1021 + prev);
+          for (size_t i = 0; i < offset; ++i) wrong += to[i] != 0xee;
+          for (size_t i = offset + bytes; i < to.size(); ++i) wrong += to[i] != 0xee;
+          expect(wrong == 0, std::to_string(wrong) + " bytes wrong of " + std::to_string(bytes) + " (send offset " +
+                                 std::to_string(sendOff) + ", receive offset " + std::to_string(offset) + ")");
+        }
+      }
+      EXPECT_OK(ncclCommDestroy(comm));
+    };
+  };
+  REQUIRE(test::runBoth(n, makeBody) == "");
+}
+
 TEST_CASE("emulated GPU: a group's collectives share launches where nothing depends on an earlier one",
           "[integration][emulated]") {
   Emulated emulated;
@@ -299,7 +341,9 @@ TEST_CASE("emulated GPU: sends and receives waiting on a peer process that exits
 TEST_CASE("emulated GPU: sends to another process go straight into its registered buffer until it is deregistered",
           "[integration][emulated]") {
   Emulated emulated;
-  const size_t count = 1 << 18;  // 1 MiB of floats: 8 steps of the FIFO, 1 when direct
+  // 1 MiB of floats: 8 steps of the FIFO, or one step on each of the peer's connection sets
+  // (runtime/host/data_path.h, peerChannels: 4 on a GPU, each a 256 KiB part) when direct.
+  const size_t count = 1 << 18;
   const size_t bytes = count * sizeof(float);
   const uint64_t fifoSteps = bytes / (128 * 1024);
   ncclUniqueId id;
@@ -358,10 +402,12 @@ TEST_CASE("emulated GPU: sends to another process go straight into its registere
       const std::string steps = std::to_string(first) + " " + std::to_string(direct) + " " + std::to_string(again) + " " +
                                 std::to_string(unregistered) + " " + std::to_string(revoked) + " " +
                                 std::to_string(later) + " " + std::to_string(reregistered);
-      expect((first == fifoSteps || first == 1) && direct == 1 && again == 1 && unregistered == fifoSteps && revoked == fifoSteps &&
-                 later == fifoSteps && reregistered == 1,
+      const uint64_t parts = static_cast<uint64_t>(comm->dataPath().peerChannels().perPeer);
+      expect(parts == 4 && (first == fifoSteps || first == parts) && direct == parts && again == parts &&
+                 unregistered == fifoSteps && revoked == fifoSteps && later == fifoSteps && reregistered == parts,
              "FIFO steps of the sends: " + steps);
-      expect(mappedWhileRegistered == 1 && mappedAfter == 0,
+      // (each connection set maps the buffer for itself: offered_buffers.h)
+      expect(mappedWhileRegistered == parts && mappedAfter == 0,
              "mapped buffers " + std::to_string(mappedWhileRegistered) + " then " + std::to_string(mappedAfter));
     }
     if (rank == 1) EXPECT_OK(ncclCommDeregister(comm, handle));

@@ -129,6 +129,10 @@ DataPath::DataPath(bootstrap::Bootstrap& channel, int rank, const std::vector<Pe
     if (device_ == nullptr && p.cpus > 0 && (shape.cpusPerNode == 0 || p.cpus < shape.cpusPerNode)) shape.cpusPerNode = p.cpus;
   }
   setRanksPerNode(settings_.ranksPerNode);
+  const bool spansHosts = std::any_of(peers.begin(), peers.end(), [&](const PeerInfo& p) { return p.hostHash != peers[0].hostHash; });
+  peerChannels_ = host::peerChannels(settings_, nRanks_, spansHosts, device_ != nullptr);
+  BRAID_INFO(log::kInit | log::kP2p, "rank %d: sends and receives on up to %d channels, %d connection%s a peer", rank_,
+             peerChannels_.total, peerChannels_.perPeer, peerChannels_.perPeer == 1 ? "" : "s");
   openTunerPlugin(commHash);
   profiler_ = openProfiler(commHash, settings_.commName, rank_, nodeOf_);
   if (profiler_ != nullptr) proxyControl_ = std::make_unique<proxy::ControlWatch>(profiler_.get());
@@ -520,7 +524,7 @@ void DataPath::checkDeviceTask(const plan::Task& task) {
   device_->checkBuffer(task.recvbuff, "recvbuff", task.name);
 }
 
-void DataPath::enqueuePeers(const std::map<std::pair<int, bool>, std::deque<kernels::PeerOp>>& queues, void* stream,
+void DataPath::enqueuePeers(const std::map<PeerQueueKey, std::deque<kernels::PeerOp>>& queues, void* stream,
                             const char* call) {
   std::vector<kernels::PeerOp> flat;
   std::vector<int> starts;
@@ -552,10 +556,11 @@ void DataPath::enqueuePeers(const std::map<std::pair<int, bool>, std::deque<kern
   starts.push_back(static_cast<int>(flat.size()));
   if (flat.empty()) return;
   for (size_t i = 0; i < flat.size(); ++i) flat[i].mapped = flat[i].nMapped > 0 ? mapped.data() + mappedFrom[i] : nullptr;
-  // A block per connection's queue, as many as the rank's channels may be (so that the blocks
-  // of every rank on a GPU stay resident together: capChannels), the rest shared round robin.
+  // A block per connection's queue, as many as the sends and receives' channels (within the
+  // rank's channels, so that the blocks of every rank on a GPU stay resident together:
+  // capChannels), the rest shared round robin.
   const int nQueues = static_cast<int>(queues.size());
-  const int blocks = std::max(1, std::min({nQueues, settings_.limits.maxChannels, kMaxChannels}));
+  const int blocks = std::max(1, std::min({nQueues, peerChannels_.total, settings_.limits.maxChannels}));
   Watchdog::Operation running(*watchdog_, kernels::OpSignature{}, call, blocks);  // (in flight until the kernel ends)
   device_->launchPeers(flat.data(), starts.data(), nQueues, blocks, mapped.data(), static_cast<int>(mapped.size()),
                        stream, call);
@@ -582,9 +587,9 @@ void DataPath::runAllToAllDirect(const plan::Task& task) {
     t.recvbuff = static_cast<char*>(task.recvbuff) + p * bytes;
     ops.push_back(t);
   }
-  warnEveryPeer("AlltoAll's Direct", 1, true);
+  warnEveryPeer("AlltoAll's Direct", peerChannels_.perPeer, true);
   try {  // every rank is here at once: every connection in one exchange (runPeers finds them made)
-    connector_.connectEveryPeer();
+    for (int set = 0; set < peerChannels_.perPeer; ++set) connector_.connectEveryPeer(transport::peerSet(set));
   } catch (const Error&) {
     rethrowWithReason();
   }
@@ -654,51 +659,57 @@ void DataPath::runPeersOn(const std::vector<const plan::Task*>& ops) {
   sendTo.erase(std::unique(sendTo.begin(), sendTo.end()), sendTo.end());
   std::sort(recvFrom.begin(), recvFrom.end());
   recvFrom.erase(std::unique(recvFrom.begin(), recvFrom.end()), recvFrom.end());
-  try {
-    connector_.connectPeers(sendTo, recvFrom);
+  try {  // (a peer's every set at once, as NCCL: both ends then split any message alike)
+    for (int set = 0; set < peerChannels_.perPeer; ++set) connector_.connectPeers(sendTo, recvFrom, transport::peerSet(set));
   } catch (const Error&) {
     rethrowWithReason();
   }
 
   // One queue per connection: operations on one connection run in the order they were posted.
-  std::map<std::pair<int, bool>, std::deque<kernels::PeerOp>> queues;
-  for (const plan::Task* t : ops) {
+  // A large message splits into parts on the peer's connection sets (peerPartBytes), each a
+  // queue of its own (a block on a GPU); both ends cut the same parts from the same size.
+  std::map<PeerQueueKey, std::deque<kernels::PeerOp>> queues;
+  std::vector<std::tuple<size_t, int, kernels::PeerOp>> parts;  // (for the profiler: the task's index, the set)
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const plan::Task* t = ops[i];
     if (t->peer == rank_) continue;
-    kernels::PeerOp op{};
-    op.conn = t->isSend ? connector_.peerSend(t->peer) : connector_.peerRecv(t->peer);
-    op.buffer = t->isSend ? const_cast<char*>(static_cast<const char*>(t->sendbuff)) : static_cast<char*>(t->recvbuff);
-    op.bytes = t->count * plan::typeSize(t->dtype);
-    op.proto = plan::peerProtocol(op.bytes, settings_.limits);
-    op.isSend = t->isSend;
-    // Both ends decide alike: the same size, and a connection within one process at both ends.
-    // On GPUs only between ranks of one device: another device's kernels reach the receiver's
-    // buffer only where peer access covers it (not memory pools or cuMem memory not mapped for
-    // them), which the receiver alone could tell.
-    op.direct = settings_.peerDirect && op.proto == kernels::Proto::kSimple &&
-                op.conn.transport == static_cast<uint32_t>(transport::Kind::kP2p) &&
-                (device_ == nullptr || deviceOf_[t->peer] == device_->ordinal());
-    // Between processes, where the slots are the receiver's GPU memory: the receiver always
-    // offers (key 0 for a buffer it cannot share), so a sender never waits for nothing; a sender
-    // looks at offers unless NCCL_P2P_DIRECT_DISABLE says not to (offered_buffers.h).
-    op.offers = device_ != nullptr && op.conn.slotsShared != 0 && op.proto == kernels::Proto::kSimple &&
-                (!op.isSend || settings_.peerDirect);
-    // The host over sockets: the proxy writes a send's bytes to the socket from the user's
-    // buffer and reads a receive's into it (send_recv.h, byReference), two copies fewer.
-    op.byReference = device_ == nullptr && settings_.peerDirect && op.proto == kernels::Proto::kSimple &&
-                     op.conn.transport == static_cast<uint32_t>(transport::Kind::kSocket);
-    queues[{t->peer, t->isSend}].push_back(op);
+    const uint64_t total = t->count * plan::typeSize(t->dtype);
+    const kernels::Proto proto = plan::peerProtocol(total, settings_.limits);
+    const uint64_t part = proto == kernels::Proto::kSimple ? peerPartBytes(total, peerChannels_.perPeer) : total;
+    char* base = t->isSend ? const_cast<char*>(static_cast<const char*>(t->sendbuff)) : static_cast<char*>(t->recvbuff);
+    for (uint64_t offset = 0, set = 0; offset < total || set == 0; offset += part, ++set) {
+      kernels::PeerOp op{};
+      const int s = static_cast<int>(set);
+      op.conn = t->isSend ? connector_.peerSend(t->peer, transport::peerSet(s)) : connector_.peerRecv(t->peer, transport::peerSet(s));
+      op.buffer = base + offset;
+      op.bytes = std::min(part, total - offset);
+      op.proto = proto;
+      op.isSend = t->isSend;
+      // Both ends decide alike: the same size, and a connection within one process at both ends.
+      // On GPUs only between ranks of one device: another device's kernels reach the receiver's
+      // buffer only where peer access covers it (not memory pools or cuMem memory not mapped for
+      // them), which the receiver alone could tell.
+      op.direct = settings_.peerDirect && op.proto == kernels::Proto::kSimple &&
+                  op.conn.transport == static_cast<uint32_t>(transport::Kind::kP2p) &&
+                  (device_ == nullptr || deviceOf_[t->peer] == device_->ordinal());
+      // Between processes, where the slots are the receiver's GPU memory: the receiver always
+      // offers (key 0 for a buffer it cannot share), so a sender never waits for nothing; a sender
+      // looks at offers unless NCCL_P2P_DIRECT_DISABLE says not to (offered_buffers.h).
+      op.offers = device_ != nullptr && op.conn.slotsShared != 0 && op.proto == kernels::Proto::kSimple &&
+                  (!op.isSend || settings_.peerDirect);
+      // The host over sockets: the proxy writes a send's bytes to the socket from the user's
+      // buffer and reads a receive's into it (send_recv.h, byReference), two copies fewer.
+      op.byReference = device_ == nullptr && settings_.peerDirect && op.proto == kernels::Proto::kSimple &&
+                       op.conn.transport == static_cast<uint32_t>(transport::Kind::kSocket);
+      queues[{t->peer, t->isSend, s}].push_back(op);
+      parts.emplace_back(i, s, op);
+    }
   }
   if (device_ != nullptr) return enqueuePeers(queues, ops.front()->stream, ops.front()->name);
   if (connector_.usesNetwork()) proxy::post();
   if (profile_ != nullptr && profile_->wantsProxy() && connector_.usesNetwork()) {
     const auto traces = netTraces();
-    for (size_t i = 0; i < ops.size(); ++i) {
-      if (ops[i]->peer == rank_) continue;
-      const plan::Task& t = *ops[i];
-      const kernels::ConnHandle h = t.isSend ? connector_.peerSend(t.peer) : connector_.peerRecv(t.peer);
-      watchProxy(traces, h, t.isSend, 0, plan::peerProtocol(t.count * plan::typeSize(t.dtype), settings_.limits),
-                 static_cast<int>(i));
-    }
+    for (const auto& [i, set, op] : parts) watchProxy(traces, op.conn, op.isSend, set, op.proto, static_cast<int>(i));
   }
   std::vector<std::deque<kernels::PeerOp>> ordered;  // (the map's order: by peer, then direction)
   for (auto& [key, q] : queues) ordered.push_back(std::move(q));

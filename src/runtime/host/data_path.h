@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -52,6 +53,10 @@ struct DataPathSettings {
   bool checkMismatch = true;  ///< BRAID_CHECK_MISMATCH
   bool peerDirect = true;     ///< not NCCL_P2P_DIRECT_DISABLE: sends to ranks of this process write into the receiver's buffer
   int ranksPerNode = 0;       ///< BRAID_RANKS_PER_NODE: 0 nodes are hosts, k: each k consecutive ranks
+  int peerChannels = 0;       ///< BRAID_P2P_CHANNELS_PER_PEER: connections one send or receive splits over (0: automatic)
+  int minP2pChannels = 1;     ///< NCCL_MIN_P2P_NCHANNELS: fewest blocks (channels) for a group's sends and receives
+  int maxP2pChannels = kMaxChannels;  ///< NCCL_MAX_P2P_NCHANNELS: most of them
+  int netPeerChannels = 2;    ///< NCCL_NCHANNELS_PER_NET_PEER: most connections a peer on another host splits over
   WatchdogSettings watchdog;
   std::string commName;  ///< the config's commName (for a profiler plugin)
 
@@ -64,6 +69,25 @@ struct DataPathSettings {
 /// peer algorithms and, for c = 0, the user's sends and receives) on nRanks ranks; every rank
 /// computes the same (a connection's two ends must agree). data_path_settings.cc says how.
 uint32_t peerSimpleStepBytes(uint32_t ringStepBytes, int nRanks, bool onDevice);
+
+/// The channels of a communicator's sends and receives, as NCCL's p2pnChannels and
+/// p2pnChannelsPerPeer: `total` blocks at most run a group's sends and receives, and one send
+/// or receive of a large message splits over `perPeer` connection sets (0..perPeer-1) to its
+/// peer, each its own block. Every rank computes the same from the same inputs (both ends of
+/// a send must split it alike): `maxChannels` as agreed (capChannels), whether any two ranks
+/// are on different hosts, the rank count. data_path_settings.cc says how.
+struct PeerChannels {
+  int total = 1;
+  int perPeer = 1;
+};
+PeerChannels peerChannels(const DataPathSettings& settings, int nRanks, bool spansHosts, bool onDevice);
+
+/// The smallest part of a message split over several connections (one Simple step of theirs).
+constexpr uint64_t kPeerPartMinBytes = 128 * 1024;
+/// The bytes of each part a message of `bytes` splits into over `perPeer` connections: every
+/// part but the last this size, a multiple of 512 bytes (the copy loops' vector path), at
+/// least kPeerPartMinBytes; `bytes` itself (one part) when it is too small to split.
+uint64_t peerPartBytes(uint64_t bytes, int perPeer);
 
 class GroupProfile;
 
@@ -140,6 +164,13 @@ class DataPath {
   /// NCCL_P2P_DIRECT_DISABLE's opposite for this communicator; tests set it, every rank
   /// alike, to run sends and receives between threads through the FIFO or directly.
   void setPeerDirect(bool direct) { settings_.peerDirect = direct; }
+  /// The sends and receives' channels (peerChannels()); tests set the connections a peer's
+  /// messages split over, every rank alike, before the first send.
+  const PeerChannels& peerChannels() const { return peerChannels_; }
+  void setPeerChannelsPerPeer(int k) {
+    peerChannels_.perPeer = k;
+    peerChannels_.total = std::max(peerChannels_.total, k);
+  }
   /// BRAID_RANKS_PER_NODE for this communicator (0: nodes are hosts); tests set it before the
   /// first collective. Every rank must set the same.
   void setRanksPerNode(int k);
@@ -191,10 +222,11 @@ class DataPath {
   /// (batching_), keeps it in pending_ to share one launch with the collectives after it.
   void enqueueCollective(const plan::Task& task, plan::CollPlan& plan, const kernels::RingHandle* ring,
                          const kernels::OpSignature& sig);
-  /// With a device, the end of runPeers: the group's sends and receives (queues by peer and
-  /// direction, each in posted order) as one kernel on `stream`.
-  void enqueuePeers(const std::map<std::pair<int, bool>, std::deque<kernels::PeerOp>>& queues, void* stream,
-                    const char* call);
+  /// A connection's queue of sends or receives: peer rank, whether they are sends, connection set.
+  using PeerQueueKey = std::tuple<int, bool, int>;
+  /// With a device, the end of runPeers: the group's sends and receives (queues by peer,
+  /// direction and connection set, each in posted order) as one kernel on `stream`.
+  void enqueuePeers(const std::map<PeerQueueKey, std::deque<kernels::PeerOp>>& queues, void* stream, const char* call);
   /// Launches what pending_ holds (nothing when empty).
   void flushLaunch();
   /// AlltoAll's Direct: a send to and a receive from every rank, all at once (runPeers).
@@ -253,6 +285,7 @@ class DataPath {
   Executor executor_;
   std::vector<kernels::RingHandle> rings_;  // cached handles of the connected ring channels
   std::vector<PeerSet> peerSets_;  // by channel: every point-to-point connection made so far
+  PeerChannels peerChannels_;      // the sends and receives' channels (peerChannels())
   std::array<int, static_cast<size_t>(kernels::Algo::kCount)> peersReady_{};  // channels connected for each algorithm's peers
   // The tuner's choices by collective and bytes (a pure function of them and the limits, which
   // clear it): a call looks its size up instead of predicting every candidate, which had cost

@@ -60,6 +60,13 @@ int64_t fifoBytes(params::Store& p, const char* name, int64_t lo, int64_t hi, in
              static_cast<long long>(fallback));
   return fallback;
 }
+/// A channel count in 1..kMaxChannels, or `fallback` with a warning.
+int channelKnob(params::Store& p, const char* name, int fallback) {
+  const int64_t v = p.integer(name);
+  if (v >= 1 && v <= kMaxChannels) return static_cast<int>(v);
+  BRAID_WARN("%s=%lld must be 1..%d; using %d", name, static_cast<long long>(v), kMaxChannels, fallback);
+  return fallback;
+}
 }  // namespace
 
 // NCCL's 128 KiB chunks up to 8 ranks and on a GPU. On the host above 8 ranks a rank's log-n
@@ -72,6 +79,34 @@ uint32_t peerSimpleStepBytes(uint32_t ringStepBytes, int nRanks, bool onDevice) 
   const uint64_t budget = uint64_t(ringStepBytes) * kernels::kSteps;
   const uint64_t step = budget / (uint64_t(kernels::kSteps) * logPeersBound(nRanks));
   return static_cast<uint32_t>(std::clamp<uint64_t>(step, 16 * 1024, kP2pSimpleStepBytes)) & ~63u;
+}
+
+// As NCCL: the sends and receives' channels are the collectives' (maxChannels) within
+// NCCL_MIN/MAX_P2P_NCHANNELS, and a peer gets as many of them as its link carries. NCCL reads
+// that from NVLink widths (up to 32 on Hopper's NVSwitch); Braid, measuring nothing yet on a
+// GPU, gives a peer 4 there and 1 on the host (one CPU thread runs a group's sends and
+// receives), at most NCCL_NCHANNELS_PER_NET_PEER (2) when a communicator spans hosts, fewer
+// as more ranks share the channels (NCCL halves it while perPeer x ranks > 4 x total), and a
+// power of two. BRAID_P2P_CHANNELS_PER_PEER sets the automatic value.
+PeerChannels peerChannels(const DataPathSettings& s, int nRanks, bool spansHosts, bool onDevice) {
+  PeerChannels c;
+  c.total = std::clamp(s.limits.maxChannels, s.minP2pChannels, s.maxP2pChannels);
+  c.total = std::clamp(c.total, 1, kMaxChannels);
+  int want = s.peerChannels > 0 ? s.peerChannels : (onDevice ? 4 : 1);
+  if (spansHosts) want = std::min(want, s.netPeerChannels);
+  want = std::min(want, c.total);
+  while (want > 1 && int64_t(want) * nRanks > 4 * int64_t(c.total)) want /= 2;
+  int pow2 = 1;
+  while (pow2 * 2 <= want) pow2 *= 2;
+  c.perPeer = pow2;
+  return c;
+}
+
+uint64_t peerPartBytes(uint64_t bytes, int perPeer) {
+  const uint64_t parts = std::clamp<uint64_t>(bytes / kPeerPartMinBytes, 1, static_cast<uint64_t>(std::max(1, perPeer)));
+  if (parts == 1) return bytes;
+  const uint64_t each = (bytes + parts - 1) / parts;
+  return (each + 511) & ~uint64_t{511};
 }
 
 DataPathSettings DataPathSettings::fromParams(const CommConfig& config, bool onDevice) {
@@ -128,6 +163,16 @@ DataPathSettings DataPathSettings::fromParams(const CommConfig& config, bool onD
   } else {
     s.ranksPerNode = static_cast<int>(perNode);
   }
+  const int64_t perPeer = p.integer("BRAID_P2P_CHANNELS_PER_PEER");
+  if (perPeer < 0 || perPeer > kMaxChannels) {
+    BRAID_WARN("BRAID_P2P_CHANNELS_PER_PEER=%lld must be 0 (automatic) or 1..%d; using 0", static_cast<long long>(perPeer),
+               kMaxChannels);
+  } else {
+    s.peerChannels = static_cast<int>(perPeer);
+  }
+  s.minP2pChannels = channelKnob(p, "NCCL_MIN_P2P_NCHANNELS", 1);
+  s.maxP2pChannels = channelKnob(p, "NCCL_MAX_P2P_NCHANNELS", kMaxChannels);
+  s.netPeerChannels = channelKnob(p, "NCCL_NCHANNELS_PER_NET_PEER", 2);
   s.watchdog = WatchdogSettings::fromParams();
   s.commName = config.commName;
   return s;
