@@ -33,15 +33,28 @@ __device__ inline void copyWords(void* dst, const void* src, size_t bytes) {
 static_assert(sizeof(CollWork) % 8 == 0 && sizeof(RingHandle) % 8 == 0 && sizeof(ConnHandle) % 8 == 0 &&
               sizeof(PeerOp) % 8 == 0);
 
+/// The GPU's global timer, in nanoseconds.
+__device__ inline uint64_t globalTimer() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
 /// Thread 0 of the block marks its channel's status as running launch `seq` (the watchdog's
-/// view of kernels in flight: src/runtime/cuda, CudaDevice::busy).
+/// view of kernels in flight: src/runtime/cuda, CudaDevice::busy), with the time.
 __device__ inline void markStarted(ChannelStatus* status, uint64_t seq) {
-  if (threadIdx.x == 0) storeRelease(&status->startedSeq, seq);
+  if (threadIdx.x == 0) {
+    storeRelaxed(&status->startTime, globalTimer());
+    storeRelease(&status->startedSeq, seq);
+  }
 }
 /// All threads: the block has ended launch `seq` on its channel (called on every way out).
 __device__ inline void markDone(ChannelStatus* status, uint64_t seq) {
   __syncthreads();
-  if (threadIdx.x == 0) storeRelease(&status->doneSeq, seq);
+  if (threadIdx.x == 0) {
+    storeRelaxed(&status->doneTime, globalTimer());
+    storeRelease(&status->doneSeq, seq);
+  }
 }
 
 /// One block per channel, looping over that channel's work items (works[i * gridDim.x +

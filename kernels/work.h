@@ -85,6 +85,8 @@ struct ChannelStatus {
   OpSignature peerSig;
   uint64_t startedSeq;  ///< a GPU kernel's launch number, written as its block of this channel starts
   uint64_t doneSeq;     ///< the same, written as it ends (however): unequal while one runs here
+  uint64_t startTime;   ///< the GPU's global timer (ns) as that block started, before startedSeq
+  uint64_t doneTime;    ///< and as it ended, before doneSeq (the profiler's KernelCh events)
 };
 enum WaitKind : uint32_t { kWaitNone = 0, kWaitData = 1, kWaitCredits = 2, kWaitSignature = 3 };
 

@@ -82,6 +82,7 @@ void addProfiled(Communicator* comm, plugin::ProfilerSession& profiler, const pl
   namespace profile = plugin::profile;
   void* groupApi = nullptr;
   bool found = false;
+  const bool captured = comm->dataPath().capturing(task.stream);
   for (auto& [c, handle] : tls.groupApi) {
     if (c == comm) groupApi = handle, found = true;
   }
@@ -90,6 +91,7 @@ void addProfiled(Communicator* comm, plugin::ProfilerSession& profiler, const pl
       plugin::ProfileEvent e;
       e.type = profile::kGroupApi;
       e.groupDepth = tls.implicit ? tls.depth : tls.depth + 1;  // (NCCL's: 1 only for an implicit group)
+      e.graphCaptured = captured;  // (its first operation's stream)
       groupApi = profiler.start(e);
       profiler.record(groupApi, profile::kGroupStartApiStop);
     }
@@ -101,6 +103,7 @@ void addProfiled(Communicator* comm, plugin::ProfilerSession& profiler, const pl
     plugin::ProfileEvent e = runtime::host::describeTask(task);
     e.type = peer ? profile::kP2pApi : profile::kCollApi;
     e.parent = groupApi;
+    e.graphCaptured = captured;
     t.apiEvent = profiler.start(e);
     profiler.stop(t.apiEvent);  // (the call is queued; the handle stays the parent of its events)
   }

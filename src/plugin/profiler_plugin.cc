@@ -162,21 +162,21 @@ void fill(const ProfileEvent& e, int rank, ncclProfilerEventDescr_v5_t* d) {
   d->rank = rank;
   if (fillProxy(e, d)) return;
   switch (e.type) {
-    case profile::kGroupApi: d->groupApi.graphCaptured = false, d->groupApi.groupDepth = e.groupDepth; break;
+    case profile::kGroupApi: d->groupApi.graphCaptured = e.graphCaptured, d->groupApi.groupDepth = e.groupDepth; break;
     case profile::kCollApi:
       d->collApi.func = e.func;
       d->collApi.count = e.count;
       d->collApi.datatype = e.datatype;
       d->collApi.root = e.root;
       d->collApi.stream = e.stream;
-      d->collApi.graphCaptured = false;
+      d->collApi.graphCaptured = e.graphCaptured;
       break;
     case profile::kP2pApi:
       d->p2pApi.func = e.func;
       d->p2pApi.count = e.count;
       d->p2pApi.datatype = e.datatype;
       d->p2pApi.stream = e.stream;
-      d->p2pApi.graphCaptured = false;
+      d->p2pApi.graphCaptured = e.graphCaptured;
       break;
     case profile::kKernelLaunch: d->kernelLaunch.stream = e.stream; break;
     case profile::kColl:

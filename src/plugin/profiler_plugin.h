@@ -86,6 +86,7 @@ struct ProfileEvent {
   const char* proto = nullptr;   ///< "LL", "LL128", "SIMPLE"
   int groupDepth = 0;            ///< Group API
   void* stream = nullptr;        ///< API and kernel launch events
+  bool graphCaptured = false;    ///< API events: the stream is being captured into a CUDA graph
   int channelId = 0;             ///< KernelCh, ProxyOp
   uint64_t pTimer = 0;           ///< KernelCh: when the channel's work started (ns)
   int pid = 0;                   ///< ProxyOp: the process

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "kernels/platform.h"
@@ -15,16 +16,20 @@ OpTrace::~OpTrace() {
   if (registered_.load(std::memory_order_relaxed)) plugin::forgetNetParents(this);
 }
 
-void OpTrace::arm(const Op& op, uint64_t firstStep, uint64_t landed) {
+void OpTrace::arm(const Op& op, uint64_t firstStep, const uint64_t* tail) {
   // (before mutex_: a callback holds the registry's lock, then takes mutex_)
   if (!registered_.exchange(true)) plugin::registerNetParents(this, netSlots_.data(), kernels::kSteps);
   std::lock_guard<std::mutex> lock(mutex_);
+  // (read under the lock: a step the proxy published before is reported here, one it
+  // publishes after by its stepLanded, which takes the lock after publishing)
+  const uint64_t landed = tail != nullptr ? kernels::loadAcquire(const_cast<uint64_t*>(tail)) : 0;
   op_ = op;
   opEvent_ = nullptr;
   opStarted_ = false;
   first_ = firstStep;
   end_ = UINT64_MAX;
   done_ = firstStep;
+  next_ = firstStep;
   open_.fill(0);
   steps_.fill(nullptr);
   armed_.store(true, std::memory_order_seq_cst);
@@ -42,6 +47,17 @@ void OpTrace::startStep(uint64_t s, int state, uint64_t bytes) {
   if (s < first_ || s >= end_ || s < done_) return;
   const size_t slot = s % kernels::kSteps;
   if (open_[slot] == s + 1) return;  // (already reported: arming saw it landed)
+  // Steps start in order: a receiver's step whose header came before arming, and which has
+  // not landed yet, is in RecvWait (its bytes unknown here) when a later one shows up.
+  for (uint64_t t = std::max(next_, done_); t < s; ++t) {
+    if (open_[t % kernels::kSteps] != t + 1) openStep(t, op_.isSend ? profile::kProxyStepSendWait : profile::kProxyStepRecvWait, 0);
+  }
+  openStep(s, state, bytes);
+}
+
+void OpTrace::openStep(uint64_t s, int state, uint64_t bytes) {
+  const size_t slot = s % kernels::kSteps;
+  next_ = std::max(next_, s + 1);
   if (!opStarted_) {
     opStarted_ = true;
     plugin::ProfileEvent e;
@@ -64,11 +80,19 @@ void OpTrace::startStep(uint64_t s, int state, uint64_t bytes) {
   op_.session->record(h, state, bytes);
   steps_[slot] = h;
   open_[slot] = s + 1;
+  landedSeen_[slot] = state == profile::kProxyStepRecvGPUWait;
 }
 
 void OpTrace::stopStep(uint64_t s) {
   const size_t slot = s % kernels::kSteps;
   if (open_[slot] != s + 1) return;
+  if (!op_.isSend && !landedSeen_[slot] && s < end_ && end_ != UINT64_MAX) {
+    // Disarmed between the proxy publishing the step (which the kernel then consumed) and its
+    // report of it: the step landed, with the size the proxy wrote.
+    const uint64_t bytes =
+        op_.landedSizes != nullptr ? kernels::loadRelaxed(const_cast<uint64_t*>(op_.landedSizes) + slot) & 0xffffffffu : 0;
+    op_.session->record(steps_[slot], profile::kProxyStepRecvGPUWait, bytes);
+  }
   op_.session->stop(steps_[slot]);
   steps_[slot] = nullptr;
   open_[slot] = 0;
@@ -85,7 +109,9 @@ void OpTrace::stepLanded(uint64_t s, uint64_t bytes) {
   if (!armed_.load(std::memory_order_relaxed)) return;
   const size_t slot = s % kernels::kSteps;
   if (open_[slot] == s + 1) {
+    if (landedSeen_[slot]) return;  // (arming saw it landed)
     op_.session->record(steps_[slot], profile::kProxyStepRecvGPUWait, bytes);
+    landedSeen_[slot] = true;
   } else {  // (its header came before the trace was armed)
     startStep(s, profile::kProxyStepRecvGPUWait, bytes);
   }

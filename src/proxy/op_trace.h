@@ -22,6 +22,10 @@
 // (its peer ran ahead) is reported from arming on, in RecvGPUWait, with the bytes the proxy
 // wrote in the FIFO's step descriptions.
 //
+// A receiver's trace cannot tell the header of the next operation's first step (its peer ran
+// ahead) from one of its own: such a step is reported under the operation armed when it
+// came, and stopped at disarm in RecvWait (steps past the end that the kernel did not consume).
+//
 // A net plugin's NetPlugin events (plugin/net_profiling.h) are children of these ProxySteps:
 // while armed, the transport passes netParent(step) as the phandle of each isend and irecv of
 // a step (NULL otherwise), and the event the plugin starts with it gets the ProxyStep open in
@@ -70,9 +74,9 @@ class OpTrace final : public plugin::NetEventParents {
   };
 
   /// Data path, before the run: steps from `firstStep` (this end's step counter) are the
-  /// operation's. A receiver passes `landed`, the steps its proxy published so far (tail):
-  /// those from firstStep on are reported at once, waiting for the kernel.
-  void arm(const Op& op, uint64_t firstStep, uint64_t landed);
+  /// operation's. A receiver passes its `tail` (the steps its proxy published so far): those
+  /// from firstStep on are reported at once, waiting for the kernel.
+  void arm(const Op& op, uint64_t firstStep, const uint64_t* tail);
   /// Data path, after the run (the kernel's steps end before endStep): see the file comment.
   /// abortFlag ends a sender's wait at once.
   void disarm(uint64_t endStep, const uint32_t* abortFlag);
@@ -95,7 +99,8 @@ class OpTrace final : public plugin::NetEventParents {
   void* startNetEvent(int slot, int64_t id, void* data, plugin::ProfilerSession** session) override;
 
  private:
-  void startStep(uint64_t s, int state, uint64_t bytes);
+  void startStep(uint64_t s, int state, uint64_t bytes);  // (and the steps before it not started yet)
+  void openStep(uint64_t s, int state, uint64_t bytes);
   void stopStep(uint64_t s);
   void finish();  // (under mutex_) stops what is open
 
@@ -108,8 +113,10 @@ class OpTrace final : public plugin::NetEventParents {
   uint64_t first_ = 0;
   uint64_t end_ = UINT64_MAX;                     ///< known once disarm begins
   uint64_t done_ = 0;                             ///< steps before it are done
+  uint64_t next_ = 0;                             ///< steps before it have been started
   std::array<void*, kernels::kSteps> steps_{};    ///< per slot: the open step's event
   std::array<uint64_t, kernels::kSteps> open_{};  ///< per slot: its step + 1 (0: none)
+  std::array<bool, kernels::kSteps> landedSeen_{};  ///< per slot: a receiver's step said RecvGPUWait
   std::array<char, kernels::kSteps> netSlots_{};  ///< the phandles (their addresses only)
   std::atomic<bool> registered_{false};           ///< netSlots_ are known to the callback
 };

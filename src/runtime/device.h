@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -81,6 +82,11 @@ class Device {
   virtual void releaseStreams(void* main, const std::vector<void*>& others) = 0;
   /// Enqueues a device-to-device copy (a send to this rank itself).
   virtual void copy(void* dst, const void* src, size_t bytes, void* stream) = 0;
+  /// Enqueues fn on `stream`, after this rank's work enqueued so far and before what it
+  /// enqueues later: it runs on a thread of the runtime's once that work has ended (it may not
+  /// call the device). False, and nothing enqueued, on a stream being captured into a graph
+  /// (a replay would run it again).
+  virtual bool hostFunction(void* stream, std::function<void()> fn) = 0;
   /// Waits until everything this rank enqueued has finished (or was aborted).
   virtual void synchronize() = 0;
   /// Where a registered receive buffer lies for a sender in another process of this host to

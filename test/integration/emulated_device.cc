@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include "core/fd_exchange.h"
 #include "core/status.h"
 #include "kernels/algorithms/send_recv.h"
+#include "plugin/profiler_plugin.h"
 #include "runtime/host/kernel_table.h"
 #include "runtime/host/peer_loop.h"
 #include "transport/fifo.h"
@@ -184,6 +186,7 @@ class HostFifoAllocator final : public transport::FifoAllocator {
 
 }  // namespace
 
+std::atomic<void*> EmulatedDevice::capturedStream{nullptr};
 std::atomic<int> EmulatedDevice::launches{0};
 std::atomic<int> EmulatedDevice::works{0};
 std::atomic<uint64_t> EmulatedDevice::sendSteps{0};
@@ -273,10 +276,12 @@ void EmulatedDevice::launchCollective(const kernels::CollWork* given, int nWorks
   works += nWorks;
   enqueue([this, fn, w, r, handles, nWorks, nChannels, seq] {
     executor_.runChannels(nChannels, [&](int c, runtime::host::HostGroup& g) {
+      statuses_[c].startTime = plugin::profilerClock();  // (the GPU's clock, played by the profiler's)
       kernels::storeRelease(&statuses_[c].startedSeq, seq);
       for (int i = 0; i < nWorks; ++i) {
         if (!fn(g, (*w)[static_cast<size_t>(i) * nChannels + c], (*r)[c], abort_.get())) break;
       }
+      statuses_[c].doneTime = plugin::profilerClock();
       kernels::storeRelease(&statuses_[c].doneSeq, seq);
     });
     doneLaunch_.store(seq, std::memory_order_release);
@@ -301,13 +306,16 @@ void EmulatedDevice::launchPeers(const kernels::PeerOp* ops, const int* starts, 
   }
   const uint64_t seq = ++seq_;
   ++launches;
-  enqueue([this, queues = std::move(queues), table, seq]() mutable {
+  enqueue([this, queues = std::move(queues), table, seq, blocks]() mutable {
     std::vector<std::pair<uint64_t*, uint64_t>> sends;  // each send connection's step word, and its step before
     for (const auto& q : queues)
       if (!q.empty() && q.front().isSend) sends.emplace_back(q.front().conn.step, *q.front().conn.step);
+    const int played = std::clamp(blocks, 1, kMaxChannels);  // (the blocks' times: the one loop's)
+    for (int b = 0; b < played; ++b) statuses_[b].startTime = plugin::profilerClock();
     kernels::storeRelease(&statuses_[0].startedSeq, seq);
     runtime::host::drivePeerQueues(queues, statuses_[0], abort_.get());  // (aborted or not, the launch ends)
     for (const auto& [word, before] : sends) sendSteps += *word - before;
+    for (int b = 0; b < played; ++b) statuses_[b].doneTime = plugin::profilerClock();
     kernels::storeRelease(&statuses_[0].doneSeq, seq);
     doneLaunch_.store(seq, std::memory_order_release);
   });
@@ -318,6 +326,12 @@ void EmulatedDevice::releaseStreams(void*, const std::vector<void*>&) {}
 
 void EmulatedDevice::copy(void* dst, const void* src, size_t bytes, void*) {
   enqueue([dst, src, bytes] { std::memmove(dst, src, bytes); });
+}
+
+bool EmulatedDevice::hostFunction(void* stream, std::function<void()> fn) {
+  if (captureId(stream) != 0) return false;
+  enqueue(std::move(fn));
+  return true;
 }
 
 void EmulatedDevice::synchronize() {

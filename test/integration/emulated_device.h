@@ -44,6 +44,10 @@ class EmulatedDevice final : public runtime::Device {
   /// more than their queues.
   static std::atomic<int> maxPeerBlocks;
   static std::atomic<int> badPeerBlocks;
+  /// A stream the device says is being captured into a CUDA graph (captureId 1; null: none).
+  /// Its launches run as any other (as if the graph were launched at once), but host
+  /// functions are refused on it, as on a GPU.
+  static std::atomic<void*> capturedStream;
   /// Memory other processes can map (what ncclMemAlloc gives on a GPU): a memory file.
   static void* allocateShareable(size_t bytes);
   static void freeShareable(void* p);
@@ -58,7 +62,9 @@ class EmulatedDevice final : public runtime::Device {
   bool reachableFrom(int64_t) override { return true; }  // (every process's emulated device is the same "GPU")
   void checkBuffer(const void*, const char*, const char*) override {}
   void checkStream(void* stream, int localDeviceRanks, const char* call) override;
-  uint64_t captureId(void*) override { return 0; }
+  uint64_t captureId(void* stream) override {
+    return stream != nullptr && stream == capturedStream.load() ? 1 : 0;
+  }
   int relaxCapture() override { return 0; }
   void restoreCapture(int) override {}
   void launchCollective(const kernels::CollWork* works, int nWorks, const kernels::RingHandle* rings, int nChannels,
@@ -73,6 +79,7 @@ class EmulatedDevice final : public runtime::Device {
   void joinStreams(void* main, const std::vector<void*>& others) override;
   void releaseStreams(void* main, const std::vector<void*>& others) override;
   void copy(void* dst, const void* src, size_t bytes, void* stream) override;
+  bool hostFunction(void* stream, std::function<void()> fn) override;
   void synchronize() override;
   bool busy() override;
 

@@ -15,7 +15,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -25,6 +27,8 @@
 #include "comm/init.h"
 #include "harness/ranks.h"
 #include "integration/emulated_device.h"
+#include "integration/plugin_helpers.h"
+#include "integration/profiler_lines.h"
 #include "integration/test_env.h"
 #include "runtime/host/data_path.h"
 
@@ -85,43 +89,47 @@ std::string runRanks(const std::string& env, const std::string& tag = "[.emulate
       selfPath() + " '" + tag + "' 2>&1");
 }
 
+/// The body of a hidden case: `rank` run as 2 processes on the emulated GPU, which share `id`;
+/// their failures (empty: none).
+std::string emulatedRanks(const std::function<void(const ncclUniqueId& id, int rank)>& rank) {
+  comm::setTestDeviceFactory([](int) { return std::make_unique<test::EmulatedDevice>(); });
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  const std::string failures = test::runProcesses(2, [&](int r) { rank(id, r); }, std::chrono::seconds(60));
+  comm::setTestDeviceFactory(nullptr);
+  return failures;
+}
+
 }  // namespace
 
 // Not a test by itself (hidden): the ranks of the case below, in the process it started.
 TEST_CASE("(hidden) the ranks of the emulated-GPU net plugin case", "[.emulated-net-ranks]") {
   if (!startedByRunRanks()) return;
-  comm::setTestDeviceFactory([](int) { return std::make_unique<test::EmulatedDevice>(); });
-  ncclUniqueId id;
-  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
-  const std::string failures = test::runProcesses(
-      2,
-      [id](int rank) {
-        ncclComm_t comm = nullptr;
-        EXPECT_OK(ncclCommInitRank(&comm, 2, id, rank));
-        comm->dataPath().connectorOptions().networkOnly = true;
-        const cudaStream_t s = reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(0x1000 + 16 * rank));
-        for (size_t count : {size_t(7), size_t(100003), size_t(1) << 20}) {  // LL, then Simple
-          std::vector<float> in(count), out(count, -1), got(count, -1);
-          for (size_t i = 0; i < count; ++i) in[i] = input(rank, i);
-          EXPECT_OK(ncclAllReduce(in.data(), out.data(), count, ncclFloat, ncclSum, comm, s));
-          EXPECT_OK(ncclGroupStart());
-          EXPECT_OK(ncclSend(in.data(), count, ncclFloat, 1 - rank, comm, s));
-          EXPECT_OK(ncclRecv(got.data(), count, ncclFloat, 1 - rank, comm, s));
-          EXPECT_OK(ncclGroupEnd());
-          comm->dataPath().synchronize();
-          long wrong = 0, wrongRecv = 0;
-          for (size_t i = 0; i < count; ++i) {
-            wrong += out[i] != input(0, i) + input(1, i);
-            wrongRecv += got[i] != input(1 - rank, i);
-          }
-          expect(wrong == 0 && wrongRecv == 0, "count " + std::to_string(count) + ": AllReduce " +
-                                                   std::to_string(wrong) + " wrong, receive " +
-                                                   std::to_string(wrongRecv) + " wrong");
-        }
-        EXPECT_OK(ncclCommDestroy(comm));
-      },
-      std::chrono::seconds(60));
-  comm::setTestDeviceFactory(nullptr);
+  const std::string failures = emulatedRanks([](const ncclUniqueId& id, int rank) {
+    ncclComm_t comm = nullptr;
+    EXPECT_OK(ncclCommInitRank(&comm, 2, id, rank));
+    comm->dataPath().connectorOptions().networkOnly = true;
+    const cudaStream_t s = reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(0x1000 + 16 * rank));
+    for (size_t count : {size_t(7), size_t(100003), size_t(1) << 20}) {  // LL, then Simple
+      std::vector<float> in(count), out(count, -1), got(count, -1);
+      for (size_t i = 0; i < count; ++i) in[i] = input(rank, i);
+      EXPECT_OK(ncclAllReduce(in.data(), out.data(), count, ncclFloat, ncclSum, comm, s));
+      EXPECT_OK(ncclGroupStart());
+      EXPECT_OK(ncclSend(in.data(), count, ncclFloat, 1 - rank, comm, s));
+      EXPECT_OK(ncclRecv(got.data(), count, ncclFloat, 1 - rank, comm, s));
+      EXPECT_OK(ncclGroupEnd());
+      comm->dataPath().synchronize();
+      long wrong = 0, wrongRecv = 0;
+      for (size_t i = 0; i < count; ++i) {
+        wrong += out[i] != input(0, i) + input(1, i);
+        wrongRecv += got[i] != input(1 - rank, i);
+      }
+      expect(wrong == 0 && wrongRecv == 0, "count " + std::to_string(count) + ": AllReduce " +
+                                               std::to_string(wrong) + " wrong, receive " +
+                                               std::to_string(wrongRecv) + " wrong");
+    }
+    EXPECT_OK(ncclCommDestroy(comm));
+  });
   INFO(failures);
   REQUIRE(failures.empty());
   std::printf("emulated net ranks: all exact\n");
@@ -130,40 +138,183 @@ TEST_CASE("(hidden) the ranks of the emulated-GPU net plugin case", "[.emulated-
 // Not a test by itself (hidden): ranks whose plugin refuses the receivers' GPU memory.
 TEST_CASE("(hidden) the ranks of the emulated-GPU refused-registration case", "[.emulated-net-refused]") {
   if (!startedByRunRanks()) return;
-  comm::setTestDeviceFactory([](int) { return std::make_unique<test::EmulatedDevice>(); });
-  ncclUniqueId id;
-  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
-  const std::string failures = test::runProcesses(
-      2,
-      [id](int rank) {
-        ncclComm_t comm = nullptr;
-        EXPECT_OK(ncclCommInitRank(&comm, 2, id, rank));
-        comm->dataPath().connectorOptions().networkOnly = true;
-        std::vector<float> x(size_t(1) << 20, 1.0f);
-        const cudaStream_t s = reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(0x1000 + 16 * rank));
-        // (the connection is made when the AllReduce is enqueued: it may fail there, or later)
-        const ncclResult_t r = ncclAllReduce(x.data(), x.data(), x.size(), ncclFloat, ncclSum, comm, s);
-        const auto start = std::chrono::steady_clock::now();
-        ncclResult_t async = ncclSuccess;
-        while (r == ncclSuccess && async == ncclSuccess &&
-               std::chrono::steady_clock::now() - start < std::chrono::seconds(20)) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(20));
-          EXPECT_OK(ncclCommGetAsyncError(comm, &async));
-        }
-        const std::string text = ncclGetLastError(comm);
-        expect(r != ncclSuccess || async != ncclSuccess, "the AllReduce did not fail");
-        expect(text.find("failed in net plugin loopback") != std::string::npos &&
-                   text.find("regMr (NCCL_PTR_CUDA) returned ncclSystemError (2)") != std::string::npos &&
-                   text.find("rank " + std::to_string(1 - rank)) != std::string::npos,
-               "the error names the plugin, the call and the peer: " + text);
-        comm->dataPath().synchronize();
-        ncclCommAbort(comm);
-      },
-      std::chrono::seconds(60));
-  comm::setTestDeviceFactory(nullptr);
+  const std::string failures = emulatedRanks([](const ncclUniqueId& id, int rank) {
+    ncclComm_t comm = nullptr;
+    EXPECT_OK(ncclCommInitRank(&comm, 2, id, rank));
+    comm->dataPath().connectorOptions().networkOnly = true;
+    std::vector<float> x(size_t(1) << 20, 1.0f);
+    const cudaStream_t s = reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(0x1000 + 16 * rank));
+    // (the connection is made when the AllReduce is enqueued: it may fail there, or later)
+    const ncclResult_t r = ncclAllReduce(x.data(), x.data(), x.size(), ncclFloat, ncclSum, comm, s);
+    const auto start = std::chrono::steady_clock::now();
+    ncclResult_t async = ncclSuccess;
+    while (r == ncclSuccess && async == ncclSuccess &&
+           std::chrono::steady_clock::now() - start < std::chrono::seconds(20)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      EXPECT_OK(ncclCommGetAsyncError(comm, &async));
+    }
+    const std::string text = ncclGetLastError(comm);
+    expect(r != ncclSuccess || async != ncclSuccess, "the AllReduce did not fail");
+    expect(text.find("failed in net plugin loopback") != std::string::npos &&
+               text.find("regMr (NCCL_PTR_CUDA) returned ncclSystemError (2)") != std::string::npos &&
+               text.find("rank " + std::to_string(1 - rank)) != std::string::npos,
+           "the error names the plugin, the call and the peer: " + text);
+    comm->dataPath().synchronize();
+    ncclCommAbort(comm);
+  });
   INFO(failures);
   REQUIRE(failures.empty());
   std::printf("emulated net ranks: refused as expected\n");
+}
+
+// Not a test by itself (hidden): ranks whose launches a profiler plugin watches over the network.
+TEST_CASE("(hidden) the ranks of the emulated-GPU profiler case", "[.emulated-net-profiler]") {
+  if (!startedByRunRanks()) return;
+  const std::string failures = emulatedRanks([](const ncclUniqueId& id, int rank) {
+    ncclComm_t comm = nullptr;
+    EXPECT_OK(ncclCommInitRank(&comm, 2, id, rank));
+    comm->dataPath().connectorOptions().networkOnly = true;
+    const cudaStream_t s = reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(0x1000 + 16 * rank));
+    const size_t count = size_t(1) << 20;
+    std::vector<float> in(count), out(count, -1), got(count, -1), twice(count, -1);
+    for (size_t i = 0; i < count; ++i) in[i] = input(rank, i);
+    // A group of two AllReduces (launched apart, each watched) and a lone send/recv pair.
+    EXPECT_OK(ncclGroupStart());
+    EXPECT_OK(ncclAllReduce(in.data(), out.data(), count, ncclFloat, ncclSum, comm, s));
+    EXPECT_OK(ncclAllReduce(in.data(), twice.data(), count, ncclFloat, ncclSum, comm, s));
+    EXPECT_OK(ncclGroupEnd());
+    EXPECT_OK(ncclGroupStart());
+    EXPECT_OK(ncclSend(in.data(), count, ncclFloat, 1 - rank, comm, s));
+    EXPECT_OK(ncclRecv(got.data(), count, ncclFloat, 1 - rank, comm, s));
+    EXPECT_OK(ncclGroupEnd());
+    // And one on a stream being captured into a graph: not watched (a replay would run the
+    // host functions again), its API event saying it is captured.
+    const cudaStream_t graphed = reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(0x9000 + 16 * rank));
+    test::EmulatedDevice::capturedStream = graphed;
+    std::vector<float> captured(count, -1);
+    EXPECT_OK(ncclAllReduce(in.data(), captured.data(), count, ncclFloat, ncclSum, comm, graphed));
+    comm->dataPath().synchronize();
+    test::EmulatedDevice::capturedStream = nullptr;
+    long wrong = 0;
+    for (size_t i = 0; i < count; ++i) {
+      wrong += out[i] != input(0, i) + input(1, i);
+      wrong += twice[i] != out[i];
+      wrong += captured[i] != out[i];
+      wrong += got[i] != input(1 - rank, i);
+    }
+    expect(wrong == 0, std::to_string(wrong) + " wrong");
+    EXPECT_OK(ncclCommDestroy(comm));
+  });
+  INFO(failures);
+  REQUIRE(failures.empty());
+  std::printf("emulated profiler ranks: all exact\n");
+}
+
+TEST_CASE("emulated GPU over the network: a profiler plugin gets each launch's ProxyOp, ProxyStep and KernelCh "
+          "events, its Coll and P2P events stopping after them",
+          "[integration][emulated][plugins][profiler]") {
+  if (std::getenv("BRAID_PLUGIN_DIR") == nullptr) {
+    WARN("skipped: BRAID_PLUGIN_DIR is not set (the plugin tests' environment)");
+    return;
+  }
+  using namespace braid::test;
+  for (const std::string net : {"loopback", "none"}) {  // the loopback net plugin; Braid's sockets
+    INFO("NCCL_NET_PLUGIN " << net);
+    const std::string env = (net == "none" ? std::string("NCCL_NET_PLUGIN=none ") : std::string()) +
+                            "NCCL_IB_DISABLE=1 NCCL_PROFILE_EVENT_MASK=0x75f NCCL_PROFILER_PLUGIN=" +
+                            plugins::plugin("profiler-record");
+    const std::string out = runRanks(env, "[.emulated-net-profiler]");
+    INFO(out);
+    REQUIRE_THAT(out, Catch::Contains("emulated profiler ranks: all exact"));
+    CHECK(plugins::occurrences(out, "parent=bad") + plugins::occurrences(out, "group=bad") == 0);
+    for (int r = 0; r < 2; ++r) {
+      INFO("rank " << r);
+      const std::vector<ProfLine> lines = profLines(out, r);
+      // (every event stops once; each ProxyOp's steps in order, stopped before it, and it
+      // before its Coll or P2P event)
+      const std::vector<ProxyOpSeen> ops = checkProxyEvents(lines, r);
+      std::map<int, int> perParent;  // ProxyOps by their Coll or P2P event
+      std::map<std::string, int> sends, recvs;
+      for (const ProxyOpSeen& op : ops) {
+        (op.isSend ? sends : recvs)[op.parentFunc] += 1;
+        for (const ProfLine& l : lines)
+          if (l.op == "start" && l.id == op.id) ++perParent[asInt(l.fields.at("parent"))];
+      }
+      CHECK(sends["AllReduce"] >= 2);  // each AllReduce's own, on a channel or more
+      CHECK(recvs["AllReduce"] >= 2);
+      CHECK(sends["Send"] >= 1);  // a part a connection set (4 on a GPU)
+      CHECK(recvs["Recv"] >= 1);
+      CHECK(recvs["Send"] + sends["Recv"] == 0);
+      // The API events say whether their stream was being captured: the last AllReduce's was.
+      std::set<int> capturedApi;
+      int apis = 0;
+      for (const ProfLine& l : lines) {
+        if (l.op != "start" || (l.what != "CollApi" && l.what != "P2pApi")) continue;
+        INFO(l.text);
+        ++apis;
+        if (l.fields.at("captured") == "1") capturedApi.insert(l.id);
+      }
+      CHECK(apis == 5);
+      REQUIRE(capturedApi.size() == 1);
+      int colls = 0;
+      std::set<int> capturedColl;
+      for (const ProfLine& l : lines) {
+        if (l.op != "start" || (l.what != "Coll" && l.what != "P2p")) continue;
+        INFO(l.text);
+        const bool graphed = capturedApi.count(asInt(l.fields.at("parent"))) == 1;
+        if (graphed) capturedColl.insert(l.id);
+        // every launch watched, the group's two AllReduces apart; the captured one not
+        CHECK((perParent[l.id] == 0) == graphed);
+        colls += l.what == "Coll";
+      }
+      CHECK(colls == 3);
+      CHECK(capturedColl.size() == 1);
+      // A Group event stops after the Coll and P2P events under it.
+      std::map<int, size_t> stopAt;
+      for (size_t i = 0; i < lines.size(); ++i)
+        if (lines[i].op == "stop") stopAt[lines[i].id] = i;
+      // KernelCh: the launch's blocks' times (the played GPU's clock), one a channel of a Coll,
+      // one on channel 0 for each P2P, each with KernelChStop no earlier than its start, stopped
+      // before its parent.
+      std::map<int, int> kernelCh;
+      for (const ProfLine& l : lines) {
+        if (l.op != "start" || l.what != "KernelCh") continue;
+        INFO(l.text);
+        const int parent = asInt(l.fields.at("parent"));
+        const ProfLine* p = started(lines, parent);
+        REQUIRE(p != nullptr);
+        CHECK((p->what == "Coll" || p->what == "P2p"));
+        if (p->what == "P2p") CHECK(asInt(l.fields.at("channel")) == 0);
+        const uint64_t start = std::stoull(l.fields.at("pTimer"));
+        CHECK(start > 0);
+        int stops = 0;
+        for (const ProfLine& s : lines) {
+          if (s.op == "state" && s.id == l.id && s.what == "KernelChStop") {
+            CHECK(std::stoull(s.fields.at("pTimer")) >= start);
+            ++stops;
+          }
+        }
+        CHECK(stops == 1);
+        REQUIRE(stopAt.count(l.id) == 1);
+        REQUIRE(stopAt.count(parent) == 1);
+        CHECK(stopAt[l.id] < stopAt[parent]);
+        ++kernelCh[parent];
+      }
+      for (const ProfLine& l : lines) {
+        if (l.op != "start" || (l.what != "Coll" && l.what != "P2p")) continue;
+        INFO(l.text);
+        const int want = capturedColl.count(l.id) == 1 ? 0 : l.what == "Coll" ? asInt(l.fields.at("nch")) : 1;
+        CHECK(kernelCh[l.id] == want);
+      }
+      for (const ProfLine& l : lines) {
+        if (l.op != "start" || (l.what != "Coll" && l.what != "P2p") || l.fields.count("group") == 0) continue;
+        const int group = asInt(l.fields.at("group"));
+        INFO(l.text);
+        REQUIRE(stopAt.count(group) == 1);
+        CHECK(stopAt[l.id] < stopAt[group]);
+      }
+    }
+  }
 }
 
 TEST_CASE(

@@ -443,12 +443,14 @@ static ncclResult_t v5StartEvent(void* context, void** handle, ncclProfilerEvent
              idOf(d->parentObj, parent), d->groupApi.groupDepth, (int)d->groupApi.graphCaptured);
       break;
     case ncclProfileCollApi:
-      LINE("prof r%d start %d CollApi parent=%s func=%s count=%zu dtype=%s root=%d\n", d->rank, e->id,
-             idOf(d->parentObj, parent), d->collApi.func, d->collApi.count, d->collApi.datatype, d->collApi.root);
+      LINE("prof r%d start %d CollApi parent=%s func=%s count=%zu dtype=%s root=%d captured=%d\n", d->rank, e->id,
+             idOf(d->parentObj, parent), d->collApi.func, d->collApi.count, d->collApi.datatype, d->collApi.root,
+             (int)d->collApi.graphCaptured);
       break;
     case ncclProfileP2pApi:
-      LINE("prof r%d start %d P2pApi parent=%s func=%s count=%zu dtype=%s\n", d->rank, e->id,
-             idOf(d->parentObj, parent), d->p2pApi.func, d->p2pApi.count, d->p2pApi.datatype);
+      LINE("prof r%d start %d P2pApi parent=%s func=%s count=%zu dtype=%s captured=%d\n", d->rank, e->id,
+             idOf(d->parentObj, parent), d->p2pApi.func, d->p2pApi.count, d->p2pApi.datatype,
+             (int)d->p2pApi.graphCaptured);
       break;
     case ncclProfileColl:
       LINE("prof r%d start %d Coll parent=%s group=%s func=%s count=%zu dtype=%s root=%d seq=%" PRIu64

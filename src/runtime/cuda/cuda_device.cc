@@ -368,6 +368,25 @@ class CudaDevice final : public Device {
     for (void* other : others) BRAID_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(other), join_, 0));
   }
 
+  bool hostFunction(void* stream, std::function<void()> fn) override {
+    DeviceGuard guard(ordinal_);
+    const cudaStream_t s = static_cast<cudaStream_t>(stream);
+    if (capturingGraph(s, "a profiler's watch of the network") != nullptr) return false;
+    beginOn(s);
+    auto* held = new std::function<void()>(std::move(fn));
+    const cudaError_t err = cudaLaunchHostFunc(
+        s,
+        [](void* p) {
+          std::unique_ptr<std::function<void()>> f(static_cast<std::function<void()>*>(p));
+          (*f)();
+        },
+        held);
+    if (err != cudaSuccess) delete held;
+    check(err, "cudaLaunchHostFunc");
+    endOn(s, nullptr);
+    return true;
+  }
+
   void copy(void* dst, const void* src, size_t bytes, void* stream) override {
     DeviceGuard guard(ordinal_);
     const cudaStream_t s = static_cast<cudaStream_t>(stream);

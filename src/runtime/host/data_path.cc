@@ -422,20 +422,7 @@ void DataPath::runCollective(const plan::Task& given) {
   } catch (const Error&) {
     rethrowWithReason();
   }
-  if (device_ != nullptr) return enqueueCollective(task, plan, ring, sig);
-  void* scratch = plan.scratchBytes > 0 ? scratch_.reserve(plan.scratchBytes) : nullptr;
-  if (plan.scratchBytes > 0 && scratch == nullptr) {
-    fail(ncclSystemError, "rank %d: cannot map %llu bytes of scratch memory for %s", rank_,
-         static_cast<unsigned long long>(plan.scratchBytes), task.name);
-  }
-  if (connector_.usesNetwork()) proxy::post();  // the proxy passes without waiting while this runs
-  for (int c = 0; c < plan.nChannels; ++c) {
-    plan.works[c].scratch = scratch;  // each channel's part of it at its own offsets
-    plan.works[c].sig = sig;
-    plan.works[c].checkSig = settings_.checkMismatch ? 1 : 0;
-    plan.works[c].status = &statuses_[c];
-  }
-  if (profile_ != nullptr && profile_->wantsProxy() && connector_.usesNetwork()) {
+  if (watchesNetwork(task.stream)) {
     const auto traces = netTraces();
     for (int c = 0; c < plan.nChannels && !traces.empty(); ++c) {
       if (plan.works[c].algo == kernels::Algo::kRing) {
@@ -448,6 +435,28 @@ void DataPath::runCollective(const plan::Task& given) {
         if (plan.works[c].peerRecv != nullptr) watchProxy(traces, plan.works[c].peerRecv[r], false, c, plan.proto);
       }
     }
+  }
+  if (device_ != nullptr && profile_ == nullptr) return enqueueCollective(task, plan, ring, sig);
+  if (device_ != nullptr) {
+    struct Restore {
+      bool& b;
+      bool was;
+      ~Restore() { b = was; }
+    } restore{batching_, batching_};
+    if (profile_ != nullptr && profile_->watchesNextLaunch()) batching_ = false;  // (a watched launch runs alone)
+    return enqueueWatched(task.stream, plan.nChannels, true, [&] { enqueueCollective(task, plan, ring, sig); });
+  }
+  void* scratch = plan.scratchBytes > 0 ? scratch_.reserve(plan.scratchBytes) : nullptr;
+  if (plan.scratchBytes > 0 && scratch == nullptr) {
+    fail(ncclSystemError, "rank %d: cannot map %llu bytes of scratch memory for %s", rank_,
+         static_cast<unsigned long long>(plan.scratchBytes), task.name);
+  }
+  if (connector_.usesNetwork()) proxy::post();  // the proxy passes without waiting while this runs
+  for (int c = 0; c < plan.nChannels; ++c) {
+    plan.works[c].scratch = scratch;  // each channel's part of it at its own offsets
+    plan.works[c].sig = sig;
+    plan.works[c].checkSig = settings_.checkMismatch ? 1 : 0;
+    plan.works[c].status = &statuses_[c];
   }
   std::atomic<bool> aborted{false};
   uint64_t* times = profile_ != nullptr ? profile_->beforeRun() : nullptr;  // (KernelCh events)
@@ -560,10 +569,44 @@ void DataPath::enqueuePeers(const std::map<PeerQueueKey, std::deque<kernels::Pee
   // rank's channels, so that the blocks of every rank on a GPU stay resident together:
   // capChannels), the rest shared round robin.
   const int nQueues = static_cast<int>(queues.size());
-  const int blocks = std::max(1, std::min({nQueues, peerChannels_.total, settings_.limits.maxChannels}));
+  const int blocks = peerBlocks(nQueues);
   Watchdog::Operation running(*watchdog_, kernels::OpSignature{}, call, blocks);  // (in flight until the kernel ends)
   device_->launchPeers(flat.data(), starts.data(), nQueues, blocks, mapped.data(), static_cast<int>(mapped.size()),
                        stream, call);
+}
+
+bool DataPath::capturing(void* stream) const {
+  if (device_ == nullptr) return false;
+  try {
+    return device_->captureId(stream) != 0;
+  } catch (const Error&) {  // (an invalidated capture: the operation itself says so)
+    return false;
+  }
+}
+
+int DataPath::peerBlocks(int nQueues) const {
+  return std::max(1, std::min({nQueues, peerChannels_.total, settings_.limits.maxChannels}));
+}
+
+bool DataPath::watchesNetwork(void* stream) const {
+  if (profile_ == nullptr || !profile_->wantsProxy() || !connector_.usesNetwork()) return false;
+  return device_ == nullptr || device_->captureId(stream) == 0;  // (a graph's replays are not watched)
+}
+
+void DataPath::enqueueWatched(void* stream, int nChannels, bool collective, const std::function<void()>& enqueue) {
+  const std::shared_ptr<DeviceWatch> watch =
+      profile_ != nullptr && device_->captureId(stream) == 0 ? profile_->takeDeviceWatch(statuses_, nChannels, collective)
+                                                              : nullptr;
+  if (watch == nullptr) return enqueue();
+  flushLaunch();  // (the group's collectives before, unwatched)
+  if (!device_->hostFunction(stream, [watch] { watch->arm(); })) return enqueue();
+  try {
+    enqueue();
+  } catch (...) {
+    device_->hostFunction(stream, [watch] { watch->finish(); });
+    throw;
+  }
+  device_->hostFunction(stream, [watch] { watch->finish(); });
 }
 
 void DataPath::registrationEnded(const void* buffer, size_t bytes) {
@@ -669,6 +712,7 @@ void DataPath::runPeersOn(const std::vector<const plan::Task*>& ops) {
   // A large message splits into parts on the peer's connection sets (peerPartBytes), each a
   // queue of its own (a block on a GPU); both ends cut the same parts from the same size.
   std::map<PeerQueueKey, std::deque<kernels::PeerOp>> queues;
+  const bool watched = watchesNetwork(ops.front()->stream);
   std::vector<std::tuple<size_t, int, kernels::PeerOp>> parts;  // (for the profiler: the task's index, the set)
   for (size_t i = 0; i < ops.size(); ++i) {
     const plan::Task* t = ops[i];
@@ -702,15 +746,19 @@ void DataPath::runPeersOn(const std::vector<const plan::Task*>& ops) {
       op.byReference = device_ == nullptr && settings_.peerDirect && op.proto == kernels::Proto::kSimple &&
                        op.conn.transport == static_cast<uint32_t>(transport::Kind::kSocket);
       queues[{t->peer, t->isSend, s}].push_back(op);
-      parts.emplace_back(i, s, op);
+      if (watched) parts.emplace_back(i, s, op);
     }
   }
-  if (device_ != nullptr) return enqueuePeers(queues, ops.front()->stream, ops.front()->name);
-  if (connector_.usesNetwork()) proxy::post();
-  if (profile_ != nullptr && profile_->wantsProxy() && connector_.usesNetwork()) {
+  if (watched) {
     const auto traces = netTraces();
     for (const auto& [i, set, op] : parts) watchProxy(traces, op.conn, op.isSend, set, op.proto, static_cast<int>(i));
   }
+  if (device_ != nullptr && profile_ == nullptr) return enqueuePeers(queues, ops.front()->stream, ops.front()->name);
+  if (device_ != nullptr) {
+    return enqueueWatched(ops.front()->stream, peerBlocks(static_cast<int>(queues.size())), false,
+                          [&] { enqueuePeers(queues, ops.front()->stream, ops.front()->name); });
+  }
+  if (connector_.usesNetwork()) proxy::post();
   std::vector<std::deque<kernels::PeerOp>> ordered;  // (the map's order: by peer, then direction)
   for (auto& [key, q] : queues) ordered.push_back(std::move(q));
   Watchdog::Operation running(*watchdog_, kernels::OpSignature{}, ops.front()->name, 1);

@@ -131,6 +131,9 @@ class DataPath {
   }
   /// Whether the kernels run on a device (enqueued on the user's stream).
   bool onDevice() const { return device_ != nullptr; }
+  /// Whether `stream` is being captured into a CUDA graph (the profiler's graphCaptured); false
+  /// on the host backend, and for a stream the runtime cannot tell about.
+  bool capturing(void* stream) const;
   /// The device's ordinal (-1 on the host).
   int deviceOrdinal() const { return device_ != nullptr ? device_->ordinal() : -1; }
   /// The tuner's predicted time (µs) of running `tasks` with execute(); nothing runs.
@@ -208,6 +211,16 @@ class DataPath {
   void runPeers(const std::vector<const plan::Task*>& ops);
   /// runPeers' work, on ops.front()->stream with a device.
   void runPeersOn(const std::vector<const plan::Task*>& ops);
+  /// Whether the profiler plugin wants this rank's network ends watched for work on `stream`
+  /// (ProxyOp, ProxyStep or NetPlugin events, a network end, and no graph capture).
+  bool watchesNetwork(void* stream) const;
+  /// With a device: enqueue() enqueues one launch of nChannels blocks (a collective's, or the
+  /// sends and receives'); when the profiler watches it (network ends, KernelCh events:
+  /// GroupProfile::takeDeviceWatch), the watch is armed right before it in stream order and
+  /// finished right after.
+  void enqueueWatched(void* stream, int nChannels, bool collective, const std::function<void()>& enqueue);
+  /// The blocks of a launch of a group's sends and receives over nQueues connections.
+  int peerBlocks(int nQueues) const;
   /// The traces of this rank's network ends (proxy/op_trace.h) by their step counters.
   std::map<const uint64_t*, proxy::OpTrace*> netTraces() const;
   /// With a profiler plugin that wants ProxyOp events: this rank's end h, when one of

@@ -96,6 +96,55 @@ ProfileEvent describeTask(const plan::Task& task) {
   return e;
 }
 
+void DeviceWatch::arm() {
+  for (const End& e : ends_) {
+    if (e.trace->armed()) continue;
+    e.trace->arm(e.op, kernels::loadRelaxed(const_cast<uint64_t*>(e.stepWord)), e.op.isSend ? nullptr : e.tail);
+    armed_.push_back(e.trace);
+  }
+}
+
+void DeviceWatch::kernelChannels() {
+  if (statuses_ == nullptr || events_.empty()) return;
+  auto emit = [&](void* parent, int channel, uint64_t start, uint64_t end) {
+    ProfileEvent e;
+    e.type = profile::kKernelCh;
+    e.parent = parent;
+    e.channelId = channel;
+    e.pTimer = start;
+    void* h = session_->start(e);
+    session_->record(h, profile::kKernelChStop, end);
+    session_->stop(h);
+  };
+  const int n = std::clamp(nChannels_, 1, kMaxChannels);
+  if (perChannel_) {
+    for (int c = 0; c < n; ++c) {
+      emit(events_.front(), c, kernels::loadRelaxed(&statuses_[c].startTime),
+           kernels::loadRelaxed(&statuses_[c].doneTime));
+    }
+    return;
+  }
+  uint64_t start = UINT64_MAX, end = 0;  // (the sends and receives' blocks together)
+  for (int c = 0; c < n; ++c) {
+    start = std::min(start, kernels::loadRelaxed(&statuses_[c].startTime));
+    end = std::max(end, kernels::loadRelaxed(&statuses_[c].doneTime));
+  }
+  for (void* p : events_) emit(p, 0, start, end);
+}
+
+void DeviceWatch::finish() {
+  kernelChannels();
+  for (proxy::OpTrace* t : armed_) {
+    for (const End& e : ends_) {
+      if (e.trace == t) t->disarm(kernels::loadRelaxed(const_cast<uint64_t*>(e.stepWord)), abortFlag_);
+    }
+  }
+  armed_.clear();
+  for (void* e : events_) session_->stop(e);
+  events_.clear();
+  group_.reset();
+}
+
 GroupProfile::GroupProfile(plugin::ProfilerSession& session, void* groupApi, int nWarps, bool onHost)
     : session_(session), groupApi_(groupApi), nWarps_(nWarps), onHost_(onHost) {
   if (session_.wants(profile::kStartsGroup)) {
@@ -103,11 +152,35 @@ GroupProfile::GroupProfile(plugin::ProfilerSession& session, void* groupApi, int
     e.type = profile::kGroup;
     group_ = session_.start(e);
   }
+  groupHeld_ = std::shared_ptr<void>(nullptr, [s = &session_, g = group_](void*) { s->stop(g); });
 }
 
 GroupProfile::~GroupProfile() {
   closeOpen();
-  session_.stop(group_);
+  groupHeld_.reset();
+}
+
+bool GroupProfile::watchesNextLaunch() const {
+  return !onHost_ && (!deviceEnds_.empty() || session_.wants(profile::kKernelCh));
+}
+
+std::shared_ptr<DeviceWatch> GroupProfile::takeDeviceWatch(const kernels::ChannelStatus* statuses, int nChannels,
+                                                           bool collective) {
+  if (!watchesNextLaunch()) return nullptr;
+  auto w = std::make_shared<DeviceWatch>();
+  w->session_ = &session_;
+  if (session_.wants(profile::kKernelCh)) w->statuses_ = statuses;
+  w->nChannels_ = nChannels;
+  w->perChannel_ = collective;
+  w->abortFlag_ = watchedAbort_;
+  w->ends_ = std::move(deviceEnds_);
+  deviceEnds_.clear();
+  if (coll_ != nullptr) w->events_.push_back(coll_);
+  coll_ = nullptr;
+  for (void* p : peers_) w->events_.push_back(p);
+  peers_.clear();
+  w->group_ = groupHeld_;
+  return w;
 }
 
 void GroupProfile::closeOpen() {
@@ -131,6 +204,11 @@ void GroupProfile::watch(proxy::OpTrace* trace, const kernels::ConnHandle& h, bo
   for (const Watched& w : watched_) {
     if (w.trace == trace) return;  // (several operations on one connection: the first has its steps)
   }
+  if (!onHost_) {  // (armed in stream order around the launch: takeDeviceWatch)
+    for (const DeviceWatch::End& e : deviceEnds_) {
+      if (e.trace == trace) return;
+    }
+  }
   proxy::OpTrace::Op o;
   o.session = &session_;
   o.parent = parent;
@@ -140,8 +218,13 @@ void GroupProfile::watch(proxy::OpTrace* trace, const kernels::ConnHandle& h, bo
   o.chunkSize = static_cast<int>(kernels::stepElements(proto, h, 1));
   o.wantSteps = session_.wants(profile::kProxyStep | profile::kNetPlugin);  // (a NetPlugin's parent is its step)
   if (!isSend) o.landedSizes = h.sizes;
+  if (!onHost_) {
+    deviceEnds_.push_back(DeviceWatch::End{trace, o, h.step, h.tail});
+    watchedAbort_ = abortFlag;
+    return;
+  }
   const uint64_t first = kernels::loadRelaxed(h.step);
-  trace->arm(o, first, isSend ? 0 : kernels::loadAcquire(h.tail));
+  trace->arm(o, first, isSend ? nullptr : h.tail);
   watched_.push_back(Watched{trace, h.step, abortFlag});
 }
 
