@@ -85,7 +85,7 @@ topo::Tuner tunerFor(int nRanks, const PlanLimits& limits) {
   return tuner;
 }
 
-topo::Choice chooseFor(const Task& task, int nRanks, const PlanLimits& limits, const PluginInputs& inputs) {
+topo::Choice chooseFor(const Task& task, int nRanks, const PlanLimits& limits, const PluginInputs& inputs, bool log) {
   const EnvFunc f = envFuncOf(task.func);
   const auto [algos, protos, forced] = allowedFor(task, limits);
   const uint64_t bytes = tunerBytes(task, nRanks);
@@ -104,7 +104,7 @@ topo::Choice chooseFor(const Task& task, int nRanks, const PlanLimits& limits, c
   if (limits.tunerPlugin != nullptr) {
     choice = pluginChoice(*limits.tunerPlugin, tuner, task.func, bytes, algos, protos, forced, choice, inputs);
   }
-  logChoice(task, bytes, nRanks, choice);
+  if (log) logChoice(task, bytes, nRanks, choice);
   return choice;
 }
 

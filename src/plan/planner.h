@@ -47,8 +47,9 @@ topo::Tuner tunerFor(int nRanks, const PlanLimits& limits);
 
 /// The tuner's choice for a task; throws ncclInvalidUsage naming the collective when
 /// NCCL_ALGO/NCCL_PROTO leave no candidate Braid implements. `inputs`: what the tuner plugin,
-/// if any, is told beside the collective's function and size.
-topo::Choice chooseFor(const Task& task, int nRanks, const PlanLimits& limits, const PluginInputs& inputs = {});
+/// if any, is told beside the collective's function and size; `log`: say it at INFO (COLL).
+topo::Choice chooseFor(const Task& task, int nRanks, const PlanLimits& limits, const PluginInputs& inputs = {},
+                       bool log = true);
 
 /// Plans one collective of a communicator of nRanks (chooseFor, then the channels' work).
 /// `known`: the choice chooseFor made for the same collective, size and limits before (the

@@ -92,3 +92,38 @@ TEST_CASE("a v5 tuner plugin's constants that are not times: a WARN, and Braid's
   CHECK(occurrences(out, "the tuner plugin's (Braid's") == 0);  // nothing changed
   CHECK(occurrences(out, "AllReduce: 1048576 bytes on 2 ranks -> Ring/Simple, 1 channel(s)") == 2);
 }
+
+TEST_CASE("a tuner plugin is asked once for a group's collectives of one kind within 4x of each other, as NCCL asks",
+          "[plugins]") {
+  // plugin_driver's "aggregate" group: float AllReduces of 4000, 14000, 12000, 20000, 400000
+  // and 48000 bytes, a double AllReduce of 8000 and a float Broadcast of 4000. Smallest first,
+  // each run while under 4x its first: 4000+12000+14000 (30000 bytes), 20000+48000 (68000),
+  // 400000 alone; the double and the Broadcast are other kinds. 8 collectives on at most 2
+  // channels: numPipeOps 4.
+  SECTION("the sizes the plugin sees") {
+    const std::string out = runDriver("NCCL_TUNER_PLUGIN=" + plugin("tuner-record"), "2 threads destroy aggregate");
+    INFO(out);
+    CHECK(occurrences(out, "aggregate ok") == 2);
+    for (const char* seen : {"AllReduce of 30000 bytes", "AllReduce of 68000 bytes", "AllReduce of 400000 bytes",
+                             "AllReduce of 8000 bytes", "Broadcast of 4000 bytes"}) {
+      INFO(seen);
+      CHECK(occurrences(out, std::string("test tuner record: ") + seen + ", numPipeOps 4, regBuff 0") == 2);
+    }
+    CHECK(occurrences(out, "test tuner record: ") == 10);  // (none of the aggregates' members alone)
+  }
+  SECTION("its answer for an aggregate runs every member; where it leaves the table, each runs Braid's own") {
+    // tuner-ranges: AllReduce from 64 KiB on Ring/Simple on one channel, from 4 KiB up to 64 KiB
+    // the table left alone. 20000 and 48000 bytes together are 68000: Ring/Simple for both.
+    const std::string out = runDriver("NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING,COLL NCCL_TUNER_PLUGIN=" +
+                                          plugin("tuner-ranges"), "2 threads destroy aggregate");
+    INFO(out);
+    CHECK(occurrences(out, "aggregate ok") == 2);
+    CHECK(occurrences(out, "2 ncclAllReduce calls of the group asked the tuner plugin together, as 17000 elements: "
+                           "its choice runs them all") == 2);
+    CHECK(occurrences(out, "3 ncclAllReduce calls of the group asked the tuner plugin together, as 7500 elements: it "
+                           "left Braid's, so each runs Braid's for its size") == 2);
+    CHECK(occurrences(out, "ncclAllReduce: 20000 bytes on 2 ranks -> Ring/Simple, 1 channel(s)") == 2);
+    CHECK(occurrences(out, "ncclAllReduce: 48000 bytes on 2 ranks -> Ring/Simple, 1 channel(s)") == 2);
+    CHECK(occurrences(out, "ncclAllReduce: 4000 bytes on 2 ranks -> Ring/Simple") == 0);  // (Braid's own for it)
+  }
+}

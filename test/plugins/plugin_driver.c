@@ -10,7 +10,9 @@
  * and a receive from the previous one, and checks them all ("rank R: group ok").
  * A COUNT of "registered" runs an AllReduce of 256 floats in place on a buffer registered with
  * ncclCommRegister ("rank R: registered ok"); "sendregistered" one out of place where only the
- * send buffer is registered ("rank R: sendregistered ok").
+ * send buffer is registered ("rank R: sendregistered ok"). "aggregate" runs one group of float
+ * AllReduces of 1000, 3500, 3000, 5000, 100000 and 12000 elements, a double AllReduce of 1000 and a
+ * float Broadcast of 1000 ("rank R: aggregate ok"): what a tuner plugin is asked about them.
  * "processes" forks the ranks and needs NCCL_COMM_ID (each computes the same unique id).
  * Prints "rank R: COUNT ok" per AllReduce and "rank R: done"; exits 0 when every rank did.
  */
@@ -32,6 +34,7 @@ static ncclUniqueId id;
 #define GROUP_RUN ((size_t)-1)
 #define REGISTERED_RUN ((size_t)-2)
 #define SEND_REGISTERED_RUN ((size_t)-3)
+#define AGGREGATE_RUN ((size_t)-4)
 
 /* An AllReduce of 256 floats over registered memory: in place (both buffers registered), or
  * out of place with only the send buffer registered; 0 when the result is exact. */
@@ -86,6 +89,42 @@ static int runGroup(ncclComm_t comm, int rank) {
   return bad;
 }
 
+/* A group for a tuner plugin's aggregates (NCCL asks once for same-function collectives
+ * within 4x of the smallest's size): float AllReduces of 1000, 3500 and 3000 elements (one
+ * aggregate of 30000 bytes), 5000 and 12000 (20000 bytes, 5x the first: the next aggregate,
+ * of 68000 bytes), 100000 (its own), a double AllReduce of 1000 (another type) and a float
+ * Broadcast of 1000 (another function); 0 when every result is exact. */
+static int runAggregate(ncclComm_t comm, int rank) {
+  static const size_t sizes[] = {1000, 3500, 3000, 5000, 100000, 12000};
+  enum { nSizes = 6, nOther = 1000 };
+  float* x[nSizes];
+  double* d = malloc(sizeof(double) * nOther);
+  float* b = malloc(sizeof(float) * nOther);
+  for (int i = 0; i < nSizes; ++i) {
+    x[i] = malloc(sizeof(float) * sizes[i]);
+    for (size_t k = 0; k < sizes[i]; ++k) x[i][k] = (float)(rank + 1 + i);
+  }
+  for (int k = 0; k < nOther; ++k) d[k] = rank + 0.5, b[k] = rank == 0 ? (float)k : -1.0f;
+  ncclResult_t r = ncclGroupStart();
+  for (int i = 0; i < nSizes && r == ncclSuccess; ++i) r = ncclAllReduce(x[i], x[i], sizes[i], ncclFloat, ncclSum, comm, NULL);
+  if (r == ncclSuccess) r = ncclAllReduce(d, d, nOther, ncclDouble, ncclSum, comm, NULL);
+  if (r == ncclSuccess) r = ncclBroadcast(b, b, nOther, ncclFloat, 0, comm, NULL);
+  const ncclResult_t ended = ncclGroupEnd();
+  if (r == ncclSuccess) r = ended;
+  int bad = r != ncclSuccess;
+  if (bad) printf("rank %d: aggregate failed: %s: %s\n", rank, ncclGetErrorString(r), ncclGetLastError(comm));
+  for (int i = 0; i < nSizes; ++i) {
+    const float want = (float)(nranks * (nranks + 1) / 2 + nranks * i);
+    for (size_t k = 0; !bad && k < sizes[i]; ++k) bad = x[i][k] != want;
+    free(x[i]);
+  }
+  for (int k = 0; !bad && k < nOther; ++k) bad = d[k] != nranks * (nranks - 1) / 2.0 + nranks * 0.5 || b[k] != (float)k;
+  free(d);
+  free(b);
+  printf(bad ? "rank %d: aggregate wrong\n" : "rank %d: aggregate ok\n", rank);
+  return bad;
+}
+
 static int runRank(int rank) {
   ncclComm_t comm = NULL;
   ncclResult_t r = ncclCommInitRank(&comm, nranks, id, rank);
@@ -96,8 +135,10 @@ static int runRank(int rank) {
   const float expected = (float)(nranks * (nranks + 1) / 2);
   for (int i = 0; i < ncounts; ++i) {
     const size_t n = counts[i];
-    if (n == GROUP_RUN || n == REGISTERED_RUN || n == SEND_REGISTERED_RUN) {
-      const int bad = n == GROUP_RUN ? runGroup(comm, rank) : runRegistered(comm, rank, n == REGISTERED_RUN);
+    if (n == GROUP_RUN || n == REGISTERED_RUN || n == SEND_REGISTERED_RUN || n == AGGREGATE_RUN) {
+      const int bad = n == GROUP_RUN       ? runGroup(comm, rank)
+                      : n == AGGREGATE_RUN ? runAggregate(comm, rank)
+                                           : runRegistered(comm, rank, n == REGISTERED_RUN);
       if (bad != 0) {
         ncclCommAbort(comm);
         return 1;
@@ -152,6 +193,7 @@ int main(int argc, char** argv) {
     counts[ncounts++] = strcmp(argv[i], "group") == 0            ? GROUP_RUN
                         : strcmp(argv[i], "registered") == 0     ? REGISTERED_RUN
                         : strcmp(argv[i], "sendregistered") == 0 ? SEND_REGISTERED_RUN
+                        : strcmp(argv[i], "aggregate") == 0      ? AGGREGATE_RUN
                                                                  : (size_t)strtoull(argv[i], NULL, 10);
   }
   if (nranks < 1 || nranks > 64) return 2;

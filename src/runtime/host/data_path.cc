@@ -283,6 +283,11 @@ void DataPath::execute(const std::vector<plan::Task>& tasks, void* groupApiEvent
     int& groupPipeOps;
     ~EndGroup() { groupPipeOps = 1; }  // (a lone call after the group: 1)
   } endGroup{groupPipeOps_};
+  aggregated_ = askTunerTogether(tasks);
+  struct EndAggregates {
+    std::map<const plan::Task*, topo::Choice>& m;
+    ~EndAggregates() { m.clear(); }
+  } endAggregates{aggregated_};
   batching_ = device_ != nullptr;
   try {
     for (const plan::Task& t : tasks) {
@@ -336,6 +341,50 @@ double DataPath::predict(const std::vector<plan::Task>& tasks) const {
   return total + peers;  // the sends and receives of a group run together, after its collectives
 }
 
+// NCCL 2.28's ncclPrepareTasks: a group's collectives of one function, reduction and type,
+// smallest first, are taken together while each is under 4x the first one's size (NCCL's
+// trafficBytes, which for one function keep the ratio of the sizes), and getAlgoInfo, so the
+// tuner plugin, is asked once with their summed count; its answer runs them all. Braid asks
+// the plugin the same way: where it decides, its answer runs every collective of the
+// aggregate; where it leaves the table as it was, each runs Braid's own choice for its own
+// size, as without a plugin. None is asked about again one by one.
+std::map<const plan::Task*, topo::Choice> DataPath::askTunerTogether(const std::vector<plan::Task>& tasks) {
+  std::map<const plan::Task*, topo::Choice> decided;
+  if (tunerPlugin_ == nullptr) return decided;
+  std::map<std::tuple<int, int, int>, std::vector<const plan::Task*>> kinds;
+  for (const plan::Task& t : tasks) {
+    if (t.func == kernels::Func::kSendRecv || t.func == kernels::Func::kAlltoAll || t.count == 0) continue;
+    kinds[{static_cast<int>(t.func), static_cast<int>(t.red), static_cast<int>(t.dtype)}].push_back(&t);
+  }
+  for (auto& [kind, members] : kinds) {
+    if (members.size() < 2) continue;
+    std::stable_sort(members.begin(), members.end(),
+                     [](const plan::Task* a, const plan::Task* b) { return a->count < b->count; });
+    for (size_t first = 0; first < members.size();) {
+      size_t end = first + 1;
+      plan::Task together = *members[first];
+      while (end < members.size() && members[end]->count < 4 * members[first]->count) together.count += members[end++]->count;
+      if (end - first > 1) {
+        const plan::PluginInputs inputs = pluginInputs(*members[first]);
+        const topo::Choice choice = plan::chooseFor(together, nRanks_, settings_.limits, inputs, false);
+        plan::PlanLimits own = settings_.limits;
+        own.tunerPlugin = nullptr;
+        const topo::Choice braid = plan::chooseFor(together, nRanks_, own, inputs, false);
+        const bool pluginDecided = choice.algo != braid.algo || choice.proto != braid.proto ||
+                                   choice.nChannels != braid.nChannels;
+        BRAID_INFO(log::kTuning, "rank %d: %zu %s calls of the group asked the tuner plugin together, as %llu elements: "
+                   "%s", rank_, end - first, members[first]->name, static_cast<unsigned long long>(together.count),
+                   pluginDecided ? "its choice runs them all" : "it left Braid's, so each runs Braid's for its size");
+        for (size_t i = first; i < end; ++i) {  // (not asked again one by one)
+          decided[members[i]] = pluginDecided ? choice : plan::chooseFor(*members[i], nRanks_, own, inputs, false);
+        }
+      }
+      first = end;
+    }
+  }
+  return decided;
+}
+
 plan::PluginInputs DataPath::pluginInputs(const plan::Task& task) const {
   plan::PluginInputs inputs;
   if (tunerPlugin_ == nullptr) return inputs;
@@ -358,11 +407,13 @@ void DataPath::runCollective(const plan::Task& given) {
   plan::Task task = given;
   if (task.scalarAtRun != nullptr) std::memcpy(&task.opArgs.scalarBits, task.scalarAtRun, plan::typeSize(task.dtype));
   const uint64_t key = (static_cast<uint64_t>(task.func) << 56) | (task.count * plan::typeSize(task.dtype));
-  // (a tuner plugin is asked every time: no cache)
+  // (a tuner plugin is asked every time: no cache; a group's aggregate once, askTunerTogether)
   auto known = tunerPlugin_ != nullptr ? choices_.end() : choices_.find(key);
-  plan::CollPlan plan = plan::planCollective(task, nRanks_, settings_.limits,
-                                             known != choices_.end() ? &known->second : nullptr, pluginInputs(task),
-                                             &ledger_);
+  const auto together = aggregated_.find(&given);
+  const topo::Choice* decided = together != aggregated_.end()   ? &together->second
+                                : known != choices_.end()       ? &known->second
+                                                                : nullptr;
+  plan::CollPlan plan = plan::planCollective(task, nRanks_, settings_.limits, decided, pluginInputs(task), &ledger_);
   if (known == choices_.end() && tunerPlugin_ == nullptr) {
     if (choices_.size() >= 4096) choices_.clear();  // many sizes: start again rather than grow
     choices_.emplace(key, plan.tuned);

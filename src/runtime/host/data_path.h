@@ -221,6 +221,9 @@ class DataPath {
   void enqueueWatched(void* stream, int nChannels, bool collective, const std::function<void()>& enqueue);
   /// The blocks of a launch of a group's sends and receives over nQueues connections.
   int peerBlocks(int nQueues) const;
+  /// With a tuner plugin: the group's collectives the plugin is asked about together, as NCCL
+  /// asks (data_path.cc says how), by task, with the choice each runs; those it decided only.
+  std::map<const plan::Task*, topo::Choice> askTunerTogether(const std::vector<plan::Task>& tasks);
   /// The traces of this rank's network ends (proxy/op_trace.h) by their step counters.
   std::map<const uint64_t*, proxy::OpTrace*> netTraces() const;
   /// With a profiler plugin that wants ProxyOp events: this rank's end h, when one of
@@ -284,6 +287,7 @@ class DataPath {
   // settings_.limits.table where a v5 tuner plugin changed its constants (null: the constant table)
   std::unique_ptr<topo::CostTable> pluginTable_;
   int groupPipeOps_ = 1;  // inside execute(): the tuner plugin's numPipeOps for the group's collectives
+  std::map<const plan::Task*, topo::Choice> aggregated_;  // inside execute(): askTunerTogether's
   std::unique_ptr<plugin::ProfilerSession> profiler_;  // null: no profiler plugin; finalized at destroy/abort
   std::unique_ptr<proxy::ControlWatch> proxyControl_;  // with profiler_: its ProxyCtrl events (ends before it)
   GroupProfile* profile_ = nullptr;  // the events of the group running now (with profiler_)
