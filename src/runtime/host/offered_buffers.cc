@@ -38,9 +38,7 @@ bool holds(const std::vector<uint64_t>& keys, uint64_t key) {
 }  // namespace
 
 OfferedBuffers::~OfferedBuffers() {
-  for (auto& [line, s] : sending_)
-    for (const Mapping& m : s.live) device_.closeBuffer(m.base);
-  for (const Retired& r : retired_) device_.closeBuffer(r.base);
+  for (const auto& [source, shared] : shared_) device_.closeBuffer(shared.base);
 }
 
 void OfferedBuffers::prepareReceive(kernels::PeerOp& op, const std::function<bool()>& registered) {
@@ -140,7 +138,7 @@ void OfferedBuffers::retireWithdrawn(Sending& s, const std::vector<uint64_t>& of
       ++i;
       continue;
     }
-    retired_.push_back(Retired{s.live[i].base, device_.launchMark()});
+    retired_.push_back(Retired{s.live[i].source, device_.launchMark()});
     s.live.erase(s.live.begin() + static_cast<long>(i));
   }
 }
@@ -161,9 +159,16 @@ void OfferedBuffers::importOffered(const kernels::ConnHandle& conn, Sending& s, 
   if (key == 0 || !holds(offered, key) || s.refused.count(key) != 0 || s.live.size() >= kMaxMapped) return;
   for (const Mapping& m : s.live)
     if (m.key == key) return;
+  const Source source{conn.peer, from.server, from.token.word[0], from.token.word[1], span};
+  if (auto it = shared_.find(source); it != shared_.end()) {  // (another set to this peer mapped it)
+    ++it->second.users;
+    s.live.push_back(Mapping{key, it->second.base, span, source});
+    return;
+  }
   try {
     void* base = device_.importBuffer(from, span);
-    s.live.push_back(Mapping{key, static_cast<char*>(base), span});
+    shared_.emplace(source, Shared{static_cast<char*>(base), 1});
+    s.live.push_back(Mapping{key, static_cast<char*>(base), span, source});
     BRAID_INFO(log::kP2p, "rank %d: sends to rank %d go straight into its registered buffer %llu (%llu bytes of "
                "process %d's memory, mapped at %p)", rank_, conn.peer, static_cast<unsigned long long>(key),
                static_cast<unsigned long long>(span), static_cast<int>(from.pid), base);
@@ -180,16 +185,18 @@ void OfferedBuffers::sweep() {
       ++i;
       continue;
     }
-    device_.closeBuffer(retired_[i].base);
+    const auto it = shared_.find(retired_[i].source);
+    if (it != shared_.end() && --it->second.users == 0) {
+      device_.closeBuffer(it->second.base);
+      shared_.erase(it);
+    }
     retired_.erase(retired_.begin() + static_cast<long>(i));
   }
 }
 
 size_t OfferedBuffers::mappedNow() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  size_t n = retired_.size();
-  for (const auto& [line, s] : sending_) n += s.live.size();
-  return n;
+  return shared_.size();
 }
 
 }  // namespace braid::runtime::host

@@ -23,6 +23,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <tuple>
 #include <vector>
 
 #include "kernels/algorithms/send_recv.h"
@@ -58,7 +59,8 @@ class OfferedBuffers {
   /// whether a live one still shares a byte with [p, p + n). Withdraws the keys of allocations
   /// no live registration overlaps any more.
   void registrationEnded(const void* buffer, size_t bytes, const std::function<bool(const void*, size_t)>& overlapping);
-  /// Sender: buffers mapped now, and retired ones not yet unmapped (tests).
+  /// Sender: imports mapped now, retired ones not yet unmapped included (tests); connections to
+  /// one peer offered the same export share one.
   size_t mappedNow() const;
 
  private:
@@ -66,10 +68,19 @@ class OfferedBuffers {
     uint64_t key;
     Device::BufferExport where;
   };
+  /// What one import maps, shared by the connections (sets) to one peer that are offered the
+  /// same export: the peer, the exporting process's descriptor server and the export's token
+  /// and size.
+  using Source = std::tuple<int, uint64_t, uint64_t, uint64_t, uint64_t>;
+  struct Shared {
+    char* base;
+    int users;  // live mappings and retired ones not yet released
+  };
   struct Mapping {
     uint64_t key;
     char* base;
     uint64_t bytes;
+    Source source;
   };
   struct Sending {  // one connection's sender
     transport::OfferedKeys* keys = nullptr;
@@ -77,7 +88,7 @@ class OfferedBuffers {
     std::set<uint64_t> refused;  // keys that could not be imported
   };
   struct Retired {
-    char* base;
+    Source source;
     uint64_t mark;  // the device's launchMark when it was retired
   };
   /// Receiver: writes the keys offered now into every line that has had an offer.
@@ -98,6 +109,7 @@ class OfferedBuffers {
   std::set<transport::OfferedKeys*> lines_;         // receiver: where it has offered
   std::map<const uint64_t*, Sending> sending_;      // sender: by the connection's offer line
   std::vector<Retired> retired_;
+  std::map<Source, Shared> shared_;                 // sender: every import mapped now
 };
 
 }  // namespace braid::runtime::host
