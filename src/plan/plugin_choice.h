@@ -37,7 +37,7 @@ struct PluginInputs {
   int numPipeOps = 1;
   /// 1 when this rank's send and receive buffers, each over the bytes the collective reads or
   /// writes there, lie in ranges registered with the communicator (ncclCommRegister), or the
-  /// call is being captured into a CUDA graph (NCCL_GRAPH_REGISTER's default), as NCCL's
+  /// call is being captured into a CUDA graph (unless NCCL_GRAPH_REGISTER=0), as NCCL's
   /// getAlgoInfo has it; 0 otherwise. Like NCCL's, each rank's own.
   int regBuff = 0;
 };

@@ -317,6 +317,49 @@ TEST_CASE("emulated GPU over the network: a profiler plugin gets each launch's P
   }
 }
 
+// Not a test by itself (hidden): ranks whose tuner plugin is asked about a captured collective.
+TEST_CASE("(hidden) the ranks of the emulated-GPU graph-register case", "[.emulated-graph-register]") {
+  if (!startedByRunRanks()) return;
+  const std::string failures = emulatedRanks([](const ncclUniqueId& id, int rank) {
+    ncclComm_t comm = nullptr;
+    EXPECT_OK(ncclCommInitRank(&comm, 2, id, rank));
+    const cudaStream_t plain = reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(0x1000 + 16 * rank));
+    const cudaStream_t graphed = reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(0x9000 + 16 * rank));
+    std::vector<float> x(256, 1.0f), y(512, 1.0f);
+    EXPECT_OK(ncclAllReduce(x.data(), x.data(), x.size(), ncclFloat, ncclSum, comm, plain));
+    test::EmulatedDevice::capturedStream = graphed;
+    EXPECT_OK(ncclAllReduce(y.data(), y.data(), y.size(), ncclFloat, ncclSum, comm, graphed));
+    comm->dataPath().synchronize();
+    test::EmulatedDevice::capturedStream = nullptr;
+    expect(x[0] == 2.0f && y[511] == 2.0f, "the results");
+    EXPECT_OK(ncclCommDestroy(comm));
+  });
+  INFO(failures);
+  REQUIRE(failures.empty());
+  std::printf("emulated graph-register ranks: all exact\n");
+}
+
+TEST_CASE("emulated GPU: a tuner plugin's regBuff is 1 for a collective captured into a graph, unless "
+          "NCCL_GRAPH_REGISTER=0",
+          "[integration][emulated][plugins]") {
+  if (std::getenv("BRAID_PLUGIN_DIR") == nullptr) {
+    WARN("skipped: BRAID_PLUGIN_DIR is not set (the plugin tests' environment)");
+    return;
+  }
+  for (const std::string setting : {"", "NCCL_GRAPH_REGISTER=0 "}) {
+    INFO(setting);
+    const std::string out =
+        runRanks(setting + "NCCL_DEBUG_SUBSYS=TUNING NCCL_TUNER_PLUGIN=" + test::plugins::plugin("tuner-record"),
+                 "[.emulated-graph-register]");
+    INFO(out);
+    REQUIRE_THAT(out, Catch::Contains("emulated graph-register ranks: all exact"));
+    using test::plugins::occurrences;
+    CHECK(occurrences(out, "test tuner record: AllReduce of 1024 bytes, numPipeOps 1, regBuff 0") == 2);
+    CHECK(occurrences(out, std::string("test tuner record: AllReduce of 2048 bytes, numPipeOps 1, regBuff ") +
+                               (setting.empty() ? "1" : "0")) == 2);
+  }
+}
+
 TEST_CASE(
     "emulated GPU over a net plugin: a receiver whose regMr of GPU memory fails breaks the connection, named",
     "[integration][emulated][plugins]") {

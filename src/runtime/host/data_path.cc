@@ -396,7 +396,7 @@ plan::PluginInputs DataPath::pluginInputs(const plan::Task& task) const {
   const size_t recvBytes = task.func == kernels::Func::kAllGather ? block * nRanks_ : block;
   const bool registered = registrations_ != nullptr && registrations_->covers(task.sendbuff, sendBytes) &&
                           registrations_->covers(task.recvbuff, recvBytes);
-  const bool captured = device_ != nullptr && device_->captureId(task.stream) != 0;
+  const bool captured = settings_.graphRegister && device_ != nullptr && device_->captureId(task.stream) != 0;
   inputs.regBuff = registered || captured ? 1 : 0;
   return inputs;
 }

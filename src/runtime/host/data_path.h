@@ -57,6 +57,7 @@ struct DataPathSettings {
   int minP2pChannels = 1;     ///< NCCL_MIN_P2P_NCHANNELS: fewest blocks (channels) for a group's sends and receives
   int maxP2pChannels = kMaxChannels;  ///< NCCL_MAX_P2P_NCHANNELS: most of them
   int netPeerChannels = 2;    ///< NCCL_NCHANNELS_PER_NET_PEER: most connections a peer on another host splits over
+  bool graphRegister = true;  ///< NCCL_GRAPH_REGISTER: a captured collective's buffers count as registered (regBuff)
   WatchdogSettings watchdog;
   std::string commName;  ///< the config's commName (for a profiler plugin)
 

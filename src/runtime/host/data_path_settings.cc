@@ -173,6 +173,7 @@ DataPathSettings DataPathSettings::fromParams(const CommConfig& config, bool onD
   s.minP2pChannels = channelKnob(p, "NCCL_MIN_P2P_NCHANNELS", 1);
   s.maxP2pChannels = channelKnob(p, "NCCL_MAX_P2P_NCHANNELS", kMaxChannels);
   s.netPeerChannels = channelKnob(p, "NCCL_NCHANNELS_PER_NET_PEER", 2);
+  s.graphRegister = p.integer("NCCL_GRAPH_REGISTER") != 0;
   s.watchdog = WatchdogSettings::fromParams();
   s.commName = config.commName;
   return s;
