@@ -1,6 +1,7 @@
 #include "plan/planner.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "core/log.h"
 #include "core/status.h"
@@ -41,10 +42,10 @@ uint64_t tunerBytes(const Task& task, int nRanks) {
   return wholeBuffer ? bytes * static_cast<uint64_t>(nRanks) : bytes;
 }
 
-void logChoice(const Task& task, uint64_t bytes, int nRanks, const topo::Choice& choice) {
-  BRAID_INFO(log::kColl, "%s: %llu bytes on %d ranks -> %s/%s, %d channel(s), predicted %.2f us", task.name,
+void logChoice(const Task& task, uint64_t bytes, int nRanks, const topo::Choice& choice, const char* suffix = "") {
+  BRAID_INFO(log::kColl, "%s: %llu bytes on %d ranks -> %s/%s, %d channel(s), predicted %.2f us%s", task.name,
              static_cast<unsigned long long>(bytes), nRanks, topo::algoName(choice.algo), topo::protoName(choice.proto),
-             choice.nChannels, choice.timeUs);
+             choice.nChannels, choice.timeUs, suffix);
 }
 
 /// The algorithms and protocols NCCL_ALGO/NCCL_PROTO leave for a task, as the tuner's bits.
@@ -120,11 +121,11 @@ CollPlan planCollective(const Task& task, int nRanks, const PlanLimits& limits, 
     plan.choice = ledger->settle(tunerFor(nRanks, limits), task.func, tunerBytes(task, nRanks), algos, protos, forced,
                                  plan.tuned);
     if (plan.choice.algo != plan.tuned.algo || plan.choice.nChannels != plan.tuned.nChannels) {
-      BRAID_INFO(log::kColl, "%s: %llu bytes on %d ranks -> %s/%s, %d channel(s), predicted %.2f us, instead of %s/%s "
-                 "(whose connections are not paid for yet: TUNING says how far)", task.name,
-                 static_cast<unsigned long long>(tunerBytes(task, nRanks)), nRanks, topo::algoName(plan.choice.algo),
-                 topo::protoName(plan.choice.proto), plan.choice.nChannels, plan.choice.timeUs,
-                 topo::algoName(plan.tuned.algo), topo::protoName(plan.tuned.proto));
+      char instead[128];
+      std::snprintf(instead, sizeof instead,
+                    ", instead of %s/%s (whose connections are not paid for yet: TUNING says how far)",
+                    topo::algoName(plan.tuned.algo), topo::protoName(plan.tuned.proto));
+      logChoice(task, tunerBytes(task, nRanks), nRanks, plan.choice, instead);
     }
   }
   plan.proto = plan.choice.proto;

@@ -50,7 +50,8 @@ void OpTrace::startStep(uint64_t s, int state, uint64_t bytes) {
   // Steps start in order: a receiver's step whose header came before arming, and which has
   // not landed yet, is in RecvWait (its bytes unknown here) when a later one shows up.
   for (uint64_t t = std::max(next_, done_); t < s; ++t) {
-    if (open_[t % kernels::kSteps] != t + 1) openStep(t, op_.isSend ? profile::kProxyStepSendWait : profile::kProxyStepRecvWait, 0);
+    const int waiting = op_.isSend ? profile::kProxyStepSendWait : profile::kProxyStepRecvWait;
+    if (open_[t % kernels::kSteps] != t + 1) openStep(t, waiting, 0);
   }
   openStep(s, state, bytes);
 }
@@ -89,8 +90,8 @@ void OpTrace::stopStep(uint64_t s) {
   if (!op_.isSend && !landedSeen_[slot] && s < end_ && end_ != UINT64_MAX) {
     // Disarmed between the proxy publishing the step (which the kernel then consumed) and its
     // report of it: the step landed, with the size the proxy wrote.
-    const uint64_t bytes =
-        op_.landedSizes != nullptr ? kernels::loadRelaxed(const_cast<uint64_t*>(op_.landedSizes) + slot) & 0xffffffffu : 0;
+    const uint64_t* sizes = op_.landedSizes;
+    const uint64_t bytes = sizes != nullptr ? kernels::loadRelaxed(const_cast<uint64_t*>(sizes) + slot) & 0xffffffffu : 0;
     op_.session->record(steps_[slot], profile::kProxyStepRecvGPUWait, bytes);
   }
   op_.session->stop(steps_[slot]);

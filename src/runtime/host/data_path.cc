@@ -129,7 +129,8 @@ DataPath::DataPath(bootstrap::Bootstrap& channel, int rank, const std::vector<Pe
     if (device_ == nullptr && p.cpus > 0 && (shape.cpusPerNode == 0 || p.cpus < shape.cpusPerNode)) shape.cpusPerNode = p.cpus;
   }
   setRanksPerNode(settings_.ranksPerNode);
-  const bool spansHosts = std::any_of(peers.begin(), peers.end(), [&](const PeerInfo& p) { return p.hostHash != peers[0].hostHash; });
+  const bool spansHosts =
+      std::any_of(peers.begin(), peers.end(), [&](const PeerInfo& p) { return p.hostHash != peers[0].hostHash; });
   peerChannels_ = host::peerChannels(settings_, nRanks_, spansHosts, device_ != nullptr);
   BRAID_INFO(log::kInit | log::kP2p, "rank %d: sends and receives on up to %d channels, %d connection%s a peer", rank_,
              peerChannels_.total, peerChannels_.perPeer, peerChannels_.perPeer == 1 ? "" : "s");
@@ -363,7 +364,9 @@ std::map<const plan::Task*, topo::Choice> DataPath::askTunerTogether(const std::
     for (size_t first = 0; first < members.size();) {
       size_t end = first + 1;
       plan::Task together = *members[first];
-      while (end < members.size() && members[end]->count < 4 * members[first]->count) together.count += members[end++]->count;
+      while (end < members.size() && members[end]->count < 4 * members[first]->count) {
+        together.count += members[end++]->count;
+      }
       if (end - first > 1) {
         const plan::PluginInputs inputs = pluginInputs(*members[first]);
         const topo::Choice choice = plan::chooseFor(together, nRanks_, settings_.limits, inputs, false);
@@ -645,9 +648,9 @@ bool DataPath::watchesNetwork(void* stream) const {
 }
 
 void DataPath::enqueueWatched(void* stream, int nChannels, bool collective, const std::function<void()>& enqueue) {
+  const bool watched = profile_ != nullptr && device_->captureId(stream) == 0;
   const std::shared_ptr<DeviceWatch> watch =
-      profile_ != nullptr && device_->captureId(stream) == 0 ? profile_->takeDeviceWatch(statuses_, nChannels, collective)
-                                                              : nullptr;
+      watched ? profile_->takeDeviceWatch(statuses_, nChannels, collective) : nullptr;
   if (watch == nullptr) return enqueue();
   flushLaunch();  // (the group's collectives before, unwatched)
   if (!device_->hostFunction(stream, [watch] { watch->arm(); })) return enqueue();
@@ -754,7 +757,9 @@ void DataPath::runPeersOn(const std::vector<const plan::Task*>& ops) {
   std::sort(recvFrom.begin(), recvFrom.end());
   recvFrom.erase(std::unique(recvFrom.begin(), recvFrom.end()), recvFrom.end());
   try {  // (a peer's every set at once, as NCCL: both ends then split any message alike)
-    for (int set = 0; set < peerChannels_.perPeer; ++set) connector_.connectPeers(sendTo, recvFrom, transport::peerSet(set));
+    for (int set = 0; set < peerChannels_.perPeer; ++set) {
+      connector_.connectPeers(sendTo, recvFrom, transport::peerSet(set));
+    }
   } catch (const Error&) {
     rethrowWithReason();
   }
@@ -775,7 +780,8 @@ void DataPath::runPeersOn(const std::vector<const plan::Task*>& ops) {
     for (uint64_t offset = 0, set = 0; offset < total || set == 0; offset += part, ++set) {
       kernels::PeerOp op{};
       const int s = static_cast<int>(set);
-      op.conn = t->isSend ? connector_.peerSend(t->peer, transport::peerSet(s)) : connector_.peerRecv(t->peer, transport::peerSet(s));
+      op.conn = t->isSend ? connector_.peerSend(t->peer, transport::peerSet(s))
+                          : connector_.peerRecv(t->peer, transport::peerSet(s));
       op.buffer = base + offset;
       op.bytes = std::min(part, total - offset);
       op.proto = proto;

@@ -8,26 +8,19 @@
 #include "plan/planner.h"
 #include "plan/setup_ledger.h"
 #include "topology/tuner.h"
+#include "cost_shapes.h"
 
 using namespace braid;
 using namespace braid::topo;
 using kernels::Algo;
 using kernels::Func;
 using kernels::Proto;
+using test::hostShape;
 
 namespace {
 
 constexpr uint32_t kAllProtos = (1u << kTunerProtos) - 1;
 constexpr uint32_t bit(Algo a) { return 1u << static_cast<int>(a); }
-
-CostShape hostShape(int ranks) {
-  CostShape s;
-  s.nRanks = ranks;
-  s.ranksPerNode = ranks;
-  s.cpusPerNode = 2;
-  s.maxChannels = 2;
-  return s;
-}
 
 }  // namespace
 

@@ -12,6 +12,7 @@
 #include "plan/planner.h"
 #include "topology/topology.h"
 #include "topology/tuner.h"
+#include "cost_shapes.h"
 #include "../core/test_env.h"
 
 using namespace braid;
@@ -19,6 +20,7 @@ using namespace braid::topo;
 using kernels::Algo;
 using kernels::Func;
 using kernels::Proto;
+using test::hostShape;
 
 namespace {
 
@@ -27,15 +29,6 @@ constexpr int kSimple = static_cast<int>(Proto::kSimple);
 constexpr int kLL = static_cast<int>(Proto::kLL);
 constexpr uint32_t kAllAlgos = (1u << kTunerAlgos) - 1;
 constexpr uint32_t kAllProtos = (1u << kTunerProtos) - 1;
-
-CostShape hostShape(int ranks, int cpus) {
-  CostShape s;
-  s.nRanks = ranks;
-  s.ranksPerNode = ranks;
-  s.cpusPerNode = cpus;
-  s.maxChannels = 2;
-  return s;
-}
 
 std::string topoFile(const std::string& name) {
   const char* dir = std::getenv("BRAID_TOPO_DATA");
