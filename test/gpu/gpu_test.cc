@@ -157,9 +157,51 @@ void testOneRank() {
   for (size_t count : {size_t(0), size_t(1), size_t(1000), size_t(1) << 20}) collectives(1, count, "1 rank");
 }
 
+/// Sends of bytes that split over a peer's connection sets (4 on a GPU, parts of 128 KiB and
+/// more), from and into buffers 1 and 37 bytes past an allocation's start, between 2 ranks.
+void peerParts() {
+  Ranks r(2);
+  for (size_t bytes : {size_t(2 * 131072 + 3), size_t(4 * 131072 + 1), size_t(9 << 20) + 5}) {
+    for (size_t offset : {size_t(1), size_t(37)}) {
+      std::vector<unsigned char*> from(2), to(2);
+      std::vector<unsigned char> pattern(bytes + 64);
+      for (int k = 0; k < 2; ++k) {
+        CUDA_OK(cudaMalloc(&from[k], bytes + 64));
+        CUDA_OK(cudaMalloc(&to[k], bytes + 64));
+        for (size_t i = 0; i < pattern.size(); ++i) pattern[i] = static_cast<unsigned char>(i * 11 + i / 1021 + k);
+        CUDA_OK(cudaMemcpy(from[k], pattern.data(), pattern.size(), cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemset(to[k], 0xee, bytes + 64));
+      }
+      CUDA_OK(cudaStreamSynchronize(cudaStreamLegacy));
+      NCCL_OK(ncclGroupStart());
+      for (int k = 0; k < 2; ++k) {
+        NCCL_OK(ncclSend(from[k] + offset, bytes, ncclUint8, 1 - k, r.comms[k], r.streams[k]));
+        NCCL_OK(ncclRecv(to[k] + 64 - offset, bytes, ncclUint8, 1 - k, r.comms[k], r.streams[k]));
+      }
+      NCCL_OK(ncclGroupEnd());
+      r.sync();
+      for (int k = 0; k < 2; ++k) {
+        std::vector<unsigned char> got(bytes + 64);
+        CUDA_OK(cudaMemcpy(got.data(), to[k], got.size(), cudaMemcpyDeviceToHost));
+        long wrong = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+          const bool inside = i >= 64 - offset && i < 64 - offset + bytes;
+          const size_t at = i - (64 - offset) + offset;  // (the byte of the sender's buffer)
+          const unsigned char want = inside ? static_cast<unsigned char>(at * 11 + at / 1021 + (1 - k)) : 0xee;
+          wrong += got[i] != want;
+        }
+        EXPECT(wrong == 0, "send/recv parts: rank %d, %zu bytes at offset %zu: %ld bytes wrong", k, bytes, offset, wrong);
+        CUDA_OK(cudaFree(from[k]));
+        CUDA_OK(cudaFree(to[k]));
+      }
+    }
+  }
+}
+
 void testThreads() {
   for (int n : {2, 3, 4})
     for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(1000), (size_t(1) << 20) + 3}) collectives(n, count, "threads");
+  peerParts();
 }
 
 /// In a child with NCCL_ALGO/NCCL_PROTO set: AllReduce on 4 ranks of device 0 at a few counts,
