@@ -2,13 +2,16 @@
 // (through the generated cuda_*.cu units, which also hold the host functions that launch them:
 // see src/runtime/cuda/kernel_table.h).
 //
-// Launch arguments (the channels' work, their ring handles, the point-to-point operations) sit
-// in host memory the GPU maps: each block first copies its share into shared memory, all
-// threads together (one round trip over the bus instead of one per field), and runs from there.
+// Launch arguments (the channels' work, their ring handles, the point-to-point operations)
+// come in the kernel's parameters where they fit (kernels/launch_args.h: the launcher passes a
+// null works or ops pointer then), else in host memory the GPU maps. Either way each block
+// first copies its share into shared memory, all threads together (from mapped memory: one
+// round trip over the bus instead of one per field), and runs from there.
 #pragma once
 
 #include "kernels/algorithms/send_recv.h"
 #include "kernels/collectives.h"
+#include "kernels/launch_args.h"
 #include "kernels/launch_sizes.h"
 
 namespace braid::kernels {
@@ -59,9 +62,10 @@ __device__ inline void markDone(ChannelStatus* status, uint64_t seq) {
 
 /// One block per channel, looping over that channel's work items (works[i * gridDim.x +
 /// blockIdx.x]): through run(), either runReduction for element type T and op Red or runCopy.
+/// packed: the launch's arguments when they came in its parameters (launch_args.h), else null.
 template <typename Run>
 __device__ void channelLoop(const CollWork* works, int nWorks, const RingHandle* rings, const uint32_t* abortFlag,
-                            Run run) {
+                            const unsigned char* packed, Run run) {
   __shared__ RingHandle ring;
   __shared__ CollWork work;
   extern __shared__ ConnHandle peers[];  // collectiveSharedBytes: peerSend then peerRecv
@@ -72,6 +76,11 @@ __device__ void channelLoop(const CollWork* works, int nWorks, const RingHandle*
   for (int i = 0; i < nWorks; ++i) {
     const CollWork* given = works + i * gridDim.x + blockIdx.x;
     copyWords(&work, given, sizeof(CollWork));
+    __syncthreads();
+    if (packed != nullptr && threadIdx.x == 0) {  // (offsets into the parameters: pointers)
+      work.peerSend = inlinePeers(packed, work.peerSend);
+      work.peerRecv = inlinePeers(packed, work.peerRecv);
+    }
     __syncthreads();
     if (work.peerSend != nullptr && nRanks <= kSharedPeerRanks) {
       copyWords(peers, work.peerSend, nRanks * sizeof(ConnHandle));
@@ -92,20 +101,32 @@ __device__ void channelLoop(const CollWork* works, int nWorks, const RingHandle*
 /// The reducing collectives (AllReduce, ReduceScatter, Reduce) for one type and op.
 template <typename T, typename Red>
 __global__ void __launch_bounds__(kMaxBlockThreads) collectiveKernel(const CollWork* works, int nWorks, const RingHandle* rings, const uint32_t* abortFlag,
-                                                                     ChannelStatus* statuses, uint64_t seq) {
+                                                                     ChannelStatus* statuses, uint64_t seq,
+                                                                     const __grid_constant__ InlineArgs args) {
   markStarted(statuses + blockIdx.x, seq);
-  channelLoop(works, nWorks, rings, abortFlag, [](BlockGroup& g, const CollWork& w, const RingHandle& r,
-                                                  const uint32_t* a) { return runReduction<T, Red, BlockGroup>(g, w, r, a); });
+  const unsigned char* packed = works == nullptr ? args.bytes : nullptr;
+  if (packed != nullptr) {
+    works = inlineWorks(packed);
+    rings = inlineRings(packed, nWorks * static_cast<int>(gridDim.x));
+  }
+  channelLoop(works, nWorks, rings, abortFlag, packed, [](BlockGroup& g, const CollWork& w, const RingHandle& r,
+                                                          const uint32_t* a) { return runReduction<T, Red, BlockGroup>(g, w, r, a); });
   markDone(statuses + blockIdx.x, seq);
 }
 
 /// The copying collectives (AllGather, Broadcast, AlltoAll), on bytes.
 template <typename Unused = void>
 __global__ void __launch_bounds__(kMaxBlockThreads) copyKernel(const CollWork* works, int nWorks, const RingHandle* rings, const uint32_t* abortFlag,
-                                                               ChannelStatus* statuses, uint64_t seq) {
+                                                               ChannelStatus* statuses, uint64_t seq,
+                                                               const __grid_constant__ InlineArgs args) {
   markStarted(statuses + blockIdx.x, seq);
-  channelLoop(works, nWorks, rings, abortFlag, [](BlockGroup& g, const CollWork& w, const RingHandle& r,
-                                                  const uint32_t* a) { return runCopy<BlockGroup>(g, w, r, a); });
+  const unsigned char* packed = works == nullptr ? args.bytes : nullptr;
+  if (packed != nullptr) {
+    works = inlineWorks(packed);
+    rings = inlineRings(packed, nWorks * static_cast<int>(gridDim.x));
+  }
+  channelLoop(works, nWorks, rings, abortFlag, packed, [](BlockGroup& g, const CollWork& w, const RingHandle& r,
+                                                          const uint32_t* a) { return runCopy<BlockGroup>(g, w, r, a); });
   markDone(statuses + blockIdx.x, seq);
 }
 
@@ -288,8 +309,13 @@ __device__ inline void peerLoop(const PeerOp* given, const int* givenStarts, int
 /// marking its channel's status (block b: statuses[b]).
 template <typename Unused = void>
 __global__ void __launch_bounds__(kMaxBlockThreads) peerKernel(const PeerOp* given, const int* givenStarts, int nQueues, const uint32_t* abortFlag,
-                                                               ChannelStatus* statuses, uint64_t seq) {
+                                                               ChannelStatus* statuses, uint64_t seq,
+                                                               const __grid_constant__ InlineArgs args) {
   markStarted(statuses + blockIdx.x, seq);
+  if (given == nullptr) {  // (in the parameters: launch_args.h)
+    givenStarts = inlineStarts(args.bytes);
+    given = inlineOps(args.bytes, nQueues);
+  }
   peerLoop(given, givenStarts, nQueues, abortFlag, statuses + blockIdx.x);
   markDone(statuses + blockIdx.x, seq);
 }

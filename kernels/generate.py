@@ -112,13 +112,13 @@ def cuda_type(type_name, filters):
                 "  return err != cudaSuccess ? err : preloadOne(reinterpret_cast<const void*>(&peerKernel<void>), facts);",
                 "}", "",
                 "cudaError_t launchCopy(const CollLaunch& l) {",
-                "  copyKernel<void><<<l.grid, l.block, l.sharedBytes, l.stream>>>(l.works, l.nWorks, l.rings, l.abortFlag, l.statuses, l.seq);",
+                "  copyKernel<void><<<l.grid, l.block, l.sharedBytes, l.stream>>>(l.works, l.nWorks, l.rings, l.abortFlag, l.statuses, l.seq, *l.args);",
                 "  return cudaGetLastError();", "}", "",
                 "cudaError_t peerBlocksPerSm(int threads, size_t sharedBytes, int* blocks) {",
                 "  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, peerKernel<void>, threads, sharedBytes);",
                 "}", "",
                 "cudaError_t launchPeers(const PeerLaunch& l) {",
-                "  peerKernel<void><<<l.grid, l.block, l.sharedBytes, l.stream>>>(l.ops, l.starts, l.nQueues, l.abortFlag, l.statuses, l.seq);",
+                "  peerKernel<void><<<l.grid, l.block, l.sharedBytes, l.stream>>>(l.ops, l.starts, l.nQueues, l.abortFlag, l.statuses, l.seq, *l.args);",
                 "  return cudaGetLastError();", "}", "",
                 "}  // namespace braid::runtime::cuda", ""]
         return "\n".join(out)
@@ -130,7 +130,7 @@ def cuda_type(type_name, filters):
         if wanted(filters, op, type_name):
             out.append("    case %d:" % oi)
             out.append("      collectiveKernel<%s, %s<%s>><<<l.grid, l.block, l.sharedBytes, l.stream>>>(l.works, l.nWorks, "
-                       "l.rings, l.abortFlag, l.statuses, l.seq);" % (cty, functor, cty))
+                       "l.rings, l.abortFlag, l.statuses, l.seq, *l.args);" % (cty, functor, cty))
             out.append("      return cudaGetLastError();")
     out += ["    default: return cudaErrorNotSupported;", "  }", "}", ""]
     out.append("cudaError_t preload_%s(KernelFacts* facts) {" % type_name)

@@ -22,6 +22,8 @@ const std::vector<KnobSpec>& knobTable() {
        "library opened with dlopen to find NUMA nodes and their CPUs (sysfs answers when it is absent)", true},
       {"BRAID_IBVERBS_LIBRARY", KnobType::String, "libibverbs.so.1",
        "library opened with dlopen for InfiniBand/RoCE: detection and the verbs transport (tests point it at a double)", true},
+      {"BRAID_INLINE_LAUNCH_ARGS", KnobType::Integer, "1",
+       "CUDA backend: 1 passes a launch's work in the kernel's parameters where it fits (3.5 KiB), as NCCL; 0 always through host memory the GPU maps", true},
       {"BRAID_NVML_LIBRARY", KnobType::String, "libnvidia-ml.so.1",
        "library opened with dlopen to detect GPUs and NVLinks (tests point it at a double)", true},
       {"BRAID_P2P_CHANNELS_PER_PEER", KnobType::Integer, "0",

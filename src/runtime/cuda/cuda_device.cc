@@ -15,12 +15,14 @@
 #include <vector>
 
 #include "core/log.h"
+#include "core/params.h"
 #include "core/status.h"
 #include "comm/config.h"
 #include "core/fd_exchange.h"
 #include "runtime/cuda/cuda_support.h"
 #include "runtime/cuda/cumem.h"
 #include "runtime/cuda/fifo_allocator.h"
+#include "kernels/launch_args.h"
 #include "kernels/launch_sizes.h"
 #include "runtime/cuda/kernel_table.h"
 #include "runtime/device.h"
@@ -152,6 +154,7 @@ class CudaDevice final : public Device {
     abort_ = static_cast<uint32_t*>(allocateMapped(64, "the abort word"));
     BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&last_, cudaEventDisableTiming));
     BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
+    inlineArgs_ = params::process().integer("BRAID_INLINE_LAUNCH_ARGS") != 0;
   }
 
   ~CudaDevice() override {
@@ -299,23 +302,30 @@ class CudaDevice final : public Device {
     int withPeers = 0;  // works whose connection handles travel too
     for (int i = 0; i < n; ++i) withPeers += works[i].peerSend != nullptr;
     const size_t peerBytes = 2 * static_cast<size_t>(nRanks) * sizeof(kernels::ConnHandle);
-    Args args = argsFor(s, n * sizeof(kernels::CollWork) + nChannels * sizeof(kernels::RingHandle) + withPeers * peerBytes,
-                        call);
-    auto* w = reinterpret_cast<kernels::CollWork*>(args.memory);
-    auto* r = reinterpret_cast<kernels::RingHandle*>(w + n);
-    auto* handles = reinterpret_cast<kernels::ConnHandle*>(r + nChannels);
-    std::memcpy(w, works, n * sizeof(kernels::CollWork));
-    std::memcpy(r, rings, nChannels * sizeof(kernels::RingHandle));
-    for (int i = 0; i < n; ++i) {
-      if (works[i].peerSend == nullptr) continue;
-      std::memcpy(handles, works[i].peerSend, nRanks * sizeof(kernels::ConnHandle));
-      std::memcpy(handles + nRanks, works[i].peerRecv, nRanks * sizeof(kernels::ConnHandle));
-      w[i].peerSend = handles;
-      w[i].peerRecv = handles + nRanks;
-      handles += 2 * nRanks;
+    kernels::CollWork* w = nullptr;  // (null, with r: the arguments are in the launch's parameters)
+    kernels::RingHandle* r = nullptr;
+    const bool packed = inlineArgs_ && kernels::packCollective(works, n, rings, nChannels, nRanks, &packed_);
+    Args args = packed ? argsInParameters(s, call)
+                       : argsFor(s, n * sizeof(kernels::CollWork) + nChannels * sizeof(kernels::RingHandle) +
+                                        withPeers * peerBytes,
+                                 call);
+    if (!packed) {
+      w = reinterpret_cast<kernels::CollWork*>(args.memory);
+      r = reinterpret_cast<kernels::RingHandle*>(w + n);
+      auto* handles = reinterpret_cast<kernels::ConnHandle*>(r + nChannels);
+      std::memcpy(w, works, n * sizeof(kernels::CollWork));
+      std::memcpy(r, rings, nChannels * sizeof(kernels::RingHandle));
+      for (int i = 0; i < n; ++i) {
+        if (works[i].peerSend == nullptr) continue;
+        std::memcpy(handles, works[i].peerSend, nRanks * sizeof(kernels::ConnHandle));
+        std::memcpy(handles + nRanks, works[i].peerRecv, nRanks * sizeof(kernels::ConnHandle));
+        w[i].peerSend = handles;
+        w[i].peerRecv = handles + nRanks;
+        handles += 2 * nRanks;
+      }
     }
     const CollLaunch launch{dim3(nChannels), dim3(threads_), withPeers > 0 ? kernels::collectiveSharedBytes(nRanks) : 0,
-                            s, w, nWorks, r, abort_, statuses_, ++launchSeq_};
+                            s, w, nWorks, r, abort_, statuses_, ++launchSeq_, &packed_};
     cudaGetLastError();  // the launch's own error only, not an earlier call's left behind
     const cudaError_t err = copy ? launchCopy(launch) : launchReduction(red, dtype, launch);
     launched(s, args, err);
@@ -336,20 +346,25 @@ class CudaDevice final : public Device {
     }
     DeviceGuard guard(ordinal_);
     const cudaStream_t s = static_cast<cudaStream_t>(stream);
+    kernels::PeerOp* o = nullptr;  // (null, with q: the operations are in the launch's parameters)
+    int* q = nullptr;
+    const bool packed = inlineArgs_ && kernels::packPeers(ops, starts, nQueues, &packed_);
     const size_t opBytes = (nOps * sizeof(kernels::PeerOp) + (nQueues + 1) * sizeof(int) + 15) / 16 * 16;
-    Args args = argsFor(s, opBytes + nMapped * sizeof(kernels::MappedBuffer), call);
-    auto* o = reinterpret_cast<kernels::PeerOp*>(args.memory);
-    auto* q = reinterpret_cast<int*>(o + nOps);
-    auto* m = reinterpret_cast<kernels::MappedBuffer*>(args.memory + opBytes);
-    std::memcpy(o, ops, nOps * sizeof(kernels::PeerOp));
-    std::memcpy(q, starts, (nQueues + 1) * sizeof(int));
-    if (nMapped > 0) std::memcpy(m, mapped, nMapped * sizeof(kernels::MappedBuffer));
-    for (int i = 0; i < nOps; ++i)
-      if (o[i].mapped != nullptr) o[i].mapped = m + (ops[i].mapped - mapped);
+    Args args = packed ? argsInParameters(s, call) : argsFor(s, opBytes + nMapped * sizeof(kernels::MappedBuffer), call);
+    if (!packed) {
+      o = reinterpret_cast<kernels::PeerOp*>(args.memory);
+      q = reinterpret_cast<int*>(o + nOps);
+      auto* m = reinterpret_cast<kernels::MappedBuffer*>(args.memory + opBytes);
+      std::memcpy(o, ops, nOps * sizeof(kernels::PeerOp));
+      std::memcpy(q, starts, (nQueues + 1) * sizeof(int));
+      if (nMapped > 0) std::memcpy(m, mapped, nMapped * sizeof(kernels::MappedBuffer));
+      for (int i = 0; i < nOps; ++i)
+        if (o[i].mapped != nullptr) o[i].mapped = m + (ops[i].mapped - mapped);
+    }
     cudaGetLastError();
     const cudaError_t err =
         cuda::launchPeers(PeerLaunch{dim3(peerGrid(blocks, nQueues, shared)), dim3(kPeerThreads), shared, s, o, q,
-                                     nQueues, abort_, statuses_, ++launchSeq_});
+                                     nQueues, abort_, statuses_, ++launchSeq_, &packed_});
     launched(s, args, err);
     check(err, "the send/receive kernel's launch");
   }
@@ -507,10 +522,22 @@ class CudaDevice final : public Device {
     beginOn(s);
     return a;
   }
+  /// A launch whose arguments travel in its parameters (packed_): no memory to keep, but its
+  /// order after this rank's uncaptured work, as argsFor's.
+  Args argsInParameters(cudaStream_t s, const char* call) {
+    Args a;
+    a.graph = capturingGraph(s, call);
+    if (a.graph == nullptr) beginOn(s);
+    return a;
+  }
   /// After the launch that used `a` returned err: on failure nothing runs, so the arguments
   /// are free again (the caller throws err); else they are kept until the launch has run, or
   /// for as long as the graph it went into lives.
   void launched(cudaStream_t s, Args& a, cudaError_t err) {
+    if (a.memory == nullptr) {  // (argsInParameters': the graph holds the parameters itself)
+      if (err == cudaSuccess && a.graph == nullptr) endOn(s, nullptr);
+      return;
+    }
     if (err != cudaSuccess) {
       if (a.graph != nullptr) {
         GraphBlocks::process().giveBack(a.memory, a.size);
@@ -543,6 +570,8 @@ class CudaDevice final : public Device {
 
   int ordinal_;
   int threads_;
+  bool inlineArgs_ = true;       // BRAID_INLINE_LAUNCH_ARGS
+  kernels::InlineArgs packed_{};  // a launch's arguments in its parameters (copied by the launch)
   int residentBlocks_ = 0;
   int multiprocessors_ = 1;
   transport::FifoAllocator* allocator_;

@@ -5,13 +5,15 @@
 #include <cuda_runtime.h>
 
 #include "kernels/algorithms/send_recv.h"
+#include "kernels/launch_args.h"
 #include "kernels/launch_sizes.h"
 #include "kernels/work.h"
 
 namespace braid::runtime::cuda {
 
 /// One launch of a collective: a block per channel, the channels' work and ring handles
-/// (host memory the GPU maps), and the dynamic shared memory collectiveSharedBytes says.
+/// (host memory the GPU maps; both null: packed in `args`, kernels/launch_args.h), and the
+/// dynamic shared memory collectiveSharedBytes says.
 struct CollLaunch {
   dim3 grid, block;
   size_t sharedBytes;
@@ -22,10 +24,11 @@ struct CollLaunch {
   const uint32_t* abortFlag;
   kernels::ChannelStatus* statuses;  ///< block c marks statuses[c] started and done with seq
   uint64_t seq;                      ///< the launch's number (never 0)
+  const kernels::InlineArgs* args;   ///< passed by value with the launch (never null)
 };
 
 /// One launch of a group's sends and receives: queue q is ops[starts[q], starts[q + 1]), run
-/// by block q mod grid.x.
+/// by block q mod grid.x (ops and starts null: packed in `args`).
 struct PeerLaunch {
   dim3 grid;
   dim3 block;
@@ -37,6 +40,7 @@ struct PeerLaunch {
   const uint32_t* abortFlag;
   kernels::ChannelStatus* statuses;  ///< block b marks statuses[b] started and done with seq; its progress counts the steps b moved
   uint64_t seq;                      ///< the launch's number (never 0)
+  const kernels::InlineArgs* args;   ///< passed by value with the launch (never null)
 };
 
 /// The reduction kernel of (RedKind, ncclDataType_t); cudaErrorNotSupported where
