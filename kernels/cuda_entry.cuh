@@ -25,6 +25,16 @@ class BlockGroup {
   /// The block barrier, returning to every thread whether any passed true (the block agrees
   /// that the operation stops).
   __device__ bool syncAny(bool flag) { return __syncthreads_or(flag) != 0; }
+  /// LL128 (primitives.h, stepLL128): the threads that share a 128-byte line, 16 bytes each,
+  /// eight consecutive lanes of one warp.
+  static constexpr int kLineLanes = 8;
+  /// The line's lanes: a barrier that orders their memory accesses.
+  __device__ void lineSync() { __syncwarp(lineMask()); }
+  /// The line's lanes: whether any of them passed true.
+  __device__ bool lineAny(bool flag) { return __any_sync(lineMask(), flag) != 0; }
+
+ private:
+  __device__ static unsigned lineMask() { return 0xffu << (threadIdx.x & 24u); }
 };
 
 /// All threads of the block: copies `bytes` (a multiple of 8) from src to dst, a word a thread.

@@ -150,8 +150,14 @@ class Primitives {
   /// element count (perLine but for the last line).
   BRAID_INLINE uint64_t combineLine(uint32_t flags, T* vals, uint64_t perLine, uint64_t l, uint64_t n, const T* input,
                                     T* output) const {
-    const uint64_t first = l * perLine;
-    const uint64_t here = n - first < perLine ? n - first : perLine;
+    return combineRun(flags, vals, l * perLine, perLine, n, input, output);
+  }
+  /// The same for the run of at most `most` elements from element `first` (a lane's share of
+  /// an LL128 line); 0 past the end.
+  BRAID_INLINE uint64_t combineRun(uint32_t flags, T* vals, uint64_t first, uint64_t most, uint64_t n, const T* input,
+                                   T* output) const {
+    if (first >= n) return 0;
+    const uint64_t here = n - first < most ? n - first : most;
     if (!arithmetic(flags)) {  // a copy: whole bytes (the copying collectives run on bytes, 8 or 120 a line)
       if (!(flags & kRecv) && (flags & (kInput | kPartial))) memcpy(vals, input + first, here * sizeof(T));
       if (flags & kOutput) memcpy(output + first, vals, here * sizeof(T));
@@ -293,34 +299,55 @@ class Primitives {
     publish(flags, stepInfo(lines * sizeof(LLLine), true), abortedHere);
   }
 
-  /// Out of line, as stepLL.
+  /// Out of line, as stepLL. A line is moved by Group::kLineLanes threads together (on a GPU
+  /// 8 lanes of a warp, 16 bytes each, so a warp moves 512 contiguous bytes; on the host one
+  /// thread): each lane its words of the line, the last lane the line's last data word and its
+  /// flag, stored with release once the line's lanes have written (lineSync). A receiving lane
+  /// waits for the flag itself, then reads its words; the lanes of a line stop together
+  /// (lineAny) when the communicator is aborted.
   BRAID_OUTLINE void stepLL128(uint32_t flags, const T* input, T* output, uint64_t n) {
     waitCredits(flags, false);
     if (stopped_) return;
+    constexpr int kLanes = Group::kLineLanes;
+    static_assert(kLanes >= 1 && 16 % kLanes == 0, "a line's 16 words split evenly between its lanes");
+    constexpr uint64_t kLaneWords = 16 / kLanes;
     constexpr uint64_t kPerLine = kLL128DataWords * 8 / sizeof(T);
+    constexpr uint64_t kLaneElems = kLaneWords * 8 / sizeof(T);
     const uint64_t lines = (n + kPerLine - 1) / kPerLine;
     LL128Line* in = (flags & kRecv) ? recv_->ll128 + (recvStep_ % kSteps) * recv_->ll128StepLines : nullptr;
     LL128Line* out = (flags & kSend) ? send_->ll128 + (sendStep_ % kSteps) * send_->ll128StepLines : nullptr;
     const uint64_t recvFlag = recvStep_ + 1;
     const uint64_t sendFlag = sendStep_ + 1;
-    const Share share = shareOf(lines, g_.size(), g_.rank(), 1);
+    const int lane = g_.rank() % kLanes;
+    const uint64_t firstWord = static_cast<uint64_t>(lane) * kLaneWords;
+    const uint64_t dataWords = kLL128DataWords - firstWord < kLaneWords ? kLL128DataWords - firstWord : kLaneWords;
+    const Share share = shareOf(lines, g_.size() / kLanes, g_.rank() / kLanes, 1);
     bool abortedHere = false;
     for (uint64_t l = share.begin; l < share.end; l += share.stride) {
-      T vals[kPerLine] = {};
+      uint64_t words[kLaneWords] = {};  // (the slot's side word by word: no byte loop on a GPU)
       if (flags & kRecv) {
         uint64_t* flag = in[l].words + kLL128FlagWord;
         const WaitResult r = waitReporting(g_.rank() == 0 ? status_ : nullptr, kWaitData, recv_, recvStep_,
                                            [&] { return loadAcquire(flag) == recvFlag; }, abort_);
-        if (r == WaitResult::kAborted) {
+        if (g_.lineAny(r == WaitResult::kAborted)) {
           abortedHere = true;
           break;
         }
-        memcpy(vals, in[l].words, kLL128DataWords * 8);
+        for (uint64_t k = 0; k < kLaneWords; ++k) {
+          if (k < dataWords) words[k] = in[l].words[firstWord + k];
+        }
       }
-      combineLine(flags, vals, kPerLine, l, n, input, output);
+      T vals[kLaneElems];
+      static_assert(sizeof vals == sizeof words);
+      memcpy(vals, words, sizeof vals);
+      combineRun(flags, vals, l * kPerLine + firstWord * 8 / sizeof(T), dataWords * 8 / sizeof(T), n, input, output);
       if (flags & kSend) {
-        memcpy(out[l].words, vals, kLL128DataWords * 8);
-        storeRelease(out[l].words + kLL128FlagWord, sendFlag);
+        memcpy(words, vals, sizeof words);
+        for (uint64_t k = 0; k < kLaneWords; ++k) {
+          if (k < dataWords) out[l].words[firstWord + k] = words[k];
+        }
+        g_.lineSync();  // (the line's words before its flag)
+        if (lane == kLanes - 1) storeRelease(out[l].words + kLL128FlagWord, sendFlag);
       }
     }
     publish(flags, lines * sizeof(LL128Line) | kStepLL128, abortedHere);

@@ -63,6 +63,10 @@ class HostGroup {
   /// All threads of the group: sync(), returning to every thread whether any of them passed
   /// true (the group agrees that the operation stops).
   bool syncAny(bool flag) { return size_ > 1 ? shared_->barrier.wait(flag) : flag; }
+  /// LL128 (kernels/primitives.h, stepLL128): on the host a thread moves a whole 128-byte line.
+  static constexpr int kLineLanes = 1;
+  void lineSync() {}
+  bool lineAny(bool flag) { return flag; }
 
  private:
   int rank_;
