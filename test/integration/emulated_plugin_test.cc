@@ -90,14 +90,23 @@ std::string runRanks(const std::string& env, const std::string& tag = "[.emulate
 }
 
 /// The body of a hidden case: `rank` run as 2 processes on the emulated GPU, which share `id`;
-/// their failures (empty: none).
-std::string emulatedRanks(const std::function<void(const ncclUniqueId& id, int rank)>& rank) {
+/// requires that none failed, then prints "emulated <done>" for the visible case to find.
+void emulatedRanks(const char* done, const std::function<void(const ncclUniqueId& id, int rank)>& rank) {
   comm::setTestDeviceFactory([](int) { return std::make_unique<test::EmulatedDevice>(); });
   ncclUniqueId id;
   REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
   const std::string failures = test::runProcesses(2, [&](int r) { rank(id, r); }, std::chrono::seconds(60));
   comm::setTestDeviceFactory(nullptr);
-  return failures;
+  INFO(failures);
+  REQUIRE(failures.empty());
+  std::printf("emulated %s\n", done);
+}
+
+/// Whether a visible case lacks the plugin tests' environment (then it says so and skips).
+bool noPluginDir() {
+  if (std::getenv("BRAID_PLUGIN_DIR") != nullptr) return false;
+  WARN("skipped: BRAID_PLUGIN_DIR is not set (the plugin tests' environment)");
+  return true;
 }
 
 }  // namespace
@@ -105,7 +114,7 @@ std::string emulatedRanks(const std::function<void(const ncclUniqueId& id, int r
 // Not a test by itself (hidden): the ranks of the case below, in the process it started.
 TEST_CASE("(hidden) the ranks of the emulated-GPU net plugin case", "[.emulated-net-ranks]") {
   if (!startedByRunRanks()) return;
-  const std::string failures = emulatedRanks([](const ncclUniqueId& id, int rank) {
+  emulatedRanks("net ranks: all exact", [](const ncclUniqueId& id, int rank) {
     ncclComm_t comm = nullptr;
     EXPECT_OK(ncclCommInitRank(&comm, 2, id, rank));
     comm->dataPath().connectorOptions().networkOnly = true;
@@ -130,15 +139,12 @@ TEST_CASE("(hidden) the ranks of the emulated-GPU net plugin case", "[.emulated-
     }
     EXPECT_OK(ncclCommDestroy(comm));
   });
-  INFO(failures);
-  REQUIRE(failures.empty());
-  std::printf("emulated net ranks: all exact\n");
 }
 
 // Not a test by itself (hidden): ranks whose plugin refuses the receivers' GPU memory.
 TEST_CASE("(hidden) the ranks of the emulated-GPU refused-registration case", "[.emulated-net-refused]") {
   if (!startedByRunRanks()) return;
-  const std::string failures = emulatedRanks([](const ncclUniqueId& id, int rank) {
+  emulatedRanks("net ranks: refused as expected", [](const ncclUniqueId& id, int rank) {
     ncclComm_t comm = nullptr;
     EXPECT_OK(ncclCommInitRank(&comm, 2, id, rank));
     comm->dataPath().connectorOptions().networkOnly = true;
@@ -162,15 +168,12 @@ TEST_CASE("(hidden) the ranks of the emulated-GPU refused-registration case", "[
     comm->dataPath().synchronize();
     ncclCommAbort(comm);
   });
-  INFO(failures);
-  REQUIRE(failures.empty());
-  std::printf("emulated net ranks: refused as expected\n");
 }
 
 // Not a test by itself (hidden): ranks whose launches a profiler plugin watches over the network.
 TEST_CASE("(hidden) the ranks of the emulated-GPU profiler case", "[.emulated-net-profiler]") {
   if (!startedByRunRanks()) return;
-  const std::string failures = emulatedRanks([](const ncclUniqueId& id, int rank) {
+  emulatedRanks("profiler ranks: all exact", [](const ncclUniqueId& id, int rank) {
     ncclComm_t comm = nullptr;
     EXPECT_OK(ncclCommInitRank(&comm, 2, id, rank));
     comm->dataPath().connectorOptions().networkOnly = true;
@@ -205,18 +208,12 @@ TEST_CASE("(hidden) the ranks of the emulated-GPU profiler case", "[.emulated-ne
     expect(wrong == 0, std::to_string(wrong) + " wrong");
     EXPECT_OK(ncclCommDestroy(comm));
   });
-  INFO(failures);
-  REQUIRE(failures.empty());
-  std::printf("emulated profiler ranks: all exact\n");
 }
 
 TEST_CASE("emulated GPU over the network: a profiler plugin gets each launch's ProxyOp, ProxyStep and KernelCh "
           "events, its Coll and P2P events stopping after them",
           "[integration][emulated][plugins][profiler]") {
-  if (std::getenv("BRAID_PLUGIN_DIR") == nullptr) {
-    WARN("skipped: BRAID_PLUGIN_DIR is not set (the plugin tests' environment)");
-    return;
-  }
+  if (noPluginDir()) return;
   using namespace braid::test;
   for (const std::string net : {"loopback", "none"}) {  // the loopback net plugin; Braid's sockets
     INFO("NCCL_NET_PLUGIN " << net);
@@ -320,7 +317,7 @@ TEST_CASE("emulated GPU over the network: a profiler plugin gets each launch's P
 // Not a test by itself (hidden): ranks whose tuner plugin is asked about a captured collective.
 TEST_CASE("(hidden) the ranks of the emulated-GPU graph-register case", "[.emulated-graph-register]") {
   if (!startedByRunRanks()) return;
-  const std::string failures = emulatedRanks([](const ncclUniqueId& id, int rank) {
+  emulatedRanks("graph-register ranks: all exact", [](const ncclUniqueId& id, int rank) {
     ncclComm_t comm = nullptr;
     EXPECT_OK(ncclCommInitRank(&comm, 2, id, rank));
     const cudaStream_t plain = reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(0x1000 + 16 * rank));
@@ -334,18 +331,12 @@ TEST_CASE("(hidden) the ranks of the emulated-GPU graph-register case", "[.emula
     expect(x[0] == 2.0f && y[511] == 2.0f, "the results");
     EXPECT_OK(ncclCommDestroy(comm));
   });
-  INFO(failures);
-  REQUIRE(failures.empty());
-  std::printf("emulated graph-register ranks: all exact\n");
 }
 
 TEST_CASE("emulated GPU: a tuner plugin's regBuff is 1 for a collective captured into a graph, unless "
           "NCCL_GRAPH_REGISTER=0",
           "[integration][emulated][plugins]") {
-  if (std::getenv("BRAID_PLUGIN_DIR") == nullptr) {
-    WARN("skipped: BRAID_PLUGIN_DIR is not set (the plugin tests' environment)");
-    return;
-  }
+  if (noPluginDir()) return;
   for (const std::string setting : {"", "NCCL_GRAPH_REGISTER=0 "}) {
     INFO(setting);
     const std::string out =
@@ -363,10 +354,7 @@ TEST_CASE("emulated GPU: a tuner plugin's regBuff is 1 for a collective captured
 TEST_CASE(
     "emulated GPU over a net plugin: a receiver whose regMr of GPU memory fails breaks the connection, named",
     "[integration][emulated][plugins]") {
-  if (std::getenv("BRAID_PLUGIN_DIR") == nullptr) {
-    WARN("skipped: BRAID_PLUGIN_DIR is not set (the plugin tests' environment)");
-    return;
-  }
+  if (noPluginDir()) return;
   const std::string out =
       runRanks("NET_LOOPBACK_PTR=cuda NET_LOOPBACK_REFUSE_GPU=recv", "[.emulated-net-refused]");
   INFO(out);
@@ -378,10 +366,7 @@ TEST_CASE(
     "emulated GPU over a net plugin: Simple steps go between GPU memories (NCCL_PTR_CUDA, dma-buf), flushed "
     "where asked; without the report, through host memory",
     "[integration][emulated][plugins]") {
-  if (std::getenv("BRAID_PLUGIN_DIR") == nullptr) {
-    WARN("skipped: BRAID_PLUGIN_DIR is not set (the plugin tests' environment)");
-    return;
-  }
+  if (noPluginDir()) return;
   struct Mode {
     const char* name;
     std::string env;
