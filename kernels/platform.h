@@ -22,6 +22,14 @@
 #define BRAID_OUTLINE inline __attribute__((noinline))
 #endif
 
+/// Before a loop of a constant count: unrolled on a GPU, so that arrays indexed by its counter
+/// stay in registers (the host compiler decides for itself).
+#if defined(__CUDA_ARCH__)
+#define BRAID_UNROLL _Pragma("unroll")
+#else
+#define BRAID_UNROLL
+#endif
+
 #if defined(__CUDACC__) || defined(BRAID_KERNELS_USE_CCCL)
 #include <cuda/atomic>
 #define BRAID_ATOMIC_REF(T) cuda::atomic_ref<T, cuda::thread_scope_system>

@@ -145,30 +145,77 @@ class Primitives {
            (Red::kHasPost && (flags & kPost));
   }
 
-  /// The line protocols (LL, LL128): line l of perLine elements out of n, its received values
-  /// in vals, combined with the input (flags) into vals and the output. Returns the line's
-  /// element count (perLine but for the last line).
-  BRAID_INLINE uint64_t combineLine(uint32_t flags, T* vals, uint64_t perLine, uint64_t l, uint64_t n, const T* input,
-                                    T* output) const {
-    return combineRun(flags, vals, l * perLine, perLine, n, input, output);
-  }
-  /// The same for the run of at most `most` elements from element `first` (a lane's share of
-  /// an LL128 line); 0 past the end.
-  BRAID_INLINE uint64_t combineRun(uint32_t flags, T* vals, uint64_t first, uint64_t most, uint64_t n, const T* input,
-                                   T* output) const {
-    if (first >= n) return 0;
+  /// The line protocols (LL, LL128): the run of at most `most` elements from element `first`
+  /// out of n (an LL line, a lane's share of an LL128 line; 0 past the end), its received
+  /// values in vals, combined with the input (flags) into vals and the output. The loops run
+  /// over vals' constant size, so that on a GPU vals stays in registers.
+  template <int kN>
+  BRAID_INLINE void combineRun(uint32_t flags, T (&vals)[kN], uint64_t first, uint64_t most, uint64_t n, const T* input,
+                               T* output) const {
+    if (first >= n) return;
     const uint64_t here = n - first < most ? n - first : most;
     if (!arithmetic(flags)) {  // a copy: whole bytes (the copying collectives run on bytes, 8 or 120 a line)
-      if (!(flags & kRecv) && (flags & (kInput | kPartial))) memcpy(vals, input + first, here * sizeof(T));
-      if (flags & kOutput) memcpy(output + first, vals, here * sizeof(T));
-      return here;
+      static_assert(sizeof(vals) % 8 == 0, "a run is whole 8-byte words");
+      uint64_t words[sizeof(vals) / 8];
+      memcpy(words, vals, sizeof words);
+      if (!(flags & kRecv) && (flags & (kInput | kPartial))) loadRun(words, input + first, here * sizeof(T));
+      if (flags & kOutput) storeRun(output + first, words, here * sizeof(T));
+      memcpy(vals, words, sizeof words);
+      return;
     }
-    for (uint64_t j = 0; j < here; ++j) {
+    BRAID_UNROLL
+    for (int j = 0; j < kN; ++j) {
+      if (static_cast<uint64_t>(j) >= here) break;
       vals[j] = combine(flags, vals[j], input, first + j);
       if (flags & kOutput) output[first + j] = vals[j];
     }
-    return here;
   }
+
+  /// A copy's run of `bytes` (at most the words') from the user's buffer into words, and back:
+  /// each whole word in one 8-byte access where the buffer is aligned to 8 (a run starts at an
+  /// 8-byte offset of the data: LL lines carry 8 bytes, an LL128 lane 16 and the line 120, so
+  /// an aligned buffer moves in words but for its last few bytes), else byte by byte, the bytes
+  /// shifted into their word in registers (a GPU is little-endian, as the host). Words past
+  /// `bytes` are left as they are.
+  template <int kWords>
+  static BRAID_INLINE void loadRun(uint64_t (&words)[kWords], const void* from, uint64_t bytes) {
+    const bool aligned = (reinterpret_cast<uintptr_t>(from) & 7) == 0;
+    const uint8_t* src = static_cast<const uint8_t*>(from);
+    BRAID_UNROLL
+    for (int k = 0; k < kWords; ++k) {
+      const uint64_t at = 8 * static_cast<uint64_t>(k);
+      if (at >= bytes) break;
+      if (aligned && at + 8 <= bytes) {
+        memcpy(&words[k], __builtin_assume_aligned(src + at, 8), 8);
+        continue;
+      }
+      uint64_t w = 0;
+      BRAID_UNROLL
+      for (int b = 0; b < 8; ++b) {
+        if (at + b < bytes) w |= static_cast<uint64_t>(src[at + b]) << (8 * b);
+      }
+      words[k] = w;
+    }
+  }
+  template <int kWords>
+  static BRAID_INLINE void storeRun(void* to, const uint64_t (&words)[kWords], uint64_t bytes) {
+    const bool aligned = (reinterpret_cast<uintptr_t>(to) & 7) == 0;
+    uint8_t* dst = static_cast<uint8_t*>(to);
+    BRAID_UNROLL
+    for (int k = 0; k < kWords; ++k) {
+      const uint64_t at = 8 * static_cast<uint64_t>(k);
+      if (at >= bytes) break;
+      if (aligned && at + 8 <= bytes) {
+        memcpy(__builtin_assume_aligned(dst + at, 8), &words[k], 8);
+        continue;
+      }
+      BRAID_UNROLL
+      for (int b = 0; b < 8; ++b) {
+        if (at + b < bytes) dst[at + b] = static_cast<uint8_t>(words[k] >> (8 * b));
+      }
+    }
+  }
+  static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "loadRun and storeRun shift bytes little-endian");
 
   /// Thread 0 waits for the credits this step needs; the group learns the outcome.
   BRAID_INLINE void waitCredits(uint32_t flags, bool needTail) {
@@ -277,7 +324,7 @@ class Primitives {
     const Share share = shareOf(lines, g_.size(), g_.rank(), 1);
     bool abortedHere = false;
     for (uint64_t l = share.begin; l < share.end; l += share.stride) {
-      T vals[kPerLine] = {};
+      alignas(8) T vals[kPerLine] = {};
       if (flags & kRecv) {
         uint32_t payload[2];
         const WaitResult r = waitReporting(
@@ -289,10 +336,10 @@ class Primitives {
         }
         memcpy(vals, payload, sizeof(payload));
       }
-      const uint64_t here = combineLine(flags, vals, kPerLine, l, n, input, output);
+      combineRun(flags, vals, l * kPerLine, kPerLine, n, input, output);
       if (flags & kSend) {
-        uint32_t payload[2] = {0, 0};
-        memcpy(payload, vals, here * sizeof(T));
+        uint32_t payload[2] = {0, 0};  // (zeros past the data: vals holds zeros or the zeros received there)
+        memcpy(payload, vals, sizeof payload);
         writeLLLine(out + l, payload, sendFlag);
       }
     }
@@ -337,7 +384,7 @@ class Primitives {
           if (k < dataWords) words[k] = in[l].words[firstWord + k];
         }
       }
-      T vals[kLaneElems];
+      alignas(8) T vals[kLaneElems];
       static_assert(sizeof vals == sizeof words);
       memcpy(vals, words, sizeof vals);
       combineRun(flags, vals, l * kPerLine + firstWord * 8 / sizeof(T), dataWords * 8 / sizeof(T), n, input, output);

@@ -5,10 +5,12 @@
 # thread issues before its first store (the loads in flight per pass), the paired 16-bit
 # arithmetic, and ptxas's registers, stack and spills per thread. With a build folder it also
 # reports ptxas's figures for the real collective kernels of that build (its generated
-# cuda_f32.cu and cuda_copy.cu units).
+# cuda_f32.cu and cuda_copy.cu units), and checks that the copying collectives' LL and LL128
+# steps keep no byte loop (primitives.h, loadRun/storeRun: 8-byte words, bytes unrolled).
 #
 # Fails (exit 1) when a loop lost its 16-byte accesses, issues fewer than 4 loads per pass,
-# a 16-bit reduce lost its paired instructions, or anything spills. Skips (exit 77, with the
+# a 16-bit reduce lost its paired instructions, anything spills, or (with a build folder) a line
+# protocol's copy loops over single bytes. Skips (exit 77, with the
 # reason) where nvcc is absent. Needs nothing but nvcc and python3; writes only to a temporary
 # folder. CI runs it where nvcc is present (test/run_all.sh).
 #
@@ -34,7 +36,8 @@ if [ -n "$build" ]; then
       echo "ptx_report: $build has no generated $unit (a CUDA build of Braid?): its kernels are not reported"
       continue
     fi
-    nvcc "${flags[@]}" -cubin -Xptxas -v "$src" -o "$tmp/$unit.cubin" 2> "$tmp/$unit.ptxas"
+    nvcc "${flags[@]}" -ptx "$src" -o "$tmp/$unit.ptx"
+    ptxas -arch=sm_90 -v "$tmp/$unit.ptx" -o "$tmp/$unit.cubin" 2> "$tmp/$unit.ptxas"
     kernel_logs+=("$tmp/$unit.ptxas")
   done
 fi
@@ -181,10 +184,62 @@ for log_path in kernel_logs:
         if spills and hot:
             failures.append("%s (%s): %d bytes of spills in a data loop" % (short, unit, spills))
 
+# The copying collectives' line protocols (the copy unit's Primitives<unsigned char> stepLL and
+# stepLL128) copy the user's bytes in 8-byte words where the buffer is aligned, and byte by
+# byte, unrolled in registers, where it is not (primitives.h, loadRun/storeRun): neither may
+# keep a byte loop, i.e. an innermost loop that stores single bytes and touches no FIFO word
+# (the FIFO's accesses are volatile, relaxed, acquire or release; the line loop has them).
+# A memcpy of a run-time size, as these steps had, compiles to exactly such a loop.
+PLAIN_WORD_STORE = re.compile(r'^\s*st(?:\.global)?\.(?:u64|b64)\s', re.M)
+BYTE_STORE = re.compile(r'^\s*st(?:\.global)?\.(?:u8|b8)\s')
+FIFO_ACCESS = re.compile(r'^\s*(?:ld|st)\.(?:volatile|acquire|release|relaxed)\.')
+
+def byte_loops(body):
+    """Innermost loops (a label and a later branch back to it, holding no other such pair)
+    that store single bytes and access no FIFO word."""
+    lines = body.split("\n")
+    labels = {}
+    for i, line in enumerate(lines):
+        m = re.match(r'^\s*(\$\w+):', line)
+        if m:
+            labels[m.group(1)] = i
+    loops = []
+    for i, line in enumerate(lines):
+        m = re.search(r'\bbra(?:\.uni)?\s+(\$\w+);', line)
+        if m and m.group(1) in labels and labels[m.group(1)] < i:
+            loops.append((labels[m.group(1)], i))
+    inner = [l for l in loops if not any(o != l and l[0] <= o[0] and o[1] <= l[1] for o in loops)]
+    return sum(1 for a, b in inner
+               if any(BYTE_STORE.match(x) for x in lines[a:b + 1]) and not any(FIFO_ACCESS.match(x) for x in lines[a:b + 1]))
+
+for log_path in kernel_logs:
+    if not log_path.endswith("cuda_copy.cu.ptxas"):
+        continue
+    unit_ptx = open(log_path.replace(".ptxas", ".ptx")).read()
+    unit_bodies = {}
+    for m in re.finditer(r'^(?:\.visible |\.weak )?\.(?:entry|func)\s+(?:\([^)]*\)\s*)?(\w+)\(.*?^\{(.*?)^\}', unit_ptx, re.S | re.M):
+        unit_bodies[m.group(1)] = m.group(2)
+    print()
+    print("%-26s %9s %10s" % ("copy unit line step", "8B st", "byte loops"))
+    for step in ("stepLL", "stepLL128"):
+        # (mangled: Primitives<unsigned char, ...>::stepLL(...): "_ZN5braid7kernels10PrimitivesIh...E6stepLLE";
+        # the waits' lambdas inside it have names of their own)
+        names = [n for n in unit_bodies
+                 if n.startswith("_ZN5braid7kernels10PrimitivesIh") and ("%d%sE" % (len(step), step)) in n]
+        if not names:
+            failures.append("cuda_copy.cu: no Primitives<unsigned char>::%s in its PTX" % step)
+            continue
+        for name in names:
+            words, loops = len(PLAIN_WORD_STORE.findall(unit_bodies[name])), byte_loops(unit_bodies[name])
+            print("%-26s %9d %10d" % (step, words, loops))
+            if loops:
+                failures.append("cuda_copy.cu %s: %d loop(s) copying the user's data byte by byte" % (step, loops))
+
 if failures:
     print("ptx_report: FAIL")
     for f in failures:
         print("  " + f)
     sys.exit(1)
-print("ptx_report: OK (16-byte loads and stores in every loop, 4+ loads in flight, paired 16-bit arithmetic, no spills)")
+print("ptx_report: OK (16-byte loads and stores in every loop, 4+ loads in flight, paired 16-bit arithmetic, no spills;"
+      " no byte loops in the line protocols' copies where a build was given)")
 PY

@@ -888,3 +888,55 @@ TEST_CASE("ncclGroupSimulateEnd reports the tuner's prediction and runs nothing"
     EXPECT_OK(ncclCommDestroy(comm));
   }) == "");
 }
+
+TEST_CASE("LL and LL128 copies of bytes at every alignment: AllGather and Broadcast, exact, nothing around touched",
+          "[integration][collectives]") {
+  // The line protocols copy the user's bytes in the widest words both addresses allow (8, 4,
+  // 2 or 1 bytes; primitives.h, copyRun): buffers 0 to 8 bytes off, counts about LL's 8-byte
+  // and LL128's 120-byte lines and 16-byte lanes.
+  const int n = 3;
+  const size_t counts[] = {1, 7, 8, 9, 15, 16, 17, 119, 120, 121, 241, 1001, 4099};
+  const std::pair<size_t, size_t> offsets[] = {{0, 0}, {1, 1}, {2, 6}, {4, 4}, {3, 8}, {8, 5}, {7, 2}};
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  REQUIRE(test::runThreads(n, [&](int rank) {
+    ncclComm_t comm = nullptr;
+    EXPECT_OK(ncclCommInitRank(&comm, n, id, rank));
+    plan::PlanLimits& limits = comm->dataPath().limits();
+    for (auto& a : limits.mask.algos) a = 1u << static_cast<int>(plan::EnvAlgo::kRing);
+    limits.minChannels = limits.maxChannels = 2;
+    const uint8_t guard = 0xa5;
+    int cases = 0;
+    for (const kernels::Proto proto : {kernels::Proto::kLL, kernels::Proto::kLL128}) {
+      for (auto& p : limits.mask.protos) p = 1u << static_cast<int>(proto);
+      for (const auto& [sendOff, recvOff] : offsets) {
+        for (const size_t count : counts) {
+          const std::string what = "protocol " + std::to_string(static_cast<int>(proto)) + ", count " +
+                                   std::to_string(count) + ", offsets " + std::to_string(sendOff) + "/" +
+                                   std::to_string(recvOff);
+          std::vector<uint8_t> in(count + 16), out(count * n + 16, guard);
+          for (size_t i = 0; i < count; ++i) in[sendOff + i] = patternByte(rank, i);
+          EXPECT_OK(ncclAllGather(in.data() + sendOff, out.data() + recvOff, count, ncclUint8, comm, nullptr));
+          size_t wrong = 0;
+          for (size_t i = 0; i < out.size(); ++i) {
+            const bool inside = i >= recvOff && i < recvOff + count * n;
+            const size_t at = i - recvOff;
+            wrong += out[i] != (inside ? patternByte(static_cast<int>(at / count), at % count) : guard);
+          }
+          expect(wrong == 0, "AllGather, " + what + ": " + std::to_string(wrong) + " bytes wrong");
+          std::fill(out.begin(), out.end(), guard);
+          EXPECT_OK(ncclBroadcast(in.data() + sendOff, out.data() + recvOff, count, ncclUint8, 1, comm, nullptr));
+          wrong = 0;
+          for (size_t i = 0; i < out.size(); ++i) {
+            const bool inside = i >= recvOff && i < recvOff + count;
+            wrong += out[i] != (inside ? patternByte(1, i - recvOff) : guard);
+          }
+          expect(wrong == 0, "Broadcast, " + what + ": " + std::to_string(wrong) + " bytes wrong");
+          ++cases;
+        }
+      }
+    }
+    expect(cases == 2 * 7 * 13, "every case ran");
+    EXPECT_OK(ncclCommDestroy(comm));
+  }, std::chrono::seconds(120)) == "");
+}
