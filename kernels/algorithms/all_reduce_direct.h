@@ -6,9 +6,9 @@
 // One hop instead of the ring's 2(n-1) steps: the latency of a single message, at the price
 // of n-1 copies of the data leaving each rank. Every rank folds the same values in the same
 // order, so the results are bit-identical everywhere. The message must fit one LL step. The
-// whole group moves the lines (on a GPU neighbouring threads take neighbouring lines, so a
-// warp writes and polls 512 contiguous bytes); one thread only waits for credits, publishes
-// steps and compares signatures, between barriers.
+// whole group moves the lines (on a GPU neighbouring threads take neighbouring lines of a peer,
+// so a warp writes and polls 512 contiguous bytes, and a message of a few lines still has a
+// lane for each peer); each peer's credits, step and signature have a thread of their own.
 //
 // Beyond one LL step, or with another protocol (NCCL_ALGO=allreduce:direct at any size), the
 // two-exchange form: the channel's range is cut into n chunks (512-byte runs), chunk q owned by
@@ -59,11 +59,14 @@ BRAID_OUTLINE bool allReduceDirectExchanges(Group& g, const CollWork& w, const R
   return true;
 }
 
-/// All threads of the group (the data is at most one LL step), on this channel's slice of it:
-/// thread 0 waits for every send connection's credits and writes the signatures, the group
-/// writes the lines (each thread its share of every peer's), thread 0 publishes the steps and
-/// checks the peers' signatures, then each thread folds its share of the lines, waiting on
-/// their flags itself, and thread 0 frees the receive slots. Returns false when aborted.
+/// All threads of the group (the data is at most one LL step), on this channel's slice of it.
+/// The work of each peer has threads of its own, so that the round trips to the peers overlap
+/// (on a GPU a lane a peer, not thread 0 peer after peer): thread k waits for the credits of
+/// the k-th rank after me and writes the signature in its slot; the group writes the lines,
+/// taking the (peer, line) pairs peer by peer; thread k publishes the step it sent and checks
+/// the signature that came with that rank's data; then each thread folds its share of the
+/// lines, loading each line from up to kFoldPeers ranks before it waits on any of their flags,
+/// and thread 0 frees the receive slots. Returns false when aborted.
 template <typename T, typename Red, typename Group>
 BRAID_OUTLINE bool allReduceDirectOneShot(Group& g, const CollWork& w, const RingHandle& ring, const uint32_t* abortFlag) {
   const Red red(w.opArgs);
@@ -74,86 +77,118 @@ BRAID_OUTLINE bool allReduceDirectOneShot(Group& g, const CollWork& w, const Rin
   const uint64_t count = w.channelCount;
   constexpr uint64_t kPerLine = 8 / sizeof(T);
   const uint64_t lines = (count + kPerLine - 1) / kPerLine;
-  const Share share = shareOf(lines, g.size(), g.rank(), 1);
   // pre(input) of line l (zeros past the end).
   auto mine = [&](uint64_t l, T* vals) {
     for (uint64_t j = 0; j < kPerLine; ++j) vals[j] = l * kPerLine + j < count ? red.pre(in[l * kPerLine + j]) : T{};
   };
 
+  // Thread k serves the k-th rank after me (the round trips to the peers overlap): a free slot
+  // on its send connection and the signature in it. Thread 0's waits are the ones reported.
   bool aborted = false;
-  if (g.rank() == 0) {  // a free slot on every send connection, and the signature in it
-    for (int p = 0; p < n && !aborted; ++p) {
-      if (p == me) continue;
+  for (int k = g.rank(); k < n - 1 && !aborted; k += g.size()) {
+    const ConnHandle& c = w.peerSend[(me + 1 + k) % n];
+    const uint64_t step = *c.step;
+    aborted = waitReporting(g.rank() == 0 ? w.status : nullptr, kWaitCredits, &c, step,
+                            [&] { return loadAcquire(c.head) + kSteps > step; }, abortFlag) == WaitResult::kAborted;
+    if (!aborted) writeSignature(c, step, w.sig);
+  }
+  if (g.syncAny(aborted)) return false;
+  // Send pre(input) to every peer, as LL lines carrying the peer connection's step flag: pair
+  // i is line i % lines for the (i / lines + 1)-th rank after me.
+  const Share pairs = shareOf(uint64_t(n - 1) * lines, g.size(), g.rank(), 1);
+  int peer = -1;
+  LLLine* slot = nullptr;
+  uint32_t sendFlag = 0;
+  for (uint64_t i = pairs.begin; i < pairs.end; i += pairs.stride) {
+    const int p = (me + 1 + static_cast<int>(i / lines)) % n;
+    if (p != peer) {  // (a peer's step read once a run of its lines)
+      peer = p;
       const ConnHandle& c = w.peerSend[p];
       const uint64_t step = *c.step;
-      aborted = waitReporting(w.status, kWaitCredits, &c, step, [&] { return loadAcquire(c.head) + kSteps > step; },
-                              abortFlag) == WaitResult::kAborted;
-      if (!aborted) writeSignature(c, step, w.sig);
+      slot = c.ll + (step % kSteps) * c.llStepLines;
+      sendFlag = static_cast<uint32_t>(step + 1);
     }
-  }
-  if (g.syncAny(aborted)) return false;
-  // Send pre(input) to every peer, as LL lines carrying the peer connection's step flag.
-  for (int p = 0; p < n; ++p) {
-    if (p == me) continue;
-    const ConnHandle& c = w.peerSend[p];
-    const uint64_t step = *c.step;
-    LLLine* slot = c.ll + (step % kSteps) * c.llStepLines;
-    const uint32_t flag = static_cast<uint32_t>(step + 1);
-    for (uint64_t l = share.begin; l < share.end; l += share.stride) {
-      T vals[kPerLine];
-      mine(l, vals);
-      uint32_t payload[2];
-      memcpy(payload, vals, sizeof(payload));
-      writeLLLine(slot + l, payload, flag);
-    }
+    const uint64_t l = i % lines;
+    alignas(8) T vals[kPerLine];
+    mine(l, vals);
+    uint32_t payload[2];
+    memcpy(payload, vals, sizeof(payload));
+    writeLLLine(slot + l, payload, sendFlag);
   }
   g.sync();  // (every line written before tail, which the network proxy forwards on)
-  if (g.rank() == 0) {
-    for (int p = 0; p < n; ++p) {
-      if (p == me) continue;
-      const ConnHandle& c = w.peerSend[p];
-      publishStep(c, *c.step, stepInfo(lines * sizeof(LLLine), true));
-      *c.step += 1;
-    }
-    // Every peer called the same collective? (Its signature arrives with its data.)
-    for (int p = 0; p < n && w.checkSig != 0 && !aborted; ++p) {
-      if (p == me) continue;
-      const ConnHandle& c = w.peerRecv[p];
-      aborted = checkSignature(c, *c.step, w.sig, w.status, abortFlag) != WaitResult::kReady;
-    }
+  // Thread k again for the k-th rank after me: publishes the step sent to it, then checks the
+  // signature that came with its data (every peer called the same collective?), recording
+  // nothing. Where any differs (or the communicator was aborted), thread 0 checks them again
+  // in rank order, recording the first difference in the channel's status.
+  for (int k = g.rank(); k < n - 1; k += g.size()) {
+    const ConnHandle& c = w.peerSend[(me + 1 + k) % n];
+    publishStep(c, *c.step, stepInfo(lines * sizeof(LLLine), true));
+    *c.step += 1;
   }
-  if (g.syncAny(aborted)) return false;
-  // Fold every rank's contribution in rank order, each thread its lines, kFoldLines of them a
-  // pass: a peer's step (host memory on a GPU) is read once a pass, not once a line.
-  constexpr int kFoldLines = 4;
-  for (uint64_t first = share.begin; first < share.end && !aborted; first += kFoldLines * share.stride) {
-    T acc[kFoldLines][kPerLine] = {};
-    for (int r = 0; r < n && !aborted; ++r) {
-      const ConnHandle& c = w.peerRecv[r];  // (unused for r == me)
-      const uint64_t step = r == me ? 0 : *c.step;
-      const uint32_t flag = static_cast<uint32_t>(step + 1);
-      for (int k = 0; k < kFoldLines && !aborted; ++k) {
-        const uint64_t l = first + k * share.stride;
-        if (l >= share.end) break;
-        T vals[kPerLine] = {};
+  for (int k = g.rank(); k < n - 1 && w.checkSig != 0 && !aborted; k += g.size()) {
+    const ConnHandle& c = w.peerRecv[(me + 1 + k) % n];
+    aborted = checkSignature(c, *c.step, w.sig, nullptr, abortFlag) != WaitResult::kReady;
+  }
+  if (g.syncAny(aborted)) {
+    if (g.rank() == 0) {
+      for (int p = 0; p < n; ++p) {
+        if (p != me && checkSignature(w.peerRecv[p], *w.peerRecv[p].step, w.sig, w.status, abortFlag) != WaitResult::kReady) break;
+      }
+    }
+    g.sync();
+    return false;
+  }
+  // Fold every rank's contribution in rank order (0, 1, ..., n-1), each thread its lines, the
+  // ranks kFoldPeers at a time: their steps read together (once for all lines when the ranks
+  // fit one batch), then their lines loaded together, then each line's flags checked (a line
+  // not there yet is waited for), in order. The arrays are indexed by unrolled loops only, so
+  // they stay in registers on a GPU.
+  constexpr int kFoldPeers = 8;
+  const LLLine* base[kFoldPeers] = {};  // the peer's slot (null: this rank, or past the last)
+  uint32_t recvFlag[kFoldPeers] = {};
+  auto readSteps = [&](int r0) {
+    BRAID_UNROLL
+    for (int k = 0; k < kFoldPeers; ++k) {
+      const int r = r0 + k;
+      const bool peerHere = r < n && r != me;
+      const uint64_t step = peerHere ? *w.peerRecv[r].step : 0;
+      base[k] = peerHere ? w.peerRecv[r].ll + (step % kSteps) * w.peerRecv[r].llStepLines : nullptr;
+      recvFlag[k] = static_cast<uint32_t>(step + 1);
+    }
+  };
+  if (n <= kFoldPeers) readSteps(0);
+  const Share share = shareOf(lines, g.size(), g.rank(), 1);
+  for (uint64_t l = share.begin; l < share.end && !aborted; l += share.stride) {
+    alignas(8) T acc[kPerLine] = {};
+    for (int r0 = 0; r0 < n && !aborted; r0 += kFoldPeers) {
+      if (n > kFoldPeers) readSteps(r0);
+      uint64_t lo[kFoldPeers] = {}, hi[kFoldPeers] = {};
+      BRAID_UNROLL
+      for (int k = 0; k < kFoldPeers; ++k) {
+        if (base[k] != nullptr) loadPair(base[k] + l, &lo[k], &hi[k]);
+      }
+      BRAID_UNROLL
+      for (int k = 0; k < kFoldPeers; ++k) {
+        const int r = r0 + k;
+        if (r >= n || aborted) break;
+        alignas(8) T vals[kPerLine] = {};
         if (r == me) {
           mine(l, vals);
         } else {
-          const LLLine* line = c.ll + (step % kSteps) * c.llStepLines + l;
-          uint32_t payload[2];
-          aborted = waitReporting(g.rank() == 0 ? w.status : nullptr, kWaitData, &c, step,
-                                  [&] { return readLLLine(line, flag, payload); }, abortFlag) == WaitResult::kAborted;
+          uint32_t payload[2] = {static_cast<uint32_t>(lo[k]), static_cast<uint32_t>(hi[k])};
+          if (static_cast<uint32_t>(lo[k] >> 32) != recvFlag[k] || static_cast<uint32_t>(hi[k] >> 32) != recvFlag[k]) {
+            const ConnHandle& c = w.peerRecv[r];
+            aborted = waitReporting(g.rank() == 0 ? w.status : nullptr, kWaitData, &c, *c.step,
+                                    [&] { return readLLLine(base[k] + l, recvFlag[k], payload); },
+                                    abortFlag) == WaitResult::kAborted;
+          }
           memcpy(vals, payload, sizeof(payload));
         }
-        for (uint64_t j = 0; j < kPerLine; ++j) acc[k][j] = r == 0 ? vals[j] : red.reduce(acc[k][j], vals[j]);
+        for (uint64_t j = 0; j < kPerLine; ++j) acc[j] = r == 0 ? vals[j] : red.reduce(acc[j], vals[j]);
       }
     }
-    for (int k = 0; k < kFoldLines && !aborted; ++k) {
-      const uint64_t l = first + k * share.stride;
-      if (l >= share.end) break;
-      for (uint64_t j = 0; j < kPerLine && l * kPerLine + j < count; ++j) {
-        out[l * kPerLine + j] = Red::kHasPost ? red.post(acc[k][j]) : acc[k][j];
-      }
+    for (uint64_t j = 0; j < kPerLine && l * kPerLine + j < count && !aborted; ++j) {
+      out[l * kPerLine + j] = Red::kHasPost ? red.post(acc[j]) : acc[j];
     }
   }
   if (g.syncAny(aborted)) return false;

@@ -97,6 +97,20 @@ TEST_CASE("mismatches of count, root, op and sequence are all caught", "[integra
   }, false);
   CHECK_THAT(out, Catch::Contains("rank 0 called AllReduce(count=1024, float, sum) as op #1 but rank 1 called "
                                   "AllReduce(count=1000, float, sum) as op #1"));
+  // Direct's one-shot on 4 ranks checks each peer's signature on a thread of its own, then
+  // names the first difference in rank order: rank 3's for ranks 0 to 2, rank 0's for rank 3.
+  out = runAndReport(4, [&](int rank, ncclComm_t comm) {
+    for (auto& a : comm->dataPath().limits().mask.algos) a = 1u << static_cast<int>(braid::plan::EnvAlgo::kDirect);
+    for (auto& p : comm->dataPath().limits().mask.protos) p = 1u << static_cast<int>(braid::kernels::Proto::kLL);
+    std::vector<float> buf(1024, 1.0f);
+    return ncclAllReduce(buf.data(), buf.data(), rank == 3 ? 1000 : 1024, ncclFloat, ncclSum, comm, nullptr);
+  }, false);
+  for (int r = 0; r < 3; ++r) {
+    CHECK_THAT(out, Catch::Contains("rank " + std::to_string(r) + " called AllReduce(count=1024, float, sum) as op #1 "
+                                    "but rank 3 called AllReduce(count=1000, float, sum) as op #1"));
+  }
+  CHECK_THAT(out, Catch::Contains("rank 3 called AllReduce(count=1000, float, sum) as op #1 but rank 0 called "
+                                  "AllReduce(count=1024, float, sum) as op #1"));
   // A root only sends: with disagreeing roots both ranks send, and neither receives. The
   // 400 KB go in 16 slices (a chain pipeline's), more than the FIFO's 8 slots, so both wait
   // for credits and the watchdog compares their signatures. (Had the slices fit the FIFO,
