@@ -54,6 +54,22 @@ BRAID_INLINE WaitResult waitReporting(ChannelStatus* status, uint32_t kind, cons
   return waitRecorded(status, kind, conn, step, ready, abortFlag);
 }
 
+/// Any thread: reads LL line `line` into payload once its halves carry `flag`. The first look
+/// is inline, into the caller's registers; only a line not there yet goes to the out-of-line
+/// wait, with an array of its own (had payload's address gone to it, payload would live in
+/// local memory on a GPU whether or not the line had to be waited for). status: null, or the
+/// channel's for the thread that reports its waits.
+BRAID_INLINE WaitResult readLLLineWaiting(const LLLine* line, uint32_t flag, uint32_t payload[2], ChannelStatus* status,
+                                          const ConnHandle* conn, uint64_t step, const uint32_t* abortFlag) {
+  if (readLLLine(line, flag, payload)) return WaitResult::kReady;
+  uint32_t waited[2] = {0, 0};
+  const WaitResult r =
+      waitRecorded(status, kWaitData, conn, step, [line, flag, &waited] { return readLLLine(line, flag, waited); }, abortFlag);
+  payload[0] = waited[0];
+  payload[1] = waited[1];
+  return r;
+}
+
 /// Thread 0 only: publishes the operation's signature in the slot of its first step on `conn`.
 /// Must follow the wait for that slot's credits and precede its data.
 BRAID_OUTLINE void writeSignature(const ConnHandle& conn, uint64_t firstStep, const OpSignature& sig) {
@@ -327,9 +343,8 @@ class Primitives {
       alignas(8) T vals[kPerLine] = {};
       if (flags & kRecv) {
         uint32_t payload[2];
-        const WaitResult r = waitReporting(
-            g_.rank() == 0 ? status_ : nullptr, kWaitData, recv_, recvStep_,
-            [&] { return readLLLine(in + l, recvFlag, payload); }, abort_);
+        const WaitResult r =
+            readLLLineWaiting(in + l, recvFlag, payload, g_.rank() == 0 ? status_ : nullptr, recv_, recvStep_, abort_);
         if (r == WaitResult::kAborted) {
           abortedHere = true;
           break;
@@ -375,7 +390,7 @@ class Primitives {
       if (flags & kRecv) {
         uint64_t* flag = in[l].words + kLL128FlagWord;
         const WaitResult r = waitReporting(g_.rank() == 0 ? status_ : nullptr, kWaitData, recv_, recvStep_,
-                                           [&] { return loadAcquire(flag) == recvFlag; }, abort_);
+                                           [flag, recvFlag] { return loadAcquire(flag) == recvFlag; }, abort_);
         if (g_.lineAny(r == WaitResult::kAborted)) {
           abortedHere = true;
           break;

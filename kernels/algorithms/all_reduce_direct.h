@@ -177,10 +177,9 @@ BRAID_OUTLINE bool allReduceDirectOneShot(Group& g, const CollWork& w, const Rin
         } else {
           uint32_t payload[2] = {static_cast<uint32_t>(lo[k]), static_cast<uint32_t>(hi[k])};
           if (static_cast<uint32_t>(lo[k] >> 32) != recvFlag[k] || static_cast<uint32_t>(hi[k] >> 32) != recvFlag[k]) {
-            const ConnHandle& c = w.peerRecv[r];
-            aborted = waitReporting(g.rank() == 0 ? w.status : nullptr, kWaitData, &c, *c.step,
-                                    [&] { return readLLLine(base[k] + l, recvFlag[k], payload); },
-                                    abortFlag) == WaitResult::kAborted;
+            const ConnHandle& c = w.peerRecv[r];  // (not there yet: wait for it)
+            aborted = readLLLineWaiting(base[k] + l, recvFlag[k], payload, g.rank() == 0 ? w.status : nullptr, &c, *c.step,
+                                        abortFlag) == WaitResult::kAborted;
           }
           memcpy(vals, payload, sizeof(payload));
         }
