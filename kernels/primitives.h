@@ -162,29 +162,30 @@ class Primitives {
   }
 
   /// The line protocols (LL, LL128): the run of at most `most` elements from element `first`
-  /// out of n (an LL line, a lane's share of an LL128 line; 0 past the end), its received
-  /// values in vals, combined with the input (flags) into vals and the output. The loops run
-  /// over vals' constant size, so that on a GPU vals stays in registers.
-  template <int kN>
-  BRAID_INLINE void combineRun(uint32_t flags, T (&vals)[kN], uint64_t first, uint64_t most, uint64_t n, const T* input,
-                               T* output) const {
+  /// out of n (an LL line, a lane's share of an LL128 line; nothing past the end), its received
+  /// words in `words`, combined with the input (flags) into `words` and the output. A copy moves
+  /// the words as they are; arithmetic goes through the elements they hold. The loops run over
+  /// the words' constant count, so that on a GPU they stay in registers.
+  template <int kW>
+  BRAID_INLINE void combineRun(uint32_t flags, uint64_t (&words)[kW], uint64_t first, uint64_t most, uint64_t n,
+                               const T* input, T* output) const {
     if (first >= n) return;
     const uint64_t here = n - first < most ? n - first : most;
     if (!arithmetic(flags)) {  // a copy: whole bytes (the copying collectives run on bytes, 8 or 120 a line)
-      static_assert(sizeof(vals) % 8 == 0, "a run is whole 8-byte words");
-      uint64_t words[sizeof(vals) / 8];
-      memcpy(words, vals, sizeof words);
       if (!(flags & kRecv) && (flags & (kInput | kPartial))) loadRun(words, input + first, here * sizeof(T));
       if (flags & kOutput) storeRun(output + first, words, here * sizeof(T));
-      memcpy(vals, words, sizeof words);
       return;
     }
+    constexpr int kN = kW * 8 / sizeof(T);
+    T vals[kN];
+    memcpy(vals, words, sizeof vals);
     BRAID_UNROLL
     for (int j = 0; j < kN; ++j) {
       if (static_cast<uint64_t>(j) >= here) break;
       vals[j] = combine(flags, vals[j], input, first + j);
       if (flags & kOutput) output[first + j] = vals[j];
     }
+    memcpy(words, vals, sizeof vals);
   }
 
   /// A copy's run of `bytes` (at most the words') from the user's buffer into words, and back:
@@ -340,7 +341,7 @@ class Primitives {
     const Share share = shareOf(lines, g_.size(), g_.rank(), 1);
     bool abortedHere = false;
     for (uint64_t l = share.begin; l < share.end; l += share.stride) {
-      alignas(8) T vals[kPerLine] = {};
+      uint64_t words[1] = {0};  // (the line's 8 bytes; zeros past the data, sent as received)
       if (flags & kRecv) {
         uint32_t payload[2];
         const WaitResult r =
@@ -349,12 +350,12 @@ class Primitives {
           abortedHere = true;
           break;
         }
-        memcpy(vals, payload, sizeof(payload));
+        memcpy(words, payload, sizeof(payload));
       }
-      combineRun(flags, vals, l * kPerLine, kPerLine, n, input, output);
+      combineRun(flags, words, l * kPerLine, kPerLine, n, input, output);
       if (flags & kSend) {
-        uint32_t payload[2] = {0, 0};  // (zeros past the data: vals holds zeros or the zeros received there)
-        memcpy(payload, vals, sizeof payload);
+        uint32_t payload[2];
+        memcpy(payload, words, sizeof payload);
         writeLLLine(out + l, payload, sendFlag);
       }
     }
@@ -374,7 +375,6 @@ class Primitives {
     static_assert(kLanes >= 1 && 16 % kLanes == 0, "a line's 16 words split evenly between its lanes");
     constexpr uint64_t kLaneWords = 16 / kLanes;
     constexpr uint64_t kPerLine = kLL128DataWords * 8 / sizeof(T);
-    constexpr uint64_t kLaneElems = kLaneWords * 8 / sizeof(T);
     const uint64_t lines = (n + kPerLine - 1) / kPerLine;
     LL128Line* in = (flags & kRecv) ? recv_->ll128 + (recvStep_ % kSteps) * recv_->ll128StepLines : nullptr;
     LL128Line* out = (flags & kSend) ? send_->ll128 + (sendStep_ % kSteps) * send_->ll128StepLines : nullptr;
@@ -399,12 +399,8 @@ class Primitives {
           if (k < dataWords) words[k] = in[l].words[firstWord + k];
         }
       }
-      alignas(8) T vals[kLaneElems];
-      static_assert(sizeof vals == sizeof words);
-      memcpy(vals, words, sizeof vals);
-      combineRun(flags, vals, l * kPerLine + firstWord * 8 / sizeof(T), dataWords * 8 / sizeof(T), n, input, output);
+      combineRun(flags, words, l * kPerLine + firstWord * 8 / sizeof(T), dataWords * 8 / sizeof(T), n, input, output);
       if (flags & kSend) {
-        memcpy(words, vals, sizeof words);
         for (uint64_t k = 0; k < kLaneWords; ++k) {
           if (k < dataWords) out[l].words[firstWord + k] = words[k];
         }

@@ -190,7 +190,7 @@ for log_path in kernel_logs:
 # keep a byte loop, i.e. an innermost loop that stores single bytes and touches no FIFO word
 # (the FIFO's accesses are volatile, relaxed, acquire or release; the line loop has them).
 # A memcpy of a run-time size, as these steps had, compiles to exactly such a loop.
-PLAIN_WORD_STORE = re.compile(r'^\s*st(?:\.global)?\.(?:u64|b64)\s', re.M)
+PLAIN_WORD_STORE = re.compile(r'^\s*st(?:\.global)?\.(?:u64|b64|v2\.u32|v2\.b32)\s', re.M)  # (8 bytes at once)
 BYTE_STORE = re.compile(r'^\s*st(?:\.global)?\.(?:u8|b8)\s')
 FIFO_ACCESS = re.compile(r'^\s*(?:ld|st)\.(?:volatile|acquire|release|relaxed)\.')
 

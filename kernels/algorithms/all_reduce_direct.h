@@ -95,25 +95,34 @@ BRAID_OUTLINE bool allReduceDirectOneShot(Group& g, const CollWork& w, const Rin
   if (g.syncAny(aborted)) return false;
   // Send pre(input) to every peer, as LL lines carrying the peer connection's step flag: pair
   // i is line i % lines for the (i / lines + 1)-th rank after me.
+  // (No division a pair: pair i's (k, l) is carried along from the first, a stride at a time.)
   const Share pairs = shareOf(uint64_t(n - 1) * lines, g.size(), g.rank(), 1);
-  int peer = -1;
-  LLLine* slot = nullptr;
-  uint32_t sendFlag = 0;
-  for (uint64_t i = pairs.begin; i < pairs.end; i += pairs.stride) {
-    const int p = (me + 1 + static_cast<int>(i / lines)) % n;
-    if (p != peer) {  // (a peer's step read once a run of its lines)
-      peer = p;
-      const ConnHandle& c = w.peerSend[p];
-      const uint64_t step = *c.step;
-      slot = c.ll + (step % kSteps) * c.llStepLines;
-      sendFlag = static_cast<uint32_t>(step + 1);
+  if (pairs.begin < pairs.end) {
+    uint64_t k = pairs.begin / lines, l = pairs.begin % lines;
+    const uint64_t strideK = pairs.stride / lines, strideL = pairs.stride % lines;
+    uint64_t slotK = ~uint64_t(0);
+    LLLine* slot = nullptr;
+    uint32_t sendFlag = 0;
+    for (uint64_t i = pairs.begin; i < pairs.end; i += pairs.stride) {
+      if (k != slotK) {  // (a peer's step read once a run of its lines)
+        slotK = k;
+        const ConnHandle& c = w.peerSend[(me + 1 + static_cast<int>(k)) % n];
+        const uint64_t step = *c.step;
+        slot = c.ll + (step % kSteps) * c.llStepLines;
+        sendFlag = static_cast<uint32_t>(step + 1);
+      }
+      alignas(8) T vals[kPerLine];
+      mine(l, vals);
+      uint32_t payload[2];
+      memcpy(payload, vals, sizeof(payload));
+      writeLLLine(slot + l, payload, sendFlag);
+      k += strideK;
+      l += strideL;
+      if (l >= lines) {
+        l -= lines;
+        ++k;
+      }
     }
-    const uint64_t l = i % lines;
-    alignas(8) T vals[kPerLine];
-    mine(l, vals);
-    uint32_t payload[2];
-    memcpy(payload, vals, sizeof(payload));
-    writeLLLine(slot + l, payload, sendFlag);
   }
   g.sync();  // (every line written before tail, which the network proxy forwards on)
   // Thread k again for the k-th rank after me: publishes the step sent to it, then checks the
