@@ -22,12 +22,14 @@
 #define BRAID_OUTLINE inline __attribute__((noinline))
 #endif
 
-/// Before a loop of a constant count: unrolled on a GPU, so that arrays indexed by its counter
-/// stay in registers (the host compiler decides for itself).
+/// Before a loop of a constant count (at most 16): unrolled, so that arrays indexed by its
+/// counter stay in registers, on a GPU and on the host alike.
 #if defined(__CUDA_ARCH__)
 #define BRAID_UNROLL _Pragma("unroll")
+#elif defined(__CUDACC__)
+#define BRAID_UNROLL  // (nvcc's host pass: that code never runs, and nvcc knows no GCC pragma)
 #else
-#define BRAID_UNROLL
+#define BRAID_UNROLL _Pragma("GCC unroll 16")
 #endif
 
 #if defined(__CUDACC__) || defined(BRAID_KERNELS_USE_CCCL)

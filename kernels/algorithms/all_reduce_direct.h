@@ -166,37 +166,57 @@ BRAID_OUTLINE bool allReduceDirectOneShot(Group& g, const CollWork& w, const Rin
     }
   };
   if (n <= kFoldPeers) readSteps(0);
+  // A pass folds kFoldLines of the thread's lines: one on a GPU (a thread's loads are in flight
+  // across the ranks), 4 on the host (a CPU pipelines the loads of a rank's neighbouring lines,
+  // and the pass's bookkeeping is shared by them).
+  constexpr int kFoldLines = kStridedShares ? 1 : 4;
   const Share share = shareOf(lines, g.size(), g.rank(), 1);
-  for (uint64_t l = share.begin; l < share.end && !aborted; l += share.stride) {
-    alignas(8) T acc[kPerLine] = {};
+  for (uint64_t first = share.begin; first < share.end && !aborted; first += kFoldLines * share.stride) {
+    int here = 0;  // (the pass's lines: first, first + stride, ...)
+    BRAID_UNROLL
+    for (int i = 0; i < kFoldLines; ++i) here += first + i * share.stride < share.end;
+    alignas(8) T acc[kFoldLines][kPerLine] = {};
     for (int r0 = 0; r0 < n && !aborted; r0 += kFoldPeers) {
       if (n > kFoldPeers) readSteps(r0);
-      uint64_t lo[kFoldPeers] = {}, hi[kFoldPeers] = {};
+      const int batch = n - r0 < kFoldPeers ? n - r0 : kFoldPeers;  // (the ranks of this batch)
+      uint64_t lo[kFoldLines][kFoldPeers] = {}, hi[kFoldLines][kFoldPeers] = {};
       BRAID_UNROLL
       for (int k = 0; k < kFoldPeers; ++k) {
-        if (base[k] != nullptr) loadPair(base[k] + l, &lo[k], &hi[k]);
+        if (k >= batch) break;
+        BRAID_UNROLL
+        for (int i = 0; i < kFoldLines; ++i) {
+          if (i < here && base[k] != nullptr) loadPair(base[k] + first + i * share.stride, &lo[i][k], &hi[i][k]);
+        }
       }
       BRAID_UNROLL
       for (int k = 0; k < kFoldPeers; ++k) {
         const int r = r0 + k;
-        if (r >= n || aborted) break;
-        alignas(8) T vals[kPerLine] = {};
-        if (r == me) {
-          mine(l, vals);
-        } else {
-          uint32_t payload[2] = {static_cast<uint32_t>(lo[k]), static_cast<uint32_t>(hi[k])};
-          if (static_cast<uint32_t>(lo[k] >> 32) != recvFlag[k] || static_cast<uint32_t>(hi[k] >> 32) != recvFlag[k]) {
-            const ConnHandle& c = w.peerRecv[r];  // (not there yet: wait for it)
-            aborted = readLLLineWaiting(base[k] + l, recvFlag[k], payload, g.rank() == 0 ? w.status : nullptr, &c, *c.step,
-                                        abortFlag) == WaitResult::kAborted;
+        if (k >= batch || aborted) break;
+        BRAID_UNROLL
+        for (int i = 0; i < kFoldLines; ++i) {
+          if (i >= here || aborted) break;
+          const uint64_t l = first + i * share.stride;
+          alignas(8) T vals[kPerLine] = {};
+          if (r == me) {
+            mine(l, vals);
+          } else {
+            uint32_t payload[2] = {static_cast<uint32_t>(lo[i][k]), static_cast<uint32_t>(hi[i][k])};
+            if (static_cast<uint32_t>(lo[i][k] >> 32) != recvFlag[k] || static_cast<uint32_t>(hi[i][k] >> 32) != recvFlag[k]) {
+              const ConnHandle& c = w.peerRecv[r];  // (not there yet: wait for it)
+              aborted = readLLLineWaiting(base[k] + l, recvFlag[k], payload, g.rank() == 0 ? w.status : nullptr, &c,
+                                          *c.step, abortFlag) == WaitResult::kAborted;
+            }
+            memcpy(vals, payload, sizeof(payload));
           }
-          memcpy(vals, payload, sizeof(payload));
+          for (uint64_t j = 0; j < kPerLine; ++j) acc[i][j] = r == 0 ? vals[j] : red.reduce(acc[i][j], vals[j]);
         }
-        for (uint64_t j = 0; j < kPerLine; ++j) acc[j] = r == 0 ? vals[j] : red.reduce(acc[j], vals[j]);
       }
     }
-    for (uint64_t j = 0; j < kPerLine && l * kPerLine + j < count && !aborted; ++j) {
-      out[l * kPerLine + j] = Red::kHasPost ? red.post(acc[j]) : acc[j];
+    for (int i = 0; i < here && !aborted; ++i) {
+      const uint64_t l = first + i * share.stride;
+      for (uint64_t j = 0; j < kPerLine && l * kPerLine + j < count; ++j) {
+        out[l * kPerLine + j] = Red::kHasPost ? red.post(acc[i][j]) : acc[i][j];
+      }
     }
   }
   if (g.syncAny(aborted)) return false;
