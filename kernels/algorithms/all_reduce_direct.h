@@ -152,7 +152,9 @@ BRAID_OUTLINE bool allReduceDirectOneShot(Group& g, const CollWork& w, const Rin
   // fit one batch), then their lines loaded together, then each line's flags checked (a line
   // not there yet is waited for), in order. The arrays are indexed by unrolled loops only, so
   // they stay in registers on a GPU.
-  constexpr int kFoldPeers = 8;
+  // (8 ranks at once on a GPU; on the host one: a CPU overlaps the loads by itself, and
+  // batches would only cost it their bookkeeping.)
+  constexpr int kFoldPeers = kStridedShares ? 8 : 1;
   const LLLine* base[kFoldPeers] = {};  // the peer's slot (null: this rank, or past the last)
   uint32_t recvFlag[kFoldPeers] = {};
   auto readSteps = [&](int r0) {
