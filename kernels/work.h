@@ -35,13 +35,17 @@ static_assert(sizeof(LLLine) == 16);
 BRAID_INLINE void writeLLLine(LLLine* line, const uint32_t payload[2], uint32_t flag) {
   storePair(line, uint64_t(payload[0]) | (uint64_t(flag) << 32), uint64_t(payload[1]) | (uint64_t(flag) << 32));
 }
+/// An LL line's two halves as loaded (lo, hi) into payload; true when both carry `flag`.
+BRAID_INLINE bool unpackLLLine(uint64_t lo, uint64_t hi, uint32_t flag, uint32_t payload[2]) {
+  payload[0] = static_cast<uint32_t>(lo);
+  payload[1] = static_cast<uint32_t>(hi);
+  return static_cast<uint32_t>(lo >> 32) == flag && static_cast<uint32_t>(hi >> 32) == flag;
+}
 /// Reads an LL line into payload; true when both halves carry `flag` (the line has arrived).
 BRAID_INLINE bool readLLLine(const LLLine* line, uint32_t flag, uint32_t payload[2]) {
   uint64_t lo = 0, hi = 0;
   loadPair(line, &lo, &hi);
-  payload[0] = static_cast<uint32_t>(lo);
-  payload[1] = static_cast<uint32_t>(hi);
-  return static_cast<uint32_t>(lo >> 32) == flag && static_cast<uint32_t>(hi >> 32) == flag;
+  return unpackLLLine(lo, hi, flag, payload);
 }
 
 /// One LL128 line: 128 bytes, 15 words of data and, last, one 8-byte flag (the step + 1).

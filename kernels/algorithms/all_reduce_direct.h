@@ -141,7 +141,8 @@ BRAID_OUTLINE bool allReduceDirectOneShot(Group& g, const CollWork& w, const Rin
   if (g.syncAny(aborted)) {
     if (g.rank() == 0) {
       for (int p = 0; p < n; ++p) {
-        if (p != me && checkSignature(w.peerRecv[p], *w.peerRecv[p].step, w.sig, w.status, abortFlag) != WaitResult::kReady) break;
+        const ConnHandle& c = w.peerRecv[p];
+        if (p != me && checkSignature(c, *c.step, w.sig, w.status, abortFlag) != WaitResult::kReady) break;
       }
     }
     g.sync();
@@ -150,10 +151,9 @@ BRAID_OUTLINE bool allReduceDirectOneShot(Group& g, const CollWork& w, const Rin
   // Fold every rank's contribution in rank order (0, 1, ..., n-1), each thread its lines, the
   // ranks kFoldPeers at a time: their steps read together (once for all lines when the ranks
   // fit one batch), then their lines loaded together, then each line's flags checked (a line
-  // not there yet is waited for), in order. The arrays are indexed by unrolled loops only, so
-  // they stay in registers on a GPU.
-  // (8 ranks at once on a GPU; on the host one: a CPU overlaps the loads by itself, and
-  // batches would only cost it their bookkeeping.)
+  // not there yet is waited for), in order. 8 ranks at once on a GPU; one on the host, whose
+  // CPU overlaps the loads by itself. The arrays are indexed by unrolled loops only, so they
+  // stay in registers.
   constexpr int kFoldPeers = kStridedShares ? 8 : 1;
   const LLLine* base[kFoldPeers] = {};  // the peer's slot (null: this rank, or past the last)
   uint32_t recvFlag[kFoldPeers] = {};
@@ -202,8 +202,8 @@ BRAID_OUTLINE bool allReduceDirectOneShot(Group& g, const CollWork& w, const Rin
           if (r == me) {
             mine(l, vals);
           } else {
-            uint32_t payload[2] = {static_cast<uint32_t>(lo[i][k]), static_cast<uint32_t>(hi[i][k])};
-            if (static_cast<uint32_t>(lo[i][k] >> 32) != recvFlag[k] || static_cast<uint32_t>(hi[i][k] >> 32) != recvFlag[k]) {
+            uint32_t payload[2];
+            if (!unpackLLLine(lo[i][k], hi[i][k], recvFlag[k], payload)) {
               const ConnHandle& c = w.peerRecv[r];  // (not there yet: wait for it)
               aborted = readLLLineWaiting(base[k] + l, recvFlag[k], payload, g.rank() == 0 ? w.status : nullptr, &c,
                                           *c.step, abortFlag) == WaitResult::kAborted;
