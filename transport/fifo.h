@@ -85,7 +85,7 @@ static_assert(std::is_trivially_copyable_v<Descriptor>);
 /// A failure notice one end leaves for the other: the peer's watchdog reads it and fails too,
 /// with this text, instead of waiting for data that will never come.
 struct FaultBox {
-  uint32_t raised;  ///< 0, or kFaultRaised / kFaultLost once rank/code/text are written (release)
+  uint32_t raised;  ///< 0, or kFaultRaised / kFaultLost / kFaultLeft once rank/code/text are written (release)
   int32_t rank;
   uint32_t code;    ///< ncclResult_t
   char text[244];
@@ -96,6 +96,9 @@ constexpr uint32_t kFaultRaised = 1;
 /// The connection to the peer broke without a word (written by this end's proxy): a failure
 /// only while an operation is running, as a peer that exits after its last call is none.
 constexpr uint32_t kFaultLost = 2;
+/// The peer's communicator was destroyed or aborted (its text says which): like kFaultLost, a
+/// failure only for an operation still waiting on that peer.
+constexpr uint32_t kFaultLeft = 3;
 
 /// The keys of the registered buffers a receiver offers now (kernels/algorithms/send_recv.h,
 /// runtime/host/offered_buffers.h): a sender maps only these, and unmaps what drops out.

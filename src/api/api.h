@@ -19,31 +19,33 @@
 
 namespace braid::api {
 
-/// Records and logs a failure of `function` (on `comm` when it is a live communicator).
-ncclResult_t report(const char* function, ncclComm_t comm, ncclResult_t code, const char* text) noexcept;
+/// Records and logs a failure of `function` (also as the last error of `held`, a communicator
+/// the call was admitted on, or null).
+ncclResult_t report(const char* function, Communicator* held, ncclResult_t code, const char* text) noexcept;
 
 /// Runs body (which returns ncclResult_t) after library init, turning every exception into a
 /// result code and a last-error text. Every entry point's body runs inside this. While it runs,
-/// a live `comm` counts the call as in progress, so a concurrent ncclCommAbort (PyTorch's
-/// watchdog) waits for it to return, failure report included, before freeing anything.
+/// a live `comm` counts the call as in progress in the handle registry, so a concurrent
+/// ncclCommDestroy or ncclCommAbort (PyTorch's watchdog) waits for it to return, failure report
+/// included, before freeing anything; once one of them has begun, no call is admitted (the
+/// body's communicatorFrom then says why).
 template <typename Body>
 ncclResult_t guarded(const char* function, ncclComm_t comm, Body&& body) noexcept {
-  Communicator* held = (comm != nullptr && comm->live()) ? comm : nullptr;
-  if (held != nullptr) held->enterCall();
+  Communicator* held = (comm != nullptr && handles::enter(comm)) ? comm : nullptr;
   ncclResult_t result;
   try {
     core::initOnce();
     result = body();
   } catch (const Error& e) {
-    result = report(function, comm, e.code(), e.what());
+    result = report(function, held, e.code(), e.what());
   } catch (const std::bad_alloc&) {
-    result = report(function, comm, ncclSystemError, "out of host memory");
+    result = report(function, held, ncclSystemError, "out of host memory");
   } catch (const std::exception& e) {
-    result = report(function, comm, ncclInternalError, e.what());
+    result = report(function, held, ncclInternalError, e.what());
   } catch (...) {
-    result = report(function, comm, ncclInternalError, "unknown exception");
+    result = report(function, held, ncclInternalError, "unknown exception");
   }
-  if (held != nullptr) held->leaveCall();
+  if (held != nullptr) handles::leave(held);
   return result;
 }
 

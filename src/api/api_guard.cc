@@ -8,11 +8,11 @@
 
 namespace braid::api {
 
-ncclResult_t report(const char* function, ncclComm_t comm, ncclResult_t code, const char* text) noexcept {
+ncclResult_t report(const char* function, Communicator* held, ncclResult_t code, const char* text) noexcept {
   try {
     const std::string message = std::string(function) + ": " + text;
     setThreadLastError(message);
-    if (comm != nullptr && comm->live()) comm->setLastError(message);
+    if (held != nullptr) held->setLastError(message);
     BRAID_WARN("%s (%s)", message.c_str(), resultString(code));
   } catch (...) {
     // Out of memory while reporting: the code alone must still reach the caller.

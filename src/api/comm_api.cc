@@ -27,12 +27,26 @@ ncclResult_t dispatch(Communicator& host, std::function<void()> job) {
   return host.run(std::move(job), /*background=*/false);
 }
 
-/// ncclCommDestroy and ncclCommAbort: aborting first raises the flag every wait of the
-/// communicator watches, so a background job ends within one poll slice (~50 ms).
+/// ncclCommDestroy and ncclCommAbort. From the start no call is admitted on the handle (so a
+/// thread that keeps calling cannot starve it, and a second destroy is refused); aborting
+/// raises the flag every wait of the communicator watches, so calls in progress and a
+/// background job end within one poll slice (~50 ms); then the calls in progress are waited
+/// for, peers still waiting on this rank are told it left, and everything is freed.
 /// In a forked child the communicator is the parent's: released without a word to any thread
 /// or peer (see Communicator::abandonInChild).
-void release(Communicator& comm, bool abort) {
-  group::forget(&comm);
+void release(ncclComm_t handle, bool abort) {
+  const char* call = abort ? "ncclCommAbort" : "ncclCommDestroy";
+  switch (handles::beginClose(handle)) {
+    case handles::CloseStart::kStarted:
+      break;
+    case handles::CloseStart::kAlreadyClosing:
+      fail(ncclInvalidUsage, "comm %p is already being destroyed (ncclCommDestroy or ncclCommAbort was called on it "
+           "by another thread); %s is not needed", static_cast<void*>(handle), call);
+    case handles::CloseStart::kNotLive:
+      fail(ncclInvalidArgument, "comm %p is not a live communicator (destroyed, or never one)",
+           static_cast<void*>(handle));
+  }
+  Communicator& comm = *handle;
   const RankIdentity& id = comm.identity();
   if (comm.inheritedByFork()) {
     BRAID_INFO(log::kInit, "comm %p rank %d nranks %d - %s in process %d, a fork of process %d that created it: its "
@@ -43,6 +57,13 @@ void release(Communicator& comm, bool abort) {
     return;
   }
   if (abort) comm.requestAbort();
+  group::forget(&comm);  // (this thread's group lets go of it: waitIdle would wait for that)
+  handles::waitIdle(handle);
+  if (comm.hasDataPath()) {
+    comm.dataPath().departWith("rank " + std::to_string(id.rank) + "'s communicator was " +
+                               (abort ? "aborted (ncclCommAbort)" : "destroyed (ncclCommDestroy)") +
+                               " while this rank waited on it");
+  }
   BRAID_INFO(log::kInit, "comm %p rank %d nranks %d - %s COMPLETE", static_cast<void*>(&comm), id.rank, id.nRanks,
              abort ? "Abort" : "Destroy");
   delete static_cast<ncclComm*>(&comm);
@@ -159,7 +180,7 @@ BRAID_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm);
 ncclResult_t pncclCommDestroy(ncclComm_t comm) {
   return api::guarded("ncclCommDestroy", nullptr, [&] {
     if (comm == nullptr) return ncclSuccess;  // as NCCL: destroying NULL is a no-op
-    release(communicatorFrom(comm), /*abort=*/false);
+    release(comm, /*abort=*/false);
     return ncclSuccess;
   });
 }
@@ -168,7 +189,7 @@ BRAID_API(ncclResult_t, ncclCommAbort, ncclComm_t comm);
 ncclResult_t pncclCommAbort(ncclComm_t comm) {
   return api::guarded("ncclCommAbort", nullptr, [&] {
     if (comm == nullptr) return ncclSuccess;  // as NCCL: aborting NULL is a no-op
-    release(communicatorFrom(comm), /*abort=*/true);
+    release(comm, /*abort=*/true);
     return ncclSuccess;
   });
 }

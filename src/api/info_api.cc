@@ -24,11 +24,13 @@ const char* pncclGetLastError(ncclComm_t comm) {
   // A live communicator keeps its own text; the returned pointer stays valid until the
   // next failure on the same thread.
   static thread_local std::string copy;
-  if (comm != nullptr && comm->live()) {
+  if (comm != nullptr && handles::enter(comm)) {  // (held while it is read: a destroy waits)
     try {
       copy = comm->lastError();
+      handles::leave(comm);
       return copy.c_str();
     } catch (...) {
+      handles::leave(comm);
     }
   }
   return threadLastError();

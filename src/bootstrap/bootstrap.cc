@@ -110,7 +110,39 @@ std::unique_ptr<Bootstrap> Bootstrap::join(const std::vector<UniqueId>& ids, int
   return b;
 }
 
-Message Bootstrap::await(MessageType type, int from, uint32_t tag, const char* what) {
+namespace {
+/// A kPeer message of no payload under this tag only asks whether the receiver still listens:
+/// receivers drop it.
+constexpr uint32_t kProbeTag = 0xffffffffu;
+bool isProbe(const Message& m) {
+  return m.header.type == MessageType::kPeer && m.header.tag == kProbeTag && m.header.length == 0;
+}
+/// A wait on one peer asks it whether it still listens after this long, then at doubling
+/// intervals up to kProbeMax: a peer whose communicator was destroyed or aborted (its process
+/// alive, so nothing else tells) refuses, and the wait fails naming it instead of waiting out
+/// the bootstrap timeout.
+constexpr auto kProbeFirst = std::chrono::milliseconds(500);
+constexpr auto kProbeMax = std::chrono::seconds(8);
+}  // namespace
+
+void Bootstrap::probe(int peer, const std::atomic<bool>* abortFlag, const char* what, uint32_t tag) {
+  net::Socket s;
+  try {
+    s = net::Socket::connect(peers_[peer], net::Clock::now() + std::chrono::milliseconds(500), abortFlag, {},
+                             /*refusedIsFinal=*/true);
+  } catch (const Error& e) {
+    if (e.code() != ncclRemoteError) return;  // slow, or aborted: the wait's own checks decide
+    fail(ncclRemoteError, "bootstrap: rank %d waiting for %s (rank %d, tag %u): rank %d at %s no longer listens: its "
+         "communicator was destroyed or aborted, or its process exited", rank_, what, peer, tag, peer,
+         peers_[peer].toString().c_str());
+  }
+  const MessageHeader header{secret_, MessageType::kPeer, rank_, kProbeTag, 0};
+  (void)s.writeSome(&header, sizeof(header));  // (24 bytes to a new connection: taken whole, or it closed)
+}
+
+Message Bootstrap::await(MessageType type, int from, uint32_t tag, const char* what,
+                         const std::atomic<bool>* abortFlag) {
+  if (abortFlag == nullptr) abortFlag = abortFlag_;
   std::lock_guard<std::mutex> lock(listenMutex_);
   auto matches = [&](const Message& m) {
     return m.header.type == type && m.header.rank == from && m.header.tag == tag;
@@ -124,11 +156,18 @@ Message Bootstrap::await(MessageType type, int from, uint32_t tag, const char* w
     }
   }
   const auto until = deadline();
+  auto probeEvery = std::chrono::duration_cast<net::Clock::duration>(kProbeFirst);
+  auto nextProbe = net::Clock::now() + probeEvery;
   for (;;) {
     try {
-      net::checkWait(abortFlag_, until, "bootstrap");
+      net::checkWait(abortFlag, until, "bootstrap");
     } catch (const Error& e) {
       fail(e.code(), "bootstrap: rank %d waiting for %s (rank %d, tag %u): %s", rank_, what, from, tag, e.what());
+    }
+    if (from != rank_ && net::Clock::now() >= nextProbe) {
+      probe(from, abortFlag, what, tag);
+      probeEvery = std::min<net::Clock::duration>(2 * probeEvery, kProbeMax);
+      nextProbe = net::Clock::now() + probeEvery;
     }
     Message m;
     if (!listener_.poll(50, &m)) continue;
@@ -143,6 +182,7 @@ Message Bootstrap::await(MessageType type, int from, uint32_t tag, const char* w
 
 void Bootstrap::queueUnexpected(Message m) {
   m.socket = net::Socket();  // (one connection a message: done)
+  if (isProbe(m)) return;
   if (unexpected_.size() >= maxUnexpected_ || unexpectedBytes_ + m.payload.size() > maxUnexpectedBytes_) {
     fail(ncclSystemError, "bootstrap: rank %d holds %zu messages (%zu bytes) that nothing waits for yet; rank %d's "
          "message (tag %u, %zu bytes) is one too many: do all ranks make the same calls in the same order?",
@@ -161,7 +201,9 @@ uint32_t roundTag(uint32_t collective, int round) {
 }
 }  // namespace
 
-void Bootstrap::post(int peer, MessageType type, uint32_t tag, const void* data, size_t size) {
+void Bootstrap::post(int peer, MessageType type, uint32_t tag, const void* data, size_t size,
+                     const std::atomic<bool>* abortFlag) {
+  if (abortFlag == nullptr) abortFlag = abortFlag_;
   if (size > kMaxPayloadBytes) {
     fail(ncclInternalError, "bootstrap: rank %d would send %zu bytes to rank %d, more than a message's %u", rank_,
          size, peer, kMaxPayloadBytes);
@@ -182,13 +224,20 @@ void Bootstrap::post(int peer, MessageType type, uint32_t tag, const void* data,
     }
   };
   const auto until = deadline();
-  net::Socket s = net::Socket::connect(peers_[peer], until, abortFlag_, readOwnMail);
+  net::Socket s;
+  try {  // (every rank listened before any had the table: a refusal now means this one stopped)
+    s = net::Socket::connect(peers_[peer], until, abortFlag, readOwnMail, /*refusedIsFinal=*/true);
+  } catch (const Error& e) {
+    if (e.code() != ncclRemoteError) throw;
+    fail(ncclRemoteError, "rank %d no longer listens: its communicator was destroyed or aborted, or its process "
+         "exited (%s)", peer, e.what());
+  }
   for (size_t sent = 0; sent < bytes.size();) {
     const ssize_t n = s.writeSome(bytes.data() + sent, bytes.size() - sent);
     if (n < 0) fail(ncclRemoteError, "the connection broke after %zu of %zu bytes: %s", sent, bytes.size(), strerror(errno));
     sent += static_cast<size_t>(n);
     if (sent == bytes.size()) break;
-    net::checkWait(abortFlag_, until, "a bootstrap send");
+    net::checkWait(abortFlag, until, "a bootstrap send");
     readOwnMail();
     pollfd writable{s.fd(), POLLOUT, 0};
     ::poll(&writable, 1, 1);
@@ -283,19 +332,19 @@ void Bootstrap::barrier() {
   }
 }
 
-void Bootstrap::send(int peer, uint32_t tag, const void* data, size_t size) {
+void Bootstrap::send(int peer, uint32_t tag, const void* data, size_t size, const std::atomic<bool>* abortFlag) {
   if (peer < 0 || peer >= nRanks()) fail(ncclInternalError, "bootstrap send to rank %d of %d", peer, nRanks());
   const WaitingOn waiting(waitingOn_, peer);
   try {
-    post(peer, MessageType::kPeer, tag, data, size);
+    post(peer, MessageType::kPeer, tag, data, size, abortFlag);
   } catch (const Error& e) {
     fail(e.code(), "bootstrap: rank %d could not send to rank %d (%s): %s", rank_, peer,
          peers_[peer].toString().c_str(), e.what());
   }
 }
-void Bootstrap::recv(int peer, uint32_t tag, void* data, size_t size) {
+void Bootstrap::recv(int peer, uint32_t tag, void* data, size_t size, const std::atomic<bool>* abortFlag) {
   const WaitingOn waiting(waitingOn_, peer);
-  Message m = await(MessageType::kPeer, peer, tag, "a message");
+  Message m = await(MessageType::kPeer, peer, tag, "a message", abortFlag);
   if (m.payload.size() != size) {
     fail(ncclInternalError, "bootstrap: rank %d sent %zu bytes under tag %u but rank %d expected %zu", peer,
          m.payload.size(), tag, rank_, size);

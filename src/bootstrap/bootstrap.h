@@ -67,10 +67,13 @@ class Bootstrap {
   /// All ranks: returns once every rank has entered (dissemination: ceil(log2 nranks) rounds
   /// of an empty message to rank + 2^k and one from rank - 2^k).
   void barrier();
-  /// Sends size bytes to `peer` under `tag` (does not wait for the matching recv).
-  void send(int peer, uint32_t tag, const void* data, size_t size);
-  /// Receives the message `peer` sent under `tag`; its size must be exactly size.
-  void recv(int peer, uint32_t tag, void* data, size_t size);
+  /// Sends size bytes to `peer` under `tag` (does not wait for the matching recv). abortFlag,
+  /// when given, is watched instead of the communicator's: shrink talks over the channel of a
+  /// communicator that failed (its flag raised), watching the new communicator's flag.
+  void send(int peer, uint32_t tag, const void* data, size_t size, const std::atomic<bool>* abortFlag = nullptr);
+  /// Receives the message `peer` sent under `tag`; its size must be exactly size. abortFlag:
+  /// as send's.
+  void recv(int peer, uint32_t tag, void* data, size_t size, const std::atomic<bool>* abortFlag = nullptr);
   /// The rank a send or recv is waiting on now, or -1: for the watchdog, which must tell a
   /// wait on a peer that died from a peer that exited after doing its part.
   int waitingOn() const { return waitingOn_.load(std::memory_order_relaxed); }
@@ -79,14 +82,20 @@ class Bootstrap {
   Bootstrap(int rank, uint64_t secret, Listener listener, const NetSettings& settings,
             const std::atomic<bool>* abortFlag);
   net::Clock::time_point deadline() const { return net::Clock::now() + timeout_; }
-  /// Waits for a message matching (type, from, tag); queues the others.
-  Message await(MessageType type, int from, uint32_t tag, const char* what);
-  /// Holds a message nothing waits for yet (its connection closed).
+  /// Waits for a message matching (type, from, tag); queues the others. abortFlag: null for
+  /// the communicator's.
+  Message await(MessageType type, int from, uint32_t tag, const char* what,
+                const std::atomic<bool>* abortFlag = nullptr);
+  /// Asks `peer` whether it still listens (a wait on it lasts); throws ncclRemoteError naming
+  /// the wait when it refuses.
+  void probe(int peer, const std::atomic<bool>* abortFlag, const char* what, uint32_t tag);
+  /// Holds a message nothing waits for yet (its connection closed); drops probes.
   void queueUnexpected(Message m);
   /// Connects to `peer` and sends one message; while the receiver's buffers are full, reads
   /// this rank's own incoming messages (two ranks sending each other large messages at once,
   /// as the collectives' rounds do, cannot block each other).
-  void post(int peer, MessageType type, uint32_t tag, const void* data, size_t size);
+  void post(int peer, MessageType type, uint32_t tag, const void* data, size_t size,
+            const std::atomic<bool>* abortFlag = nullptr);
   /// One round of allgather or barrier: posts to `to`, then waits for `from`'s message of
   /// exactly recvSize bytes.
   void round(int to, int from, uint32_t tag, const void* sendData, size_t sendSize, void* recvData, size_t recvSize);

@@ -12,13 +12,32 @@ Communicator::Communicator(const RankIdentity& identity, CommConfig config)
     : identity_(identity), config_(std::move(config)) {}
 
 Communicator::~Communicator() {
-  waitForCalls();
+  handles::beginClose(this);  // (already begun by ncclCommDestroy or ncclCommAbort)
+  handles::waitIdle(this);
   waitForJob();
   job_.reset();
   profiler_ = nullptr;
   dataPath_.reset();  // (an abort meanwhile still reaches the kernels through the mirror)
   abortMirror_.store(nullptr, std::memory_order_release);
-  magic_ = 0;
+}
+
+CallGuard::CallGuard(Communicator& c) : c_(c) {
+  if (!handles::enter(&c)) {
+    // (not read: the object may be gone)
+    fail(ncclInvalidUsage, "communicator %p is %s; no call is taken once ncclCommDestroy or ncclCommAbort has "
+         "begun", static_cast<void*>(&c), handles::closing(&c) ? "being destroyed" : "destroyed");
+  }
+}
+
+Communicator& communicatorFrom(ncclComm_t handle, const char* argument) {
+  if (handle == nullptr) fail(ncclInvalidArgument, "%s is NULL", argument);
+  if (handles::live(handle)) return *handle;
+  if (handles::closing(handle)) {
+    fail(ncclInvalidUsage, "%s %p is being destroyed (ncclCommDestroy or ncclCommAbort began on it)", argument,
+         static_cast<void*>(handle));
+  }
+  fail(ncclInvalidArgument, "%s %p is not a live communicator (destroyed, or never one)", argument,
+       static_cast<void*>(handle));
 }
 
 void Communicator::setAsyncError(ncclResult_t error) noexcept {
@@ -26,10 +45,6 @@ void Communicator::setAsyncError(ncclResult_t error) noexcept {
   while ((current == ncclSuccess || current == ncclInProgress) &&
          !state_.compare_exchange_weak(current, error, std::memory_order_acq_rel)) {
   }
-}
-
-void Communicator::waitForCalls() const {
-  for (uint32_t spins = 0; activeCalls_.load(std::memory_order_acquire) != 0; ++spins) kernels::backOff(spins);
 }
 
 void Communicator::requestAbort() {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "comm/config.h"
+#include "comm/handles.h"
 #include "comm/peer_info.h"
 #include "comm/red_ops.h"
 #include "comm/registrations.h"
@@ -53,11 +54,10 @@ class Communicator {
   explicit Communicator(const RankIdentity& identity, CommConfig config = {});
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
-  /// Waits for any background job (which watches the abort flag), then releases everything.
+  /// Closes the handle to new calls (handles::beginClose, when destroy has not), waits for the
+  /// calls in progress and any background job (which watches the abort flag), then releases
+  /// everything.
   ~Communicator();
-
-  /// True for a live communicator (guards against stale or foreign handles).
-  bool live() const noexcept { return magic_ == kMagic; }
   /// The process that created it; another one (a forked child) holds a copy whose threads do
   /// not exist there and whose connections belong to the parent.
   pid_t creatorPid() const noexcept { return creatorPid_; }
@@ -65,7 +65,7 @@ class Communicator {
   /// In a forked child: makes the handle dead without running any destructor (which would join
   /// threads that do not exist here, and shut down sockets and unlink segments the parent still
   /// uses). Everything it holds is left to the end of this process, deliberately.
-  void abandonInChild() noexcept { magic_ = 0; }
+  void abandonInChild() noexcept { handles::abandon(this); }
   const RankIdentity& identity() const noexcept { return identity_; }
   const CommConfig& config() const noexcept { return config_; }
 
@@ -115,12 +115,6 @@ class Communicator {
   /// data path (the device that owns it belongs to it).
   void mirrorAbortTo(uint32_t* word);
 
-  /// Marks an operation running on this communicator (see CallGuard); abort and destroy wait
-  /// until none is left, so another thread may abort a communicator that is in use.
-  void enterCall() { activeCalls_.fetch_add(1, std::memory_order_acq_rel); }
-  void leaveCall() { activeCalls_.fetch_sub(1, std::memory_order_acq_rel); }
-  /// Waits until no operation runs on this communicator.
-  void waitForCalls() const;
   bool finalized() const { return finalized_.load(); }
   void markFinalized() { finalized_.store(true); }
   bool revoked() const { return revoked_.load(); }
@@ -133,8 +127,6 @@ class Communicator {
   void setLastError(const std::string& text);
 
  private:
-  static constexpr uint64_t kMagic = 0xb4a1dc0aa11c0de5ull;
-  uint64_t magic_ = kMagic;
   const pid_t creatorPid_ = getpid();
   RankIdentity identity_;
   CommConfig config_;
@@ -149,7 +141,6 @@ class Communicator {
   uint32_t abortWord_ = 0;
   std::atomic<uint32_t*> abortMirror_{nullptr};
   std::atomic<ncclResult_t> jobResult_{ncclSuccess};
-  std::atomic<int> activeCalls_{0};
   std::atomic<bool> finalized_{false};
   std::atomic<bool> revoked_{false};
   uint32_t splitSequence_ = 0;
@@ -158,11 +149,13 @@ class Communicator {
   std::string lastError_;
 };
 
-/// An operation in progress on a communicator, for as long as the guard lives.
+/// An operation in progress on a communicator, for as long as the guard lives (counted in the
+/// handle registry, so destroy and abort wait for it); throws ncclInvalidUsage when the
+/// communicator's destroy or abort has begun.
 class CallGuard {
  public:
-  explicit CallGuard(Communicator& c) : c_(c) { c_.enterCall(); }
-  ~CallGuard() { c_.leaveCall(); }
+  explicit CallGuard(Communicator& c);
+  ~CallGuard() { handles::leave(&c_); }
   CallGuard(const CallGuard&) = delete;
   CallGuard& operator=(const CallGuard&) = delete;
 
@@ -172,22 +165,22 @@ class CallGuard {
 
 }  // namespace braid
 
-/// The handle type of the C ABI is the communicator under NCCL's name.
+/// The handle type of the C ABI is the communicator under NCCL's name. Its storage comes from
+/// the handle registry (addresses not reused), and it is live from construction on.
 struct ncclComm final : braid::Communicator {
-  using braid::Communicator::Communicator;
+  explicit ncclComm(const braid::RankIdentity& identity, braid::CommConfig config = {})
+      : Communicator(identity, std::move(config)) {
+    braid::handles::publish(this);
+  }
+  static void* operator new(size_t bytes) { return braid::handles::allocate(bytes); }
+  static void operator delete(void* storage) noexcept { braid::handles::release(storage); }
 };
 
 namespace braid {
 
-/// The communicator behind a handle; throws ncclInvalidArgument naming `argument` when the
-/// handle is NULL or not a live communicator.
-inline Communicator& communicatorFrom(ncclComm_t handle, const char* argument = "comm") {
-  if (handle == nullptr) fail(ncclInvalidArgument, "%s is NULL", argument);
-  if (!handle->live()) {
-    fail(ncclInvalidArgument, "%s %p is not a live communicator (destroyed or corrupt)", argument,
-         static_cast<void*>(handle));
-  }
-  return *handle;
-}
+/// The communicator behind a handle, checked in the handle registry (never by reading the
+/// object); throws ncclInvalidArgument naming `argument` when the handle is NULL or not a live
+/// communicator, and ncclInvalidUsage when its destroy or abort has begun.
+Communicator& communicatorFrom(ncclComm_t handle, const char* argument = "comm");
 
 }  // namespace braid

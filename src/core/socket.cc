@@ -179,7 +179,7 @@ Socket Socket::listen(const SocketAddress& address, int backlog) {
 }
 
 Socket Socket::connect(const SocketAddress& address, Clock::time_point deadline, AbortSource abortFlag,
-                       const std::function<void()>& whileWaiting) {
+                       const std::function<void()>& whileWaiting, bool refusedIsFinal) {
   const int slice = whileWaiting ? 1 : -1;  // (ms a poll waits before whileWaiting runs; -1: the deadline)
   const std::string what = "connect to " + address.toString();
   for (int attempt = 0;; ++attempt) {
@@ -207,6 +207,7 @@ Socket Socket::connect(const SocketAddress& address, Clock::time_point deadline,
       setsockopt(s.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
       return s;
     }
+    if (errno == ECONNREFUSED && refusedIsFinal) fail(ncclRemoteError, "%s: refused", what.c_str());
     if (errno != ECONNREFUSED && errno != ETIMEDOUT && errno != ECONNRESET && errno != EAGAIN) {
       fail(ncclSystemError, "%s failed: %s", what.c_str(), strerror(errno));
     }

@@ -91,9 +91,10 @@ class Socket {
   /// Connects, retrying refused connections until the deadline (the peer may not listen yet).
   /// `whileWaiting`, when given, runs about every millisecond until the connection is made (a
   /// rank reads its own listening socket meanwhile: when every rank connects to others whose
-  /// backlogs are full, none would otherwise accept).
+  /// backlogs are full, none would otherwise accept). refusedIsFinal: a refused connection
+  /// fails at once (ncclRemoteError, "refused"), for a peer known to have listened already.
   static Socket connect(const SocketAddress& address, Clock::time_point deadline, AbortSource abortFlag,
-                        const std::function<void()>& whileWaiting = {});
+                        const std::function<void()>& whileWaiting = {}, bool refusedIsFinal = false);
 
   int fd() const { return fd_; }
   bool valid() const { return fd_ >= 0; }

@@ -62,7 +62,9 @@ class PendingApiEvents {
   ApiEvents events_;
 };
 
-/// Adds a task to comm's operations of this group.
+/// Adds a task to comm's operations of this group. A communicator with operations in the
+/// group counts as in use (handles::enter) until the group has run them, so a destroy from
+/// another thread waits for the group instead of freeing what it holds.
 void add(Communicator* comm, const plan::Task& task) {
   for (auto& [c, tasks] : tls.operations) {
     if (c == comm) {
@@ -70,8 +72,33 @@ void add(Communicator* comm, const plan::Task& task) {
       return;
     }
   }
-  tls.operations.push_back({comm, {task}});
+  if (!handles::enter(comm)) {
+    fail(ncclInvalidUsage, "%s: communicator %p is being destroyed (ncclCommDestroy or ncclCommAbort began)",
+         task.name, static_cast<void*>(comm));
+  }
+  try {
+    tls.operations.push_back({comm, {task}});
+  } catch (...) {
+    handles::leave(comm);
+    throw;
+  }
 }
+
+/// The communicators of a group's operations, each let go (handles::leave) when this ends.
+class HeldComms {
+ public:
+  explicit HeldComms(const std::vector<std::pair<Communicator*, std::vector<plan::Task>>>& operations) {
+    for (const auto& op : operations) comms_.push_back(op.first);
+  }
+  ~HeldComms() {
+    for (Communicator* c : comms_) handles::leave(c);
+  }
+  HeldComms(const HeldComms&) = delete;
+  HeldComms& operator=(const HeldComms&) = delete;
+
+ private:
+  std::vector<Communicator*> comms_;
+};
 
 /// enqueue with a profiler plugin: the Group API event of comm in this group (started by its
 /// first operation, as NCCL does, with NCCL's depth: 1 for a lone call, the user's nesting + 1
@@ -161,7 +188,14 @@ void forget(Communicator* comm) {
   auto& jobs = tls.creations;
   for (auto it = jobs.begin(); it != jobs.end();) it = it->comm == comm ? jobs.erase(it) : it + 1;
   auto& ops = tls.operations;
-  for (auto it = ops.begin(); it != ops.end();) it = it->first == comm ? ops.erase(it) : it + 1;
+  for (auto it = ops.begin(); it != ops.end();) {
+    if (it->first != comm) {
+      ++it;
+      continue;
+    }
+    handles::leave(comm);  // (held since its first operation joined the group)
+    it = ops.erase(it);
+  }
   auto& events = tls.groupApi;
   for (auto it = events.begin(); it != events.end();) {
     if (it->first != comm) {
@@ -235,6 +269,7 @@ ncclResult_t end() {
   std::vector<std::pair<Communicator*, std::vector<plan::Task>>> operations;
   ApiEvents apiEvents;
   if (!leave("ncclGroupEnd", &creations, &operations, &apiEvents)) return ncclSuccess;
+  HeldComms held(operations);
   PendingApiEvents groupApi(std::move(apiEvents));
   groupApi.recordEnd();
   if (runCreations(creations) == ncclInProgress) return ncclInProgress;
@@ -264,6 +299,7 @@ ncclResult_t simulateEnd(float* estimatedUs) {
   std::vector<std::pair<Communicator*, std::vector<plan::Task>>> operations;
   ApiEvents apiEvents;
   if (!leave("ncclGroupSimulateEnd", &creations, &operations, &apiEvents)) return ncclSuccess;
+  HeldComms held(operations);
   PendingApiEvents groupApi(std::move(apiEvents));  // (nothing runs: the events end with the call)
   const ncclResult_t created = runCreations(creations);
   if (created == ncclInProgress && !operations.empty()) {

@@ -81,9 +81,11 @@ TEST_CASE("a rank that dies during init: the others fail within the timeout", "[
   const auto start = std::chrono::steady_clock::now();
   const auto results = runRanks(2, [&](int rank) { return tryInit(id, 3, rank, settings); });
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  // (the peer exchange's first round: rank 0 sends to rank 2, rank 1 waits for rank 2)
+  // (the peer exchange's first round: rank 0 sends to rank 2, rank 1 waits for rank 2; rank 0
+  // fails at once, refused, and rank 1 may then find rank 0's listener closed first)
   CHECK_THAT(results[0], Catch::Contains("rank 0 could not send to rank 2") && Catch::Contains("did rank 2 die?"));
-  CHECK_THAT(results[1], Catch::Contains("rank 1 waiting for its part of an allgather, alltoall or barrier (rank 2"));
+  CHECK_THAT(results[1], Catch::Contains("rank 1 waiting for its part of an allgather, alltoall or barrier (rank 2") ||
+                             Catch::Contains("rank 0 no longer listens"));
   for (const auto& r : results) CHECK(!r.empty());
   CHECK(seconds < 10);
 }

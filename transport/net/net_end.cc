@@ -344,6 +344,13 @@ bool EndPump::acceptControl(FrameReader& r) {
 void EndPump::deliverControl(const FrameHeader& h) {
   if (h.type == kBye) {
     byeReceived_ = true;
+    // The peer's communicator is going away: a wait on it that is still running fails.
+    if (kernels::loadAcquire(&theirs_->raised) != 0) return;
+    theirs_->rank = peer_;
+    theirs_->code = static_cast<uint32_t>(ncclRemoteError);
+    snprintf(theirs_->text, sizeof theirs_->text, "rank %d (%s) closed its end of the connection (its communicator "
+             "was destroyed)", peer_, peerName_.c_str());
+    kernels::storeRelease(&theirs_->raised, kFaultLeft);
   } else if (h.type == kReady) {
     readyReceived_ = true;
     readyStep_ = std::max(readyStep_, h.step);

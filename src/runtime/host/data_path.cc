@@ -201,12 +201,14 @@ void DataPath::openTunerPlugin(uint64_t commHash) {
 }
 
 DataPath::~DataPath() {
-  if (device_ == nullptr) return;
-  try {  // the kernels use the connections' memory until they end
-    synchronize();
-  } catch (const Error& e) {
-    BRAID_WARN("rank %d: %s", rank_, e.what());
+  if (device_ != nullptr) {
+    try {  // the kernels use the connections' memory until they end
+      synchronize();
+    } catch (const Error& e) {
+      BRAID_WARN("rank %d: %s", rank_, e.what());
+    }
   }
+  if (!departure_.empty()) watchdog_->depart(departure_);
 }
 
 void DataPath::setRanksPerNode(int k) {

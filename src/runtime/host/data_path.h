@@ -156,6 +156,10 @@ class DataPath {
     connector_.forEachEnd([&n](const transport::Connector::End&) { ++n; });
     return n;
   }
+  /// This rank's communicator is going away: once its operations have ended (at destruction,
+  /// after a device's kernels), peers still waiting on it learn `text` from their connections
+  /// (Watchdog::depart).
+  void departWith(std::string text) { departure_ = std::move(text); }
   /// Fails this rank as its watchdog does when it finds a fault (its peers learn it from the
   /// fault boxes of their connections to it); tests of that path.
   void failRank(ncclResult_t code, const std::string& text) { watchdog_->fail(code, text); }
@@ -299,6 +303,7 @@ class DataPath {
   uint64_t opSeq_ = 0;  // collectives called on this communicator so far
   bool neighbourWatched_ = false;
   std::unique_ptr<Watchdog> watchdog_;  // after connector_ and statuses_: stopped before them
+  std::string departure_;               // the notice the destructor leaves for peers ("": none)
   Scratch scratch_;  ///< the host kernels' scratch memory (CollPlan::scratchBytes)
   Executor executor_;
   std::vector<kernels::RingHandle> rings_;  // cached handles of the connected ring channels

@@ -200,6 +200,17 @@ void Watchdog::fail(ncclResult_t code, const std::string& text) {
   onFailure_(code);
 }
 
+void Watchdog::depart(const std::string& text) {
+  connector_.forEachEnd([&](const transport::Connector::End& end) {
+    transport::FaultBox* box = end.memory->faultBox(end.isSend);
+    if (kernels::loadAcquire(&box->raised) != 0) return;
+    box->rank = rank_;
+    box->code = static_cast<uint32_t>(ncclRemoteError);
+    snprintf(box->text, sizeof box->text, "%s", text.c_str());
+    kernels::storeRelease(&box->raised, transport::kFaultLeft);
+  });
+}
+
 bool Watchdog::failure(ncclResult_t* code, std::string* text) const {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!failed_) return false;
@@ -315,18 +326,27 @@ bool Watchdog::stuckOn(int peer) const {
 
 void Watchdog::checkFaultBoxes(const OpView& op) {
   int from = -1;
+  uint32_t kind = 0;
   std::string text;
   const bool inFlight = op.inFlight;
   const size_t first = faultCursor_;
   const size_t ends = connector_.visitEnds(first, kFaultBoxesPerTick, [&](const transport::Connector::End& end) {
     const transport::FaultBox* box = end.memory->faultBox(!end.isSend);  // written by the other end
     const uint32_t raised = kernels::loadAcquire(const_cast<uint32_t*>(&box->raised));
-    if (from >= 0 || raised == 0 || (raised == transport::kFaultLost && (!inFlight || !stuckOn(box->rank)))) return;
+    if (from >= 0 || raised == 0) return;
+    // A lost connection or a peer that left fails only an operation still waiting on it.
+    if (raised != transport::kFaultRaised && (!inFlight || !stuckOn(box->rank))) return;
     from = box->rank;
+    kind = raised;
     text.assign(box->text, strnlen(box->text, sizeof box->text));
   });
   faultCursor_ = ends > kFaultBoxesPerTick ? (first + kFaultBoxesPerTick) % ends : 0;
   if (from < 0) return;
+  if (kind == transport::kFaultLeft) {
+    const std::string call = op.sig.seq != 0 ? std::string(op.name) + " op #" + std::to_string(op.sig.seq) : op.name;
+    fail(ncclRemoteError, "rank " + std::to_string(rank_) + " stopped in " + call + " because " + text);
+    return;
+  }
   // The peer's own error code (a mismatch it found, say) stays its own; here it is remote.
   fail(ncclRemoteError, "rank " + std::to_string(rank_) + " stopped because rank " + std::to_string(from) +
                             " failed: " + text);

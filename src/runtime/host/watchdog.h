@@ -83,6 +83,10 @@ class Watchdog {
   /// Fails the communicator: the first failure is recorded; peers are told through the fault
   /// boxes; the abort flag is raised. Later calls do nothing.
   void fail(ncclResult_t code, const std::string& text);
+  /// This rank leaves (its communicator is being destroyed or aborted): a notice of that in
+  /// every connection's fault box, where no fault was raised, so a peer still waiting on this
+  /// rank fails naming it (transport::kFaultLeft: a peer that finished its part is no failure).
+  void depart(const std::string& text);
   /// The recorded failure, if any.
   bool failure(ncclResult_t* code, std::string* text) const;
   /// Checks the channels for a signature mismatch now; true (and fails) when one was found.

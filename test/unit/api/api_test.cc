@@ -61,7 +61,8 @@ TEST_CASE("ncclGetErrorString covers every code", "[api]") {
 
 TEST_CASE("unimplemented entry points say so with ncclInvalidUsage", "[api]") {
   RankIdentity id;
-  ncclComm comm(id);
+  auto owned = std::make_unique<ncclComm>(id);
+  ncclComm& comm = *owned;
   CHECK(ncclAllReduce(nullptr, nullptr, 1, ncclFloat, ncclSum, &comm, nullptr) == ncclInvalidUsage);
   CHECK_THAT(lastError(), Catch::StartsWith("ncclAllReduce: the communicator has not completed init"));
   ncclWindow_t win = nullptr;
@@ -84,7 +85,9 @@ TEST_CASE("ncclMemAlloc hands out page-aligned host memory; registrations are ch
   CHECK(ncclMemFree(nullptr) == ncclSuccess);
   CHECK(ncclMemAlloc(&p, 0) == ncclInvalidArgument);
 
-  ncclComm comm(RankIdentity{});
+  auto owned = std::make_unique<ncclComm>(RankIdentity{});
+
+  ncclComm& comm = *owned;
   void* handle = nullptr;
   char buffer[64];
   REQUIRE(ncclCommRegister(&comm, buffer, sizeof(buffer), &handle) == ncclSuccess);
@@ -102,11 +105,13 @@ TEST_CASE("bad handles and NULL outputs are ncclInvalidArgument naming the argum
   CHECK(ncclAllReduce(nullptr, nullptr, 1, ncclFloat, ncclSum, nullptr, nullptr) == ncclInvalidArgument);
   CHECK(lastError() == "ncclAllReduce: comm is NULL");
 
-  ncclComm dead(RankIdentity{});
-  dead.~ncclComm();  // storage still here, object gone: the magic is cleared
-  CHECK(ncclCommCount(&dead, &n) == ncclInvalidArgument);
+  ncclComm* dead = new ncclComm(RankIdentity{});
+  delete dead;  // a stale handle: its storage is gone, and is never handed to another communicator
+  CHECK(ncclCommCount(dead, &n) == ncclInvalidArgument);
   CHECK_THAT(lastError(), Catch::Contains("not a live communicator"));
-  new (&dead) ncclComm(RankIdentity{});  // restore an object for the destructor at scope exit
+  int local = 0;  // not a communicator at all
+  CHECK(ncclCommCount(reinterpret_cast<ncclComm_t>(&local), &n) == ncclInvalidArgument);
+  CHECK_THAT(lastError(), Catch::Contains("not a live communicator"));
 }
 
 TEST_CASE("queries read the communicator", "[api]") {
@@ -116,7 +121,8 @@ TEST_CASE("queries read the communicator", "[api]") {
   id.cudaDevice = 1;
   id.localRank = 2;
   id.localRanks = 4;
-  ncclComm comm(id);
+  auto owned = std::make_unique<ncclComm>(id);
+  ncclComm& comm = *owned;
   int v = -1;
   REQUIRE(ncclCommCount(&comm, &v) == ncclSuccess);
   CHECK(v == 8);
@@ -146,7 +152,8 @@ TEST_CASE("device-API teams are computed from the communicator", "[api]") {
   id.nRanks = 8;
   id.localRank = 2;
   id.localRanks = 4;
-  ncclComm comm(id);
+  auto owned = std::make_unique<ncclComm>(id);
+  ncclComm& comm = *owned;
   const ncclTeam_t world = ncclTeamWorld(&comm);
   CHECK((world.nRanks == 8 && world.rank == 6 && world.stride == 1));
   const ncclTeam_t lsa = ncclTeamLsa(&comm);
