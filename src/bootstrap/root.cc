@@ -245,23 +245,43 @@ class RootRegistry {
   }
 
   ~RootRegistry() {
-    stop_.store(true, std::memory_order_release);
     std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& e : entries_) e.stop.store(true, std::memory_order_release);
     for (auto& e : entries_) e.thread.join();
+  }
+
+  /// Stops the root of `ticket` (if it still runs) and joins its thread.
+  void stop(uint64_t ticket) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (auto& e : entries_) {
+      if (e.ticket != ticket) continue;
+      e.stop.store(true, std::memory_order_release);
+      for (uint32_t spins = 0; !e.done.load(std::memory_order_acquire); ++spins) {
+        lock.unlock();
+        std::this_thread::sleep_for(std::chrono::milliseconds(spins < 10 ? 1 : 10));
+        lock.lock();
+      }
+      break;  // (a list's elements stay put: e is still there, reaped below)
+    }
+    reapLocked();
   }
 
   /// Returns once the root's thread has set itself up and waits for ranks: a process that
   /// forks right after (a test harness starting ranks, say) then forks while that thread
   /// allocates nothing, so no allocator lock it held can reach the child locked.
-  void start(net::Socket listening, uint64_t secret, std::chrono::seconds timeout) {
+  uint64_t start(net::Socket listening, uint64_t secret, std::chrono::seconds timeout) {
     auto ready = std::make_shared<std::promise<void>>();  // (shared: the thread may outlive this call)
     std::future<void> started = ready->get_future();
+    uint64_t ticket = 0;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       reapLocked();
       entries_.emplace_back();
       Entry& e = entries_.back();
+      e.ticket = ++tickets_;
+      ticket = e.ticket;
       std::atomic<bool>* done = &e.done;
+      std::atomic<bool>* stop = &e.stop;
       // (an entry whose thread could not start is dropped again: nothing would ever join it)
       struct DropUnstarted {
         std::list<Entry>& entries;
@@ -270,10 +290,10 @@ class RootRegistry {
           if (!started) entries.pop_back();
         }
       } drop{entries_};
-      e.thread = std::thread([this, done, ready, s = std::move(listening), secret, timeout]() mutable {
+      e.thread = std::thread([done, stop, ready, s = std::move(listening), secret, timeout]() mutable {
         bool told = false;
         try {
-          Root root(std::move(s), secret, timeout, &stop_);
+          Root root(std::move(s), secret, timeout, stop);
           ready->set_value();
           told = true;
           root.run();
@@ -286,6 +306,7 @@ class RootRegistry {
       drop.started = true;
     }
     started.wait();
+    return ticket;
   }
 
   /// In a forked child the root threads do not exist: drop their handles without joining.
@@ -305,6 +326,8 @@ class RootRegistry {
   struct Entry {
     std::thread thread;
     std::atomic<bool> done{false};
+    std::atomic<bool> stop{false};  // raised by stop() or at exit
+    uint64_t ticket = 0;
   };
 
   void reapLocked() {
@@ -320,7 +343,7 @@ class RootRegistry {
 
   std::mutex mutex_;
   std::list<Entry> entries_;
-  std::atomic<bool> stop_{false};
+  uint64_t tickets_ = 0;
 };
 
 RootRegistry& registry() {
@@ -330,9 +353,11 @@ RootRegistry& registry() {
 
 }  // namespace
 
-void startRoot(net::Socket listening, uint64_t secret, std::chrono::seconds timeout) {
-  registry().start(std::move(listening), secret, timeout);
+uint64_t startRoot(net::Socket listening, uint64_t secret, std::chrono::seconds timeout) {
+  return registry().start(std::move(listening), secret, timeout);
 }
+
+void stopRoot(uint64_t ticket) { registry().stop(ticket); }
 
 int liveRoots() { return registry().live(); }
 

@@ -15,9 +15,12 @@
 namespace braid::bootstrap {
 
 /// Starts a root thread on an already-listening socket. The thread ends on its own once it
-/// has served (or failed) one communicator, or at the deadline; the process keeps no
-/// handle to it beyond a registry that joins finished roots and stops the rest at exit.
-void startRoot(net::Socket listening, uint64_t secret, std::chrono::seconds timeout);
+/// has served (or failed) one communicator, or at the deadline; a registry joins finished
+/// roots and stops the rest at exit. Returns the root's ticket, for stopRoot.
+uint64_t startRoot(net::Socket listening, uint64_t secret, std::chrono::seconds timeout);
+/// Stops the root of `ticket` if it still runs (its communicator's init failed, so it would
+/// wait for ranks until its deadline) and joins its thread.
+void stopRoot(uint64_t ticket);
 
 /// Number of root threads currently alive in this process (for leak tests).
 int liveRoots();

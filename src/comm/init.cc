@@ -41,7 +41,8 @@ InitSettings InitSettings::fromParams() {
   return s;
 }
 
-ncclUniqueId makeUniqueId(const InitSettings& settings) {
+ncclUniqueId makeUniqueId(const InitSettings& settings, uint64_t* rootTicket) {
+  if (rootTicket != nullptr) *rootTicket = 0;
   bootstrap::UniqueId id;
   if (!settings.commIdEnv.empty()) {
     id.root = net::SocketAddress::parse(settings.commIdEnv);
@@ -55,8 +56,10 @@ ncclUniqueId makeUniqueId(const InitSettings& settings) {
   id.secret = process::random64();
   BRAID_INFO(log::kBootstrap | log::kInit, "bootstrap: root listening on %s (interface %s)",
              id.root.toString().c_str(), iface.name.c_str());
-  bootstrap::startRoot(std::move(listening), bootstrap::keyedSecret(id.secret, settings.commSecret),
-                       settings.net.timeout);
+  const uint64_t ticket = bootstrap::startRoot(std::move(listening),
+                                               bootstrap::keyedSecret(id.secret, settings.commSecret),
+                                               settings.net.timeout);
+  if (rootTicket != nullptr) *rootTicket = ticket;
   return id.encode();
 }
 

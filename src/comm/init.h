@@ -30,7 +30,8 @@ struct InitSettings {
 
 /// A new unique id: a random secret and the address of a root started in this process, or,
 /// with NCCL_COMM_ID, the fixed id naming that address (rank 0 starts the root in init).
-ncclUniqueId makeUniqueId(const InitSettings& settings);
+/// rootTicket, when given, receives the started root's ticket (bootstrap::stopRoot; 0: none).
+ncclUniqueId makeUniqueId(const InitSettings& settings, uint64_t* rootTicket = nullptr);
 
 /// The CUDA device a new rank runs on: `requested` (ncclCommInitAll's devlist entry), or with
 /// -1 the calling thread's current device; -1 when BRAID_BACKEND=host or no device is usable.
