@@ -353,6 +353,10 @@ void Connector::connectEveryPeer(int set) {
 
 int Connector::setupWaitingOn() const { return channel_.waitingOn(); }
 
+int Connector::setupTimedOutOn() const { return channel_.timedOutOn(); }
+
+long long Connector::setupTimeoutSeconds() const { return static_cast<long long>(channel_.timeout().count()); }
+
 kernels::ConnHandle Connector::peerSend(int peer, int set) const {
   return handleOf(peerSend_, set * nRanks_ + peer, "send");
 }

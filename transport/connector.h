@@ -112,6 +112,10 @@ class Connector {
 
   /// The rank connection setup is waiting on now (-1: none), for the watchdog.
   int setupWaitingOn() const;
+  /// The rank whose message the last timed-out wait of connection setup waited for (-1: none
+  /// timed out), and how long such a wait may take (BRAID_BOOTSTRAP_TIMEOUT).
+  int setupTimedOutOn() const;
+  long long setupTimeoutSeconds() const;
 
   /// Whether any connection goes through the network (so the proxy thread carries it).
   bool usesNetwork() const { return usesNetwork_; }

@@ -77,6 +77,9 @@ class Bootstrap {
   /// The rank a send or recv is waiting on now, or -1: for the watchdog, which must tell a
   /// wait on a peer that died from a peer that exited after doing its part.
   int waitingOn() const { return waitingOn_.load(std::memory_order_relaxed); }
+  /// The peer of the last wait for a message that timed out (-1: none has): the caller says
+  /// what that means for the user's call.
+  int timedOutOn() const { return timedOutOn_.load(std::memory_order_relaxed); }
 
  private:
   Bootstrap(int rank, uint64_t secret, Listener listener, const NetSettings& settings,
@@ -115,6 +118,7 @@ class Bootstrap {
   std::mutex collectiveMutex_;  // (allGather, allToAll and barrier: one at a time, numbered alike on all ranks)
   uint32_t collectives_ = 0;
   std::atomic<int> waitingOn_{-1};
+  std::atomic<int> timedOutOn_{-1};
 };
 
 }  // namespace braid::bootstrap

@@ -32,6 +32,8 @@ const std::vector<KnobSpec>& knobTable() {
        "treat each k consecutive ranks as one node (0: nodes are hosts): Tree, Hier2D and the tuner see k-rank nodes, transports unchanged; must be the same on all ranks", true},
       {"BRAID_TIMEOUT", KnobType::Integer, "0",
        "alias of NCCL_TIMEOUT (used when NCCL_TIMEOUT is unset)", true},
+      {"BRAID_WAIT_WARN", KnobType::Integer, "30",
+       "seconds an operation may go without progress before one WARN says what it waits for and on whom, repeated at doubling intervals (0: never); unlike NCCL_TIMEOUT it stops nothing", true},
       {"NCCL_ALGO", KnobType::String, "",
        "algorithms allowed, NCCL syntax (e.g. ^NVLS or ring;allreduce:tree); Braid implements Ring, for AllReduce also Tree, Direct, RecDoubling, HalvingDoubling, Binomial and Hier2D, HalvingDoubling for ReduceScatter and AllGather, Binomial for Reduce and Broadcast", true},
       {"NCCL_BUFFSIZE", KnobType::Integer, "4194304",

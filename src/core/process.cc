@@ -156,4 +156,13 @@ bool ProcessWatch::exited() const {
   return state == 'Z' || state == 'X' || start != startTime_;
 }
 
+bool ProcessWatch::stopped() const {
+  if (exited()) return false;
+  char state = 0;
+  uint64_t start = 0;
+  if (!readStat(pid_, &state, &start)) return false;
+  if (byProc_ && start != startTime_) return false;  // (another process took the pid)
+  return state == 'T' || state == 't';
+}
+
 }  // namespace braid::process

@@ -54,6 +54,9 @@ class ProcessWatch {
   int pid() const { return pid_; }
   /// True once the process has exited (or was already gone when the watch began).
   bool exited() const;
+  /// True while the process is stopped (SIGSTOP, a terminal's stop, a debugger): its
+  /// /proc/PID/stat state is T or t. False once it has exited, or where /proc cannot tell.
+  bool stopped() const;
   /// "pidfd", "/proc" or "kill", for logs and tests.
   const char* method() const { return fd_ >= 0 ? "pidfd" : byProc_ ? "/proc" : "kill"; }
 

@@ -1,13 +1,15 @@
 /*
  * One rank of a communicator, as a plain C program linked against Braid's libnccl.so.2:
  *   rank_main NRANKS RANK [allreduce]
- *   rank_main NRANKS RANK stream COUNT [kill-at K R | stop-at K R]
+ *   rank_main NRANKS RANK stream COUNT [kill-at K R | stop-at K R] [shrink]
  * The unique id comes from ncclGetUniqueId, so NCCL_COMM_ID must be set (every rank then
  * computes the same id, and rank 0 starts the root). Prints "rank R of N ok" on success.
  * "stream" runs COUNT AllReduces of 1000 floats; with kill-at/stop-at, rank R sends itself
  * SIGKILL/SIGSTOP just before the K-th. A rank whose operation fails prints
  * "rank R: op #I failed after S s: <result>: <last error>", destroys its communicator and
- * exits with status 3.
+ * exits with status 3. With "shrink", a survivor instead shrinks the communicator without rank R
+ * (ncclCommShrink), runs 20 AllReduces of ones on the new one, checks them exactly, prints
+ * "rank R2: shrink ok, 20 exact AllReduces on M ranks" and exits with 0.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <nccl.h>
@@ -35,8 +37,48 @@ static double now(void) {
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+/* After a death: the survivors' communicator without rank `dead`, checked by 20 AllReduces. */
+static int shrinkAndGoOn(ncclComm_t comm, int nranks, int rank, int dead) {
+  ncclComm_t next = NULL;
+  int excluded[1] = {dead}, count = 0, me = -1;
+  float x[1000];
+  ncclResult_t r = ncclCommShrink(comm, excluded, 1, &next, NULL, NCCL_SHRINK_DEFAULT);
+  if (r != ncclSuccess) {
+    printf("rank %d: shrink failed: %s: %s\n", rank, ncclGetErrorString(r), ncclGetLastError(NULL));
+    return 4;
+  }
+  if (ncclCommCount(next, &count) != ncclSuccess || ncclCommUserRank(next, &me) != ncclSuccess ||
+      count != nranks - 1 || me != (rank < dead ? rank : rank - 1)) {
+    printf("rank %d: the new communicator has %d ranks, this one %d\n", rank, count, me);
+    return 4;
+  }
+  for (int op = 1; op <= 20; ++op) {
+    for (int i = 0; i < 1000; ++i) x[i] = 1.0f;
+    r = ncclAllReduce(x, x, 1000, ncclFloat, ncclSum, next, NULL);
+    if (r != ncclSuccess) {
+      printf("rank %d: AllReduce #%d after the shrink failed: %s: %s\n", rank, op, ncclGetErrorString(r),
+             ncclGetLastError(NULL));
+      return 4;
+    }
+    for (int i = 0; i < 1000; ++i) {
+      if (x[i] != (float)count) {
+        printf("rank %d: AllReduce #%d after the shrink gave %f at %d\n", rank, op, x[i], i);
+        return 4;
+      }
+    }
+  }
+  if (ncclCommDestroy(next) != ncclSuccess || ncclCommDestroy(comm) != ncclSuccess) {
+    printf("rank %d: destroy after the shrink failed: %s\n", rank, ncclGetLastError(NULL));
+    return 4;
+  }
+  printf("rank %d: shrink ok, 20 exact AllReduces on %d ranks\n", rank, count);
+  fflush(stdout);
+  return 0;
+}
+
 /* The "stream" mode: COUNT AllReduces; a failure is reported, not fatal to the test program. */
-static int stream(ncclComm_t comm, int nranks, int rank, int count, int signalAt, int signalRank, int sig) {
+static int stream(ncclComm_t comm, int nranks, int rank, int count, int signalAt, int signalRank, int sig,
+                  int shrink) {
   float x[1000];
   for (int op = 1; op <= count; ++op) {
     if (rank == signalRank && op == signalAt) {
@@ -50,6 +92,8 @@ static int stream(ncclComm_t comm, int nranks, int rank, int count, int signalAt
     if (r != ncclSuccess) {
       printf("rank %d: op #%d failed after %.1f s: %s: %s\n", rank, op, now() - start, ncclGetErrorString(r),
              ncclGetLastError(NULL));
+      fflush(stdout);
+      if (shrink) return shrinkAndGoOn(comm, nranks, rank, signalRank);
       ncclResult_t d = ncclCommDestroy(comm);
       printf("rank %d: destroy: %s\n", rank, ncclGetErrorString(d));
       fflush(stdout);
@@ -60,12 +104,16 @@ static int stream(ncclComm_t comm, int nranks, int rank, int count, int signalAt
       return 1;
     }
   }
+  if (shrink) {
+    printf("rank %d: no failure in %d AllReduces, so nothing to shrink\n", rank, count);
+    return 6;
+  }
   return 0;
 }
 
 int main(int argc, char** argv) {
-  if (argc < 3 || argc > 8) {
-    fprintf(stderr, "usage: rank_main NRANKS RANK [allreduce | stream COUNT [kill-at K R | stop-at K R]]\n");
+  if (argc < 3 || argc > 9) {
+    fprintf(stderr, "usage: rank_main NRANKS RANK [allreduce | stream COUNT [kill-at K R | stop-at K R] [shrink]]\n");
     return 2;
   }
   const int nranks = atoi(argv[1]);
@@ -79,13 +127,14 @@ int main(int argc, char** argv) {
   CHECK(ncclCommUserRank(comm, &me));
   if (argc >= 5 && strcmp(argv[3], "stream") == 0) {
     int at = -1, who = -1, sig = 0;
-    if (argc == 8) {
+    const int shrink = argc == 9 && strcmp(argv[8], "shrink") == 0;
+    if (argc >= 8) {
       at = atoi(argv[6]);
       who = atoi(argv[7]);
       sig = strcmp(argv[5], "kill-at") == 0 ? SIGKILL : SIGSTOP;
     }
-    int rc = stream(comm, nranks, rank, atoi(argv[4]), at, who, sig);
-    if (rc != 0) return rc;
+    int rc = stream(comm, nranks, rank, atoi(argv[4]), at, who, sig, shrink);
+    if (rc != 0 || shrink) return rc;
   } else if (argc == 4) {
     float x[1000];
     for (int i = 0; i < 1000; ++i) x[i] = (float)rank;

@@ -169,25 +169,59 @@ TEST_CASE("a killed rank: survivors fail within seconds and leave nothing behind
   CHECK(braidShmFiles() == shmBefore);
 }
 
+TEST_CASE("a rank sending while the others call a collective: a mismatch naming both calls", "[integration][watchdog]") {
+  for (bool processes : {false, true}) {
+    for (int n : {2, 3}) {
+      INFO((processes ? "processes" : "threads") << ", " << n << " ranks");
+      const std::string out = runAndReport(n, [&](int rank, ncclComm_t comm) {
+        std::vector<float> buf(4096, 1.0f);
+        for (int i = 0; i < 3; ++i) {  // (the ring's connections exist)
+          const ncclResult_t r = ncclAllReduce(buf.data(), buf.data(), 4096, ncclFloat, ncclSum, comm, nullptr);
+          if (r != ncclSuccess) return r;
+        }
+        // Rank 1 sends to rank 0, its previous rank on the ring; the others call AllReduce.
+        if (rank == 1) return ncclSend(buf.data(), 4096, ncclFloat, 0, comm, nullptr);
+        return ncclAllReduce(buf.data(), buf.data(), 4096, ncclFloat, ncclSum, comm, nullptr);
+      }, processes);
+      INFO(out);
+      CHECK_THAT(out, Catch::Contains("result 5 async 5 after") &&
+                          Catch::Contains("rank 1 called ncclSend (point-to-point) after op #3, waiting on rank 0, but "
+                                          "rank 0 called AllReduce(count=4096, float, sum) as op #4: they wait for each "
+                                          "other"));
+      CHECK_THAT(out, Catch::Contains("result 6 async 6 after") && Catch::Contains("rank 0 stopped because rank"));
+      for (int r = 0; r < n; ++r) {
+        CHECK(millisOf(out, r) >= 0);
+        CHECK(millisOf(out, r) < 5000);
+      }
+    }
+  }
+}
+
 TEST_CASE("a stopped rank: NCCL_TIMEOUT fails the others with a hang report naming it", "[integration][watchdog]") {
   const char* program = std::getenv("BRAID_RANK_MAIN_EXE");
   REQUIRE(program != nullptr);
   const int port = test::freeLoopbackPort();
   std::string command = "export NCCL_COMM_ID=127.0.0.1:" + std::to_string(port) +
                         " NCCL_SOCKET_IFNAME=lo BRAID_BOOTSTRAP_TIMEOUT=20 NCCL_TIMEOUT=2 NCCL_DEBUG=WARN; ";
-  for (int r = 0; r < 3; ++r)
-    command += std::string(program) + " 3 " + std::to_string(r) + " stream 100000 stop-at 20 1 & p" + std::to_string(r) + "=$!; ";
-  command += "wait $p0; wait $p2; kill -9 $p1; wait $p1 2>/dev/null; true";
+  for (int r = 0; r < 4; ++r)
+    command += std::string(program) + " 4 " + std::to_string(r) + " stream 100000 stop-at 20 2 & p" + std::to_string(r) + "=$!; ";
+  command += "wait $p0; wait $p1; wait $p3; kill -9 $p2; wait $p2 2>/dev/null; true";
   const std::string out = test::runCommand(command);
   INFO(out);
-  CHECK_THAT(out, Catch::Contains("rank 1: raising signal 19 before op #20"));
+  CHECK_THAT(out, Catch::Contains("rank 2: raising signal 19 before op #20"));
   CHECK_THAT(out, Catch::Contains("Braid hang report: comm "));
   CHECK_THAT(out, Catch::Contains("ncclAllReduce op #20 AllReduce(count=1000, float, sum) running for"));
-  CHECK_THAT(out, Catch::Contains("waiting for data from rank 1 over SHM") ||
-                      Catch::Contains("waiting for free slots (credits) from rank 1 over SHM") ||
-                      Catch::Contains("waiting for the collective's signature from rank 1 over SHM"));
   CHECK_THAT(out, Catch::Contains("no progress for 2 s (NCCL_TIMEOUT)"));
-  for (int r : {0, 2}) CHECK_THAT(out, Catch::Contains("rank " + std::to_string(r) + ": destroy: no error"));
+  // Every other rank's failure names rank 2 as the one stopped, whichever rank it waited on.
+  for (int r : {0, 1, 3}) {
+    const std::string prefix = "rank " + std::to_string(r) + ": op #20 failed after";
+    const size_t at = out.find(prefix);
+    REQUIRE(at != std::string::npos);
+    const std::string line = out.substr(at, out.find('\n', at) - at);
+    INFO(line);
+    CHECK_THAT(line, Catch::Contains("rank 2 (process ") && Catch::Contains("is stopped (SIGSTOP or a debugger)"));
+    CHECK_THAT(out, Catch::Contains("rank " + std::to_string(r) + ": destroy: no error"));
+  }
 }
 
 TEST_CASE("BRAID_DUMP_ON_SIGNAL logs the report without stopping anything", "[integration][watchdog]") {

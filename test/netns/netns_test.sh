@@ -142,6 +142,18 @@ done
 check "survivors failed within 10 s" awk '/failed after/ { split($0, a, "failed after "); if (a[2] + 0 > 10) bad = 1 } END { exit bad }' "$out/0" "$out/2"
 check "the survivors ended by themselves (status 3: failed and reported)" test "$(cat "$out/0.status" "$out/2.status")" = "$(printf '3\n3')"
 
+# Shrink after a death across hosts: 4 hosts x 1 rank over sockets; rank 0 (whose process also
+# served the bootstrap root, NCCL_COMM_ID) and then, in a second job, rank 2 are killed; the
+# survivors shrink without it and run 20 exact AllReduces on the new communicator.
+for victim in 0 2; do
+  run_job 4 1 60 "" -- "$rank_main" 4 @RANK@ stream 400 kill-at 30 $victim shrink
+  for r in 0 1 2 3; do
+    [ $r = $victim ] && continue
+    check "rank $r shrinks without the killed rank $victim and goes on" \
+      grep -q "rank $r: shrink ok, 20 exact AllReduces on 3 ranks" "$out/$r"
+  done
+done
+
 shm_after=$(ls /dev/shm 2>/dev/null | grep -c '^braid-')
 check "no shared-memory files left ($shm_before before, $shm_after after)" test "$shm_after" -le "$shm_before"
 rm -rf "$out"

@@ -9,7 +9,9 @@
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <deque>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/process.h"
 #include "core/status.h"
@@ -124,6 +126,19 @@ class Offers {
   void remove(uint64_t token) {
     std::lock_guard<std::mutex> lock(mutex_);
     byToken_.erase(token);
+    // Remembered a while: a descriptor naming it comes from a peer that left while connecting,
+    // not from a forger.
+    withdrawn_.insert(token);
+    withdrawnOrder_.push_back(token);
+    if (withdrawnOrder_.size() > kWithdrawnKept) {
+      withdrawn_.erase(withdrawnOrder_.front());
+      withdrawnOrder_.pop_front();
+    }
+  }
+  /// Whether `token` was offered and withdrawn lately (its receiver's communicator is gone).
+  bool withdrawn(uint64_t token) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return withdrawn_.count(token) != 0;
   }
   /// The sender's end of the FIFO offered under token (null when none is): its memory held
   /// (the count raised under the lock, so the receiver cannot free it in between).
@@ -134,8 +149,11 @@ class Offers {
     char* base;
     FifoSizes sizes;
   };
+  static constexpr size_t kWithdrawnKept = 4096;
   std::mutex mutex_;
   std::unordered_map<uint64_t, Offer> byToken_;
+  std::unordered_set<uint64_t> withdrawn_;
+  std::deque<uint64_t> withdrawnOrder_;
 };
 
 std::unique_ptr<FifoMemory> Offers::borrow(uint64_t token) {
@@ -176,6 +194,10 @@ std::unique_ptr<FifoMemory> create(const FifoSizes& sizes, FifoAllocator* alloca
 
 std::unique_ptr<FifoMemory> import(const Descriptor& d) {
   std::unique_ptr<FifoMemory> memory = Offers::process().borrow(d.address);
+  if (memory == nullptr && Offers::process().withdrawn(d.address)) {
+    fail(ncclRemoteError, "p2p transport: the peer withdrew FIFO %#llx before this rank took it: its communicator was "
+         "destroyed or aborted while connecting", static_cast<unsigned long long>(d.address));
+  }
   if (memory == nullptr) {
     fail(ncclInvalidUsage, "p2p transport: the descriptor names FIFO %#llx, which this process (%d) does not offer "
                            "(a forged descriptor, or ranks of different processes taken for one)",

@@ -252,11 +252,21 @@ void DataPath::describeShape() {
   }
 }
 
-void DataPath::rethrowWithReason() {
+void DataPath::rethrowWithReason(const char* call, uint64_t seq) {
   ncclResult_t code;
   std::string text;
   if (watchdog_->failure(&code, &text)) throw Error(code, text);
-  throw;
+  const int peer = connector_.setupTimedOutOn();
+  if (peer < 0) throw;
+  try {
+    throw;
+  } catch (const Error& e) {
+    const std::string what = seq != 0 ? std::string(call) + " #" + std::to_string(seq) : call;
+    fail(e.code(), "rank %d has not called %s of communicator %#llx: rank %d waited %lld s (BRAID_BOOTSTRAP_TIMEOUT) for it "
+         "to make their connection. Do all ranks make the same calls in the same order? (%s)", peer, what.c_str(),
+         static_cast<unsigned long long>(connector_.options().commHash), rank_, static_cast<long long>(connector_.setupTimeoutSeconds()),
+         e.what());
+  }
 }
 
 void DataPath::failAborted(const char* what) {
@@ -477,7 +487,7 @@ void DataPath::runCollective(const plan::Task& given) {
       ring = unconnectedRings.data();
     }
   } catch (const Error&) {
-    rethrowWithReason();
+    rethrowWithReason(task.name, seq);
   }
   if (watchesNetwork(task.stream)) {
     const auto traces = netTraces();

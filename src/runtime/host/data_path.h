@@ -205,8 +205,10 @@ class DataPath {
   /// After an operation ended early: throws the watchdog's (or a kernel's) reason.
   [[noreturn]] void failAborted(const char* what);
   /// In a handler of a connection wait's error: throws the watchdog's reason when it ended the
-  /// wait (a peer failed), else the error itself.
-  [[noreturn]] void rethrowWithReason();
+  /// wait (a peer failed); when the wait on a peer's message timed out, what that means for the
+  /// user's `call` (#seq, 0 for a point-to-point call): the peer has not called it; else the
+  /// error itself.
+  [[noreturn]] void rethrowWithReason(const char* call, uint64_t seq);
   /// Fills the tuner's shape from what every rank knows (nodes, ranks and CPUs per node, links)
   /// and logs the tuner's table at INFO/TUNING on rank 0.
   void describeShape();

@@ -92,7 +92,7 @@ void DataPath::runAllToAllDirect(const plan::Task& task) {
   try {  // every rank is here at once: every connection in one exchange (runPeers finds them made)
     for (int set = 0; set < peerChannels_.perPeer; ++set) connector_.connectEveryPeer(transport::peerSet(set));
   } catch (const Error&) {
-    rethrowWithReason();
+    rethrowWithReason(task.name, opSeq_);
   }
   std::vector<const plan::Task*> pointers;
   for (const plan::Task& t : ops) pointers.push_back(&t);
@@ -114,6 +114,7 @@ void DataPath::runPeers(const std::vector<const plan::Task*>& ops) {
 }
 
 void DataPath::runPeersOn(const std::vector<const plan::Task*>& ops) {
+  watchdog_->pointToPoint(opSeq_);
   // Sends to and receives from this rank itself are matched in order and copied.
   std::vector<const plan::Task*> selfSends, selfRecvs;
   std::vector<int> sendTo, recvFrom;
@@ -147,11 +148,14 @@ void DataPath::runPeersOn(const std::vector<const plan::Task*>& ops) {
   std::sort(recvFrom.begin(), recvFrom.end());
   recvFrom.erase(std::unique(recvFrom.begin(), recvFrom.end()), recvFrom.end());
   try {  // (a peer's every set at once, as NCCL: both ends then split any message alike)
+    // In flight for the watchdog while connecting too: a peer that waits in a collective
+    // meanwhile is a mismatch (Watchdog::pointToPoint), not a wait until the bootstrap timeout.
+    Watchdog::Operation connecting(*watchdog_, kernels::OpSignature{}, ops.front()->name, 0);
     for (int set = 0; set < peerChannels_.perPeer; ++set) {
       connector_.connectPeers(sendTo, recvFrom, transport::peerSet(set));
     }
   } catch (const Error&) {
-    rethrowWithReason();
+    rethrowWithReason(ops.front()->name, 0);
   }
 
   // One queue per connection: operations on one connection run in the order they were posted.

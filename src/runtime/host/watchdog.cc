@@ -88,6 +88,11 @@ WatchdogSettings WatchdogSettings::fromParams() {
     timeout = 0;
   }
   s.timeoutSeconds = static_cast<int>(timeout);
+  const int64_t warn = p.integer("BRAID_WAIT_WARN");
+  if (warn < 0 || warn > 86400 * 365) {
+    BRAID_WARN("BRAID_WAIT_WARN=%lld is not a number of seconds; using 30", static_cast<long long>(warn));
+  }
+  s.warnAfterSeconds = warn < 0 || warn > 86400 * 365 ? 30 : static_cast<int>(warn);
   const std::string sig = p.string("BRAID_DUMP_ON_SIGNAL");
   if (!sig.empty()) {
     s.dumpSignal = parseSignal(sig);
@@ -177,6 +182,7 @@ void Watchdog::observe(const OpView& op) {
   seenInFlight_ = op.inFlight;
   if (!restart) return;
   seenToken_ = op.token;
+  nextWarnAfter_ = std::chrono::seconds(settings_.warnAfterSeconds);
   opStart_ = lastProgressAt_ = std::chrono::steady_clock::now();
   lastProgress_ = 0;
   for (int c = 0; c < nStatuses_; ++c) lastProgress_ += kernels::loadRelaxed(&statuses_[c].progress);
@@ -299,6 +305,7 @@ void Watchdog::tick() {
   checkNeighbour(op);
   checkFaultBoxes(op);
   checkPeersAlive(op);
+  checkLongWait(op);
   checkTimeout(op);
 }
 
@@ -308,6 +315,7 @@ void Watchdog::trackProgress() {
   if (progress != lastProgress_) {
     lastProgress_ = progress;
     lastProgressAt_ = std::chrono::steady_clock::now();
+    nextWarnAfter_ = std::chrono::seconds(settings_.warnAfterSeconds);
   }
 }
 
@@ -361,9 +369,20 @@ void Watchdog::checkNeighbour(const OpView& op) {
     from = fromPrev_;
     prev = prevRank_;
   }
-  if (!op.inFlight || mine.seq == 0 || from == nullptr) return;
+  if (!op.inFlight || from == nullptr) return;
   kernels::OpSignature theirs;
   if (!transport::readAnnouncement(from, &theirs)) return;  // none yet, or being rewritten: next time
+  if (mine.seq == 0) {
+    // A point-to-point call, stuck on the previous rank, which is in a collective this rank
+    // has not called (every rank takes part in it, so it cannot end before this call does).
+    const uint64_t next = nextCollective_.load(std::memory_order_relaxed);
+    if (theirs.seq != next || !stuckOn(prev)) return;
+    fail(ncclInvalidUsage, "rank " + std::to_string(rank_) + " called " + op.name + " (point-to-point) after op #" +
+                               std::to_string(next - 1) + ", waiting on rank " + std::to_string(prev) +
+                               ", but rank " + std::to_string(prev) + " called " + describeSignature(theirs) +
+                               " as op #" + std::to_string(theirs.seq) + ": they wait for each other");
+    return;
+  }
   if (theirs.seq != mine.seq || (theirs.words[0] == mine.words[0] && theirs.words[1] == mine.words[1])) return;
   fail(ncclInvalidUsage, mismatchText(rank_, mine, prev, theirs));
 }
@@ -389,7 +408,57 @@ void Watchdog::checkTimeout(const OpView& op) {
   if (std::chrono::steady_clock::now() - lastProgressAt_ < std::chrono::seconds(settings_.timeoutSeconds)) return;
   const std::string text = report();
   emit(text);
-  fail(ncclSystemError, "no progress for " + std::to_string(settings_.timeoutSeconds) + " s (NCCL_TIMEOUT): " + text);
+  // The rank that stopped progressing, where this host can tell: the one this rank waits on
+  // may itself be waiting on it, so every stopped peer process is named, first.
+  std::string stopped;
+  for (const PeerProcess& p : watched_) {
+    if (!p.watch.stopped()) continue;
+    stopped += "rank " + std::to_string(p.rank) + " (process " + std::to_string(p.watch.pid()) +
+               " on this host) is stopped (SIGSTOP or a debugger) and made no progress; ";
+  }
+  const std::string who = waitingFor(op);
+  fail(ncclSystemError, "no progress for " + std::to_string(settings_.timeoutSeconds) + " s (NCCL_TIMEOUT): " + stopped +
+                            (who.empty() ? "" : who + "; ") + text);
+}
+
+std::string Watchdog::waitingFor(const OpView& op) const {
+  const std::string call = op.sig.seq != 0 ? std::string(op.name) + " #" + std::to_string(op.sig.seq) : op.name;
+  const int setupPeer = connector_.setupWaitingOn();
+  if (setupPeer >= 0) {
+    return "rank " + std::to_string(setupPeer) + " has not called " + call + " yet (rank " + std::to_string(rank_) +
+           " waits for it to make their connection)";
+  }
+  const kernels::OpSignature* from;
+  int prev;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    from = fromPrev_;
+    prev = prevRank_;
+  }
+  kernels::OpSignature theirs{};
+  if (op.sig.seq != 0 && from != nullptr && transport::readAnnouncement(from, &theirs) && theirs.seq < op.sig.seq) {
+    return "rank " + std::to_string(prev) + " has not called " + call + " yet (its last collective was #" +
+           std::to_string(theirs.seq) + ")";
+  }
+  return "";
+}
+
+void Watchdog::checkLongWait(const OpView& op) {
+  if (settings_.warnAfterSeconds <= 0 || !op.inFlight) return;
+  const auto still = std::chrono::steady_clock::now() - lastProgressAt_;
+  if (still < nextWarnAfter_) return;
+  if (settings_.timeoutSeconds > 0 && still >= std::chrono::seconds(settings_.timeoutSeconds)) return;  // (it fails now)
+  const long long waited = std::chrono::duration_cast<std::chrono::seconds>(still).count();
+  nextWarnAfter_ *= 2;
+  const std::string who = waitingFor(op);
+  const std::string call = op.sig.seq != 0 ? std::string(op.name) + " #" + std::to_string(op.sig.seq) : op.name;
+  char head[160];
+  snprintf(head, sizeof head, "rank %d of communicator %#llx has waited %lld s in %s without progress", rank_,
+           static_cast<unsigned long long>(commHash_), waited, call.c_str());
+  emit(std::string(head) + (who.empty() ? "" : ": " + who) + ". Braid keeps waiting, as NCCL does (" +
+       (settings_.timeoutSeconds > 0 ? "NCCL_TIMEOUT=" + std::to_string(settings_.timeoutSeconds) + " ends it"
+                                     : "set NCCL_TIMEOUT=<seconds> to fail instead") +
+       "; next report after " + std::to_string(nextWarnAfter_.count()) + " s). " + report());
 }
 
 }  // namespace braid::runtime::host

@@ -37,6 +37,7 @@ namespace braid::runtime::host {
 struct WatchdogSettings {
   int timeoutSeconds = 0;  ///< NCCL_TIMEOUT (or BRAID_TIMEOUT); 0: no timeout
   int dumpSignal = 0;      ///< BRAID_DUMP_ON_SIGNAL as a signal number; 0: none
+  int warnAfterSeconds = 30;  ///< BRAID_WAIT_WARN: a wait this long without progress is logged; 0: never
 
   static WatchdogSettings fromParams();
 };
@@ -76,6 +77,11 @@ class Watchdog {
     Watchdog& w_;
   };
 
+  /// A point-to-point operation begins after `collectivesDone` collectives on this
+  /// communicator: while it waits on the previous rank (ring channel 0) and that rank announces
+  /// the next collective, which this rank has not called, the two wait for each other: a
+  /// mismatch. (The calling thread, before begin.)
+  void pointToPoint(uint64_t collectivesDone) { nextCollective_.store(collectivesDone + 1, std::memory_order_relaxed); }
   /// The previous rank's announcement of the collective it is in (ring channel 0): while an
   /// operation runs, the same sequence number with other words is a mismatch.
   void watchNeighbour(const kernels::OpSignature* fromPrev, int prevRank);
@@ -104,6 +110,12 @@ class Watchdog {
   void checkFaultBoxes(const OpView& op);
   void checkPeersAlive(const OpView& op);
   void checkTimeout(const OpView& op);
+  /// BRAID_WAIT_WARN: one WARN after that long without progress, then at doubling intervals.
+  void checkLongWait(const OpView& op);
+  /// Who the operation waits for, in the user's words: a rank that has not called it yet
+  /// (from the previous rank's announcement, or connection setup waiting on a rank), else the
+  /// channels' waits.
+  std::string waitingFor(const OpView& op) const;
   void checkNeighbour(const OpView& op);
   /// Follows the channels' progress counters (lastProgress_, lastProgressAt_).
   void trackProgress();
@@ -154,6 +166,7 @@ class Watchdog {
   std::atomic<uint64_t> token_{0};
   std::atomic<uint64_t> opSeq_{0}, opWord0_{0}, opWord1_{0};
   std::atomic<const char*> opName_{""};
+  std::atomic<uint64_t> nextCollective_{1};  // a point-to-point operation's (pointToPoint)
 
   // Watchdog thread only.
   uint64_t seenToken_ = 0;
@@ -161,6 +174,7 @@ class Watchdog {
   std::chrono::steady_clock::time_point opStart_, lastProgressAt_;
   uint64_t lastProgress_ = 0;
   std::chrono::steady_clock::time_point lastLivenessCheck_;
+  std::chrono::seconds nextWarnAfter_{0};  // the next BRAID_WAIT_WARN report, as a time without progress
   unsigned dumpsSeen_ = 0;
 
   std::condition_variable wake_;
