@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness/ranks.h"
@@ -174,3 +175,24 @@ TEST_CASE("partly overlapping send and receive buffers are refused, naming both 
   CHECK(failures == "");
 }
 
+TEST_CASE("ncclGetLastError(comm) gives the communicator's last failure to any thread", "[integration][misuse]") {
+  ncclComm_t comm = oneRank();
+  float x[8] = {}, y[8] = {};
+  const ncclDataType_t badType = static_cast<ncclDataType_t>(13);
+  // A call that fails on its argument, in another thread.
+  std::thread([&] { CHECK(ncclAllReduce(x, y, 4, badType, ncclSum, comm, nullptr) == ncclInvalidArgument); }).join();
+  CHECK_THAT(std::string(ncclGetLastError(comm)), Catch::Contains("ncclAllReduce") && Catch::Contains("datatype"));
+  // A group that fails when it runs (ncclGroupEnd has no communicator argument).
+  std::thread([&] {
+    CHECK(ncclGroupStart() == ncclSuccess);
+    CHECK(ncclSend(x, 4, ncclFloat, 0, comm, nullptr) == ncclSuccess);
+    CHECK(ncclRecv(y, 2, ncclFloat, 0, comm, nullptr) == ncclSuccess);
+    CHECK(ncclGroupEnd() == ncclInvalidUsage);
+    CHECK_THAT(std::string(ncclGetLastError(nullptr)), Catch::Contains("to itself"));
+  }).join();
+  const std::string text = ncclGetLastError(comm);
+  INFO(text);
+  CHECK_THAT(text, Catch::Contains("sends 16 bytes to itself but receives 8"));
+  CHECK(std::string(ncclGetLastError(nullptr)).find("to itself") == std::string::npos);  // (this thread's own)
+  REQUIRE(ncclCommDestroy(comm) == ncclSuccess);
+}
