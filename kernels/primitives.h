@@ -100,7 +100,28 @@ BRAID_OUTLINE WaitResult checkSignature(const ConnHandle& conn, uint64_t firstSt
   if (status != nullptr) {
     status->mismatchPeer = conn.peer;
     status->peerSig = theirs;
-    storeRelease(&status->mismatch, 1u);
+    storeRelease(&status->mismatch, static_cast<uint32_t>(kMismatchSignature));
+  }
+  return WaitResult::kAborted;
+}
+
+/// Thread 0 only, once tail says Simple step `step` on `conn` is there: whether it carries
+/// exactly `bytes`, as its description in conn.sizes says (the sender's kernel writes it; a
+/// network receiver lands the frame's length there). A transport whose framing broke (a frame
+/// declaring fewer bytes than it carries, or more) would otherwise hand this step stale bytes
+/// and only the next one would fail. On a difference it records the step, both sizes and the
+/// peer in status and returns kAborted: the operation stops, and the host reports a protocol
+/// error naming them (watchdog.cc).
+BRAID_INLINE WaitResult checkStepBytes(const ConnHandle& conn, uint64_t step, uint64_t bytes, ChannelStatus* status) {
+  const uint64_t got = loadRelaxed(conn.sizes + step % kSteps);  // (tail, read with acquire, was stored after it)
+  if (got == bytes) return WaitResult::kReady;
+  if (status != nullptr) {
+    status->mismatchPeer = conn.peer;
+    status->badStep = step;
+    status->badStepWanted = bytes;
+    status->badStepGot = got;
+    status->mismatchTransport = conn.transport;
+    storeRelease(&status->mismatch, static_cast<uint32_t>(kMismatchStepSize));
   }
   return WaitResult::kAborted;
 }
@@ -234,8 +255,9 @@ class Primitives {
   }
   static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "loadRun and storeRun shift bytes little-endian");
 
-  /// Thread 0 waits for the credits this step needs; the group learns the outcome.
-  BRAID_INLINE void waitCredits(uint32_t flags, bool needTail) {
+  /// Thread 0 waits for the credits this step needs; the group learns the outcome. needTail
+  /// (Simple): the received step is there once tail says so, and must carry recvBytes.
+  BRAID_INLINE void waitCredits(uint32_t flags, bool needTail, uint64_t recvBytes = 0) {
     bool aborted = false;
     if (g_.rank() == 0) {
       WaitResult r = WaitResult::kReady;
@@ -246,6 +268,7 @@ class Primitives {
       if (r == WaitResult::kReady && needTail && (flags & kRecv)) {
         const uint64_t want = recvStep_ + 1;
         r = waitReporting(status_, kWaitData, recv_, recvStep_, [&] { return loadAcquire(recv_->tail) >= want; }, abort_);
+        if (r == WaitResult::kReady) r = checkStepBytes(*recv_, recvStep_, recvBytes, status_);
       }
       if (r == WaitResult::kReady && (flags & kSend) && headSeen_ + kSteps <= sendStep_) {
         // Only when the credits seen last are used up is the receiver's counter read again.
@@ -282,7 +305,7 @@ class Primitives {
   }
 
   BRAID_INLINE void stepSimple(uint32_t flags, const T* input, T* output, uint64_t n) {
-    waitCredits(flags, true);
+    waitCredits(flags, true, n * sizeof(T));
     if (stopped_) return;
     const T* in = (flags & kRecv) ? reinterpret_cast<const T*>(recv_->simple + (recvStep_ % kSteps) * recv_->simpleStepBytes) : nullptr;
     T* out = (flags & kSend) ? reinterpret_cast<T*>(send_->simple + (sendStep_ % kSteps) * send_->simpleStepBytes) : nullptr;

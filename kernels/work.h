@@ -83,16 +83,20 @@ struct ChannelStatus {
   int32_t waitPeer;    ///< the rank waited on
   uint32_t waitKind;   ///< 0 not waiting, then WaitKind
   uint32_t waitTransport;
-  uint32_t mismatch;   ///< 1: a peer's signature differed (details below)
+  uint32_t mismatch;   ///< a Mismatch: what a peer sent differs from what this rank expects (details below)
   int32_t mismatchPeer;
-  uint32_t pad;
-  OpSignature peerSig;
+  uint32_t mismatchTransport;  ///< kMismatchStepSize: the connection's transport::Kind
+  OpSignature peerSig;  ///< kMismatchSignature: the peer's
+  uint64_t badStep;     ///< kMismatchStepSize: the step, the bytes this rank's kernel expected and
+  uint64_t badStepWanted;  ///< its description as it arrived (stepInfo)
+  uint64_t badStepGot;
   uint64_t startedSeq;  ///< a GPU kernel's launch number, written as its block of this channel starts
   uint64_t doneSeq;     ///< the same, written as it ends (however): unequal while one runs here
   uint64_t startTime;   ///< the GPU's global timer (ns) as that block started, before startedSeq
   uint64_t doneTime;    ///< and as it ended, before doneSeq (the profiler's KernelCh events)
 };
 enum WaitKind : uint32_t { kWaitNone = 0, kWaitData = 1, kWaitCredits = 2, kWaitSignature = 3 };
+enum Mismatch : uint32_t { kMismatchNone = 0, kMismatchSignature = 1, kMismatchStepSize = 2 };
 
 /// What a sender records of each step before publishing tail, for a transport that forwards
 /// the step (the network proxy): the payload's bytes, and kStepLL when they are LL lines

@@ -45,6 +45,28 @@ void checkRank(int value, int nRanks, const char* name) {
   if (value < 0 || value >= nRanks) fail(ncclInvalidArgument, "%s is %d; ranks are 0..%d", name, value, nRanks - 1);
 }
 
+/// Refuses sendbuff and recvbuff whose byte ranges overlap, but for the call's in-place form:
+/// sendbuff == recvbuff + inPlaceOffset (0 for the same buffer; AllGather's input is its rank's
+/// block of the output, ReduceScatter's output its rank's block of the input). Partly
+/// overlapping buffers would return wrong data without a word (undefined in NCCL too).
+void checkOverlap(const char* name, const void* sendbuff, size_t sendBytes, const void* recvbuff, size_t recvBytes,
+                  int64_t inPlaceOffset, const char* inPlaceForm) {
+  if (sendbuff == nullptr || recvbuff == nullptr || sendBytes == 0 || recvBytes == 0) return;
+  const uintptr_t s = reinterpret_cast<uintptr_t>(sendbuff), r = reinterpret_cast<uintptr_t>(recvbuff);
+  if (s + sendBytes < s || r + recvBytes < r) return;  // (wrapping ranges are no buffers: nothing to compare)
+  if (s >= r + recvBytes || r >= s + sendBytes) return;  // apart
+  if (static_cast<int64_t>(s - r) == inPlaceOffset) return;
+  fail(ncclInvalidArgument, "%s: sendbuff %p (bytes %p..%p) and recvbuff %p (bytes %p..%p) overlap; pass separate "
+       "buffers or the in-place form (%s)", name, sendbuff, sendbuff, reinterpret_cast<const void*>(s + sendBytes),
+       recvbuff, recvbuff, reinterpret_cast<const void*>(r + recvBytes), inPlaceForm);
+}
+
+/// bytes x n, or SIZE_MAX when that overflows (no buffer is that large: then nothing overlaps).
+size_t timesRanks(size_t bytes, size_t n) {
+  size_t out;
+  return __builtin_mul_overflow(bytes, n, &out) ? SIZE_MAX : out;
+}
+
 bool isFloating(ncclDataType_t t) {
   return t == ncclFloat16 || t == ncclFloat32 || t == ncclFloat64 || t == ncclBfloat16 || t == ncclFloat8e4m3 ||
          t == ncclFloat8e5m2;
@@ -142,6 +164,7 @@ ncclResult_t reduction(const char* name, kernels::Func func, const void* sendbuf
   plan::Task t = makeTask(name, func, sendbuff, recvbuff, count, datatype, stream);
   const int n = c.identity().nRanks;
   const int me = c.identity().rank;
+  const size_t bytes = count * plan::typeSize(datatype);
   if (func == kernels::Func::kReduce) {
     checkRank(root, n, "root");
     checkBuffer(sendbuff, count, "sendbuff");
@@ -152,6 +175,12 @@ ncclResult_t reduction(const char* name, kernels::Func func, const void* sendbuf
   }
   t.root = root;
   resolveOp(c, op, datatype, t);
+  if (func == kernels::Func::kReduceScatter) {  // recvbuff is this rank's block of sendbuff
+    checkOverlap(name, sendbuff, timesRanks(bytes, n), recvbuff, bytes, -static_cast<int64_t>(bytes) * me,
+                 "recvbuff == sendbuff + rank x recvcount x size");
+  } else if (func == kernels::Func::kAllReduce || me == root) {  // (a Reduce's recvbuff matters at the root only)
+    checkOverlap(name, sendbuff, bytes, recvbuff, bytes, 0, "sendbuff == recvbuff");
+  }
   return submit(c, t);
 }
 
@@ -205,6 +234,9 @@ ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcou
     plan::Task t = makeTask("ncclAllGather", kernels::Func::kAllGather, sendbuff, recvbuff, sendcount, datatype, stream);
     checkBuffer(sendbuff, sendcount, "sendbuff");
     checkBuffer(recvbuff, sendcount, "recvbuff");
+    const size_t bytes = sendcount * plan::typeSize(datatype);  // sendbuff is this rank's block of recvbuff
+    checkOverlap("ncclAllGather", sendbuff, bytes, recvbuff, timesRanks(bytes, c.identity().nRanks),
+                 static_cast<int64_t>(bytes) * c.identity().rank, "sendbuff == recvbuff + rank x sendcount x size");
     return submit(c, t);
   });
 }
@@ -217,6 +249,10 @@ ncclResult_t broadcast(const char* name, const void* sendbuff, void* recvbuff, s
   checkRank(root, c.identity().nRanks, "root");
   if (c.identity().rank == root) checkBuffer(sendbuff, count, "sendbuff");
   checkBuffer(recvbuff, count, "recvbuff");
+  if (c.identity().rank == root) {  // (elsewhere sendbuff is not read)
+    const size_t bytes = count * plan::typeSize(datatype);
+    checkOverlap(name, sendbuff, bytes, recvbuff, bytes, 0, "sendbuff == recvbuff");
+  }
   t.root = root;
   return submit(c, t);
 }
@@ -262,6 +298,8 @@ ncclResult_t allToAll(const void* sendbuff, void* recvbuff, size_t count, ncclDa
   const size_t n = static_cast<size_t>(c.identity().nRanks);
   checkBuffer(sendbuff, count * n, "sendbuff");
   checkBuffer(recvbuff, count * n, "recvbuff");
+  const size_t bytes = timesRanks(count * plan::typeSize(datatype), n);
+  checkOverlap("ncclAlltoAll", sendbuff, bytes, recvbuff, bytes, 0, "sendbuff == recvbuff");
   return submit(c, t);
 }
 
@@ -277,6 +315,13 @@ ncclResult_t exchange(const char* name, const void* sendbuff, void* recvbuff, si
   checkRank(root, n, "root");
   if (gather || me == root) checkBuffer(sendbuff, gather ? count : count * n, "sendbuff");  // Scatter: the root sends
   if (!gather || me == root) checkBuffer(recvbuff, gather ? count * n : count, "recvbuff");  // Gather: the root receives
+  if (me == root && gather) {  // the root's sendbuff may be its block of recvbuff
+    checkOverlap(name, sendbuff, bytes, recvbuff, timesRanks(bytes, n), static_cast<int64_t>(bytes) * root,
+                 "sendbuff == recvbuff + root x count x size");
+  } else if (me == root) {  // the root's recvbuff may be its block of sendbuff
+    checkOverlap(name, sendbuff, timesRanks(bytes, n), recvbuff, bytes, -static_cast<int64_t>(bytes) * root,
+                 "recvbuff == sendbuff + root x count x size");
+  }
   std::vector<plan::Task> tasks;
   for (int p = 0; p < n; ++p) {
     plan::Task s = base, r = base;

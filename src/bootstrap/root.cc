@@ -40,7 +40,8 @@ class Root {
  public:
   Root(net::Socket listening, uint64_t secret, std::chrono::seconds timeout, const std::atomic<bool>* stop)
       : address_(listening.localAddress()),
-        listener_(std::move(listening), secret, "root " + address_.toString()),
+        listener_(std::move(listening), secret, "root " + address_.toString(), Listener::Replies::kKeep,
+                  Listener::rootMessages()),
         secret_(secret),
         commId_(process::random64()),
         sessionKey_(process::random64()),
@@ -115,8 +116,9 @@ class Root {
   void reply(net::Socket& s, const std::string& text) { reply(s, text, admission_.errorCode()); }
   void reply(net::Socket& s, const std::string& text, ncclResult_t code) {
     try {
-      sendMessage(s, secret_, MessageType::kError, -1, static_cast<uint32_t>(code), text.data(),
-                  static_cast<uint32_t>(text.size()), net::Clock::now() + std::chrono::seconds(2), nullptr);
+      const uint32_t length = static_cast<uint32_t>(std::min<size_t>(text.size(), kMaxErrorBytes));  // (what ranks take)
+      sendMessage(s, secret_, MessageType::kError, -1, static_cast<uint32_t>(code), text.data(), length,
+                  net::Clock::now() + std::chrono::seconds(2), nullptr);
     } catch (const std::exception&) {
       // The rank is gone; it cannot be told.
     }

@@ -22,20 +22,25 @@ constexpr auto kEvictAfter = std::chrono::milliseconds(1000);
 /// How long accepting pauses when the process has no descriptor left.
 constexpr auto kAcceptPause = std::chrono::milliseconds(100);
 
-bool knownType(MessageType t) {
-  switch (t) {
-    case MessageType::kRegister:
-    case MessageType::kTable:
-    case MessageType::kError:
-    case MessageType::kRound:
-    case MessageType::kBlock:
-    case MessageType::kPeer:
-      return true;
-  }
-  return false;
-}
+bool knownType(MessageType t) { return maxPayload(t) > 0 || t == MessageType::kRegister; }
 
 }  // namespace
+
+uint32_t maxPayload(MessageType type) {
+  constexpr uint32_t kAddress = sizeof(net::SocketAddress::Packed);
+  switch (type) {
+    case MessageType::kRegister: return sizeof(Registration);
+    case MessageType::kTable: return sizeof(TableHead) + static_cast<uint32_t>(kMaxRanks) * kAddress;
+    case MessageType::kError: return kMaxErrorBytes;
+    case MessageType::kBlock:  // (root j > 0 of at least two serves at most half the ranks, rounded up)
+      return sizeof(BlockHead) + static_cast<uint32_t>(kMaxRanks / 2 + 1) * kAddress;
+    case MessageType::kRound:
+    case MessageType::kPeer: return kMaxPayloadBytes;
+  }
+  return 0;
+}
+
+size_t payloadGrowth(size_t received) { return std::clamp<size_t>(received, kFreePayloadBytes, size_t(4) << 20); }
 
 RankBlock blockOfRoot(int root, int nRanks, int nRoots) {
   const int base = nRanks / nRoots, extra = nRanks % nRoots;
@@ -65,19 +70,35 @@ Message receiveMessage(net::Socket& socket, uint64_t secret, net::Clock::time_po
   if (m.header.secret != secret || !knownType(m.header.type)) {
     fail(ncclSystemError, "bootstrap: %s sent a message without this communicator's secret", from);
   }
-  if (m.header.length > kMaxPayloadBytes) {
-    fail(ncclSystemError, "bootstrap: %s announced %u bytes, more than the limit of %u", from, m.header.length,
-         kMaxPayloadBytes);
+  if (m.header.length > maxPayload(m.header.type)) {
+    fail(ncclSystemError, "bootstrap: %s announced a message of type %#x with %u bytes, more than the %u it can carry",
+         from, static_cast<unsigned>(m.header.type), m.header.length, maxPayload(m.header.type));
   }
-  m.payload.resize(m.header.length);
-  if (m.header.length > 0) socket.recvAll(m.payload.data(), m.header.length, deadline, abortFlag);
+  // (grown as the bytes come: an announced length alone reserves nothing)
+  for (size_t got = 0; got < m.header.length;) {
+    const size_t next = std::min<size_t>(m.header.length, got + payloadGrowth(got));
+    m.payload.reserve(next);
+    m.payload.resize(next);
+    socket.recvAll(m.payload.data() + got, next - got, deadline, abortFlag);
+    got = next;
+  }
   return m;
 }
 
-Listener::Listener(net::Socket listening, uint64_t secret, std::string owner, Replies replies)
-    : listening_(std::move(listening)), secret_(secret), owner_(std::move(owner)), replies_(replies) {}
+Listener::Listener(net::Socket listening, uint64_t secret, std::string owner, Replies replies, Accepts accepts)
+    : listening_(std::move(listening)),
+      secret_(secret),
+      owner_(std::move(owner)),
+      replies_(replies),
+      accepts_(std::move(accepts)) {}
 
-bool Listener::advance(Pending& p) {
+size_t Listener::heldBytes() const {
+  size_t held = 0;
+  for (const Pending& p : pending_) held += p.payload.capacity();
+  return held;
+}
+
+bool Listener::advance(Pending& p, bool exempt, size_t* held) {
   while (p.headerBytes < sizeof(MessageHeader)) {
     const ssize_t n = p.socket.readSome(reinterpret_cast<char*>(&p.header) + p.headerBytes,
                                         sizeof(MessageHeader) - p.headerBytes);
@@ -88,13 +109,32 @@ bool Listener::advance(Pending& p) {
       throw std::runtime_error("did not start with this communicator's secret");
     }
   }
-  if (p.payload.empty() && p.payloadBytes == 0) {
+  if (!p.sized) {
     if (!knownType(p.header.type)) throw std::runtime_error("sent an unknown message type");
-    if (p.header.length > kMaxPayloadBytes) throw std::runtime_error("announced an oversized message");
-    p.payload.resize(p.header.length);
+    if (std::find(accepts_.begin(), accepts_.end(), p.header.type) == accepts_.end()) {
+      throw std::runtime_error("sent a message of a type this listener does not take");
+    }
+    if (p.header.length > maxPayload(p.header.type)) {
+      throw std::runtime_error("announced " + std::to_string(p.header.length) + " bytes, more than its type carries (" +
+                               std::to_string(maxPayload(p.header.type)) + ")");
+    }
+    p.sized = true;
   }
+  p.waitsForRoom = false;
   while (p.payloadBytes < p.header.length) {
-    const ssize_t n = p.socket.readSome(p.payload.data() + p.payloadBytes, p.header.length - p.payloadBytes);
+    if (p.payloadBytes == p.payload.size()) {
+      // Room for what comes next only: the buffer follows the bytes, never the announcement.
+      const size_t next = std::min<size_t>(p.header.length, p.payloadBytes + payloadGrowth(p.payloadBytes));
+      const size_t more = next - p.payload.capacity();
+      if (!exempt && next > kFreePayloadBytes && *held + more > kPendingBudget) {
+        p.waitsForRoom = true;
+        return false;
+      }
+      p.payload.reserve(next);  // (exactly: resize alone may double the capacity)
+      p.payload.resize(next);
+      *held += more;
+    }
+    const ssize_t n = p.socket.readSome(p.payload.data() + p.payloadBytes, p.payload.size() - p.payloadBytes);
     if (n < 0) throw std::runtime_error("closed in the middle of a message");
     if (n == 0) return false;
     p.payloadBytes += static_cast<size_t>(n);
@@ -159,12 +199,15 @@ void Listener::acceptAll() {
 
 void Listener::advanceAll() {
   const auto now = net::Clock::now();
+  size_t held = heldBytes();
+  bool exemptTaken = false;  // (the first connection in accept order whose message is under way)
   for (size_t i = 0; i < pending_.size();) {
     Pending& p = pending_[i];
     std::string problem;
     try {
       if (!p.complete) {
-        p.complete = advance(p);
+        p.complete = advance(p, !exemptTaken, &held);
+        if (!p.complete && p.sized) exemptTaken = true;
         if (p.complete && replies_ == Replies::kClose) p.socket.close();
       }
       if (!p.complete && now >= p.deadline) problem = "sent no complete message in time";
@@ -208,7 +251,10 @@ bool Listener::poll(int timeoutMs, Message* out) {
     pollFds_.clear();
     const bool accepting = now >= acceptPausedUntil_ && !full_;
     pollFds_.push_back({listening_.fd(), static_cast<short>(accepting ? POLLIN : 0), 0});
-    for (const auto& p : pending_) pollFds_.push_back({p.socket.fd(), POLLIN, 0});
+    // (one waiting for room is left out: its data, or a hang-up, would wake poll at once, again and again)
+    for (const auto& p : pending_) {
+      if (!p.waitsForRoom) pollFds_.push_back({p.socket.fd(), POLLIN, 0});
+    }
     ::poll(pollFds_.data(), pollFds_.size(), static_cast<int>(std::min<long long>(left, 50)));
   }
 }

@@ -1,6 +1,8 @@
 // Bootstrap messages on the wire. Every connection starts with a header carrying a key; a
 // connection whose first bytes are not a valid header with the right key is closed and logged.
-// Payload lengths are bounded before any allocation.
+// Payload lengths are bounded by what each message type can legitimately carry before any
+// allocation, and a payload's buffer grows only as its bytes arrive: a header that announces
+// 64 MiB and then sends nothing costs its receiver nothing (issue 41).
 //
 // Two keys: registration at the root presents the unique id's secret; the root answers the
 // ranks it admitted with a session key of its own (random), and every later message between
@@ -28,8 +30,11 @@ enum class MessageType : uint32_t {
   kPeer = 0x50325031,      ///< rank -> rank: one tagged message
 };
 
-/// The largest payload a peer may announce (a full peer table of 64K ranks fits easily).
+/// The largest payload a peer may announce (a full peer table of 64K ranks fits easily);
+/// maxPayload() bounds each type further.
 constexpr uint32_t kMaxPayloadBytes = 64u << 20;
+/// The longest reason a root sends with kError.
+constexpr uint32_t kMaxErrorBytes = 64u << 10;
 
 struct MessageHeader {
   uint64_t secret;  ///< the id's secret (to and from the root), else the session key
@@ -89,6 +94,17 @@ static_assert(sizeof(TableHead) == 24 && std::is_trivially_copyable_v<TableHead>
 /// The most ranks a communicator may have: its table fits one message.
 constexpr int32_t kMaxRanks = static_cast<int32_t>((kMaxPayloadBytes - sizeof(TableHead)) / sizeof(net::SocketAddress::Packed));
 
+/// The most payload bytes a message of `type` can legitimately carry: a registration exactly
+/// its struct, a table every rank's address, a block half of them (a root of at least two), a
+/// reason kMaxErrorBytes, rounds and tagged messages kMaxPayloadBytes; 0 for an unknown type.
+uint32_t maxPayload(MessageType type);
+
+/// What any connection's payload may hold whatever others hold (a registration, a small message).
+constexpr size_t kFreePayloadBytes = size_t(16) << 10;
+/// How far a payload buffer that has received `received` bytes may grow at once: as much again
+/// (so copies stay linear), at least kFreePayloadBytes, at most 4 MiB.
+size_t payloadGrowth(size_t received);
+
 /// A complete message received by a Listener, with its connection (for the root's reply; closed
 /// for a rank's listener).
 struct Message {
@@ -102,7 +118,8 @@ void sendMessage(net::Socket& socket, uint64_t secret, MessageType type, int ran
                  const void* payload, uint32_t length, net::Clock::time_point deadline,
                  const std::atomic<bool>* abortFlag);
 
-/// Receives one message on a connected socket (header checked against secret and expected type).
+/// Receives one message on a connected socket: the header checked against secret, a known
+/// type and its maxPayload; the payload's buffer grows as the bytes arrive.
 Message receiveMessage(net::Socket& socket, uint64_t secret, net::Clock::time_point deadline,
                        const std::atomic<bool>* abortFlag, const char* from);
 
@@ -114,7 +131,13 @@ class Listener {
   /// root's do; a rank's are closed as soon as their message is whole, so the messages a busy
   /// rank has not taken yet hold no descriptors (an AlltoAll's setup on many thread ranks).
   enum class Replies { kKeep, kClose };
-  Listener(net::Socket listening, uint64_t secret, std::string owner, Replies replies = Replies::kKeep);
+  /// The message types a listener takes (any other closes the connection at its header): a
+  /// root's, registrations and other roots' blocks; a rank's, rounds and tagged messages.
+  using Accepts = std::vector<MessageType>;
+  static Accepts rootMessages() { return {MessageType::kRegister, MessageType::kBlock}; }
+  static Accepts rankMessages() { return {MessageType::kRound, MessageType::kPeer}; }
+  Listener(net::Socket listening, uint64_t secret, std::string owner, Replies replies = Replies::kKeep,
+           Accepts accepts = rankMessages());
 
   /// Waits up to timeoutMs for one complete, valid message; returns false when none came.
   bool poll(int timeoutMs, Message* out);
@@ -126,7 +149,15 @@ class Listener {
   /// of the process, and a real peer, whose message is there as soon as its connection, is
   /// never closed to make room).
   static constexpr size_t kMaxPending = 256;
+  /// The payload bytes all waiting connections together may hold (their buffers' sizes,
+  /// messages complete or not) beyond kFreePayloadBytes each; but the oldest connection whose
+  /// message is under way may always grow to its type's bound (so that one large message always
+  /// completes). A connection that would pass it is not read until others make room (or time
+  /// out). A root thus holds at most 16 + 4 (256 x 16 KiB) + 32 (a block) MiB, and 4 of slack.
+  static constexpr size_t kPendingBudget = size_t(16) << 20;
   const net::Socket& socket() const { return listening_; }
+  /// The payload bytes the waiting connections hold now (for tests and the fuzzer).
+  size_t heldBytes() const;
 
  private:
   struct Pending {
@@ -138,9 +169,12 @@ class Listener {
     net::Clock::time_point accepted;
     net::Clock::time_point deadline;
     bool complete = false;  ///< the message is whole, waiting to be returned
+    bool sized = false;     ///< the header was checked (type, length)
+    bool waitsForRoom = false;  ///< its buffer is full and kPendingBudget leaves no room: not read
   };
   /// Reads what is available on p; true when its message is complete. Throws to drop it.
-  bool advance(Pending& p);
+  /// `exempt`: p may grow beyond kPendingBudget; `held` counts the bytes pending connections hold.
+  bool advance(Pending& p, bool exempt, size_t* held);
   /// Accepts what waits on the listening socket, within kMaxPending and the descriptors left.
   void acceptAll();
   /// Reads every pending connection; closes (and logs) those that fail or run out of time.
@@ -153,6 +187,7 @@ class Listener {
   uint64_t secret_;
   std::string owner_;  ///< "root 1.2.3.4:5" or "rank 3", for log messages
   Replies replies_;
+  Accepts accepts_;
   std::vector<Pending> pending_;
   std::vector<pollfd> pollFds_;  // poll()'s descriptors, reused
   /// Until when accepting is paused (the process ran out of descriptors: accept failed with

@@ -26,13 +26,20 @@
 
 namespace braid::comm {
 
-InitSettings InitSettings::fromParams() {
-  params::Store& p = params::process();
+InitSettings InitSettings::fromParams() { return fromParams(params::process()); }
+
+InitSettings InitSettings::fromParams(params::Store& p) {
   InitSettings s;
   s.net.interface.ifname = p.string("NCCL_SOCKET_IFNAME");
   s.net.interface.family = p.string("NCCL_SOCKET_FAMILY");
   const int64_t timeout = p.integer("BRAID_BOOTSTRAP_TIMEOUT");
-  s.net.timeout = std::chrono::seconds(timeout > 0 ? timeout : 300);
+  // (at most about 31 years: a deadline of now + the timeout must not overflow the clock)
+  constexpr int64_t kMaxTimeout = 1000000000;
+  s.net.timeout = std::chrono::seconds(timeout > 0 ? std::min(timeout, kMaxTimeout) : 300);
+  if ((timeout <= 0 || timeout > kMaxTimeout) && p.firstWarning("BRAID_BOOTSTRAP_TIMEOUT")) {
+    BRAID_WARN("BRAID_BOOTSTRAP_TIMEOUT=%lld must be 1..%lld seconds; using %lld", static_cast<long long>(timeout),
+               static_cast<long long>(kMaxTimeout), static_cast<long long>(s.net.timeout.count()));
+  }
   s.commIdEnv = p.string("NCCL_COMM_ID");
   s.commSecret = p.string("BRAID_COMM_SECRET");
   s.hostId = p.string("NCCL_HOSTID");

@@ -11,6 +11,7 @@
 
 #include "bootstrap/bootstrap.h"
 #include "comm/communicator.h"
+#include "core/params.h"
 #include "runtime/device.h"
 
 namespace braid::comm {
@@ -24,8 +25,10 @@ struct InitSettings {
   bool defaultBlocking = true;
   std::string backend;  ///< BRAID_BACKEND: auto, host or cuda
 
-  /// From the parameter registry (environment and config files).
+  /// From the parameter registry (environment and config files). A value out of range is
+  /// replaced, with one WARN a store naming the variable, the value given and the value used.
   static InitSettings fromParams();
+  static InitSettings fromParams(params::Store& store);
 };
 
 /// A new unique id: a random secret and the address of a root started in this process, or,

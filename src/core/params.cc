@@ -138,6 +138,11 @@ std::string Store::string(const std::string& name) {
   return value;
 }
 
+bool Store::firstWarning(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return warned_.insert(key).second;
+}
+
 std::vector<Problem> Store::takeProblems() {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<Problem> out;

@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -67,6 +68,9 @@ class Store {
   int64_t integer(const std::string& name);
   /// The string value of a declared string knob.
   std::string string(const std::string& name);
+  /// True the first time `key` is asked about, false after: a knob read for every communicator
+  /// (and clamped, say) warns once a store, so once a process for process().
+  bool firstWarning(const std::string& key);
   /// Problems found so far (bad config lines, bad values); each reported once by takeProblems().
   std::vector<Problem> takeProblems();
 
@@ -86,6 +90,7 @@ class Store {
   std::map<std::string, int64_t> integers_;
   std::map<std::string, std::string> strings_;
   std::vector<Problem> problems_;
+  std::set<std::string> warned_;
 };
 
 /// The largest config file read (a larger one is ignored with a warning), and the longest line

@@ -155,6 +155,9 @@ ncclResult_t runTogether(std::vector<Deferred>& jobs) {
   } catch (const Error& e) {
     first = e.code();
     text = e.what();
+    // (a job thread's failure is its communicator's last error already; this one, run here,
+    // becomes it too: ncclGroupEnd names no communicator, and another thread may ask this one)
+    jobs[0].comm->setLastError(std::string("ncclGroupEnd: ") + e.what());
   }
   for (size_t i = 1; i < jobs.size(); ++i) {
     jobs[i].comm->waitForJob();

@@ -3,7 +3,9 @@
 // Listener (the root's and every rank's: partial headers, keys, lengths); as a series of
 // registrations to the root's Admission (nranks, ranks, duplicates, the timeout text), and as
 // other roots' blocks to root 0's; and they are decoded as a unique id. Garbage must give a braid::Error or a refusal, never a
-// crash or a large allocation.
+// crash or a large allocation. Last, the bytes are read as up to 8 connections with the right key, each a type, an
+// announced length and how many payload bytes really follow, to a root's or a rank's listener: what the listener holds
+// must follow the bytes that came, never the lengths announced (issue 41).
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -82,6 +84,49 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (first.complete()) first.addresses();
   }
   first.timeOut("fuzz root 0", std::chrono::seconds(1));
+
+  // Announced lengths: a listener's buffers grow with the bytes that arrive.
+  {
+    constexpr size_t kRecord = 1 + 4 + 2;  // type choice, announced length, payload bytes sent (x 64)
+    const bool root = size > 0 && (data[size - 1] & 1) != 0;
+    net::Socket listening = net::Socket::listen(net::SocketAddress::parse("127.0.0.1:0"));
+    const net::SocketAddress at = listening.localAddress();
+    bootstrap::Listener lengths(std::move(listening), 0x5eedf00dull, "fuzz lengths", bootstrap::Listener::Replies::kKeep,
+                                root ? bootstrap::Listener::rootMessages() : bootstrap::Listener::rankMessages());
+    const bootstrap::MessageType types[] = {bootstrap::MessageType::kRegister, bootstrap::MessageType::kTable,
+                                            bootstrap::MessageType::kError, bootstrap::MessageType::kRound,
+                                            bootstrap::MessageType::kBlock, bootstrap::MessageType::kPeer};
+    std::vector<net::Socket> connections;
+    size_t sent = 0;
+    static std::vector<char> filler(size_t(4) << 20, 'f');
+    for (size_t at0 = 0; at0 + kRecord <= size && connections.size() < 8; at0 += kRecord) {
+      uint32_t length;
+      uint16_t send;
+      memcpy(&length, data + at0 + 1, sizeof length);
+      memcpy(&send, data + at0 + 5, sizeof send);
+      const bootstrap::MessageHeader header{0x5eedf00dull, types[data[at0] % 6], 0, 0, length};
+      try {
+        const auto deadline = net::Clock::now() + std::chrono::seconds(1);
+        net::Socket s = net::Socket::connect(at, deadline, nullptr);
+        s.sendAll(&header, sizeof header, deadline, nullptr);
+        const size_t want = std::min<size_t>(static_cast<size_t>(send) * 64, filler.size());
+        for (size_t done = 0; done < want;) {
+          const ssize_t n = s.writeSome(filler.data() + done, want - done);
+          if (n <= 0) break;
+          done += static_cast<size_t>(n);
+          sent += static_cast<size_t>(n);
+        }
+        connections.push_back(std::move(s));
+      } catch (const Error&) {
+      }
+    }
+    for (int i = 0; i < 4; ++i) {
+      bootstrap::Message got;
+      lengths.poll(0, &got);
+    }
+    // Each buffer holds at most what came and as much again, or kFreePayloadBytes.
+    if (lengths.heldBytes() > 2 * sent + connections.size() * bootstrap::kFreePayloadBytes) abort();
+  }
 
   if (size >= sizeof(ncclUniqueId)) {
     ncclUniqueId id;

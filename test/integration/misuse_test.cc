@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness/ranks.h"
@@ -92,5 +93,106 @@ TEST_CASE("API misuse sweep: each invalid argument of each entry point is named"
   ncclResult_t state = ncclInternalError;
   REQUIRE(ncclCommGetAsyncError(comm, &state) == ncclSuccess);
   CHECK(state == ncclSuccess);  // argument errors are the caller's, not the communicator's
+  REQUIRE(ncclCommDestroy(comm) == ncclSuccess);
+}
+
+namespace {
+
+/// A one-rank communicator of this process (destroyed by the caller).
+ncclComm_t oneRank() {
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  ncclComm_t comm = nullptr;
+  REQUIRE(ncclCommInitRank(&comm, 1, id, 0) == ncclSuccess);
+  return comm;
+}
+
+}  // namespace
+
+TEST_CASE("partly overlapping send and receive buffers are refused, naming both ranges; in-place forms are not",
+          "[integration][misuse]") {
+  ncclComm_t comm = oneRank();
+  float b[64];
+  for (int i = 0; i < 64; ++i) b[i] = static_cast<float>(i);
+  struct Overlap {
+    std::string what;
+    std::function<ncclResult_t()> call;
+    std::string name;
+  };
+  const std::vector<Overlap> refused = {
+      {"AllReduce", [&] { return ncclAllReduce(b, b + 1, 4, ncclFloat, ncclSum, comm, nullptr); }, "ncclAllReduce"},
+      {"AllReduce backwards", [&] { return ncclAllReduce(b + 3, b, 4, ncclFloat, ncclSum, comm, nullptr); }, "ncclAllReduce"},
+      {"Reduce", [&] { return ncclReduce(b, b + 2, 4, ncclFloat, ncclSum, 0, comm, nullptr); }, "ncclReduce"},
+      {"Broadcast", [&] { return ncclBroadcast(b, b + 3, 4, ncclFloat, 0, comm, nullptr); }, "ncclBroadcast"},
+      {"AllGather", [&] { return ncclAllGather(b + 1, b, 4, ncclFloat, comm, nullptr); }, "ncclAllGather"},
+      {"ReduceScatter", [&] { return ncclReduceScatter(b, b + 1, 4, ncclFloat, ncclSum, comm, nullptr); }, "ncclReduceScatter"},
+      {"AlltoAll", [&] { return ncclAlltoAll(b, b + 2, 4, ncclFloat, comm, nullptr); }, "ncclAlltoAll"},
+      {"Gather", [&] { return ncclGather(b + 1, b, 4, ncclFloat, 0, comm, nullptr); }, "ncclGather"},
+      {"Scatter", [&] { return ncclScatter(b, b + 1, 4, ncclFloat, 0, comm, nullptr); }, "ncclScatter"},
+  };
+  for (const Overlap& o : refused) {
+    INFO(o.what);
+    CHECK(o.call() == ncclInvalidArgument);
+    const std::string text = ncclGetLastError(nullptr);
+    INFO(text);
+    CHECK_THAT(text, Catch::Contains(o.name) && Catch::Contains("sendbuff 0x") && Catch::Contains("recvbuff 0x") &&
+                         Catch::Contains("overlap"));
+  }
+  for (int i = 0; i < 64; ++i) CHECK(b[i] == static_cast<float>(i));  // nothing moved
+  // The same buffer, and adjacent ones, are fine.
+  CHECK(ncclAllReduce(b, b, 4, ncclFloat, ncclSum, comm, nullptr) == ncclSuccess);
+  CHECK(ncclAllReduce(b, b + 4, 4, ncclFloat, ncclSum, comm, nullptr) == ncclSuccess);
+  CHECK(ncclBroadcast(b + 8, b + 4, 4, ncclFloat, 0, comm, nullptr) == ncclSuccess);
+  CHECK(ncclAllGather(b, b, 4, ncclFloat, comm, nullptr) == ncclSuccess);
+  CHECK(ncclReduceScatter(b, b, 4, ncclFloat, ncclSum, comm, nullptr) == ncclSuccess);
+  CHECK(ncclAlltoAll(b, b, 4, ncclFloat, comm, nullptr) == ncclSuccess);
+  REQUIRE(ncclCommDestroy(comm) == ncclSuccess);
+
+  // Two ranks: the in-place forms of AllGather and ReduceScatter (a rank's block) work; another
+  // block of the same buffer is refused on both ranks before anything moves.
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  const std::string failures = braid::test::runThreads(2, [&](int rank) {
+    ncclComm_t c = nullptr;
+    braid::test::expect(ncclCommInitRank(&c, 2, id, rank) == ncclSuccess, "init");
+    std::vector<float> gather(8, -1.0f), scatter(8);
+    for (int i = 0; i < 4; ++i) gather[rank * 4 + i] = static_cast<float>(10 * rank + i);
+    for (int i = 0; i < 8; ++i) scatter[i] = static_cast<float>(i);
+    braid::test::expect(ncclAllGather(gather.data() + 4 * (1 - rank), gather.data(), 4, ncclFloat, c, nullptr) ==
+                            ncclInvalidArgument, "another rank's block refused");
+    braid::test::expect(ncclReduceScatter(scatter.data(), scatter.data() + 4 * (1 - rank), 4, ncclFloat, ncclSum, c,
+                                          nullptr) == ncclInvalidArgument, "another rank's block refused");
+    braid::test::expect(ncclAllGather(gather.data() + 4 * rank, gather.data(), 4, ncclFloat, c, nullptr) == ncclSuccess,
+                        "in-place AllGather");
+    for (int i = 0; i < 8; ++i) braid::test::expect(gather[i] == static_cast<float>(10 * (i / 4) + i % 4), "AllGather data");
+    braid::test::expect(ncclReduceScatter(scatter.data(), scatter.data() + 4 * rank, 4, ncclFloat, ncclSum, c, nullptr) ==
+                            ncclSuccess, "in-place ReduceScatter");
+    for (int i = 0; i < 4; ++i) {
+      braid::test::expect(scatter[4 * rank + i] == 2.0f * static_cast<float>(4 * rank + i), "ReduceScatter data");
+    }
+    braid::test::expect(ncclCommDestroy(c) == ncclSuccess, "destroy");
+  });
+  CHECK(failures == "");
+}
+
+TEST_CASE("ncclGetLastError(comm) gives the communicator's last failure to any thread", "[integration][misuse]") {
+  ncclComm_t comm = oneRank();
+  float x[8] = {}, y[8] = {};
+  const ncclDataType_t badType = static_cast<ncclDataType_t>(13);
+  // A call that fails on its argument, in another thread.
+  std::thread([&] { CHECK(ncclAllReduce(x, y, 4, badType, ncclSum, comm, nullptr) == ncclInvalidArgument); }).join();
+  CHECK_THAT(std::string(ncclGetLastError(comm)), Catch::Contains("ncclAllReduce") && Catch::Contains("datatype"));
+  // A group that fails when it runs (ncclGroupEnd has no communicator argument).
+  std::thread([&] {
+    CHECK(ncclGroupStart() == ncclSuccess);
+    CHECK(ncclSend(x, 4, ncclFloat, 0, comm, nullptr) == ncclSuccess);
+    CHECK(ncclRecv(y, 2, ncclFloat, 0, comm, nullptr) == ncclSuccess);
+    CHECK(ncclGroupEnd() == ncclInvalidUsage);
+    CHECK_THAT(std::string(ncclGetLastError(nullptr)), Catch::Contains("to itself"));
+  }).join();
+  const std::string text = ncclGetLastError(comm);
+  INFO(text);
+  CHECK_THAT(text, Catch::Contains("sends 16 bytes to itself but receives 8"));
+  CHECK(std::string(ncclGetLastError(nullptr)).find("to itself") == std::string::npos);  // (this thread's own)
   REQUIRE(ncclCommDestroy(comm) == ncclSuccess);
 }

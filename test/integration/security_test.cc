@@ -366,3 +366,97 @@ TEST_CASE("a rank's listener closes each connection as soon as its message is wh
   CHECK(received == n);
   CHECK(!m.socket.valid());
 }
+
+namespace {
+
+/// This process's resident memory, from /proc/self/statm.
+size_t residentBytes() {
+  long pages = 0, resident = 0;
+  if (FILE* f = fopen("/proc/self/statm", "r")) {
+    if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    fclose(f);
+  }
+  return static_cast<size_t>(resident) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
+
+/// A stranger's connection with the right key: a header announcing `length` bytes of `type`,
+/// then up to `send` bytes of payload, as far as the socket takes them without waiting.
+net::Socket announce(const net::SocketAddress& at, uint64_t secret, bootstrap::MessageType type, uint32_t length,
+                     size_t send = 0) {
+  const auto deadline = net::Clock::now() + std::chrono::seconds(5);
+  net::Socket s = net::Socket::connect(at, deadline, nullptr);
+  const bootstrap::MessageHeader header{secret, type, 0, 0, length};
+  s.sendAll(&header, sizeof(header), deadline, nullptr);
+  const std::vector<char> bytes(send, 'x');
+  for (size_t sent = 0; sent < send;) {
+    const ssize_t n = s.writeSome(bytes.data() + sent, send - sent);
+    if (n <= 0) break;
+    sent += static_cast<size_t>(n);
+  }
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("headers announcing 64 MiB cost the root nothing; a communicator still inits", "[security]") {
+  // Under NCCL_COMM_ID the id's secret is a hash of the address: anyone who reaches the port
+  // can present it. Before issue 41 each such header made the root allocate (and zero) the
+  // announced 64 MiB at once: 30 of them took a process from 5 MB to 1.97 GB.
+  const auto settings = test::loopbackSettings(20);
+  const ncclUniqueId id = comm::makeUniqueId(settings);
+  const bootstrap::UniqueId decoded = bootstrap::UniqueId::decode(id);
+  const bootstrap::MessageType types[] = {bootstrap::MessageType::kRegister, bootstrap::MessageType::kBlock,
+                                          bootstrap::MessageType::kRound, bootstrap::MessageType::kPeer,
+                                          bootstrap::MessageType::kTable};
+  const size_t before = residentBytes();
+  std::vector<net::Socket> strangers;
+  for (int i = 0; i < 30; ++i) {
+    strangers.push_back(announce(decoded.root, decoded.secret, types[i % 5], 64u << 20, i % 3 == 0 ? 4096 : 0));
+  }
+  // A block within its bound, whose bytes never come, holds no more than what came.
+  const uint32_t block = bootstrap::maxPayload(bootstrap::MessageType::kBlock);
+  for (int i = 0; i < 10; ++i) strangers.push_back(announce(decoded.root, decoded.secret, bootstrap::MessageType::kBlock, block, 1000));
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // (the root reads every 100 ms)
+  const size_t grown = residentBytes() - std::min(before, residentBytes());
+  INFO("resident memory grew by " << (grown >> 20) << " MiB");
+  CHECK(grown < (size_t(64) << 20));
+  std::vector<std::unique_ptr<ncclComm>> comms;
+  const auto results = initAll({id, id}, {settings, settings}, &comms);
+  CHECK(results[0] == "");
+  CHECK(results[1] == "");
+}
+
+TEST_CASE("strangers who send the bytes they announce share a bounded budget; a real message still arrives",
+          "[security]") {
+  // Each announces 64 MiB and sends up to 6 MiB (as far as the sockets take them), 240 MiB in
+  // all: the listener holds at most Listener::kPendingBudget of it (plus a little a connection,
+  // and the oldest message under way), the rest waits in the kernel's socket buffers.
+  const uint64_t key = 0x4242;
+  bootstrap::Listener listener(net::Socket::listen(net::SocketAddress::parse("127.0.0.1:0"), 256), key, "test",
+                               bootstrap::Listener::Replies::kClose);
+  const net::SocketAddress at = listener.socket().localAddress();
+  const size_t before = residentBytes();
+  std::vector<net::Socket> strangers;
+  bootstrap::Message m;
+  for (int i = 0; i < 40; ++i) {
+    strangers.push_back(announce(at, key, bootstrap::MessageType::kPeer, 64u << 20, size_t(2) << 20));
+    listener.poll(0, &m);  // (reads what came: the senders' socket buffers empty into the listener's)
+    for (int k = 0; k < 4; ++k) {
+      const std::vector<char> more(size_t(1) << 20, 'y');
+      (void)strangers.back().writeSome(more.data(), more.size());
+      listener.poll(0, &m);
+    }
+  }
+  const auto deadline = net::Clock::now() + std::chrono::seconds(5);
+  {
+    net::Socket real = net::Socket::connect(at, deadline, nullptr);
+    const std::vector<char> text(1000, 'r');
+    bootstrap::sendMessage(real, key, bootstrap::MessageType::kPeer, 3, 77, text.data(), 1000, deadline, nullptr);
+  }
+  bool got = false;
+  while (!got && net::Clock::now() < deadline && listener.poll(100, &m)) got = m.header.tag == 77 && m.payload.size() == 1000;
+  CHECK(got);
+  const size_t grown = residentBytes() - std::min(before, residentBytes());
+  INFO("resident memory grew by " << (grown >> 20) << " MiB");
+  CHECK(grown < (size_t(64) << 20));
+}

@@ -15,7 +15,9 @@
 //
 // Wire: a 64-byte frame header (type, step, payload bytes, flags, signature) then the payload.
 // Every length is checked before a byte of payload is read; a frame that does not fit is a
-// protocol error, reported like a broken connection. Both ends must have the same byte order.
+// protocol error, reported like a broken connection. A data frame's length lands as its step's
+// size, which the receiving kernel checks exactly (kernels::checkStepBytes). Both ends must have
+// the same byte order.
 #pragma once
 
 #include <sys/types.h>

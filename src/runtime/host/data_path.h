@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/params.h"
 #include "comm/config.h"
 #include "runtime/host/launch_batch.h"
 #include "comm/peer_info.h"
@@ -63,7 +64,10 @@ struct DataPathSettings {
 
   /// From the parameter registry and the communicator's config (minCTAs/maxCTAs bound channels);
   /// onDevice: the kernels run on a GPU (its cost table and channel default).
+  /// A knob out of range is replaced, with one WARN a store (so once a process) naming the
+  /// variable, the value given and the value used.
   static DataPathSettings fromParams(const CommConfig& config, bool onDevice = false);
+  static DataPathSettings fromParams(params::Store& store, const CommConfig& config, bool onDevice);
 };
 
 /// The Simple step of the send/recv and peer-set connections (set c serves channel c of the

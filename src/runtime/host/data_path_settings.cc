@@ -67,6 +67,24 @@ int channelKnob(params::Store& p, const char* name, int fallback) {
   BRAID_WARN("%s=%lld must be 1..%d; using %d", name, static_cast<long long>(v), kMaxChannels, fallback);
   return fallback;
 }
+
+/// The most threads a host channel runs on (BRAID_HOST_THREADS_PER_CHANNEL).
+constexpr int kMaxThreadsPerChannel = 64;
+
+/// NCCL_MIN_NCHANNELS or NCCL_MAX_NCHANNELS: 1..kMaxChannels, or -2 (the default: automatic)
+/// as 0. Above kMaxChannels it is kMaxChannels, any other value automatic (`automatic` says
+/// what that is), each with a WARN once.
+int channelCountKnob(params::Store& p, const char* name, const std::string& automatic) {
+  const int64_t v = p.integer(name);
+  if (v == -2) return 0;
+  if (v >= 1 && v <= kMaxChannels) return static_cast<int>(v);
+  const bool above = v > kMaxChannels;
+  if (p.firstWarning(name)) {
+    BRAID_WARN("%s=%lld must be 1..%d; using %s", name, static_cast<long long>(v), kMaxChannels,
+               above ? std::to_string(kMaxChannels).c_str() : automatic.c_str());
+  }
+  return above ? kMaxChannels : 0;
+}
 }  // namespace
 
 // NCCL's 128 KiB chunks up to 8 ranks and on a GPU. On the host above 8 ranks a rank's log-n
@@ -110,7 +128,10 @@ uint64_t peerPartBytes(uint64_t bytes, int perPeer) {
 }
 
 DataPathSettings DataPathSettings::fromParams(const CommConfig& config, bool onDevice) {
-  params::Store& p = params::process();
+  return fromParams(params::process(), config, onDevice);
+}
+
+DataPathSettings DataPathSettings::fromParams(params::Store& p, const CommConfig& config, bool onDevice) {
   DataPathSettings s;
   const int64_t buff = fifoBytes(p, "NCCL_BUFFSIZE", 64 * 1024, int64_t(1) << 30, 4 << 20, "64 KiB..1 GiB");
   const int64_t llBuff = fifoBytes(p, "NCCL_LL_BUFFSIZE", 8 * 1024, int64_t(1) << 28, 512 << 10, "8 KiB..256 MiB");
@@ -135,14 +156,19 @@ DataPathSettings DataPathSettings::fromParams(const CommConfig& config, bool onD
   } else {
     s.connector.nSockets = static_cast<int>(threads * perThread);
   }
-  s.threadsPerChannel = static_cast<int>(std::clamp<int64_t>(p.integer("BRAID_HOST_THREADS_PER_CHANNEL"), 1, 64));
+  const int64_t hostThreads = p.integer("BRAID_HOST_THREADS_PER_CHANNEL");
+  s.threadsPerChannel = static_cast<int>(std::clamp<int64_t>(hostThreads, 1, kMaxThreadsPerChannel));
+  if (s.threadsPerChannel != hostThreads && p.firstWarning("BRAID_HOST_THREADS_PER_CHANNEL")) {
+    BRAID_WARN("BRAID_HOST_THREADS_PER_CHANNEL=%lld must be 1..%d; using %d", static_cast<long long>(hostThreads),
+               kMaxThreadsPerChannel, s.threadsPerChannel);
+  }
   s.limits.shape.cpuThreadsPerChannel = s.threadsPerChannel;
-  const int64_t minEnv = p.integer("NCCL_MIN_NCHANNELS");
-  const int64_t maxEnv = p.integer("NCCL_MAX_NCHANNELS");
   const int defaultMax = onDevice ? kDeviceDefaultMaxChannels : kHostDefaultMaxChannels;
-  s.limits.maxChannels = std::min<int>(config.maxCTAs, maxEnv > 0 ? static_cast<int>(maxEnv) : defaultMax);
+  const int minEnv = channelCountKnob(p, "NCCL_MIN_NCHANNELS", "1 (automatic)");
+  const int maxEnv = channelCountKnob(p, "NCCL_MAX_NCHANNELS", std::to_string(defaultMax) + " (automatic)");
+  s.limits.maxChannels = std::min<int>(config.maxCTAs, maxEnv > 0 ? maxEnv : defaultMax);
   if (onDevice) s.limits.table = &topo::kGpuCostTable;
-  s.limits.minChannels = std::max<int>(config.minCTAs, minEnv > 0 ? static_cast<int>(minEnv) : 1);
+  s.limits.minChannels = std::max<int>(config.minCTAs, minEnv > 0 ? minEnv : 1);
   s.limits.maxChannels = std::clamp(s.limits.maxChannels, 1, kMaxChannels);
   s.limits.minChannels = std::clamp(s.limits.minChannels, 1, kMaxChannels);
   if (s.limits.minChannels > s.limits.maxChannels) s.limits.maxChannels = s.limits.minChannels;

@@ -63,4 +63,16 @@ std::string mismatchText(int myRank, const kernels::OpSignature& mine, int peer,
          " as op #" + std::to_string(theirs.seq);
 }
 
+std::string stepSizeText(int myRank, int peer, const char* transport, uint64_t step, uint64_t wanted, uint64_t got) {
+  const uint64_t flags = got & ~uint64_t{0xffffffff};
+  std::string carried = std::to_string(got & 0xffffffffu) + " bytes";
+  if (flags & kernels::kStepLL) carried += " of LL lines";
+  if (flags & kernels::kStepLL128) carried += " of LL128 lines";
+  if (flags & (kernels::kStepDirect | kernels::kStepReference)) carried += " by reference";
+  return "rank " + std::to_string(myRank) + " received step " + std::to_string(step) + " from rank " +
+         std::to_string(peer) + " over " + transport + " with " + carried + " where its kernel expected " +
+         std::to_string(wanted) + " bytes: a protocol error (the connection's framing is broken); the step's "
+         "data was not used";
+}
+
 }  // namespace braid::runtime::host

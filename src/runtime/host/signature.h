@@ -20,4 +20,9 @@ std::string describeSignature(const kernels::OpSignature& sig);
 /// AllGather(count=512, float) as op #57".
 std::string mismatchText(int myRank, const kernels::OpSignature& mine, int peer, const kernels::OpSignature& theirs);
 
+/// "rank 0 received step 7 from rank 1 over NET/Socket with 4088 bytes where its kernel expected
+/// 4096 ...": a Simple step whose description (kernels::stepInfo, `got`) is not the `wanted`
+/// bytes (kernels::checkStepBytes).
+std::string stepSizeText(int myRank, int peer, const char* transport, uint64_t step, uint64_t wanted, uint64_t got);
+
 }  // namespace braid::runtime::host

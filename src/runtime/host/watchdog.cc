@@ -227,8 +227,15 @@ bool Watchdog::failure(ncclResult_t* code, std::string* text) const {
 
 bool Watchdog::checkMismatch() {
   for (int c = 0; c < nStatuses_; ++c) {
-    if (kernels::loadAcquire(&statuses_[c].mismatch) == 0) continue;
-    fail(ncclInvalidUsage, mismatchText(rank_, currentOp().sig, statuses_[c].mismatchPeer, statuses_[c].peerSig));
+    const kernels::ChannelStatus& s = statuses_[c];
+    const uint32_t kind = kernels::loadAcquire(const_cast<uint32_t*>(&s.mismatch));
+    if (kind == kernels::kMismatchNone) continue;
+    if (kind == kernels::kMismatchStepSize) {  // (reported like a connection that broke)
+      fail(ncclRemoteError, stepSizeText(rank_, s.mismatchPeer, transportName(s.mismatchTransport), s.badStep,
+                                         s.badStepWanted, s.badStepGot));
+      return true;
+    }
+    fail(ncclInvalidUsage, mismatchText(rank_, currentOp().sig, s.mismatchPeer, s.peerSig));
     return true;
   }
   return false;

@@ -95,7 +95,8 @@ class Watchdog {
   void depart(const std::string& text);
   /// The recorded failure, if any.
   bool failure(ncclResult_t* code, std::string* text) const;
-  /// Checks the channels for a signature mismatch now; true (and fails) when one was found.
+  /// Checks the channels for a signature mismatch or a step of the wrong size now; true (and
+  /// fails) when one was found.
   bool checkMismatch();
 
   /// What every channel is doing, as logged by the timeout and on the dump signal (watchdog

@@ -18,6 +18,8 @@
 #include "kernels/algorithms/send_recv.h"
 #include "kernels/primitives.h"
 #include "proxy/proxy.h"
+#include "runtime/host/signature.h"
+#include "transport/net/net_end.h"
 #include "transport/net/socket/socket_transport.h"
 #include "unit/transport/step_pair.h"
 
@@ -203,6 +205,77 @@ TEST_CASE("socket transport: bad settings and descriptors are refused by name", 
   std::memset(&d, 0, sizeof d);
   d.nSockets = 0;
   CHECK_THROWS_WITH(transport::socket::connectSender(d, settingsFor(0, 1), 1), Catch::Contains("rank 1 sent"));
+}
+
+namespace {
+
+/// The receiving kernel's group in these tests: one thread.
+struct SoloGroup {
+  static constexpr int kLineLanes = 1;
+  int rank() const { return 0; }
+  int size() const { return 1; }
+  void sync() {}
+  bool syncAny(bool flag) { return flag; }
+  void lineSync() {}
+  bool lineAny(bool flag) { return flag; }
+};
+
+}  // namespace
+
+TEST_CASE("socket transport: a frame declaring 8 bytes fewer, or more, than it carries fails its step; no data is "
+          "delivered", "[unit][transport][socket]") {
+  // A forged sender speaks raw frames: step 0 carries 1000 bytes (250 floats) but declares 992
+  // or 1008, then step 1 follows. The receiver's kernel (the real Primitives, one thread)
+  // expects 250 floats in step 0. Before issue 41 the short frame landed as a whole step (its
+  // last 8 bytes stale) and the AllReduce returned success with wrong elements; only the next
+  // frame, whose header the stray bytes shifted, failed.
+  for (const int delta : {-8, 8}) {
+    INFO("the frame declares " << delta << " bytes more than it carries");
+    transport::Descriptor d;
+    auto recv = transport::socket::createReceiver({4096, 64, 8}, settingsFor(1, 1), 0, &d);
+    const kernels::ConnHandle r = recv->handle(false);
+    const auto deadline = net::Clock::now() + 5s;
+    net::Socket s = net::Socket::connect(net::SocketAddress::unpack(d.listen), deadline, nullptr);
+    const transport::netend::Hello hello{transport::netend::kHelloMagic, transport::netend::kWireVersion, d.nonce, kHash,
+                                         0, 1, 0, 1, {}};
+    s.sendAll(&hello, sizeof hello, deadline, nullptr);
+    std::vector<float> data(250);
+    for (int i = 0; i < 250; ++i) data[i] = static_cast<float>(i + 1);
+    for (uint64_t step = 0; step < 2; ++step) {
+      transport::netend::FrameHeader h = transport::netend::frame(transport::netend::kData);
+      h.step = step;
+      h.bytes = static_cast<uint32_t>(1000 + (step == 0 ? delta : 0));
+      s.sendAll(&h, sizeof h, deadline, nullptr);
+      s.sendAll(data.data(), 1000, deadline, nullptr);
+    }
+    REQUIRE(eventually([&] { return kernels::loadAcquire(r.tail) >= 1; }));  // (the kernel's wait would not end otherwise)
+    kernels::ChannelStatus status{};
+    kernels::CollWork work{};
+    work.status = &status;
+    const uint32_t notAborted = 0;
+    SoloGroup g;
+    std::vector<float> out(250, 0.0f);
+    kernels::Primitives<float, kernels::FuncSum<float>, SoloGroup> p(g, nullptr, &r, kernels::Proto::kSimple,
+                                                                       kernels::FuncSum<float>(kernels::RedOpArgs{}),
+                                                                       &notAborted, &work);
+    CHECK_FALSE(p.step(kernels::kRecv | kernels::kOutput, nullptr, out.data(), 250));
+    CHECK(std::count(out.begin(), out.end(), 0.0f) == 250);  // nothing delivered
+    CHECK(status.mismatch == kernels::kMismatchStepSize);
+    CHECK(status.mismatchPeer == 0);
+    CHECK(status.badStep == 0);
+    CHECK(status.badStepWanted == 1000);
+    CHECK(status.badStepGot == static_cast<uint64_t>(1000 + delta));
+    CHECK_THAT(runtime::host::stepSizeText(1, status.mismatchPeer, "NET/Socket", status.badStep, status.badStepWanted,
+                                           status.badStepGot),
+               Catch::Contains("rank 1 received step 0 from rank 0 over NET/Socket with " + std::to_string(1000 + delta) +
+                               " bytes where its kernel expected 1000 bytes: a protocol error"));
+    // And the connection itself is reported broken: the next frame's header is not where its
+    // magic should be.
+    transport::FaultBox* box = recv->faultBox(true);
+    CHECK(eventually([&] { return kernels::loadAcquire(&box->raised) == transport::kFaultRaised; }));
+    CHECK_THAT(std::string(box->text), Catch::Contains("rank 0") && Catch::Contains("without Braid's marker"));
+  }
+  CHECK(proxy::attachedCount() == 0);
 }
 
 // Not a test (hidden; run with "[.bench]"): one-way throughput of 512 KiB Simple steps and the

@@ -12,8 +12,10 @@
 //
 // Wire: a 64-byte frame header (type, step, payload bytes, flags, signature) then the payload.
 // Every length is checked against the FIFO's slot size before a byte of payload is read; a
-// frame that does not fit is a protocol error, reported like a broken connection. Both ends
-// must have the same byte order (as for NCCL's socket transport).
+// frame that does not fit is a protocol error, reported like a broken connection. A frame's
+// length lands as its step's size (conn.sizes), which the receiving kernel compares with what
+// it expects (kernels::checkStepBytes): a frame declaring fewer or more bytes than it carries
+// fails its own step. Both ends must have the same byte order (as for NCCL's socket transport).
 #pragma once
 
 #include <chrono>
