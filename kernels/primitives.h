@@ -113,6 +113,9 @@ BRAID_OUTLINE WaitResult checkSignature(const ConnHandle& conn, uint64_t firstSt
 /// peer in status and returns kAborted: the operation stops, and the host reports a protocol
 /// error naming them (watchdog.cc).
 BRAID_INLINE WaitResult checkStepBytes(const ConnHandle& conn, uint64_t step, uint64_t bytes, ChannelStatus* status) {
+  // Only where a network frame's length lands in it: within a host or GPU the sizes are the
+  // sending kernel's own (and, on a GPU, host memory whose read would cost every step).
+  if (conn.transport < kFirstNetworkTransport) return WaitResult::kReady;
   const uint64_t got = loadRelaxed(conn.sizes + step % kSteps);  // (tail, read with acquire, was stored after it)
   if (got == bytes) return WaitResult::kReady;
   if (status != nullptr) {

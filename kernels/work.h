@@ -113,6 +113,11 @@ constexpr uint64_t kStepDirect = uint64_t(1) << 34;
 constexpr uint64_t kStepReference = uint64_t(1) << 35;
 BRAID_INLINE uint64_t stepInfo(uint64_t bytes, bool ll) { return bytes | (ll ? kStepLL : 0); }
 
+/// ConnHandle::transport values from this one on (transport::Kind's Socket, IB and net plugins)
+/// carry each step over a network in a frame whose declared length lands in the step's size;
+/// the others' sizes are written by the sending kernel itself.
+constexpr uint16_t kFirstNetworkTransport = 3;
+
 /// One end of a connection as a kernel sees it. The FIFO memory lives wherever the transport
 /// put it (the receiver's heap, a shared segment, device memory); step is this rank's own.
 struct ConnHandle {
@@ -130,7 +135,7 @@ struct ConnHandle {
   uint32_t llStepLines;
   uint32_t ll128StepLines;
   int32_t peer;          ///< the rank at the other end
-  uint16_t transport;    ///< transport::Kind of the connection (for reports)
+  uint16_t transport;    ///< transport::Kind of the connection (for reports; kFirstNetworkTransport)
   uint16_t slotsShared;  ///< 1: the slots are the receiver's GPU memory, mapped by a sender in another process
 };
 

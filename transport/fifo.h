@@ -42,6 +42,9 @@ struct FifoSizes {
 };
 
 enum class Kind : uint32_t { kP2p = 1, kShm = 2, kSocket = 3, kIb = 4, kPlugin = 5 };
+static_assert(static_cast<uint32_t>(Kind::kSocket) == kernels::kFirstNetworkTransport &&
+                  static_cast<uint32_t>(Kind::kShm) < kernels::kFirstNetworkTransport,
+              "the kernels tell network connections by their transport (kernels/work.h)");
 
 /// One end of a verbs (RDMA) connection, as the other end needs it: its RC queue pair, how to
 /// route to it, and the registered FIFO memory RDMA writes go to (the receiver's FIFO; the

@@ -233,7 +233,8 @@ TEST_CASE("socket transport: a frame declaring 8 bytes fewer, or more, than it c
     INFO("the frame declares " << delta << " bytes more than it carries");
     transport::Descriptor d;
     auto recv = transport::socket::createReceiver({4096, 64, 8}, settingsFor(1, 1), 0, &d);
-    const kernels::ConnHandle r = recv->handle(false);
+    kernels::ConnHandle r = recv->handle(false);
+    r.transport = static_cast<uint16_t>(transport::Kind::kSocket);  // (as the connector marks it)
     const auto deadline = net::Clock::now() + 5s;
     net::Socket s = net::Socket::connect(net::SocketAddress::unpack(d.listen), deadline, nullptr);
     const transport::netend::Hello hello{transport::netend::kHelloMagic, transport::netend::kWireVersion, d.nonce, kHash,
