@@ -79,6 +79,34 @@ TEST_CASE("the loopback net plugin's irecv: n receives matched by tag up to maxR
   }
 }
 
+// Sizes on either side of a FIFO slot: bytes (uint8 Scatter and Send/Recv) 1, 4099, a P2P
+// slot (128 KiB) - 1, + 0, + 1, a ring slot (512 KiB) - 1, + 0, + 1; floats four times as many.
+const char* const kSlotCounts = " 1 4099 131071 131072 131073 524287 524288 524289";
+
+TEST_CASE("a v6 net plugin whose test never reports sizes carries every operation between 4 processes, sizes around "
+          "the slots", "[plugins][net]") {
+  const std::string out = runNetDriver("NCCL_NET_PLUGIN=" + plugin("net-nosize"), std::string("4 destroy") + kSlotCounts);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("all ranks ok"));
+  CHECK(occurrences(out, ": 4099 ok") == 4);
+  CHECK(occurrences(out, ": 524289 ok") == 4);
+  CHECK(occurrences(out, "NET/Plugin: Loaded net plugin loopback-nosize (v6)") == 4);
+  CHECK(occurrences(out, "via NET/Plugin") >= 8);
+  CHECK(occurrences(out, "via NET/Socket") == 0);
+  CHECK(occurrences(out, "NCCL WARN") == 0);
+}
+
+TEST_CASE("a net plugin whose test never reports sizes, between thread ranks of one process", "[plugins][net]") {
+  const std::string out = runDriver("NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1 NCCL_NET_PLUGIN=" +
+                                        plugin("net-nosize"),
+                                    std::string("4 threads destroy") + kSlotCounts + " group");
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("all ranks ok"));
+  CHECK(occurrences(out, "NET/Plugin : Using net plugin loopback-nosize") == 4);
+  CHECK(occurrences(out, "via NET/Plugin") >= 4);
+  CHECK(occurrences(out, "NCCL WARN") == 0);
+}
+
 TEST_CASE("a net plugin found by name and chosen by NCCL_NET, 4 ranks, ended by abort", "[plugins][net]") {
   const std::string out = runNetDriver("LD_LIBRARY_PATH=" + pluginDir() + " NCCL_NET_PLUGIN=loopback NCCL_NET=LoopBack",
                                        std::string("4 abort") + kCounts);

@@ -35,6 +35,10 @@
  * NET_LOOPBACK_REFUSE_GPU=send (or recv) makes registrations of GPU memory on send (receive)
  * comms fail with ncclSystemError, recorded as "refused TYPE BYTES".
  *
+ * -DNET_NO_SIZE (with -DNET_V6_ONLY: "loopback-nosize"): test never writes *sizes, on sends,
+ * receives and flushes alike, as some widely used plugins do (NCCL never reads them but to
+ * decide on a flush); Braid must know each step's size without them.
+ *
  * Variants for the bad-plugin tests: -DNET_FAIL_ISEND (the 3rd isend of the process fails with
  * ncclSystemError), -DNET_INIT_FAILS, -DNET_NO_DEVICES (devices() reports 0), -DNET_NO_SYMBOL
  * (exports no ncclNetPlugin_v* symbol).
@@ -621,6 +625,7 @@ static ncclResult_t progress(struct comm* c) {
 /* sizes (when not NULL) gets the size of each of the request's messages: one for a send, one
  * per receive for an irecv. */
 static ncclResult_t loopTest(void* request, int* done, int* sizes) {
+  (void)sizes; /* (unused with -DNET_NO_SIZE) */
   struct request* r = (struct request*)request;
   if (r == NULL || !r->used || r->owner == NULL) return ncclInternalError;
   *done = 0;
@@ -628,7 +633,9 @@ static ncclResult_t loopTest(void* request, int* done, int* sizes) {
     if (++r->flushTests < 2) return ncclSuccess;
     applyLate(r->owner, r->parts[0].data, r->parts[0].size);
     *done = 1;
+#ifndef NET_NO_SIZE
     if (sizes != NULL) sizes[0] = 0;
+#endif
     r->used = 0;
     return ncclSuccess;
   }
@@ -644,8 +651,10 @@ static ncclResult_t loopTest(void* request, int* done, int* sizes) {
       c->late[c->nLate++] = (struct late){r->parts[i].target, r->parts[i].data, r->parts[i].len};
     }
     *done = 1;
+#ifndef NET_NO_SIZE /* (-DNET_NO_SIZE: *sizes is never written, as some plugins do) */
     if (sizes != NULL)
       for (int i = 0; i < r->n; ++i) sizes[i] = (int)r->parts[i].len;
+#endif
     if (r->profiled) profileDone(r);
     r->used = 0;
   }
@@ -730,7 +739,12 @@ static ncclResult_t v6Irecv(void* comm, int n, void** data, int* sizes, int* tag
 }
 
 const ncclNet_v6_t ncclNetPlugin_v6 = {
-    "loopback6", v6Init, loopDevices, v6Properties, loopListen, loopConnect, loopAccept, v6RegMr, loopRegMrDmaBuf,
+#ifdef NET_NO_SIZE
+    "loopback-nosize",
+#else
+    "loopback6",
+#endif
+    v6Init, loopDevices, v6Properties, loopListen, loopConnect, loopAccept, v6RegMr, loopRegMrDmaBuf,
     loopDeregMr, v6Isend, v6Irecv, loopIflush, loopTest, closeComm, closeComm, loopCloseListen};
 
 #else
