@@ -7,13 +7,15 @@
 #           libnccl-net-loopback.so: one TCP connection per pair of ranks, progressed by the
 #           plugin's test calls on Braid's proxy thread).
 # Each figure is the median of REPEATS (default 5) runs, socket and plugin alternating, with the
-# ratio plugin / socket. Needs root (namespaces: test/netns/netns_lib.sh) and a built BUILD_DIR
+# ratio plugin / socket; SIZES (default 64M) lists the all_reduce sizes (e.g. "16K 64M": a small
+# one shows what a step's messages cost). Needs root (namespaces: test/netns/netns_lib.sh) and a built BUILD_DIR
 # (a release build for figures worth keeping).
 # Usage: perf/net_plugin_compare.sh [BUILD_DIR]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=$(cd "${1:-build}" && pwd)
 repeats=${REPEATS:-5}
+sizes=${SIZES:-64M}
 plugin="$build/test/plugins/libnccl-net-loopback.so"
 [ -f "$plugin" ] || { echo "$plugin was not built"; exit 2; }
 [ -x "$build/perf/all_reduce_perf" ] || { echo "$build/perf/all_reduce_perf was not built"; exit 2; }
@@ -64,23 +66,27 @@ done
 
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 before=$(load)
-socket=()
-plug=()
-for i in $(seq "$repeats"); do
-  socket+=("$(busbw 64M NCCL_NET=Socket)")
-  plug+=("$(busbw 64M NCCL_NET_PLUGIN="$plugin")")
+report=()
+for size in $sizes; do
+  socket=()
+  plug=()
+  for i in $(seq "$repeats"); do
+    socket+=("$(busbw "$size" NCCL_NET=Socket)")
+    plug+=("$(busbw "$size" NCCL_NET_PLUGIN="$plugin")")
+  done
+  if printf '%s\n' "${socket[@]}" "${plug[@]}" | grep -q failed; then
+    echo "a run failed; rank 0 said:"
+    cat "$work"/failed.*
+    exit 1
+  fi
+  sm=$(printf '%s\n' "${socket[@]}" | median)
+  pm=$(printf '%s\n' "${plug[@]}" | median)
+  report+=("$(printf '%-6s %-8s %10s   %s' "$size" "socket" "$sm" "${socket[*]}")")
+  report+=("$(printf '%-6s %-8s %10s   %s' "$size" "plugin" "$pm" "${plug[*]}")")
+  report+=("$(printf '%-6s ratio plugin / socket: %s' "$size" "$(awk -v a="$pm" -v b="$sm" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}')")")
 done
-if printf '%s\n' "${socket[@]}" "${plug[@]}" | grep -q failed; then
-  echo "a run failed; rank 0 said:"
-  cat "$work"/failed.*
-  exit 1
-fi
-sm=$(printf '%s\n' "${socket[@]}" | median)
-pm=$(printf '%s\n' "${plug[@]}" | median)
 
-echo "# 64 MiB all_reduce busbw, 4 ranks on 2 namespaces (veth + bridge), medians of $repeats"
+echo "# all_reduce busbw, 4 ranks on 2 namespaces (veth + bridge), medians of $repeats"
 echo "# $(nproc) CPUs; load average $before before, $(load) after"
-printf '%-8s %10s   %s\n' "net" "GB/s" "runs"
-printf '%-8s %10s   %s\n' "socket" "$sm" "${socket[*]}"
-printf '%-8s %10s   %s\n' "plugin" "$pm" "${plug[*]}"
-printf 'ratio plugin / socket: %s\n' "$(awk -v a="$pm" -v b="$sm" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}')"
+printf '%-6s %-8s %10s   %s\n' "size" "net" "GB/s" "runs"
+printf '%s\n' "${report[@]}"

@@ -494,13 +494,12 @@ ncclResult_t NetSession::irecv(void* recvComm, void* data, size_t size, int tag,
   return net_->api->irecv(recvComm, data, size, tag, mhandle, phandle, request);
 }
 ncclResult_t NetSession::test(void* request, int* done, size_t* size) {
-  int bytes = 0;
+  int bytes = -1;  // (left alone by plugins that never report sizes)
   int finished = 0;
   const ncclResult_t r = net_->api->test(request, &finished, &bytes);
   if (r != ncclSuccess) return r;
-  if (finished != 0 && bytes < 0) return ncclInternalError;
   *done = finished != 0 ? 1 : 0;
-  *size = finished != 0 ? static_cast<size_t>(bytes) : 0;
+  *size = finished == 0 ? 0 : bytes < 0 ? kNetSizeUnknown : static_cast<size_t>(bytes);
   return ncclSuccess;
 }
 ncclResult_t NetSession::closeSend(void* sendComm) { return net_->api->closeSend(sendComm); }

@@ -37,6 +37,9 @@ constexpr size_t kNetHandleBytes = 128;
 /// The most requests Braid keeps posted on one plugin comm: NCCL_NET_MAX_REQUESTS_V6, the
 /// smallest any version allows.
 constexpr int kNetMaxRequests = 8;
+/// What NetSession::test says of a done request's size when the plugin left it unwritten (as
+/// many plugins do: NCCL zeroes it before test and never relies on it).
+constexpr size_t kNetSizeUnknown = ~size_t(0);
 
 /// One device as the plugin describes it (v11's fields; older versions leave some zero).
 struct NetDeviceProperties {
@@ -113,7 +116,8 @@ class NetSession {
   /// this call (plugin/net_profiling.h; v10 and v11 get it, with the callback at init).
   ncclResult_t isend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void* phandle, void** request);
   ncclResult_t irecv(void* recvComm, void* data, size_t size, int tag, void* mhandle, void* phandle, void** request);
-  /// *size: the bytes moved, when done.
+  /// *size: the bytes moved, when done, as the plugin reports them; kNetSizeUnknown when it
+  /// wrote nothing (or a negative size). Callers must not need it: they know what they posted.
   ncclResult_t test(void* request, int* done, size_t* size);
   ncclResult_t closeSend(void* sendComm);
   ncclResult_t closeRecv(void* recvComm);

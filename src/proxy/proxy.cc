@@ -237,6 +237,8 @@ void waitForPass() {
   std::lock_guard<std::mutex> lock(s.pumps);  // (the thread holds it for one pass)
 }
 
+std::unique_lock<std::mutex> hold() { return std::unique_lock<std::mutex>(state().pumps); }
+
 int attachedCount() {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.pumps);

@@ -14,6 +14,7 @@
 
 #include <poll.h>
 
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,12 @@ void waitForPass();
 /// hint of the process wins, intersected with the CPUs the process may use. Applied when the
 /// thread starts, or at its next pass.
 void preferCpus(const std::vector<int>& cpus, const std::string& why);
+
+/// Holds the progress thread between passes for as long as the lock lives: a caller's plugin
+/// calls (a net plugin's listen, connect, regMr, or a close the thread could not make) then never
+/// run while the thread calls the plugin, as NCCL never sets up a connection concurrently with
+/// the data calls on a device. Never call attach, detach or waitForPass while holding it.
+std::unique_lock<std::mutex> hold();
 
 /// Wakes the proxy thread from an idle wait: it then passes over its pumps without waiting
 /// until they fall quiet again. (An operation over the network starting calls post(),

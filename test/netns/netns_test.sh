@@ -113,9 +113,9 @@ fi
 
 # A net plugin across the namespaces: test/plugins/net_loopback.c (TCP; each rank's plugin
 # listens on the address of its namespace's interface, NCCL_SOCKET_IFNAME) carries what goes
-# between hosts, shared memory what stays inside one; then its maxRecvs-8 build.
+# between hosts, shared memory what stays inside one; then its maxRecvs-8, no-sizes and strict builds.
 plugins="$build/test/plugins"
-if [ -f "$plugins/libnccl-net-loopback.so" ] && [ -f "$plugins/libnccl-net-recvs8.so" ]; then
+if [ -f "$plugins/libnccl-net-loopback.so" ] && [ -f "$plugins/libnccl-net-recvs8.so" ] && [ -f "$plugins/libnccl-net-nosize.so" ] && [ -f "$plugins/libnccl-net-strict.so" ]; then
   for tool in all_reduce all_gather broadcast sendrecv reduce_scatter; do
     run_job 4 2 120 "NCCL_NET_PLUGIN=$plugins/libnccl-net-loopback.so" -- "$perf/${tool}_perf" -b 8 -e 4M -f 16 -n 3 -w 1 -c 1
     check "$tool 2x2 over the loopback net plugin" grep -q "Out of bounds values : 0 OK" "$out/0"
@@ -128,6 +128,24 @@ if [ -f "$plugins/libnccl-net-loopback.so" ] && [ -f "$plugins/libnccl-net-recvs
   for tool in all_reduce all_gather broadcast sendrecv; do
     run_job 4 2 120 "NCCL_NET_PLUGIN=$plugins/libnccl-net-recvs8.so" -- "$perf/${tool}_perf" -b 8 -e 4M -f 16 -n 3 -w 1 -c 1
     check "$tool 2x2 over the maxRecvs-8 loopback net plugin" grep -q "Out of bounds values : 0 OK" "$out/0"
+  done
+  # A v6 plugin whose test never reports sizes (as some widely used ones), every pair on the
+  # network: byte sizes on either side of a P2P slot (128 KiB) and a ring slot (512 KiB), 1 and 4099.
+  nosize="NCCL_NET_PLUGIN=$plugins/libnccl-net-nosize.so NCCL_SHM_DISABLE=1 NCCL_P2P_DISABLE=1"
+  for tool in sendrecv all_gather broadcast alltoall; do
+    for range in "-b 1 -e 4099 -i 4098" "-b 131071 -e 131073 -i 1" "-b 524287 -e 524289 -i 1"; do
+      run_job 4 2 120 "$nosize" -- "$perf/${tool}_perf" $range -d uint8 -n 2 -w 1 -c 1
+      check "$tool 2x2 uint8 $range over the net plugin that reports no sizes" grep -q "Out of bounds values : 0 OK" "$out/0"
+    done
+  done
+  run_job 4 2 120 "$nosize" -- "$perf/all_reduce_perf" -b 4 -e 4M -f 4 -n 2 -w 1 -c 1
+  check "all_reduce 2x2 over the net plugin that reports no sizes" grep -q "Out of bounds values : 0 OK" "$out/0"
+  # The strict build (test/plugins/net_strict.h: aborts on a call from a second thread on a comm
+  # or on setup concurrent with data calls, breaks the endpoint on a close in flight).
+  strict="NCCL_NET_PLUGIN=$plugins/libnccl-net-strict.so NCCL_SHM_DISABLE=1 NCCL_P2P_DISABLE=1"
+  for tool in all_reduce sendrecv all_gather; do
+    run_job 4 2 120 "$strict" -- "$perf/${tool}_perf" -b 8 -e 1M -f 32 -n 2 -w 1 -c 1
+    check "$tool 2x2 over the strict net plugin" sh -c "grep -q 'Out of bounds values : 0 OK' '$out/0' && ! grep -q 'strict)' '$out'/[0-9]"
   done
 else
   echo "FAILED: the loopback net plugins were not built in $plugins"

@@ -5,7 +5,8 @@
  * Forks NRANKS ranks (NCCL_COMM_ID must be set: each computes the same unique id). For each
  * COUNT every rank runs, on floats whose results are exact whatever the order:
  *   AllReduce (sum of rank+1), AllGather (rank r's block holds r*1000 + i mod 1000),
- *   Broadcast from rank 1 % NRANKS, and a ring shift of COUNT floats by Send/Recv,
+ *   Broadcast from rank 1 % NRANKS, and a ring shift of COUNT floats by Send/Recv; then, on
+ *   COUNT bytes (uint8), a Scatter from rank 0 and the same ring shift,
  * checks every element, then ends its communicator with ncclCommDestroy or ncclCommAbort
  * (abort: once every rank has finished, a barrier through pipes to the parent, since an
  * abort drops whatever this rank still had to send, as NCCL's does).
@@ -97,6 +98,34 @@ static int runCount(ncclComm_t comm, int rank, size_t n) {
   for (size_t k = 0; k < n; ++k)
     if (b[k] != (float)(prev * 7 + (int)(k % 999))) {
       rc = wrong(comm, rank, "Send/Recv", n, k, b[k], (float)(prev * 7 + (int)(k % 999)));
+      goto done;
+    }
+  /* Bytes (uint8), whose sizes need not be a multiple of 4 (1, a slot's bytes - 1, 4099): a
+   * Scatter from rank 0 (rank r's block holds r*31 + i mod 251), then a ring shift. */
+  unsigned char* bytesIn = (unsigned char*)a;
+  unsigned char* bytesOut = (unsigned char*)b;
+  for (size_t k = 0; k < n * (size_t)nranks; ++k) bytesIn[k] = (unsigned char)((k / (n > 0 ? n : 1)) * 31 + k % 251);
+  memset(bytesOut, 0xee, n);
+  if ((r = ncclScatter(bytesIn, bytesOut, n, ncclUint8, 0, comm, NULL)) != ncclSuccess) {
+    rc = failed(comm, rank, "Scatter (uint8)", n, r);
+    goto done;
+  }
+  for (size_t k = 0; k < n; ++k)
+    if (bytesOut[k] != (unsigned char)(rank * 31 + (rank * n + k) % 251)) {
+      rc = wrong(comm, rank, "Scatter (uint8)", n, k, bytesOut[k], (unsigned char)(rank * 31 + (rank * n + k) % 251));
+      goto done;
+    }
+  for (size_t k = 0; k < n; ++k) bytesIn[k] = (unsigned char)(rank * 13 + k % 253);
+  ncclGroupStart();
+  ncclSend(bytesIn, n, ncclUint8, next, comm, NULL);
+  ncclRecv(bytesOut, n, ncclUint8, prev, comm, NULL);
+  if ((r = ncclGroupEnd()) != ncclSuccess) {
+    rc = failed(comm, rank, "Send/Recv (uint8)", n, r);
+    goto done;
+  }
+  for (size_t k = 0; k < n; ++k)
+    if (bytesOut[k] != (unsigned char)(prev * 13 + k % 253)) {
+      rc = wrong(comm, rank, "Send/Recv (uint8)", n, k, bytesOut[k], (unsigned char)(prev * 13 + k % 253));
       goto done;
     }
   printf("rank %d: %zu ok\n", rank, n);

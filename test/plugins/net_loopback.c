@@ -35,6 +35,14 @@
  * NET_LOOPBACK_REFUSE_GPU=send (or recv) makes registrations of GPU memory on send (receive)
  * comms fail with ncclSystemError, recorded as "refused TYPE BYTES".
  *
+ * -DNET_NO_SIZE (with -DNET_V6_ONLY: "loopback-nosize"): test never writes *sizes, on sends,
+ * receives and flushes alike, as some widely used plugins do (NCCL never reads them but to
+ * decide on a flush); Braid must know each step's size without them.
+ *
+ * -DNET_STRICT ("loopback-strict"): the rules of a widely used libfabric plugin, asserted
+ * (net_strict.h): one thread per comm, setup never concurrent with data calls on a device, and
+ * a comm closed with requests in flight invalidates its device's endpoint.
+ *
  * Variants for the bad-plugin tests: -DNET_FAIL_ISEND (the 3rd isend of the process fails with
  * ncclSystemError), -DNET_INIT_FAILS, -DNET_NO_DEVICES (devices() reports 0), -DNET_NO_SYMBOL
  * (exports no ncclNetPlugin_v* symbol).
@@ -47,6 +55,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,6 +118,7 @@ struct handle {
 
 struct listenComm {
   int fd;
+  int dev;
   uint64_t nonce;
 };
 
@@ -150,6 +160,9 @@ struct request {
 struct comm {
   int fd;
   int isSend;
+  int dev;
+  int owned;       /* NET_STRICT: owner made a data call on it */
+  pthread_t owner;
   char* regBase; /* the registered range */
   size_t regBytes;
   struct request reqs[MAX_REQUESTS];
@@ -309,6 +322,7 @@ static ncclResult_t loopListen(int dev, void* opaqueHandle, void** listenComm) {
   }
   l->fd = fd;
   l->nonce = randomNonce();
+  l->dev = dev;
   memset(h, 0, NCCL_NET_HANDLE_MAXSIZE);
   h->magic = HANDLE_MAGIC;
   h->port = sa.sin_port;
@@ -331,7 +345,6 @@ static struct comm* newComm(int fd, int isSend) {
 
 /* Connects at once (loopback: the listener's backlog takes it) and presents the nonce. */
 static ncclResult_t loopConnect(int dev, void* opaqueHandle, void** sendComm) {
-  (void)dev;
   const struct handle* h = (const struct handle*)opaqueHandle;
   *sendComm = NULL;
   if (h->magic != HANDLE_MAGIC) return ncclInvalidArgument;
@@ -352,6 +365,7 @@ static ncclResult_t loopConnect(int dev, void* opaqueHandle, void** sendComm) {
     close(fd);
     return ncclSystemError;
   }
+  c->dev = dev;
   *sendComm = c;
   return ncclSuccess;
 }
@@ -373,6 +387,7 @@ static ncclResult_t loopAccept(void* listenComm, void** recvComm) {
     close(fd);
     return ncclSystemError;
   }
+  c->dev = l->dev;
   *recvComm = c;
   return ncclSuccess;
 }
@@ -621,6 +636,7 @@ static ncclResult_t progress(struct comm* c) {
 /* sizes (when not NULL) gets the size of each of the request's messages: one for a send, one
  * per receive for an irecv. */
 static ncclResult_t loopTest(void* request, int* done, int* sizes) {
+  (void)sizes; /* (unused with -DNET_NO_SIZE) */
   struct request* r = (struct request*)request;
   if (r == NULL || !r->used || r->owner == NULL) return ncclInternalError;
   *done = 0;
@@ -628,7 +644,9 @@ static ncclResult_t loopTest(void* request, int* done, int* sizes) {
     if (++r->flushTests < 2) return ncclSuccess;
     applyLate(r->owner, r->parts[0].data, r->parts[0].size);
     *done = 1;
+#ifndef NET_NO_SIZE
     if (sizes != NULL) sizes[0] = 0;
+#endif
     r->used = 0;
     return ncclSuccess;
   }
@@ -644,8 +662,10 @@ static ncclResult_t loopTest(void* request, int* done, int* sizes) {
       c->late[c->nLate++] = (struct late){r->parts[i].target, r->parts[i].data, r->parts[i].len};
     }
     *done = 1;
+#ifndef NET_NO_SIZE /* (-DNET_NO_SIZE: *sizes is never written, as some plugins do) */
     if (sizes != NULL)
       for (int i = 0; i < r->n; ++i) sizes[i] = (int)r->parts[i].len;
+#endif
     if (r->profiled) profileDone(r);
     r->used = 0;
   }
@@ -730,7 +750,12 @@ static ncclResult_t v6Irecv(void* comm, int n, void** data, int* sizes, int* tag
 }
 
 const ncclNet_v6_t ncclNetPlugin_v6 = {
-    "loopback6", v6Init, loopDevices, v6Properties, loopListen, loopConnect, loopAccept, v6RegMr, loopRegMrDmaBuf,
+#ifdef NET_NO_SIZE
+    "loopback-nosize",
+#else
+    "loopback6",
+#endif
+    v6Init, loopDevices, v6Properties, loopListen, loopConnect, loopAccept, v6RegMr, loopRegMrDmaBuf,
     loopDeregMr, v6Isend, v6Irecv, loopIflush, loopTest, closeComm, closeComm, loopCloseListen};
 
 #else
@@ -822,6 +847,14 @@ static ncclResult_t v11Irecv(void* comm, int n, void** data, size_t* sizes, int*
 #define NET_SYMBOL ncclNetPlugin_v11
 #endif
 
+#ifdef NET_STRICT
+#include "net_strict.h"
+
+const ncclNet_v11_t ncclNetPlugin_v11 = {
+    "loopback-strict", v11Init, loopDevices, v11Properties, strictListen, strictConnect, strictAccept, strictRegMr,
+    loopRegMrDmaBuf, loopDeregMr, strictIsend, strictIrecv, loopIflush, strictTest, strictClose, strictClose,
+    loopCloseListen, NULL, NULL, NULL, v11Finalize, NULL};
+#else
 const ncclNet_v11_t NET_SYMBOL = {
 #if defined(NET_FAIL_ISEND)
     "loopback-failing",
@@ -832,6 +865,7 @@ const ncclNet_v11_t NET_SYMBOL = {
 #endif
     v11Init, loopDevices, v11Properties, v11Listen, v11Connect, v11Accept, loopRegMr, loopRegMrDmaBuf, loopDeregMr,
     v11Isend, v11Irecv, loopIflush, loopTest, closeComm, closeComm, loopCloseListen, NULL, NULL, NULL, v11Finalize, NULL};
+#endif
 
 /* Seen by Braid and left alone: it runs no CollNet. */
 const ncclCollNet_v9_t ncclCollNetPlugin_v9 = {.name = "loopback-collnet"};

@@ -354,6 +354,7 @@ void EndPump::deliverControl(const FrameHeader& h) {
   } else if (h.type == kReady) {
     readyReceived_ = true;
     readyStep_ = std::max(readyStep_, h.step);
+    endAsked_ = endAsked_ || h.reserved == kReadyEnding;
   } else if (h.type == kFault) {
     if (kernels::loadAcquire(&theirs_->raised) != 0) return;
     theirs_->rank = peer_;  // whoever it names, the notice comes from this peer
@@ -486,7 +487,9 @@ NetFifo::NetFifo(const FifoSizes& sizes, std::unique_ptr<EndPump> pump, bool isS
 }
 
 NetFifo::~NetFifo() {
-  if (pump_->drain(abortFlag_)) pump_->sayGoodbye();  // the proxy still runs the pump for both
+  const bool orderly = pump_->drain(abortFlag_);
+  if (orderly) pump_->sayGoodbye();  // the proxy still runs the pump for these
+  pump_->finish(orderly);
   proxy::detach(pump_.get());
   pump_->close();
 }

@@ -57,6 +57,9 @@ static_assert(sizeof(Hello) == 104 && std::is_trivially_copyable_v<Hello>);
 
 enum FrameType : uint32_t { kData = 1, kAnnounce = 2, kFault = 3, kBye = 4, kReady = 5 };
 enum FrameFlags : uint32_t { kFrameLL = 1, kFrameSig = 2, kFrameLL128 = 4 };
+/// A receiver's kReady whose `reserved` is this asks the sender to end its data path now (the
+/// net plugin transport: the sender's end record completes the receive the receiver has posted).
+constexpr uint64_t kReadyEnding = 1;
 /// The protocols whose lines carry their own flags: staged on arrival, landed word by word.
 constexpr uint32_t kFrameFlagged = kFrameLL | kFrameLL128;
 
@@ -105,6 +108,8 @@ class LocalMemory {
   LocalMemory& operator=(const LocalMemory&) = delete;
   char* get() const { return memory_; }
   uint64_t bytes() const { return bytes_; }
+  /// Never freed: a net plugin may still write into it (a comm left open with a receive posted).
+  void abandon() { memory_ = nullptr; }
 
  private:
   uint64_t bytes_;
@@ -220,6 +225,10 @@ class EndPump : public proxy::Pump {
   /// Before detach, on the destroying thread: the proxy sends the goodbye on socket 0 after
   /// whatever frame is in progress there; waits (at most 1 s) until it is in the socket.
   void sayGoodbye();
+  /// Before detach, on the destroying thread, after drain (and sayGoodbye when drain allowed
+  /// it, `orderly`): lets the transport end its data path on the proxy thread (the net plugin
+  /// transport completes its requests and closes its comms there), waiting a bounded time.
+  virtual void finish(bool orderly) { (void)orderly; }
   /// After detach: no more writes; reads (a bounded amount of) what the peer sent and nobody
   /// will read, since closing with unread data resets the connection and could discard what
   /// the peer has yet to read.
@@ -307,6 +316,7 @@ class EndPump : public proxy::Pump {
   bool byeReceived_ = false;
   bool readyReceived_ = false;
   uint64_t readyStep_ = 0;  // the largest step a "ready" carried (the plugin transport: steps landed)
+  bool endAsked_ = false;   // a "ready" carried kReadyEnding
   bool faultSent_ = false;
   uint64_t announced_ = 0;
   uint64_t pendingAnnounce_ = 0;  // the announcement seen last, not sent yet, and since when

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstring>
 #include <deque>
 #include <thread>
@@ -14,6 +15,7 @@
 #include "core/process.h"
 #include "core/status.h"
 #include "plugin/net_plugin.h"
+#include "proxy/proxy.h"
 #include "topology/pci_path.h"
 #include "transport/net/net_end.h"
 
@@ -27,10 +29,17 @@ constexpr int kTag = 0x42524e44;  // every message of a comm carries it ("BRND")
 constexpr int kMaxRequests = plugin::kNetMaxRequests;
 constexpr size_t kHandleScratch = 4096;  // what listen and connect get to write a handle into
 
-// Each end's memory after its FIFO: the step records (the sender's sources, the receiver's
-// landing), then (receiver) the staging slots of LL and LL128 steps.
-constexpr uint64_t kRecordOffset = 0;
-constexpr uint64_t kStagingOffset = kernels::kSteps * sizeof(FrameHeader);
+// A step's payload of at most kInlineBytes travels in its record's message (the record, then
+// the payload right after it): one isend / irecv pair per step. A bigger one follows as a
+// message of its own, straight from and into its slot: a copy would cost more than a message.
+constexpr uint64_t kInlineBytes = 16 * 1024;
+constexpr uint64_t kInlinePayload = 1;  // FrameHeader::reserved of a record whose payload follows it
+constexpr uint64_t kEnvelopeBytes = sizeof(FrameHeader) + kInlineBytes;
+
+// Each end's memory after its FIFO: per step, its envelope (a record and its inline payload:
+// the sender's source, the receiver's landing), then (receiver) the staging slots of LL and
+// LL128 steps too big to be inline.
+constexpr uint64_t kStagingOffset = kernels::kSteps * kEnvelopeBytes;
 
 uint64_t extraBytes(const FifoSizes& sizes, bool isSend) {
   return kStagingOffset + (isSend ? 0 : kernels::kSteps * stagingCapacity(sizes));
@@ -111,15 +120,53 @@ class PluginEnd : public EndPump {
     tracesSteps_ = true;  // (profiler plugins: proxy/op_trace.h)
     allocateGpuSlots(s);
   }
-  ~PluginEnd() override { release(); }
+  ~PluginEnd() override {  // (an end that was never attached, or close() ran: see there)
+    if (released_.load(std::memory_order_acquire) || orphaned_) return;
+    auto held = proxy::hold();
+    release();
+  }
 
+  /// On the destroying thread, before detach: asks the proxy thread to end the data path (the
+  /// sender completes its sends and posts the end record; the receiver completes its receives
+  /// up to that record, and asks for it) and to close the comms there once nothing is in
+  /// flight. Waits for that, at most kFinishWait (kAbortWait when the end was not orderly).
+  void finish(bool orderly) override {
+    closing_.store(true, std::memory_order_release);
+    proxy::kick();
+    const auto until = std::chrono::steady_clock::now() + (orderly ? kFinishWait : kAbortWait);
+    while (!released_.load(std::memory_order_acquire) && !broken_ && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+  static constexpr std::chrono::milliseconds kFinishWait{2000};
+  static constexpr std::chrono::milliseconds kAbortWait{500};
+
+  /// After detach (the proxy no longer runs this end): closes what the proxy thread did not,
+  /// with the proxy held (proxy::hold). A comm that still has requests the plugin did not
+  /// fail is left open, and this end's memory with it, rather than closed under them: a plugin
+  /// may then invalidate an endpoint that other comms share.
   void close() override {
     EndPump::close();
+    if (released_.load(std::memory_order_acquire) || orphaned_) return;
+    auto paused = proxy::hold();
+    if (inFlight() > 0 && !failing_ && comm_ != nullptr) {
+      BRAID_INFO(log::kNet, "NET/Plugin: rank %d %s rank %d (%s): %zu request(s) of net plugin %s still in flight at "
+                 "close; its comm is left open", rank_, isSend_ ? "->" : "<-", peer_, what_.c_str(), inFlight(),
+                 session_->name().c_str());
+      comm_ = nullptr;
+      mhandle_ = nullptr;
+      gpuMhandle_ = nullptr;
+      gpuSlots_ = nullptr;  // (left allocated: the plugin may still write there)
+      memory_.abandon();
+    }
     release();
   }
 
  protected:
-  FrameHeader* records() { return reinterpret_cast<FrameHeader*>(extra() + kRecordOffset); }
+  /// Step `step`'s envelope: its record, then its payload when that is inline.
+  FrameHeader* envelope(uint64_t step) {
+    return reinterpret_cast<FrameHeader*>(extra() + step % kernels::kSteps * kEnvelopeBytes);
+  }
 
   /// False when r is not ncclSuccess: the failure is reported once settled (see settle).
   bool ok(ncclResult_t r, const char* call) {
@@ -242,9 +289,21 @@ class PluginEnd : public EndPump {
     gpuMhandle_ = nullptr;
   }
 
+  /// Requests posted and not yet done (the receiver adds its flushes).
+  virtual size_t inFlight() const { return requests_.size(); }
+
+  /// Each pass, last: once finish() asked and the data path has ended (`ended`, nothing in
+  /// flight), closes the comms here, on the proxy thread.
+  bool releaseWhenDone(bool ended) {
+    if (!closing_.load(std::memory_order_acquire) || released_.load(std::memory_order_relaxed)) return false;
+    if (!ended || inFlight() > 0) return false;
+    release();
+    return true;
+  }
+
   /// Deregisters and closes the plugin's comms (once; never in a forked child).
   void release() {
-    if (orphaned_) return;
+    if (orphaned_ || released_.load(std::memory_order_relaxed)) return;
     if (mhandle_ != nullptr && comm_ != nullptr) session_->deregMr(comm_, mhandle_);
     mhandle_ = nullptr;
     if (gpuMhandle_ != nullptr && comm_ != nullptr) session_->deregMr(comm_, gpuMhandle_);
@@ -254,6 +313,7 @@ class PluginEnd : public EndPump {
     if (listenComm_ != nullptr) session_->closeListen(listenComm_);
     listenComm_ = nullptr;
     freeGpuSlots();
+    released_.store(true, std::memory_order_release);
   }
 
   /// Moves the Simple slots into GPU memory where gpuSlotsType says so (registered once the
@@ -314,6 +374,9 @@ class PluginEnd : public EndPump {
   std::string failingWhy_;
   ncclResult_t failingCode_ = ncclSystemError;
   std::chrono::steady_clock::time_point failingSince_{};
+  std::atomic<bool> closing_{false};   // finish() asked the proxy to end the data path
+  std::atomic<bool> released_{false};  // the comms are closed (or left open: close)
+  bool ended_ = false;  // sender: the end record is posted; receiver: it arrived
 };
 
 /// The sender's end: posts each published step's record and payload; frees the slot when the
@@ -328,8 +391,14 @@ class SendEnd final : public PluginEnd {
     std::array<uint8_t, kHandleScratch> handle{};
     std::memcpy(handle.data(), d.netHandle, plugin::kNetHandleBytes);
     net::AbortSource abort(s.abortFlag);
+    // (The proxy is paused around every call here: setup never runs concurrently with the
+    // data calls it makes on the plugin's devices.)
     while (comm_ == nullptr) {  // connect must not block: called until it gives a comm
-      const ncclResult_t r = session_->connect(device_, handle.data(), &comm_);
+      ncclResult_t r;
+      {
+        auto paused = proxy::hold();
+        r = session_->connect(device_, handle.data(), &comm_);
+      }
       if (r != ncclSuccess) {
         fail(r == ncclRemoteError ? ncclRemoteError : ncclSystemError,
              "NET/Plugin: rank %d cannot connect to rank %d through net plugin %s (device %d, %s): connect returned %s",
@@ -344,6 +413,7 @@ class SendEnd final : public PluginEnd {
       }
       std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
+    auto paused = proxy::hold();
     if (const ncclResult_t r = registerMemory(comm_); r != ncclSuccess) {
       fail(ncclSystemError, "NET/Plugin: rank %d: net plugin %s cannot register %llu bytes of host memory: regMr returned %s",
            s.rank, session_->name().c_str(), static_cast<unsigned long long>(memory_.bytes()),
@@ -357,6 +427,7 @@ class SendEnd final : public PluginEnd {
       gpuMhandle_ = nullptr;
       freeGpuSlots();
     }
+    paused.unlock();
     const net::SocketAddress to = net::SocketAddress::unpack(d.listen);
     net::Socket sock = net::Socket::connect(to, deadline, s.abortFlag);
     const Hello hello{kHelloMagic, kWireVersion, d.nonce, s.commHash, s.rank, peer, 0, 1, {}};
@@ -371,17 +442,19 @@ class SendEnd final : public PluginEnd {
 
   bool progress(const pollfd* polled) override {
     polled_ = polled;
-    if (broken_) return false;
+    if (broken_ || released_.load(std::memory_order_relaxed)) return false;  // (closed: until detach)
     bool moved = readControl();  // the receiver's steps landed, fault notice and goodbye
     if (!broken_ && !settle()) {
       moved |= reap();
       moved |= freeSlots();
       moved |= post();
+      moved |= postEnd();
       drainLoss(moved);
     }
     if (broken_) return true;
     if (!writers_[0].busy() && !startFault() && !startAnnounce()) startBye();  // drain() made sure no data is left
     if (write(0, &moved)) noteByeWritten();
+    moved |= releaseWhenDone(ended_ || comm_ == nullptr);
     return moved;
   }
 
@@ -410,14 +483,39 @@ class SendEnd final : public PluginEnd {
     return true;
   }
 
+  /// This end closes, or the receiver said it does (its goodbye, or a "ready" with
+  /// kReadyEnding): no step is begun any more.
+  bool ending() const { return closing_.load(std::memory_order_acquire) || byeReceived_ || endAsked_; }
+
+  /// Once ending, with no step half-posted and nothing in flight: the end record, a kBye
+  /// record in step next_'s place. It completes the receive the receiver keeps posted for its
+  /// next step, so that neither end closes its comm under a request.
+  bool postEnd() {
+    if (ended_ || failing_ || broken_ || comm_ == nullptr || !ending() || stage_ != kNone || !requests_.empty()) {
+      return false;
+    }
+    FrameHeader* record = envelope(next_);
+    *record = frame(kBye);
+    record->step = next_;
+    void* handle = nullptr;
+    if (!ok(session_->isend(comm_, record, sizeof(FrameHeader), kTag, mhandle_, nullptr, &handle), "isend")) return true;
+    if (handle == nullptr) return false;
+    requests_.push_back(Request{handle, next_, false, false, sizeof(FrameHeader)});
+    ended_ = true;
+    return true;
+  }
+
   /// Posts what the kernel published, as far as the request limit and the plugin allow.
   bool post() {
     bool moved = false;
     const uint64_t tail = kernels::loadAcquire(conn_.tail);
-    while (!broken_ && !failing_ && next_ < tail && static_cast<int>(requests_.size()) < kMaxRequests) {
-      FrameHeader* record = records() + next_ % kernels::kSteps;
+    while (!broken_ && !failing_ && !ended_ && next_ < tail && static_cast<int>(requests_.size()) < kMaxRequests) {
+      FrameHeader* record = envelope(next_);
       if (stage_ == kNone) {
+        if (ending()) break;  // (a step begun is finished: the receiver expects its payload)
         if (!stepHeader(next_, record, &payload_)) return true;
+        record->reserved = inlinable(*record) ? kInlinePayload : 0;
+        if (record->reserved == kInlinePayload) std::memcpy(record + 1, payload_, record->bytes);
         stepParent_ = nullptr;
         if (trace_.armed()) {
           trace_.stepTaken(next_, record->bytes);  // (until the receiver says it landed)
@@ -426,13 +524,14 @@ class SendEnd final : public PluginEnd {
         stage_ = kRecord;
       }
       const bool isPayload = stage_ == kPayload;
+      const bool inlined = record->reserved == kInlinePayload;
       void* data = isPayload ? const_cast<char*>(payload_) : static_cast<void*>(record);
-      const size_t bytes = isPayload ? record->bytes : sizeof(FrameHeader);
+      const size_t bytes = isPayload ? record->bytes : sizeof(FrameHeader) + (inlined ? record->bytes : 0);
       void* handle = nullptr;
       void* mhandle = isPayload ? payloadHandle(*record) : mhandle_;
       if (!ok(session_->isend(comm_, data, bytes, kTag, mhandle, stepParent_, &handle), "isend")) return true;
       if (handle == nullptr) break;  // not now: again at the next pass
-      const bool last = isPayload || record->bytes == 0;
+      const bool last = isPayload || inlined || record->bytes == 0;
       requests_.push_back(Request{handle, next_, isPayload, last, bytes});
       moved = true;
       if (last) {
@@ -443,6 +542,13 @@ class SendEnd final : public PluginEnd {
       }
     }
     return moved;
+  }
+
+  /// Whether step h's payload goes inline: small enough, and in host memory at both ends (LL
+  /// and LL128 lines always are; Simple slots are unless a GPU backend may keep them on the GPU).
+  bool inlinable(const FrameHeader& h) const {
+    if (h.bytes == 0 || h.bytes > kInlineBytes) return false;
+    return (h.flags & kFrameFlagged) != 0 || (gpuSlots_ == nullptr && gpu_.allocator == nullptr);
   }
 
   enum Stage { kNone, kRecord, kPayload };
@@ -465,7 +571,11 @@ class RecvEnd final : public PluginEnd {
         timeout_(s.timeout) {
     requests_.reserve(kMaxRequests);
     std::array<uint8_t, kHandleScratch> scratch{};  // (see SendEnd: a plugin that writes too much)
-    const ncclResult_t r = session_->listen(device_, scratch.data(), &listenComm_);
+    ncclResult_t r;
+    {
+      auto paused = proxy::hold();  // (setup never concurrent with the proxy's data calls)
+      r = session_->listen(device_, scratch.data(), &listenComm_);
+    }
     std::memcpy(handle, scratch.data(), plugin::kNetHandleBytes);
     if (r != ncclSuccess || listenComm_ == nullptr) {
       fail(ncclSystemError, "NET/Plugin: rank %d cannot listen on net plugin %s device %d (%s): listen returned %s%s",
@@ -483,8 +593,11 @@ class RecvEnd final : public PluginEnd {
 
   bool progress(const pollfd* polled) override {
     polled_ = polled;
-    if (broken_) return false;
-    if (!connected_) return settle() || progressAccept();
+    if (broken_ || released_.load(std::memory_order_relaxed)) return false;  // (closed: until detach)
+    if (!connected_) {
+      if (releaseWhenDone(true)) return true;  // (closing before the sender came: nothing posted)
+      return settle() || progressAccept();
+    }
     bool moved = readControl();  // the sender's announcement, fault notice and goodbye
     if (!broken_ && !settle()) {
       moved |= reap();
@@ -493,8 +606,9 @@ class RecvEnd final : public PluginEnd {
       drainLoss(moved);
     }
     if (broken_) return true;
-    if (!writers_[0].busy() && !startFault() && !startLanded()) startBye();
+    if (!writers_[0].busy() && !startFault() && !startLanded() && !startEnding()) startBye();
     if (write(0, &moved)) noteByeWritten();
+    moved |= releaseWhenDone(!payloadDue_);
     if (trace_.armed()) trace_.stepsDone(kernels::loadAcquire(conn_.head));  // (freed by the kernel)
     return moved;
   }
@@ -510,6 +624,21 @@ class RecvEnd final : public PluginEnd {
     said_ = landed_;
     return true;
   }
+
+  /// Socket 0, when idle, once this end closes with a receive posted: a "ready" with
+  /// kReadyEnding, which asks the sender for its end record (that receive's completion) even
+  /// when this end says no goodbye (an abort).
+  bool startEnding() {
+    if (endingSaid_ || ended_ || !closing_.load(std::memory_order_acquire) || requests_.empty()) return false;
+    FrameHeader h = frame(kReady);
+    h.step = landed_;
+    h.reserved = kReadyEnding;
+    writers_[0].start(h, nullptr);
+    endingSaid_ = true;
+    return true;
+  }
+
+  size_t inFlight() const override { return requests_.size() + static_cast<size_t>(flushing_); }
 
   void orphanMore() override {
     PluginEnd::orphanMore();
@@ -560,13 +689,21 @@ class RecvEnd final : public PluginEnd {
       const Request r = requests_.front();
       pop();
       moved = true;
-      const FrameHeader& h = records()[r.step % kernels::kSteps];
+      const FrameHeader& h = *envelope(r.step);
+      // What a plugin reports of a receive's size is not needed (many never write it): the
+      // record says the payload's size, and checkStep checks the record. Only a size beyond
+      // what was posted (the plugin overran its buffer) is a fault.
+      if (bytes != plugin::kNetSizeUnknown && bytes > r.bytes) {
+        failed("step " + std::to_string(r.step) + "'s " + (r.payload ? "payload" : "record") + " arrived with " +
+               std::to_string(bytes) + " bytes into a receive of " + std::to_string(r.bytes));
+        return true;
+      }
+      if (!r.payload && h.magic == kFrameMagic && h.type == kBye && h.step == r.step) {
+        ended_ = true;  // the sender's end record: nothing follows on this comm
+        recordPending_ = false;
+        continue;
+      }
       if (!r.payload) {
-        if (bytes != sizeof(FrameHeader)) {
-          failed("step " + std::to_string(r.step) + "'s record arrived with " + std::to_string(bytes) + " bytes, not " +
-                 std::to_string(sizeof(FrameHeader)));
-          return true;
-        }
         if (!checkStep(h, r.step, "through net plugin " + session_->name())) return true;
         payloadParent_ = nullptr;
         if (trace_.armed()) {
@@ -574,17 +711,15 @@ class RecvEnd final : public PluginEnd {
           payloadParent_ = trace_.netParent(r.step);
         }
         recordPending_ = false;
-        if (h.bytes > 0) {
+        if (h.reserved == kInlinePayload) {
+          if (!landInline(h)) return true;
+          arrived_.push_back(Arrival{r.step, nullptr});
+        } else if (h.bytes > 0) {
           payloadDue_ = true;
         } else {
           arrived_.push_back(Arrival{r.step, nullptr});
         }
       } else {
-        if (bytes != h.bytes) {
-          failed("step " + std::to_string(r.step) + " arrived with " + std::to_string(bytes) + " bytes where " +
-                 std::to_string(h.bytes) + " were announced");
-          return true;
-        }
         void* flush = nullptr;
         if (needsFlush_ && (h.flags & kFrameFlagged) == 0) {  // (a Simple step, in GPU memory)
           char* at = conn_.simple + r.step % kernels::kSteps * conn_.simpleStepBytes;
@@ -611,15 +746,30 @@ class RecvEnd final : public PluginEnd {
         --flushing_;
       }
       arrived_.pop_front();
-      land(records()[a.step % kernels::kSteps]);
+      land(*envelope(a.step));
       moved = true;
     }
     return moved;
   }
 
-  /// Step h is here: its signature, its LL lines from staging, then tail.
+  /// An inline payload: a Simple step's goes to its slot now (LL and LL128 lines land from the
+  /// envelope, as from staging). False after reporting one that cannot be inline here.
+  bool landInline(const FrameHeader& h) {
+    if (h.bytes > kInlineBytes || ((h.flags & kFrameFlagged) == 0 && gpuSlots_ != nullptr)) {
+      lost("sent step " + std::to_string(h.step) + " of " + std::to_string(h.bytes) + " bytes inline through net plugin " +
+               session_->name() + ", which this end cannot take",
+           true);
+      return false;
+    }
+    if ((h.flags & kFrameFlagged) == 0) {
+      std::memcpy(conn_.simple + h.step % kernels::kSteps * conn_.simpleStepBytes, &h + 1, h.bytes);
+    }
+    return true;
+  }
+
+  /// Step h is here: its signature, its LL lines from staging (or its envelope), then tail.
   void land(const FrameHeader& h) {
-    landStep(h, staging(h.step));
+    landStep(h, h.reserved == kInlinePayload ? reinterpret_cast<const char*>(&h + 1) : staging(h.step));
     landed_ = h.step + 1;
     kernels::storeRelease(conn_.tail, landed_);
     if (trace_.armed()) trace_.stepLanded(h.step, h.bytes);
@@ -634,23 +784,25 @@ class RecvEnd final : public PluginEnd {
       void* handle = nullptr;
       if (payloadDue_) {
         const uint64_t step = nextRecord_ - 1;
-        const FrameHeader& h = records()[step % kernels::kSteps];
+        const FrameHeader& h = *envelope(step);
         char* into = (h.flags & kFrameFlagged) ? staging(step) : conn_.simple + step % kernels::kSteps * conn_.simpleStepBytes;
         if (!ok(session_->irecv(comm_, into, h.bytes, kTag, payloadHandle(h), payloadParent_, &handle), "irecv")) return true;
         if (handle == nullptr) break;
         requests_.push_back(Request{handle, step, true, true, h.bytes});
         payloadDue_ = false;
       } else {
-        if (recordPending_) break;  // its answer decides what comes next
-        if (kernels::loadAcquire(conn_.head) + kernels::kSteps <= nextRecord_) break;  // the slot is still read
-        FrameHeader* record = records() + nextRecord_ % kernels::kSteps;
+        if (recordPending_ || ended_) break;  // its answer decides what comes next; or nothing does
+        // The slot must be free: the kernel's (head), or once closing (the kernel is gone) landed.
+        const uint64_t freed = closing_.load(std::memory_order_acquire) ? landed_ : kernels::loadAcquire(conn_.head);
+        if (freed + kernels::kSteps <= nextRecord_) break;
+        FrameHeader* record = envelope(nextRecord_);
         // No phandle: the step's ProxyStep begins when this record arrives, and its slot may
         // still hold the step before it, whose end the kernel has just freed.
-        if (!ok(session_->irecv(comm_, record, sizeof(FrameHeader), kTag, mhandle_, nullptr, &handle), "irecv")) {
+        if (!ok(session_->irecv(comm_, record, kEnvelopeBytes, kTag, mhandle_, nullptr, &handle), "irecv")) {
           return true;
         }
         if (handle == nullptr) break;
-        requests_.push_back(Request{handle, nextRecord_, false, false, sizeof(FrameHeader)});
+        requests_.push_back(Request{handle, nextRecord_, false, false, kEnvelopeBytes});
         recordPending_ = true;
         ++nextRecord_;
       }
@@ -676,6 +828,7 @@ class RecvEnd final : public PluginEnd {
   int flushing_ = 0;             // flush requests in arrived_ (they count towards kMaxRequests)
   uint64_t landed_ = 0;  // steps landed (tail)
   uint64_t said_ = 0;    // landed_ as last sent to the sender
+  bool endingSaid_ = false;  // the "ready" with kReadyEnding is out
 };
 
 }  // namespace
@@ -692,7 +845,7 @@ std::unique_ptr<FifoMemory> connectSender(const Descriptor& d, const Settings& s
     fail(ncclInternalError, "rank %d sent a net-plugin descriptor with %u sockets and %llu bytes", peer, d.nSockets,
          static_cast<unsigned long long>(d.bytes));
   }
-  const uint64_t biggest = std::max<uint64_t>(d.sizes.simpleStepBytes, stagingCapacity(d.sizes));
+  const uint64_t biggest = std::max<uint64_t>({d.sizes.simpleStepBytes, stagingCapacity(d.sizes), kEnvelopeBytes});
   const uint64_t limit = settings.session->properties(chooseDevice(settings)).maxP2pBytes;
   if (limit != 0 && limit < biggest) {
     fail(ncclInvalidUsage, "NET/Plugin: net plugin %s moves at most %llu bytes per transfer, less than a FIFO step's "

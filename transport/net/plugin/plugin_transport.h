@@ -3,16 +3,32 @@
 // the process's proxy thread moves every step the sender's kernel publishes through the
 // plugin's isend / irecv.
 //
-// A step travels as two messages on the plugin's comm: a 64-byte record (step, size, protocol,
-// the step's signature: netend::FrameHeader) and then, when the step has bytes, its payload.
-// The receiver posts a record's receive once the step's slot is free, and the payload's once
-// the record has told it how many bytes and where they land: the Simple slot itself, or (LL,
-// LL128) a staging slot whose lines it then stores 8 bytes at a time, flag and data together.
-// Messages on a comm match in the order they were posted, so the receive of step s + 1's
-// record follows that of step s's payload. The sender frees a slot when the plugin says its
-// payload has left (test) and the receiver has said (a "ready" frame on the control socket,
-// carrying its tail) that it landed, so a rank that ends after its last send leaves nothing in
-// the plugin's pipe. Neither end holds more than plugin::kNetMaxRequests requests.
+// A step travels as one message on the plugin's comm when its payload is at most 16 KiB (and,
+// for Simple steps, in host memory at both ends): its 64-byte record (step, size, protocol,
+// the step's signature: netend::FrameHeader), then the payload right after it, copied there by
+// the sender; the receiver posts one receive of 64 bytes + 16 KiB per step (its envelope), then
+// lands the payload from there. A bigger step is the record, then its payload as a message of
+// its own, sent from its slot and received once the record has told the receiver how many
+// bytes and where they land: the Simple slot itself, or (LL, LL128) a staging slot whose lines
+// it then stores 8 bytes at a time, flag and data together. The receiver knows every size from
+// the record: what a plugin's test reports of a size is never needed (many never write it);
+// only one beyond what was posted is a fault. Messages on a comm match in the order they were
+// posted, so the receive of step s + 1's record follows that of step s's payload. The sender
+// frees a slot when the plugin says its message(s) left (test) and the receiver has said (a
+// "ready" frame on the control socket, carrying its tail) that it landed, so a rank that ends
+// after its last send leaves nothing in the plugin's pipe. Neither end holds more than
+// plugin::kNetMaxRequests requests.
+//
+// Threads and the end: every call on a comm after setup (isend, irecv, test, iflush, deregMr,
+// close) is made by the proxy thread; listen, connect and the sender's regMr run on the thread
+// that creates the connection with the proxy held (proxy::hold), so setup never runs
+// concurrently with the data calls on a device. No comm is closed with a request in flight:
+// the receiver keeps a receive posted for its next step's record, and at the end the sender
+// completes it with an end record (a kBye record in the next step's place), sent once its
+// own communicator ends (NetFifo: finish) or the receiver's does (its goodbye, or on abort a
+// "ready" with netend::kReadyEnding). Each end's proxy closes its comm once nothing is in
+// flight; the destroying thread waits for that at most 2 s (0.5 s after an abort), after which
+// a comm still holding requests is left open (with its memory) rather than closed under them.
 //
 // Everything else travels over one TCP control socket per connection, as in the socket and
 // verbs transports (transport/net/net_end.h): the steps landed, the announcement, fault
@@ -20,7 +36,7 @@
 // still delivers: an aborting peer says no goodbye, and its last steps may be on their way). Setup: the receiver calls listen and sends the plugin's handle
 // with its control address and nonce over the bootstrap channel; the sender calls connect until
 // the plugin gives a comm, then connects the control socket; the receiver's proxy calls accept
-// until it gives one.
+// until it gives one (on the proxy thread).
 //
 // Profiling: while the end's trace is armed, each isend of a step, and the irecv of its
 // payload, passes the step's phandle (proxy/op_trace.h netParent): a net plugin's NetPlugin
@@ -43,8 +59,8 @@
 // already reads the GPU slots when the plugin's comm (which regMr needs) is accepted, so there
 // the failure breaks the connection as any failed call does.
 //
-// Faults: a plugin call that fails, or answers what the interface does not allow (a record of
-// the wrong size, more bytes than posted), breaks the connection with an error naming the
+// Faults: a plugin call that fails, or answers what the interface does not allow (more bytes
+// than posted, a record that is not the step due), breaks the connection with an error naming the
 // plugin, the call and the peer: ncclRemoteError when the plugin said so, else ncclSystemError.
 #pragma once
 
