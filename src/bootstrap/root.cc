@@ -255,15 +255,19 @@ class RootRegistry {
   /// Stops the root of `ticket` (if it still runs) and joins its thread.
   void stop(uint64_t ticket) {
     std::unique_lock<std::mutex> lock(mutex_);
-    for (auto& e : entries_) {
-      if (e.ticket != ticket) continue;
-      e.stop.store(true, std::memory_order_release);
-      for (uint32_t spins = 0; !e.done.load(std::memory_order_acquire); ++spins) {
-        lock.unlock();
-        std::this_thread::sleep_for(std::chrono::milliseconds(spins < 10 ? 1 : 10));
-        lock.lock();
+    // The entry is looked up anew after every wait: another thread may have reaped it (once
+    // done) while the lock was let go.
+    for (uint32_t spins = 0;; ++spins) {
+      Entry* e = nullptr;
+      for (auto& candidate : entries_) {
+        if (candidate.ticket == ticket) e = &candidate;
       }
-      break;  // (a list's elements stay put: e is still there, reaped below)
+      if (e == nullptr) return;  // (finished and reaped already)
+      e->stop.store(true, std::memory_order_release);
+      if (e->done.load(std::memory_order_acquire)) break;
+      lock.unlock();
+      std::this_thread::sleep_for(std::chrono::milliseconds(spins < 10 ? 1 : 10));
+      lock.lock();
     }
     reapLocked();
   }
