@@ -198,8 +198,9 @@ __device__ inline bool blockDirectStep(PeerOp& op) {
 
 /// All threads of the block: moves the next slice of `op` (in shared memory) when its
 /// connection allows, as tryPeerStep does with one thread; returns, to every thread, whether it
-/// moved. Simple slices move as 16-byte words by stride, LL lines a thread each.
-__device__ inline bool blockPeerStep(PeerOp& op) {
+/// moved. Simple slices move as 16-byte words by stride, LL lines a thread each. A Simple step of
+/// the wrong size (checkStepBytes, network connections) is never taken: `status` records it.
+__device__ inline bool blockPeerStep(PeerOp& op, ChannelStatus* status) {
   if (op.direct || (op.offers && !op.offered && (!op.isSend || op.nMapped > 0))) return blockDirectStep(op);
   const uint64_t slice = peerSliceBytes(op);
   const uint64_t n = op.bytes - op.done < slice ? op.bytes - op.done : slice;
@@ -216,6 +217,7 @@ __device__ inline bool blockPeerStep(PeerOp& op) {
     if (threadIdx.x == 0) {
       ready = op.isSend ? loadAcquire(op.conn.head) + kSteps > op.step : loadAcquire(op.conn.tail) > op.step;
       whole = ready && !op.isSend && op.offers && arrivedDirect(op);
+      if (ready && !op.isSend && !whole && checkStepBytes(op.conn, op.step, n, status) != WaitResult::kReady) ready = false;
     }
   } else {  // an LL receiver: every line of the slice has arrived (each thread checks its own)
     uint32_t payload[2];
@@ -302,7 +304,7 @@ __device__ inline void peerLoop(const PeerOp* given, const int* givenStarts, int
       if (i < 0) continue;
       all = false;
       if (firstPending < 0) firstPending = i;
-      if (!blockPeerStep(ops[i])) continue;
+      if (!blockPeerStep(ops[i], status)) continue;
       moved = true;
       if (threadIdx.x == 0 && ops[i].done >= ops[i].bytes) *ops[i].conn.step = ops[i].step;  // for the next one
     }

@@ -105,30 +105,6 @@ BRAID_OUTLINE WaitResult checkSignature(const ConnHandle& conn, uint64_t firstSt
   return WaitResult::kAborted;
 }
 
-/// Thread 0 only, once tail says Simple step `step` on `conn` is there: whether it carries
-/// exactly `bytes`, as its description in conn.sizes says (the sender's kernel writes it; a
-/// network receiver lands the frame's length there). A transport whose framing broke (a frame
-/// declaring fewer bytes than it carries, or more) would otherwise hand this step stale bytes
-/// and only the next one would fail. On a difference it records the step, both sizes and the
-/// peer in status and returns kAborted: the operation stops, and the host reports a protocol
-/// error naming them (watchdog.cc).
-BRAID_INLINE WaitResult checkStepBytes(const ConnHandle& conn, uint64_t step, uint64_t bytes, ChannelStatus* status) {
-  // Only where a network frame's length lands in it: within a host or GPU the sizes are the
-  // sending kernel's own (and, on a GPU, host memory whose read would cost every step).
-  if (conn.transport < kFirstNetworkTransport) return WaitResult::kReady;
-  const uint64_t got = loadRelaxed(conn.sizes + step % kSteps);  // (tail, read with acquire, was stored after it)
-  if (got == bytes) return WaitResult::kReady;
-  if (status != nullptr) {
-    status->mismatchPeer = conn.peer;
-    status->badStep = step;
-    status->badStepWanted = bytes;
-    status->badStepGot = got;
-    status->mismatchTransport = conn.transport;
-    storeRelease(&status->mismatch, static_cast<uint32_t>(kMismatchStepSize));
-  }
-  return WaitResult::kAborted;
-}
-
 template <typename T, typename Red, typename Group>
 class Primitives {
  public:

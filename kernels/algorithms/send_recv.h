@@ -160,8 +160,11 @@ BRAID_INLINE void reportPeerPass(ChannelStatus* status, bool moved, uint32_t spi
   }
 }
 
-/// One thread. Tries to move the next slice; returns true if it did.
-BRAID_INLINE bool tryPeerStep(PeerOp& op) {
+/// One thread. Tries to move the next slice; returns true if it did. A Simple step that arrived
+/// over a network with another size than this side's slice is never taken: the difference is
+/// recorded in `status` (checkStepBytes) and the operation stays where it is until the watchdog,
+/// which reports it, aborts the communicator.
+BRAID_INLINE bool tryPeerStep(PeerOp& op, ChannelStatus* status) {
   if (op.done >= op.bytes) return false;
   if ((op.direct || op.offers || op.byReference) && !op.isSend && !op.offered) {
     postOffer(op);
@@ -236,6 +239,7 @@ BRAID_INLINE bool tryPeerStep(PeerOp& op) {
         finishDirect(op);
         return true;
       }
+      if (checkStepBytes(op.conn, op.step, n, status) != WaitResult::kReady) return false;
       if (!op.byReference || (loadRelaxed(op.conn.sizes + slot) & kStepDirect) == 0) {
         memcpy(op.buffer + op.done, op.conn.simple + slot * op.conn.simpleStepBytes, n);
       }

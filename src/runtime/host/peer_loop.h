@@ -22,7 +22,7 @@ bool drivePeerQueues(Queues& queues, kernels::ChannelStatus& status, const uint3
     for (auto& q : queues) {
       while (!q.empty()) {
         kernels::PeerOp& op = q.front();
-        for (int i = 0; i < kernels::kSteps && kernels::tryPeerStep(op); ++i) moved = true;
+        for (int i = 0; i < kernels::kSteps && kernels::tryPeerStep(op, &status); ++i) moved = true;
         if (!kernels::peerOpDone(op)) break;
         *op.conn.step = op.step;  // (for the connection's next operation)
         q.pop_front();

@@ -222,15 +222,17 @@ struct SoloGroup {
 
 }  // namespace
 
-TEST_CASE("socket transport: a frame declaring 8 bytes fewer, or more, than it carries fails its step; no data is "
-          "delivered", "[unit][transport][socket]") {
+TEST_CASE("socket transport: a frame declaring 8 bytes fewer, or more, than it carries fails its step, in a collective "
+          "and in a receive; no data is delivered", "[unit][transport][socket]") {
   // A forged sender speaks raw frames: step 0 carries 1000 bytes (250 floats) but declares 992
   // or 1008, then step 1 follows. The receiver's kernel (the real Primitives, one thread)
   // expects 250 floats in step 0. Before issue 41 the short frame landed as a whole step (its
   // last 8 bytes stale) and the AllReduce returned success with wrong elements; only the next
   // frame, whose header the stray bytes shifted, failed.
+  // The same for a receive (tryPeerStep, as the host's send/receive loop runs it).
+  for (const bool pointToPoint : {false, true})
   for (const int delta : {-8, 8}) {
-    INFO("the frame declares " << delta << " bytes more than it carries");
+    INFO("the frame declares " << delta << " bytes more than it carries; " << (pointToPoint ? "a receive" : "a collective"));
     transport::Descriptor d;
     auto recv = transport::socket::createReceiver({4096, 64, 8}, settingsFor(1, 1), 0, &d);
     kernels::ConnHandle r = recv->handle(false);
@@ -256,10 +258,21 @@ TEST_CASE("socket transport: a frame declaring 8 bytes fewer, or more, than it c
     const uint32_t notAborted = 0;
     SoloGroup g;
     std::vector<float> out(250, 0.0f);
-    kernels::Primitives<float, kernels::FuncSum<float>, SoloGroup> p(g, nullptr, &r, kernels::Proto::kSimple,
-                                                                       kernels::FuncSum<float>(kernels::RedOpArgs{}),
-                                                                       &notAborted, &work);
-    CHECK_FALSE(p.step(kernels::kRecv | kernels::kOutput, nullptr, out.data(), 250));
+    if (pointToPoint) {
+      kernels::PeerOp op{};
+      op.conn = r;
+      op.buffer = reinterpret_cast<char*>(out.data());
+      op.bytes = 1000;
+      op.proto = kernels::Proto::kSimple;
+      for (int pass = 0; pass < 4; ++pass) CHECK_FALSE(kernels::tryPeerStep(op, &status));
+      CHECK(op.done == 0);
+      CHECK(kernels::loadAcquire(r.head) == 0);  // the step was not freed either
+    } else {
+      kernels::Primitives<float, kernels::FuncSum<float>, SoloGroup> p(g, nullptr, &r, kernels::Proto::kSimple,
+                                                                         kernels::FuncSum<float>(kernels::RedOpArgs{}),
+                                                                         &notAborted, &work);
+      CHECK_FALSE(p.step(kernels::kRecv | kernels::kOutput, nullptr, out.data(), 250));
+    }
     CHECK(std::count(out.begin(), out.end(), 0.0f) == 250);  // nothing delivered
     CHECK(status.mismatch == kernels::kMismatchStepSize);
     CHECK(status.mismatchPeer == 0);
