@@ -114,6 +114,9 @@ namespace {
 /// A kPeer message of no payload under this tag only asks whether the receiver still listens:
 /// receivers drop it.
 constexpr uint32_t kProbeTag = 0xffffffffu;
+/// Tags of inquiries (no payload) and their answers (kAnswerBytes): serviceInquiries.
+constexpr uint32_t kInquiryTag = 0xfffffffeu;
+constexpr uint32_t kAnswerTag = 0xfffffffdu;
 bool isProbe(const Message& m) {
   return m.header.type == MessageType::kPeer && m.header.tag == kProbeTag && m.header.length == 0;
 }
@@ -185,6 +188,17 @@ Message Bootstrap::await(MessageType type, int from, uint32_t tag, const char* w
 void Bootstrap::queueUnexpected(Message m) {
   m.socket = net::Socket();  // (one connection a message: done)
   if (isProbe(m)) return;
+  if (m.header.type == MessageType::kPeer && (m.header.tag == kInquiryTag || m.header.tag == kAnswerTag)) {
+    std::lock_guard<std::mutex> lock(inquiryMutex_);
+    const int from = m.header.rank;
+    if (m.header.tag == kAnswerTag && m.payload.size() == kAnswerBytes) {
+      std::memcpy(answers_[from].data(), m.payload.data(), kAnswerBytes);
+    } else if (m.header.tag == kInquiryTag && m.payload.empty() &&
+               std::find(askedBy_.begin(), askedBy_.end(), from) == askedBy_.end()) {
+      askedBy_.push_back(from);  // (one entry a rank: bounded by nranks)
+    }
+    return;
+  }
   if (unexpected_.size() >= maxUnexpected_ || unexpectedBytes_ + m.payload.size() > maxUnexpectedBytes_) {
     fail(ncclSystemError, "bootstrap: rank %d holds %zu messages (%zu bytes) that nothing waits for yet; rank %d's "
          "message (tag %u, %zu bytes) is one too many: do all ranks make the same calls in the same order?",
@@ -192,6 +206,58 @@ void Bootstrap::queueUnexpected(Message m) {
   }
   unexpectedBytes_ += m.payload.size();
   unexpected_.push_back(std::move(m));
+}
+
+void Bootstrap::setAnswerer(std::function<Answer()> answerer) {
+  std::lock_guard<std::mutex> lock(inquiryMutex_);
+  answerer_ = std::move(answerer);
+}
+
+void Bootstrap::serviceInquiries() {
+  {
+    std::unique_lock<std::mutex> lock(listenMutex_, std::try_to_lock);  // (a thread in await files them itself)
+    Message m;
+    while (lock.owns_lock() && listener_.poll(0, &m)) {
+      if (m.header.rank >= 0 && m.header.rank < nRanks()) queueUnexpected(std::move(m));
+    }
+  }
+  std::vector<int> asked;
+  Answer answer{};
+  {
+    std::lock_guard<std::mutex> lock(inquiryMutex_);
+    asked.swap(askedBy_);
+    if (asked.empty() || !answerer_) return;
+    answer = answerer_();
+  }
+  for (const int peer : asked) (void)note(peer, kAnswerTag, answer.data(), answer.size());
+}
+
+bool Bootstrap::inquire(int peer) { return note(peer, kInquiryTag, nullptr, 0); }
+
+bool Bootstrap::takeAnswer(int peer, Answer* out) {
+  std::lock_guard<std::mutex> lock(inquiryMutex_);
+  const auto it = answers_.find(peer);
+  if (it == answers_.end()) return false;
+  *out = it->second;
+  answers_.erase(it);
+  return true;
+}
+
+bool Bootstrap::note(int peer, uint32_t tag, const void* data, size_t size) {
+  if (peer < 0 || peer >= nRanks() || peer == rank_) return false;
+  char bytes[sizeof(MessageHeader) + kAnswerBytes];
+  if (size > kAnswerBytes) return false;
+  const MessageHeader header{secret_, MessageType::kPeer, rank_, tag, static_cast<uint32_t>(size)};
+  std::memcpy(bytes, &header, sizeof header);
+  if (size > 0) std::memcpy(bytes + sizeof header, data, size);
+  try {
+    net::Socket s = net::Socket::connect(peers_[peer], net::Clock::now() + std::chrono::milliseconds(500), abortFlag_, {},
+                                         /*refusedIsFinal=*/true);
+    // (under 100 bytes to a new connection: taken whole, or it closed)
+    return s.writeSome(bytes, sizeof header + size) == static_cast<ssize_t>(sizeof header + size);
+  } catch (const Error&) {
+    return false;  // gone, or not reachable now: the asker finds out otherwise
+  }
 }
 
 namespace {

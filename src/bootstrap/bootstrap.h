@@ -8,6 +8,9 @@
 #include <chrono>
 #include <deque>
 #include <memory>
+#include <array>
+#include <functional>
+#include <map>
 #include <mutex>
 #include <vector>
 
@@ -81,6 +84,22 @@ class Bootstrap {
   /// what that means for the user's call.
   int timedOutOn() const { return timedOutOn_.load(std::memory_order_relaxed); }
 
+  /// Inquiries, between watchdogs (runtime/host/watchdog.h): a rank whose call has waited a
+  /// while on a peer asks that peer what it is doing, and the peer answers with the operation
+  /// it is in. Only the thread that calls serviceInquiries (the watchdog's) sends them: a
+  /// question or an answer is one small message sent within half a second or not at all, and
+  /// whichever thread reads the listener files the ones that come in.
+  static constexpr size_t kAnswerBytes = 64;
+  using Answer = std::array<char, kAnswerBytes>;
+  /// What this rank answers (called by serviceInquiries).
+  void setAnswerer(std::function<Answer()> answerer);
+  /// Reads this rank's listener when no other thread does, and answers the peers that asked.
+  void serviceInquiries();
+  /// Asks `peer` what it is doing; false when it could not be reached.
+  bool inquire(int peer);
+  /// Takes `peer`'s latest answer (false: none came since the last take).
+  bool takeAnswer(int peer, Answer* out);
+
  private:
   Bootstrap(int rank, uint64_t secret, Listener listener, const NetSettings& settings,
             const std::atomic<bool>* abortFlag);
@@ -92,8 +111,11 @@ class Bootstrap {
   /// Asks `peer` whether it still listens (a wait on it lasts); throws ncclRemoteError naming
   /// the wait when it refuses.
   void probe(int peer, const std::atomic<bool>* abortFlag, const char* what, uint32_t tag);
-  /// Holds a message nothing waits for yet (its connection closed); drops probes.
+  /// Holds a message nothing waits for yet (its connection closed); drops probes, and files
+  /// inquiries and answers.
   void queueUnexpected(Message m);
+  /// Sends one small message to `peer` within half a second; false when it could not.
+  bool note(int peer, uint32_t tag, const void* data, size_t size);
   /// Connects to `peer` and sends one message; while the receiver's buffers are full, reads
   /// this rank's own incoming messages (two ranks sending each other large messages at once,
   /// as the collectives' rounds do, cannot block each other).
@@ -119,6 +141,10 @@ class Bootstrap {
   uint32_t collectives_ = 0;
   std::atomic<int> waitingOn_{-1};
   std::atomic<int> timedOutOn_{-1};
+  std::mutex inquiryMutex_;  // (the three below)
+  std::function<Answer()> answerer_;
+  std::vector<int> askedBy_;        ///< ranks whose question waits for an answer
+  std::map<int, Answer> answers_;   ///< the answers that came, by rank
 };
 
 }  // namespace braid::bootstrap

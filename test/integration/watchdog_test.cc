@@ -171,24 +171,31 @@ TEST_CASE("a killed rank: survivors fail within seconds and leave nothing behind
 }
 
 TEST_CASE("a rank sending while the others call a collective: a mismatch naming both calls", "[integration][watchdog]") {
+  // The partner is rank 1's previous rank on the ring (whose announcement it sees), its next
+  // rank, or neither (asked over the bootstrap channel: Watchdog::checkPartner).
+  struct Shape {
+    int n, partner;
+  };
   for (bool processes : {false, true}) {
-    for (int n : {2, 3}) {
-      INFO((processes ? "processes" : "threads") << ", " << n << " ranks");
+    for (const Shape shape : {Shape{2, 0}, Shape{3, 0}, Shape{3, 2}, Shape{4, 3}}) {
+      const int n = shape.n, partner = shape.partner;
+      INFO((processes ? "processes" : "threads") << ", " << n << " ranks, rank 1 sends to rank " << partner);
       const std::string out = runAndReport(n, [&](int rank, ncclComm_t comm) {
         std::vector<float> buf(4096, 1.0f);
         for (int i = 0; i < 3; ++i) {  // (the ring's connections exist)
           const ncclResult_t r = ncclAllReduce(buf.data(), buf.data(), 4096, ncclFloat, ncclSum, comm, nullptr);
           if (r != ncclSuccess) return r;
         }
-        // Rank 1 sends to rank 0, its previous rank on the ring; the others call AllReduce.
-        if (rank == 1) return ncclSend(buf.data(), 4096, ncclFloat, 0, comm, nullptr);
+        // Rank 1 sends; the others call AllReduce.
+        if (rank == 1) return ncclSend(buf.data(), 4096, ncclFloat, partner, comm, nullptr);
         return ncclAllReduce(buf.data(), buf.data(), 4096, ncclFloat, ncclSum, comm, nullptr);
       }, processes);
       INFO(out);
+      const std::string p = std::to_string(partner);
       CHECK_THAT(out, Catch::Contains("result 5 async 5 after") &&
-                          Catch::Contains("rank 1 called ncclSend (point-to-point) after op #3, waiting on rank 0, but "
-                                          "rank 0 called AllReduce(count=4096, float, sum) as op #4: they wait for each "
-                                          "other"));
+                          Catch::Contains("rank 1 called ncclSend (point-to-point) after op #3, waiting on rank " + p +
+                                          ", but rank " + p + " called AllReduce(count=4096, float, sum) as op #4: "
+                                          "they wait for each other"));
       CHECK_THAT(out, Catch::Contains("result 6 async 6 after") && Catch::Contains("rank 0 stopped because rank"));
       for (int r = 0; r < n; ++r) {
         CHECK(millisOf(out, r) >= 0);

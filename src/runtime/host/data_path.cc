@@ -140,7 +140,7 @@ DataPath::DataPath(bootstrap::Bootstrap& channel, int rank, const std::vector<Pe
   std::function<bool()> busy;
   if (device_ != nullptr) busy = [d = device_.get()] { return d->busy(); };
   watchdog_ = std::make_unique<Watchdog>(rank, nRanks_, commHash, std::move(watched), connector_, statuses_,
-                                         kMaxChannels, std::move(onFailure), settings.watchdog, std::move(busy));
+                                         kMaxChannels, std::move(onFailure), settings.watchdog, std::move(busy), &channel);
 }
 
 void DataPath::capChannels(bootstrap::Bootstrap& channel, const std::vector<PeerInfo>& peers, int rank) {

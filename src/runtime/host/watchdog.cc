@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "bootstrap/bootstrap.h"
 #include "core/log.h"
 #include "core/params.h"
 #include "runtime/host/signature.h"
@@ -24,6 +25,19 @@ constexpr auto kGoneGrace = std::chrono::seconds(10);
 /// the peer may have sent its last data and exited, and the waiting thread, on oversubscribed
 /// CPUs, not yet run to see it (256 rank processes on 2 CPUs showed it).
 constexpr auto kExitedWaitGrace = std::chrono::seconds(1);
+/// A point-to-point call that has not moved for this long asks the peer it waits on what it is
+/// doing (checkPartner), and again at this interval while it waits.
+constexpr auto kInquireAfter = std::chrono::seconds(1);
+constexpr auto kInquireEvery = std::chrono::seconds(2);
+/// A rank's answer to an inquiry (bootstrap::Bootstrap::Answer's bytes): the operation it is in.
+struct InquiryAnswer {
+  uint32_t magic;
+  uint32_t inFlight;
+  kernels::OpSignature sig;
+  char name[32];
+};
+static_assert(sizeof(InquiryAnswer) == bootstrap::Bootstrap::kAnswerBytes);
+constexpr uint32_t kAnswerMagic = 0x57444131;  // "WDA1"
 
 std::atomic<unsigned> gDumpRequests{0};
 
@@ -108,7 +122,7 @@ WatchdogSettings WatchdogSettings::fromParams() {
 Watchdog::Watchdog(int rank, int nRanks, uint64_t commHash, std::vector<PeerProcess> watched,
                    const transport::Connector& connector, kernels::ChannelStatus* statuses, int nStatuses,
                    std::function<void(ncclResult_t)> onFailure, WatchdogSettings settings,
-                   std::function<bool()> deviceBusy)
+                   std::function<bool()> deviceBusy, bootstrap::Bootstrap* channel)
     : rank_(rank),
       nRanks_(nRanks),
       commHash_(commHash),
@@ -118,8 +132,22 @@ Watchdog::Watchdog(int rank, int nRanks, uint64_t commHash, std::vector<PeerProc
       nStatuses_(nStatuses),
       onFailure_(std::move(onFailure)),
       settings_(settings),
-      deviceBusy_(std::move(deviceBusy)) {
+      deviceBusy_(std::move(deviceBusy)),
+      channel_(channel) {
   if (settings_.dumpSignal > 0) installDumpHandler(settings_.dumpSignal);
+  if (channel_ != nullptr) {
+    channel_->setAnswerer([this] {
+      const OpView op = currentOp();
+      InquiryAnswer a{};
+      a.magic = kAnswerMagic;
+      a.inFlight = op.inFlight ? 1 : 0;
+      a.sig = op.sig;
+      snprintf(a.name, sizeof a.name, "%s", op.name);
+      bootstrap::Bootstrap::Answer bytes;
+      std::memcpy(bytes.data(), &a, sizeof a);
+      return bytes;
+    });
+  }
   dumpsSeen_ = gDumpRequests.load();
   thread_ = std::thread([this] { loop(); });
 }
@@ -131,6 +159,7 @@ Watchdog::~Watchdog() {
   }
   wake_.notify_all();
   thread_.join();
+  if (channel_ != nullptr) channel_->setAnswerer(nullptr);
 }
 
 void Watchdog::begin(const kernels::OpSignature& sig, const char* name, int nChannels) {
@@ -310,6 +339,7 @@ void Watchdog::tick() {
   if (checkMismatch()) return;
   trackProgress();
   checkNeighbour(op);
+  checkPartner(op);
   checkFaultBoxes(op);
   checkPeersAlive(op);
   checkLongWait(op);
@@ -382,16 +412,54 @@ void Watchdog::checkNeighbour(const OpView& op) {
   if (mine.seq == 0) {
     // A point-to-point call, stuck on the previous rank, which is in a collective this rank
     // has not called (every rank takes part in it, so it cannot end before this call does).
-    const uint64_t next = nextCollective_.load(std::memory_order_relaxed);
-    if (theirs.seq != next || !stuckOn(prev)) return;
-    fail(ncclInvalidUsage, "rank " + std::to_string(rank_) + " called " + op.name + " (point-to-point) after op #" +
-                               std::to_string(next - 1) + ", waiting on rank " + std::to_string(prev) +
-                               ", but rank " + std::to_string(prev) + " called " + describeSignature(theirs) +
-                               " as op #" + std::to_string(theirs.seq) + ": they wait for each other");
+    if (theirs.seq != nextCollective_.load(std::memory_order_relaxed) || !stuckOn(prev)) return;
+    fail(ncclInvalidUsage, pointToPointMismatch(op, prev, theirs));
     return;
   }
   if (theirs.seq != mine.seq || (theirs.words[0] == mine.words[0] && theirs.words[1] == mine.words[1])) return;
   fail(ncclInvalidUsage, mismatchText(rank_, mine, prev, theirs));
+}
+
+std::string Watchdog::pointToPointMismatch(const OpView& op, int peer, const kernels::OpSignature& theirs) const {
+  return "rank " + std::to_string(rank_) + " called " + op.name + " (point-to-point) after op #" +
+         std::to_string(nextCollective_.load(std::memory_order_relaxed) - 1) + ", waiting on rank " +
+         std::to_string(peer) + ", but rank " + std::to_string(peer) + " called " + describeSignature(theirs) +
+         " as op #" + std::to_string(theirs.seq) + ": they wait for each other";
+}
+
+void Watchdog::checkPartner(const OpView& op) {
+  if (channel_ == nullptr) return;
+  try {
+    channel_->serviceInquiries();
+  } catch (const std::exception& e) {  // (a flood of unexpected messages: the bootstrap's own waits report it)
+    BRAID_WARN("rank %d: reading bootstrap messages for the watchdog: %s", rank_, e.what());
+  }
+  if (!op.inFlight || op.sig.seq != 0) return;  // (collectives compare signatures on their channels)
+  const auto now = std::chrono::steady_clock::now();
+  if (now - lastProgressAt_ < kInquireAfter) return;
+  int peer = connector_.setupWaitingOn();
+  for (int c = 0; c < nStatuses_ && peer < 0; ++c) {
+    const kernels::ChannelStatus& st = statuses_[c];
+    if (kernels::loadAcquire(const_cast<uint32_t*>(&st.waitKind)) != kernels::kWaitNone)
+      peer = kernels::loadRelaxed(const_cast<int32_t*>(&st.waitPeer));
+  }
+  if (peer < 0 || peer >= nRanks_ || peer == rank_) return;
+  bootstrap::Bootstrap::Answer bytes;
+  if (askedToken_ == op.token && askedPeer_ == peer && channel_->takeAnswer(peer, &bytes)) {
+    InquiryAnswer a;
+    std::memcpy(&a, bytes.data(), sizeof a);
+    if (a.magic == kAnswerMagic && a.inFlight != 0 && a.sig.seq != 0 &&
+        a.sig.seq == nextCollective_.load(std::memory_order_relaxed)) {
+      fail(ncclInvalidUsage, pointToPointMismatch(op, peer, a.sig));
+      return;
+    }
+  }
+  // Asked again while the wait lasts: the peer may reach the collective later.
+  if (askedToken_ == op.token && askedPeer_ == peer && now - askedAt_ < kInquireEvery) return;
+  askedToken_ = op.token;
+  askedPeer_ = peer;
+  askedAt_ = now;
+  (void)channel_->inquire(peer);
 }
 
 void Watchdog::checkPeersAlive(const OpView& op) {

@@ -32,6 +32,10 @@
 #include "kernels/work.h"
 #include "transport/connector.h"
 
+namespace braid::bootstrap {
+class Bootstrap;
+}
+
 namespace braid::runtime::host {
 
 struct WatchdogSettings {
@@ -54,7 +58,7 @@ class Watchdog {
   /// running; called from the watchdog thread.
   Watchdog(int rank, int nRanks, uint64_t commHash, std::vector<PeerProcess> watched, const transport::Connector& connector,
            kernels::ChannelStatus* statuses, int nStatuses, std::function<void(ncclResult_t)> onFailure, WatchdogSettings settings,
-           std::function<bool()> deviceBusy = nullptr);
+           std::function<bool()> deviceBusy = nullptr, bootstrap::Bootstrap* channel = nullptr);
   ~Watchdog();
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
@@ -118,6 +122,13 @@ class Watchdog {
   /// channels' waits.
   std::string waitingFor(const OpView& op) const;
   void checkNeighbour(const OpView& op);
+  /// A point-to-point call waiting a while on one peer asks it what it is doing (over the
+  /// bootstrap channel, which the watchdog also serves: it answers the peers that ask this
+  /// rank). A peer in the next collective, which this rank has not called, waits for this rank
+  /// as this rank waits for it: a mismatch, whatever the peer's place on the ring.
+  void checkPartner(const OpView& op);
+  /// The mismatch of a point-to-point call on `peer` with that peer's collective `theirs`.
+  std::string pointToPointMismatch(const OpView& op, int peer, const kernels::OpSignature& theirs) const;
   /// Follows the channels' progress counters (lastProgress_, lastProgressAt_).
   void trackProgress();
   /// Whether the operation in flight depends on `peer`, which is gone: a channel or the
@@ -177,6 +188,10 @@ class Watchdog {
   std::chrono::steady_clock::time_point lastLivenessCheck_;
   std::chrono::seconds nextWarnAfter_{0};  // the next BRAID_WAIT_WARN report, as a time without progress
   unsigned dumpsSeen_ = 0;
+  bootstrap::Bootstrap* const channel_;  ///< for inquiries (checkPartner); null in tests without one
+  uint64_t askedToken_ = 0;  ///< the operation checkPartner last asked about, its peer and when
+  int askedPeer_ = -1;
+  std::chrono::steady_clock::time_point askedAt_;
 
   std::condition_variable wake_;
   bool stop_ = false;
