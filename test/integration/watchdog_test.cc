@@ -228,6 +228,10 @@ TEST_CASE("a stopped rank: NCCL_TIMEOUT fails the others with a hang report nami
     const std::string line = out.substr(at, out.find('\n', at) - at);
     INFO(line);
     CHECK_THAT(line, Catch::Contains("rank 2 (process ") && Catch::Contains("is stopped (SIGSTOP or a debugger)"));
+    // And without /proc (another host): the chain of waits, followed by asking, ends at the
+    // rank that does not answer (the text may be relayed, and cut, by the rank that failed first).
+    CHECK_THAT(line, Catch::Matches(".*rank 2( \\(rank [0-9]+, which waits on it\\))? has not answered this rank's "
+                                    "watchdog.*"));
     CHECK_THAT(out, Catch::Contains("rank " + std::to_string(r) + ": destroy: no error"));
   }
 }

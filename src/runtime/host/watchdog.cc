@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <strings.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -26,15 +27,19 @@ constexpr auto kGoneGrace = std::chrono::seconds(10);
 /// CPUs, not yet run to see it (256 rank processes on 2 CPUs showed it).
 constexpr auto kExitedWaitGrace = std::chrono::seconds(1);
 /// A point-to-point call that has not moved for this long asks the peer it waits on what it is
-/// doing (checkPartner), and again at this interval while it waits.
+/// doing (checkWaitedPeers), and again at this interval while it waits.
 constexpr auto kInquireAfter = std::chrono::seconds(1);
 constexpr auto kInquireEvery = std::chrono::seconds(2);
+/// A rank asked that long ago without answering is silent (an answer takes a tick, 50 ms).
+constexpr auto kSilentAfter = std::chrono::milliseconds(500);
 /// A rank's answer to an inquiry (bootstrap::Bootstrap::Answer's bytes): the operation it is in.
 struct InquiryAnswer {
   uint32_t magic;
   uint32_t inFlight;
+  int32_t waitingOn;  ///< the rank it waits on, or -1
+  uint32_t reserved;
   kernels::OpSignature sig;
-  char name[32];
+  char name[24];
 };
 static_assert(sizeof(InquiryAnswer) == bootstrap::Bootstrap::kAnswerBytes);
 constexpr uint32_t kAnswerMagic = 0x57444131;  // "WDA1"
@@ -141,6 +146,7 @@ Watchdog::Watchdog(int rank, int nRanks, uint64_t commHash, std::vector<PeerProc
       InquiryAnswer a{};
       a.magic = kAnswerMagic;
       a.inFlight = op.inFlight ? 1 : 0;
+      a.waitingOn = op.inFlight ? waitedPeer() : -1;
       a.sig = op.sig;
       snprintf(a.name, sizeof a.name, "%s", op.name);
       bootstrap::Bootstrap::Answer bytes;
@@ -339,7 +345,7 @@ void Watchdog::tick() {
   if (checkMismatch()) return;
   trackProgress();
   checkNeighbour(op);
-  checkPartner(op);
+  checkWaitedPeers(op);
   checkFaultBoxes(op);
   checkPeersAlive(op);
   checkLongWait(op);
@@ -427,39 +433,71 @@ std::string Watchdog::pointToPointMismatch(const OpView& op, int peer, const ker
          " as op #" + std::to_string(theirs.seq) + ": they wait for each other";
 }
 
-void Watchdog::checkPartner(const OpView& op) {
-  if (channel_ == nullptr) return;
-  try {
-    channel_->serviceInquiries();
-  } catch (const std::exception& e) {  // (a flood of unexpected messages: the bootstrap's own waits report it)
-    BRAID_WARN("rank %d: reading bootstrap messages for the watchdog: %s", rank_, e.what());
-  }
-  if (!op.inFlight || op.sig.seq != 0) return;  // (collectives compare signatures on their channels)
-  const auto now = std::chrono::steady_clock::now();
-  if (now - lastProgressAt_ < kInquireAfter) return;
+int Watchdog::waitedPeer() const {
   int peer = connector_.setupWaitingOn();
   for (int c = 0; c < nStatuses_ && peer < 0; ++c) {
     const kernels::ChannelStatus& st = statuses_[c];
     if (kernels::loadAcquire(const_cast<uint32_t*>(&st.waitKind)) != kernels::kWaitNone)
       peer = kernels::loadRelaxed(const_cast<int32_t*>(&st.waitPeer));
   }
-  if (peer < 0 || peer >= nRanks_ || peer == rank_) return;
+  return peer >= 0 && peer < nRanks_ && peer != rank_ ? peer : -1;
+}
+
+void Watchdog::checkWaitedPeers(const OpView& op) {
+  if (channel_ == nullptr) return;
+  try {
+    channel_->serviceInquiries();
+  } catch (const std::exception& e) {  // (a flood of unexpected messages: the bootstrap's own waits report it)
+    BRAID_WARN("rank %d: reading bootstrap messages for the watchdog: %s", rank_, e.what());
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (!op.inFlight || now - lastProgressAt_ < kInquireAfter) return;
+  const int peer = waitedPeer();
+  if (peer < 0) return;
+  if (chainToken_ != op.token || chain_.empty() || chain_[0] != peer) {
+    chainToken_ = op.token;
+    chain_.assign(1, peer);
+    headSince_ = now;
+    askedAt_ = {};
+    headAnswered_ = headIdle_ = false;
+  }
   bootstrap::Bootstrap::Answer bytes;
-  if (askedToken_ == op.token && askedPeer_ == peer && channel_->takeAnswer(peer, &bytes)) {
-    InquiryAnswer a;
-    std::memcpy(&a, bytes.data(), sizeof a);
-    if (a.magic == kAnswerMagic && a.inFlight != 0 && a.sig.seq != 0 &&
-        a.sig.seq == nextCollective_.load(std::memory_order_relaxed)) {
+  InquiryAnswer a;
+  if (channel_->takeAnswer(chain_.back(), &bytes) && (std::memcpy(&a, bytes.data(), sizeof a), a.magic == kAnswerMagic)) {
+    headAnswered_ = true;
+    headIdle_ = a.inFlight == 0;
+    const uint64_t next = nextCollective_.load(std::memory_order_relaxed);
+    if (chain_.size() == 1 && op.sig.seq == 0 && a.inFlight != 0 && a.sig.seq != 0 && a.sig.seq == next) {
       fail(ncclInvalidUsage, pointToPointMismatch(op, peer, a.sig));
       return;
     }
+    const int further = a.waitingOn;
+    if (a.inFlight != 0 && further >= 0 && further < nRanks_ && further != rank_ && chain_.size() < 16 &&
+        std::find(chain_.begin(), chain_.end(), further) == chain_.end()) {
+      chain_.push_back(further);
+      headSince_ = now;
+      askedAt_ = {};
+      headAnswered_ = headIdle_ = false;
+    }
   }
-  // Asked again while the wait lasts: the peer may reach the collective later.
-  if (askedToken_ == op.token && askedPeer_ == peer && now - askedAt_ < kInquireEvery) return;
-  askedToken_ = op.token;
-  askedPeer_ = peer;
+  if (now - askedAt_ < kInquireEvery) return;  // (asked again while the wait lasts: its state may change)
   askedAt_ = now;
-  (void)channel_->inquire(peer);
+  (void)channel_->inquire(chain_.back());
+}
+
+std::string Watchdog::blamedByInquiry() const {
+  if (chain_.empty() || chainToken_ != seenToken_) return "";
+  std::string via;
+  for (size_t i = 0; i + 1 < chain_.size(); ++i)
+    via += (i == 0 ? " (rank " : ", which waits on rank ") + std::to_string(chain_[i]);
+  if (!via.empty()) via += ", which waits on it)";
+  const std::string head = "rank " + std::to_string(chain_.back());
+  if (headAnswered_ && headIdle_) return head + via + " is in no call on this communicator";
+  const auto silent = std::chrono::steady_clock::now() - headSince_;
+  if (headAnswered_ || silent < kSilentAfter) return "";
+  return head + via + " has not answered this rank's watchdog for " +
+         std::to_string(std::chrono::duration_cast<std::chrono::seconds>(silent).count()) +
+         " s: its process is stopped or its host unreachable";
 }
 
 void Watchdog::checkPeersAlive(const OpView& op) {
@@ -492,6 +530,9 @@ void Watchdog::checkTimeout(const OpView& op) {
                " on this host) is stopped (SIGSTOP or a debugger) and made no progress; ";
   }
   const std::string who = waitingFor(op);
+  // (First: a peer relaying this text may cut its end. An idle peer is said once: who names it.)
+  const std::string blamed = headIdle_ && !who.empty() ? "" : blamedByInquiry();
+  if (!blamed.empty()) stopped = blamed + "; " + stopped;
   fail(ncclSystemError, "no progress for " + std::to_string(settings_.timeoutSeconds) + " s (NCCL_TIMEOUT): " + stopped +
                             (who.empty() ? "" : who + "; ") + text);
 }

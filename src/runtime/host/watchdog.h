@@ -122,11 +122,20 @@ class Watchdog {
   /// channels' waits.
   std::string waitingFor(const OpView& op) const;
   void checkNeighbour(const OpView& op);
-  /// A point-to-point call waiting a while on one peer asks it what it is doing (over the
-  /// bootstrap channel, which the watchdog also serves: it answers the peers that ask this
-  /// rank). A peer in the next collective, which this rank has not called, waits for this rank
-  /// as this rank waits for it: a mismatch, whatever the peer's place on the ring.
-  void checkPartner(const OpView& op);
+  /// An operation waiting a while on a peer asks it what it is doing (over the bootstrap
+  /// channel, which the watchdog also serves: it answers the peers that ask this rank), and
+  /// follows the answers: a peer that waits on a third rank is followed to it, and so on.
+  /// - A point-to-point call whose peer is in the next collective, which this rank has not
+  ///   called, waits for a rank that waits for it: a mismatch, whatever the peer's place on the
+  ///   ring.
+  /// - The last rank of the chain, when it does not answer, is the one that stopped (its
+  ///   process stopped, or its host is unreachable): NCCL_TIMEOUT's report names it, wherever
+  ///   it runs (blamedByInquiry).
+  void checkWaitedPeers(const OpView& op);
+  /// The rank this one waits on now (connection setup, else a channel's wait), or -1.
+  int waitedPeer() const;
+  /// From checkWaitedPeers' chain: who stopped this operation, or "".
+  std::string blamedByInquiry() const;
   /// The mismatch of a point-to-point call on `peer` with that peer's collective `theirs`.
   std::string pointToPointMismatch(const OpView& op, int peer, const kernels::OpSignature& theirs) const;
   /// Follows the channels' progress counters (lastProgress_, lastProgressAt_).
@@ -188,10 +197,15 @@ class Watchdog {
   std::chrono::steady_clock::time_point lastLivenessCheck_;
   std::chrono::seconds nextWarnAfter_{0};  // the next BRAID_WAIT_WARN report, as a time without progress
   unsigned dumpsSeen_ = 0;
-  bootstrap::Bootstrap* const channel_;  ///< for inquiries (checkPartner); null in tests without one
-  uint64_t askedToken_ = 0;  ///< the operation checkPartner last asked about, its peer and when
-  int askedPeer_ = -1;
-  std::chrono::steady_clock::time_point askedAt_;
+  bootstrap::Bootstrap* const channel_;  ///< for inquiries (checkWaitedPeers); null in tests without one
+  // checkWaitedPeers' chain for the operation chainToken_: the peers waited on, each waiting
+  // on the next; the last is asked every kInquireEvery since headSince_ (askedAt_), and
+  // headAnswered_ says whether it answered.
+  uint64_t chainToken_ = 0;
+  std::vector<int> chain_;
+  std::chrono::steady_clock::time_point askedAt_, headSince_;
+  bool headAnswered_ = false;
+  bool headIdle_ = false;  ///< its answer: it is in no call on this communicator
 
   std::condition_variable wake_;
   bool stop_ = false;
