@@ -452,6 +452,10 @@ void Watchdog::checkWaitedPeers(const OpView& op) {
   }
   const auto now = std::chrono::steady_clock::now();
   if (!op.inFlight || now - lastProgressAt_ < kInquireAfter) return;
+  // Collectives ask only to name the stopped rank in NCCL_TIMEOUT's report: ranks waiting for a
+  // straggler (the usual wait) would otherwise all ask it every few seconds.
+  const bool follow = settings_.timeoutSeconds > 0;
+  if (!follow && op.sig.seq != 0) return;
   const int peer = waitedPeer();
   if (peer < 0) return;
   if (chainToken_ != op.token || chain_.empty() || chain_[0] != peer) {
@@ -472,7 +476,7 @@ void Watchdog::checkWaitedPeers(const OpView& op) {
       return;
     }
     const int further = a.waitingOn;
-    if (a.inFlight != 0 && further >= 0 && further < nRanks_ && further != rank_ && chain_.size() < 16 &&
+    if (follow && a.inFlight != 0 && further >= 0 && further < nRanks_ && further != rank_ && chain_.size() < 16 &&
         std::find(chain_.begin(), chain_.end(), further) == chain_.end()) {
       chain_.push_back(further);
       headSince_ = now;

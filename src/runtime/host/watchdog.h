@@ -130,7 +130,8 @@ class Watchdog {
   ///   ring.
   /// - The last rank of the chain, when it does not answer, is the one that stopped (its
   ///   process stopped, or its host is unreachable): NCCL_TIMEOUT's report names it, wherever
-  ///   it runs (blamedByInquiry).
+  ///   it runs (blamedByInquiry). Collectives ask, and answers are followed, only under
+  ///   NCCL_TIMEOUT.
   void checkWaitedPeers(const OpView& op);
   /// The rank this one waits on now (connection setup, else a channel's wait), or -1.
   int waitedPeer() const;
