@@ -160,6 +160,15 @@ done
 check "survivors failed within 10 s" awk '/failed after/ { split($0, a, "failed after "); if (a[2] + 0 > 10) bad = 1 } END { exit bad }' "$out/0" "$out/2"
 check "the survivors ended by themselves (status 3: failed and reported)" test "$(cat "$out/0.status" "$out/2.status")" = "$(printf '3\n3')"
 
+# A rank stopped (SIGSTOP) on one host, under NCCL_TIMEOUT: /proc cannot tell the others, but
+# each one's report names it, found by asking the rank it waits on, and so on (the watchdog's
+# inquiries over the bootstrap channel). The stopped rank is ended by timeout.
+run_job 4 1 15 "NCCL_TIMEOUT=2" -- "$rank_main" 4 @RANK@ stream 400 stop-at 20 2
+for r in 0 1 3; do
+  check "rank $r's NCCL_TIMEOUT report names the stopped rank 2 on another host" \
+    grep -q "rank 2\( (rank [0-9]*, which waits on it)\)\? has not answered this rank's watchdog" "$out/$r"
+done
+
 # Shrink after a death across hosts: 4 hosts x 1 rank over sockets; rank 0 (whose process also
 # served the bootstrap root, NCCL_COMM_ID) and then, in a second job, rank 2 are killed; the
 # survivors shrink without it and run 20 exact AllReduces on the new communicator.
