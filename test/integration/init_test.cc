@@ -392,6 +392,54 @@ TEST_CASE("the bootstrap's allgather, alltoall and barrier: every rank count, bl
   }
 }
 
+TEST_CASE("bootstrap inquiries: a question gets the answerer's bytes once, malformed answers are dropped",
+          "[integration][init]") {
+  const comm::InitSettings settings = test::loopbackSettings();
+  const ncclUniqueId id = comm::makeUniqueId(settings);
+  constexpr int n = 3;
+  std::vector<std::unique_ptr<bootstrap::Bootstrap>> channels(n);
+  REQUIRE(test::runThreads(n, [&](int rank) {
+            channels[rank] = bootstrap::Bootstrap::join(bootstrap::UniqueId::decode(id), rank, n, settings.net, nullptr);
+          }) == "");
+  std::atomic<int> answered{0};
+  channels[0]->setAnswerer([&] {
+    ++answered;
+    bootstrap::Bootstrap::Answer a{};
+    a.fill('A');
+    return a;
+  });
+  // Asked twice before it serves: one answer (a question waits once a rank).
+  REQUIRE(channels[2]->inquire(0));
+  REQUIRE(channels[2]->inquire(0));
+  CHECK_FALSE(channels[2]->inquire(2));  // (not itself)
+  CHECK_FALSE(channels[2]->inquire(7));  // (no such rank)
+  bootstrap::Bootstrap::Answer got{};
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  bool arrived = false;
+  while (!arrived && std::chrono::steady_clock::now() < until) {
+    channels[0]->serviceInquiries();
+    channels[2]->serviceInquiries();
+    arrived = channels[2]->takeAnswer(0, &got);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  REQUIRE(arrived);
+  CHECK(std::count(got.begin(), got.end(), 'A') == bootstrap::Bootstrap::kAnswerBytes);
+  CHECK(answered == 1);
+  CHECK_FALSE(channels[2]->takeAnswer(0, &got));  // taken
+  // Rank 1 sends an "answer" of the wrong size under the answers' tag: dropped, never filed or
+  // queued for a receive.
+  std::vector<char> wrong(bootstrap::Bootstrap::kAnswerBytes + 8, 'B');
+  channels[1]->send(2, 0xfffffffdu, wrong.data(), wrong.size());
+  for (int i = 0; i < 40; ++i) {
+    channels[2]->serviceInquiries();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK_FALSE(channels[2]->takeAnswer(1, &got));
+  channels[0]->setAnswerer(nullptr);
+  // The channels still work afterwards.
+  REQUIRE(test::runThreads(n, [&](int rank) { channels[rank]->barrier(); }) == "");
+}
+
 TEST_CASE("ncclCommInitRankScalable: each id's root serves its share of the ranks, as threads and as processes",
           "[integration][init]") {
   // With every rank at root 0, the other roots would wait for nobody until their deadline; each
