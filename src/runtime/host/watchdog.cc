@@ -394,7 +394,7 @@ void Watchdog::checkFaultBoxes(const OpView& op) {
   faultCursor_ = ends > kFaultBoxesPerTick ? (first + kFaultBoxesPerTick) % ends : 0;
   if (from < 0) return;
   if (kind == transport::kFaultLeft) {
-    const std::string call = op.sig.seq != 0 ? std::string(op.name) + " op #" + std::to_string(op.sig.seq) : op.name;
+    const std::string call = callName(op, " op #");
     fail(ncclRemoteError, "rank " + std::to_string(rank_) + " stopped in " + call + " because " + text);
     return;
   }
@@ -431,6 +431,10 @@ std::string Watchdog::pointToPointMismatch(const OpView& op, int peer, const ker
          std::to_string(nextCollective_.load(std::memory_order_relaxed) - 1) + ", waiting on rank " +
          std::to_string(peer) + ", but rank " + std::to_string(peer) + " called " + describeSignature(theirs) +
          " as op #" + std::to_string(theirs.seq) + ": they wait for each other";
+}
+
+std::string Watchdog::callName(const OpView& op, const char* number) {
+  return op.sig.seq != 0 ? std::string(op.name) + number + std::to_string(op.sig.seq) : std::string(op.name);
 }
 
 int Watchdog::waitedPeer() const {
@@ -542,7 +546,7 @@ void Watchdog::checkTimeout(const OpView& op) {
 }
 
 std::string Watchdog::waitingFor(const OpView& op) const {
-  const std::string call = op.sig.seq != 0 ? std::string(op.name) + " #" + std::to_string(op.sig.seq) : op.name;
+  const std::string call = callName(op, " #");
   const int setupPeer = connector_.setupWaitingOn();
   if (setupPeer >= 0) {
     return "rank " + std::to_string(setupPeer) + " has not called " + call + " yet (rank " + std::to_string(rank_) +
@@ -571,7 +575,7 @@ void Watchdog::checkLongWait(const OpView& op) {
   const long long waited = std::chrono::duration_cast<std::chrono::seconds>(still).count();
   nextWarnAfter_ *= 2;
   const std::string who = waitingFor(op);
-  const std::string call = op.sig.seq != 0 ? std::string(op.name) + " #" + std::to_string(op.sig.seq) : op.name;
+  const std::string call = callName(op, " #");
   char head[160];
   snprintf(head, sizeof head, "rank %d of communicator %#llx has waited %lld s in %s without progress", rank_,
            static_cast<unsigned long long>(commHash_), waited, call.c_str());

@@ -133,6 +133,9 @@ class Watchdog {
   ///   it runs (blamedByInquiry). Collectives ask, and answers are followed, only under
   ///   NCCL_TIMEOUT.
   void checkWaitedPeers(const OpView& op);
+  /// The operation in the user's words: "ncclAllReduce #3" (number: " #" or " op #"), or the
+  /// bare name for point-to-point (its seq is 0).
+  static std::string callName(const OpView& op, const char* number);
   /// The rank this one waits on now (connection setup, else a channel's wait), or -1.
   int waitedPeer() const;
   /// From checkWaitedPeers' chain: who stopped this operation, or "".
