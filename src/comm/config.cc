@@ -1,5 +1,7 @@
 #include "comm/config.h"
 
+#include <algorithm>
+#include <climits>
 #include <cstddef>
 #include <cstring>
 
@@ -18,6 +20,19 @@ int intField(const char* name, int value, int current, int lo, int hi) {
     fail(ncclInvalidArgument, "config.%s is %d; it must be between %d and %d", name, value, lo, hi);
   }
   return value;
+}
+
+/// A struct's size can cover a field its version does not have (2.30.3's maxP2pPeers left 4
+/// bytes of padding where 2.30.5 put graphStreamOrdering), so fields younger than the caller's
+/// header are reset to undefined, as NCCL does.
+void forgetFieldsNewerThan(unsigned version, ncclConfig_t* cfg) {
+  const ncclConfig_t undefined = NCCL_CONFIG_INITIALIZER;
+  if (version < NCCL_VERSION(2, 29, 0)) {
+    cfg->graphUsageMode = undefined.graphUsageMode;
+    cfg->numRmaCtx = undefined.numRmaCtx;
+  }
+  if (version < NCCL_VERSION(2, 30, 0)) cfg->maxP2pPeers = undefined.maxP2pPeers;
+  if (version < NCCL_VERSION(2, 30, 5)) cfg->graphStreamOrdering = undefined.graphStreamOrdering;
 }
 
 bool boolField(const char* name, int value, bool current) {
@@ -47,6 +62,7 @@ CommConfig readConfig(const ncclConfig_t* user, const CommConfig* inherited, boo
   // older header's struct is shorter, a newer one's extra fields are not ours to read.
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   std::memcpy(&cfg, user, std::min(user->size, sizeof(cfg)));
+  forgetFieldsNewerThan(user->version, &cfg);
 
   c.blocking = boolField("blocking", cfg.blocking, c.blocking);
   c.cgaClusterSize = intField("cgaClusterSize", cfg.cgaClusterSize, c.cgaClusterSize, 0, 8);
@@ -68,6 +84,14 @@ CommConfig readConfig(const ncclConfig_t* user, const CommConfig* inherited, boo
   c.nvlsCTAs = intField("nvlsCTAs", cfg.nvlsCTAs, c.nvlsCTAs, 1, kMaxChannels);
   c.nChannelsPerNetPeer = intField("nChannelsPerNetPeer", cfg.nChannelsPerNetPeer, c.nChannelsPerNetPeer, 1, kMaxChannels);
   c.nvlinkCentricSched = intField("nvlinkCentricSched", cfg.nvlinkCentricSched, c.nvlinkCentricSched, 0, 1);
+  c.graphUsageMode = intField("graphUsageMode", cfg.graphUsageMode, c.graphUsageMode, 0, 2);
+  c.numRmaCtx = intField("numRmaCtx", cfg.numRmaCtx, c.numRmaCtx, 0, kMaxRmaContexts);
+  c.maxP2pPeers = intField("maxP2pPeers", cfg.maxP2pPeers, c.maxP2pPeers, 1, INT_MAX);
+  c.graphStreamOrdering = intField("graphStreamOrdering", cfg.graphStreamOrdering, c.graphStreamOrdering, 0, 1);
+  if (c.graphStreamOrdering == 0 && c.graphUsageMode == 2) {
+    // NCCL refuses this pair quietly (a WARN) and keeps ordering; so does Braid.
+    c.graphStreamOrdering = 1;
+  }
   return c;
 }
 

@@ -23,6 +23,11 @@ struct CommConfig {
   int nvlsCTAs = -1;
   int nChannelsPerNetPeer = -1;
   int nvlinkCentricSched = 0;
+  // NCCL 2.29/2.30 fields; a struct from an older nccl.h leaves them at these defaults.
+  int graphUsageMode = -1;      ///< 0: no graphs, 1: graphs only, 2: both mixed; -1: unset (NCCL's default)
+  int numRmaCtx = 1;            ///< contexts of one-sided operations (ncclPutSignal's ctx)
+  int maxP2pPeers = 0;          ///< peers a rank exchanges point-to-point with at most; 0: all
+  int graphStreamOrdering = 1;  ///< 1: graph-captured operations are ordered with the stream
 };
 
 /// Reads and checks `user` (which may be NULL: defaults, or `inherited` when given). Accepts
@@ -32,5 +37,7 @@ CommConfig readConfig(const ncclConfig_t* user, const CommConfig* inherited, boo
 
 /// The most channels a communicator may use.
 constexpr int kMaxChannels = 64;
+/// The most one-sided operation contexts (config.numRmaCtx, NCCL_NUM_RMA_CTX) a communicator takes.
+constexpr int kMaxRmaContexts = 64;
 
 }  // namespace braid

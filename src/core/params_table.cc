@@ -125,6 +125,8 @@ const std::vector<KnobSpec>& knobTable() {
        "farthest GPU-GPU path that uses P2P: LOC, NVL, PIX, PXB, PHB, SYS or 0..4 (default PXB; SYS on AMD with <=2 GPUs)", true},
       {"NCCL_P2P_LL_THRESHOLD", KnobType::Integer, "-1",
        "sends and receives up to this many bytes move with the LL protocol, larger ones with Simple (-1: the backend's, 16384 on GPUs as NCCL's, 64 on the host); must be the same on all ranks", true},
+      {"NCCL_PARAM_DUMP_ALL", KnobType::String, "false",
+       "true: ncclParamGetAllParameterKeys and ncclParamDumpAll (and braid-info) also list the NCCL variables Braid recognises but does not read", true},
       {"NCCL_PROFILER_PLUGIN", KnobType::String, "",
        "profiler plugin (ncclProfiler_v5..v1) given every operation's events: a path, or X for libnccl-profiler-X.so or X; unset: libnccl-profiler.so, then the net plugin's library; none: no plugin", true},
       {"NCCL_PROTO", KnobType::String, "",
