@@ -424,7 +424,8 @@ void Watchdog::checkTimeout(const OpView& op) {
                " on this host) is stopped (SIGSTOP or a debugger) and made no progress; ";
   }
   const std::string who = waitingFor(op);
-  fail(ncclSystemError, "no progress for " + std::to_string(settings_.timeoutSeconds) + " s (NCCL_TIMEOUT): " + stopped +
+  // ncclTimeout, NCCL 2.30's code for a wait that ran out (its device barriers' only use of it).
+  fail(ncclTimeout, "no progress for " + std::to_string(settings_.timeoutSeconds) + " s (NCCL_TIMEOUT): " + stopped +
                             (who.empty() ? "" : who + "; ") + text);
 }
 
