@@ -8,6 +8,7 @@
 #include "comm/communicator.h"
 #include "comm/registrations.h"
 #include "core/log.h"
+#include "core/params.h"
 
 using namespace braid;
 
@@ -182,6 +183,10 @@ void queryProperties(Communicator& c, ncclCommProperties_t* props) {
   if (props->version < NCCL_VERSION(2, 29, 2)) {
     fail(ncclInvalidUsage, "props->version is %u; ncclCommProperties_t exists since NCCL 2.29.2 (22902)",
          props->version);
+  }
+  if (props->version > NCCL_VERSION_CODE && params::process().integer("NCCL_ENABLE_VERSION_CHECK") != 0) {
+    fail(ncclInvalidUsage, "this library (NCCL %d) is older than the nccl.h the program was built with (props->version "
+         "%u); NCCL_ENABLE_VERSION_CHECK=0 accepts it", NCCL_VERSION_CODE, props->version);
   }
   const RankIdentity& id = c.identity();
   props->rank = id.rank;

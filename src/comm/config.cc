@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstring>
 
+#include "core/params.h"
 #include "core/status.h"
 
 namespace braid {
@@ -39,9 +40,23 @@ bool boolField(const char* name, int value, bool current) {
   return intField(name, value, current ? 1 : 0, 0, 1) != 0;
 }
 
-}  // namespace
+/// NCCL's environment overrides of the 2.29/2.30 fields (its envConfigOverride): a variable
+/// that is set replaces the config's value; out-of-range settings are ignored, as NCCL does.
+void applyEnvironment(CommConfig& c) {
+  params::Store& store = params::process();
+  const int64_t contexts = store.integer("NCCL_NUM_RMA_CTX");
+  if (contexts >= 0) c.numRmaCtx = static_cast<int>(std::min<int64_t>(contexts, kMaxRmaContexts));
+  const int64_t peers = store.integer("NCCL_P2P_MAX_PEERS");
+  if (peers > 0) c.maxP2pPeers = static_cast<int>(std::min<int64_t>(peers, INT_MAX));
+  const int64_t ordering = store.integer("NCCL_GRAPH_STREAM_ORDERING");
+  if (ordering == 0 || ordering == 1) c.graphStreamOrdering = static_cast<int>(ordering);
+  if (c.graphStreamOrdering == 0 && c.graphUsageMode == 2) {
+    // NCCL refuses this pair with a warning and keeps the ordering; so does Braid.
+    c.graphStreamOrdering = 1;
+  }
+}
 
-CommConfig readConfig(const ncclConfig_t* user, const CommConfig* inherited, bool defaultBlocking) {
+CommConfig readUserConfig(const ncclConfig_t* user, const CommConfig* inherited, bool defaultBlocking) {
   CommConfig c;
   c.blocking = defaultBlocking;
   if (inherited != nullptr) c = *inherited;
@@ -88,10 +103,14 @@ CommConfig readConfig(const ncclConfig_t* user, const CommConfig* inherited, boo
   c.numRmaCtx = intField("numRmaCtx", cfg.numRmaCtx, c.numRmaCtx, 0, kMaxRmaContexts);
   c.maxP2pPeers = intField("maxP2pPeers", cfg.maxP2pPeers, c.maxP2pPeers, 1, INT_MAX);
   c.graphStreamOrdering = intField("graphStreamOrdering", cfg.graphStreamOrdering, c.graphStreamOrdering, 0, 1);
-  if (c.graphStreamOrdering == 0 && c.graphUsageMode == 2) {
-    // NCCL refuses this pair quietly (a WARN) and keeps ordering; so does Braid.
-    c.graphStreamOrdering = 1;
-  }
+  return c;
+}
+
+}  // namespace
+
+CommConfig readConfig(const ncclConfig_t* user, const CommConfig* inherited, bool defaultBlocking) {
+  CommConfig c = readUserConfig(user, inherited, defaultBlocking);
+  applyEnvironment(c);
   return c;
 }
 

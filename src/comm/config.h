@@ -32,7 +32,9 @@ struct CommConfig {
 
 /// Reads and checks `user` (which may be NULL: defaults, or `inherited` when given). Accepts
 /// structs from older and newer nccl.h versions: only the fields its size covers are read.
-/// Throws ncclInvalidArgument naming the field and value of the first invalid entry.
+/// Throws ncclInvalidArgument naming the field and value of the first invalid entry. Then NCCL's
+/// environment overrides of the 2.29/2.30 fields apply (NCCL_NUM_RMA_CTX, NCCL_P2P_MAX_PEERS,
+/// NCCL_GRAPH_STREAM_ORDERING).
 CommConfig readConfig(const ncclConfig_t* user, const CommConfig* inherited, bool defaultBlocking);
 
 /// The most channels a communicator may use.

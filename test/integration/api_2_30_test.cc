@@ -119,6 +119,9 @@ TEST_CASE("ncclCommQueryProperties reports what Braid knows and checks its struc
             p.magic = NCCL_API_MAGIC;
             p.version = NCCL_VERSION(2, 28, 9);
             expectFailure(ncclCommQueryProperties(comm, &p), ncclInvalidUsage, "props->version is 22809", "2.28.9");
+            p.version = NCCL_VERSION(2, 31, 0);  // a newer header than the library (NCCL_ENABLE_VERSION_CHECK=1)
+            expectFailure(ncclCommQueryProperties(comm, &p), ncclInvalidUsage, "NCCL_ENABLE_VERSION_CHECK=0",
+                          "newer header");
             expectFailure(ncclCommQueryProperties(comm, nullptr), ncclInvalidArgument, "props is NULL", "NULL props");
             expectFailure(ncclCommQueryProperties(nullptr, &p), ncclInvalidArgument, "comm is NULL", "NULL comm");
           }) == "");

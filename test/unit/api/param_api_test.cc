@@ -23,7 +23,7 @@ std::string probe(const std::string& envAndArgs) {
   const char* path = std::getenv("BRAID_PARAM_PROBE_EXE");
   if (path == nullptr) FAIL("BRAID_PARAM_PROBE_EXE is not set (run the tests through meson test)");
   // (env -u: the run's own settings of these must not leak in)
-  return test::runShell("env -u NCCL_PARAM_DUMP_ALL -u NCCL_BUFFSIZE -u BRAID_BOOTSTRAP_TIMEOUT " +
+  return test::runShell("env -u NCCL_PARAM_DUMP_ALL -u NCCL_BUFFSIZE -u BRAID_BOOTSTRAP_TIMEOUT -u NCCL_NUM_RMA_CTX " +
                         envAndArgs.substr(0, envAndArgs.find('|')) + " " + path + " " +
                         envAndArgs.substr(envAndArgs.find('|') + 1));
 }
@@ -204,4 +204,12 @@ TEST_CASE("the environment reaches the parameter API; NCCL_PARAM_DUMP_ALL widens
     }
     CHECK(names == (env.empty() ? declared : all));
   }
+}
+
+TEST_CASE("NCCL_NUM_RMA_CTX overrides config.numRmaCtx, as in NCCL", "[api][param][process]") {
+  CHECK_THAT(probe("|signal 1"), Catch::Contains("ctx is 1; the communicator has 1 contexts"));
+  CHECK_THAT(probe("NCCL_NUM_RMA_CTX=4|signal 3"), Catch::Contains("result 5: ncclSignal: not implemented yet"));
+  CHECK_THAT(probe("NCCL_NUM_RMA_CTX=4|signal 4"), Catch::Contains("ctx is 4; the communicator has 4 contexts"));
+  CHECK_THAT(probe("NCCL_NUM_RMA_CTX=0|signal 0"), Catch::Contains("ctx is 0; the communicator has 0 contexts"));
+  CHECK_THAT(probe("NCCL_NUM_RMA_CTX=-3|signal 0"), Catch::Contains("not implemented yet"));  // ignored, as NCCL does
 }

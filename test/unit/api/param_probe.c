@@ -4,9 +4,11 @@
  *   param_probe get KEY       ncclParamGetParameter's answer
  *   param_probe i64 KEY       ncclParamBind + ncclParamGetI64
  *   param_probe typed KEY     the eight typed reads' result codes
+ *   param_probe signal CTX    ncclSignal's answer for context CTX on one rank
  *   param_probe dump          ncclParamDumpAll */
 #include <nccl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int main(int argc, char** argv) {
@@ -40,6 +42,15 @@ int main(int argc, char** argv) {
            (int)ncclParamGetI16(h, &i16), (int)ncclParamGetI32(h, &i32), (int)ncclParamGetI64(h, &i64),
            (int)ncclParamGetU8(h, &u8), (int)ncclParamGetU16(h, &u16), (int)ncclParamGetU32(h, &u32),
            (int)ncclParamGetU64(h, &u64));
+    return 0;
+  }
+  if (argc >= 3 && strcmp(argv[1], "signal") == 0) {
+    /* What ncclSignal says about context argv[2] on a 1-rank communicator (NCCL_NUM_RMA_CTX). */
+    ncclComm_t comm = NULL;
+    if (ncclCommInitAll(&comm, 1, NULL) != ncclSuccess) return 1;
+    ncclResult_t r = ncclSignal(0, 0, atoi(argv[2]), 0, comm, NULL);
+    printf("result %d: %s\n", (int)r, ncclGetLastError(NULL));
+    ncclCommDestroy(comm);
     return 0;
   }
   if (argc >= 2 && strcmp(argv[1], "dump") == 0) {

@@ -32,7 +32,8 @@ TEST_CASE("the registry is sorted, unique and complete", "[params]") {
   }
   // NCCL_TIMEOUT is Braid's own, spelt the way users expect; every other NCCL_ knob is NCCL's:
   // 2.28.9's 187, and those 2.29 and 2.30 added.
-  const std::set<std::string> since2289 = {"NCCL_PARAM_DUMP_ALL"};
+  const std::set<std::string> since2289(params::ncclVariablesAfter2289().begin(), params::ncclVariablesAfter2289().end());
+  CHECK(since2289.size() == 64);  // 2.30.7's source reads 64 variables 2.28.9's did not
   size_t declaredNccl = 0, declaredNewer = 0;
   for (const auto& knob : table) {
     const std::string name = knob.name;
