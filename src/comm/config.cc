@@ -14,6 +14,15 @@ namespace {
 
 constexpr unsigned kConfigMagic = 0xcafebeef;
 
+// NCCL 2.30.7's layout on LP64 (the abi suite compares every offset with NVIDIA's header; these
+// are the ones forgetFieldsNewerThan and older callers' sizes depend on).
+static_assert(sizeof(ncclConfig_t) == 96, "ncclConfig_v23000 is 96 bytes");
+static_assert(offsetof(ncclConfig_t, nvlinkCentricSched) == 76, "2.28.9's struct ends at 80 bytes");
+static_assert(offsetof(ncclConfig_t, graphUsageMode) == 80 && offsetof(ncclConfig_t, numRmaCtx) == 84,
+              "2.29's fields");
+static_assert(offsetof(ncclConfig_t, maxP2pPeers) == 88 && offsetof(ncclConfig_t, graphStreamOrdering) == 92,
+              "2.30's fields");
+
 /// Checks an int field: UNDEF keeps `current`, else the value must lie in [lo, hi].
 int intField(const char* name, int value, int current, int lo, int hi) {
   if (value == NCCL_CONFIG_UNDEF_INT) return current;
