@@ -2,7 +2,7 @@
  * Braid: the public C interface.
  *
  * This header is Braid's own text. It declares the C application binary
- * interface of NVIDIA NCCL 2.28.9: the same type names, enumerator values,
+ * interface of NVIDIA NCCL 2.30.7: the same type names, enumerator values,
  * structure layouts, macros and function signatures, so that a program built
  * against NVIDIA's header runs on Braid's libnccl.so.2 unchanged, and a program
  * built against this header runs on NVIDIA's library.
@@ -20,6 +20,7 @@
 
 #include <limits.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #if !defined(BRAID_NCCL_NO_CUDA_HEADERS) && defined(__has_include)
 #if __has_include(<cuda_runtime.h>)
@@ -44,11 +45,11 @@ typedef struct CUstream_st* cudaStream_t;
 
 /* Version of the NCCL interface this header describes. */
 #define NCCL_MAJOR 2
-#define NCCL_MINOR 28
-#define NCCL_PATCH 9
+#define NCCL_MINOR 30
+#define NCCL_PATCH 7
 #define NCCL_SUFFIX ""
 
-#define NCCL_VERSION_CODE 22809
+#define NCCL_VERSION_CODE 23007
 /* Releases up to 2.8 packed the version as X*1000+Y*100+Z, later ones as X*10000+Y*100+Z. */
 #define NCCL_VERSION(X, Y, Z) \
   (((X) <= 2 && (Y) <= 8) ? (X) * 1000 + (Y) * 100 + (Z) : (X) * 10000 + (Y) * 100 + (Z))
@@ -78,7 +79,8 @@ typedef enum {
   ncclInvalidUsage = 5,
   ncclRemoteError = 6,
   ncclInProgress = 7,
-  ncclNumResults = 8
+  ncclTimeout = 8, /* a wait ran out (since 2.30) */
+  ncclNumResults = 9
 } ncclResult_t;
 
 /* Markers for configuration fields the user left alone. */
@@ -87,9 +89,13 @@ typedef enum {
 #define NCCL_SPLIT_NOCOLOR -1
 #define NCCL_UNDEF_FLOAT -1.0f
 
+/* The magic word of every versioned argument structure (configs, properties). */
+#define NCCL_API_MAGIC 0xcafebeef
+
 /* Flags of ncclCommWindowRegister. */
 #define NCCL_WIN_DEFAULT 0x00
 #define NCCL_WIN_COLL_SYMMETRIC 0x01
+#define NCCL_WIN_STRICT_ORDERING 0x02 /* one-sided operations land in issue order */
 #define NCCL_WIN_REQUIRED_ALIGNMENT 4096
 
 /* Values of ncclConfig_t.CTAPolicy. */
@@ -109,7 +115,7 @@ typedef enum {
  * fields you care about. size, magic and version identify the layout the
  * caller was built with and must not be changed by hand.
  */
-typedef struct ncclConfig_v22800 {
+typedef struct ncclConfig_v23000 {
   size_t size;
   unsigned int magic;
   unsigned int version;
@@ -127,13 +133,19 @@ typedef struct ncclConfig_v22800 {
   int nvlsCTAs;
   int nChannelsPerNetPeer;
   int nvlinkCentricSched;
+  /* Since 2.29: */
+  int graphUsageMode;
+  int numRmaCtx;           /* contexts of one-sided operations (ncclPutSignal's ctx) */
+  /* Since 2.30: */
+  int maxP2pPeers;         /* peers a rank sends to or receives from at most */
+  int graphStreamOrdering;
 } ncclConfig_t;
 
 #define NCCL_CONFIG_INITIALIZER                                        \
   {                                                                    \
     sizeof(ncclConfig_t),                            /* size */        \
-        0xcafebeef,                                  /* magic */       \
-        NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH), /* version */ \
+        NCCL_API_MAGIC,                              /* magic */       \
+        NCCL_VERSION_CODE,                           /* version */     \
         NCCL_CONFIG_UNDEF_INT,                       /* blocking */    \
         NCCL_CONFIG_UNDEF_INT,                       /* cgaClusterSize */ \
         NCCL_CONFIG_UNDEF_INT,                       /* minCTAs */     \
@@ -148,6 +160,10 @@ typedef struct ncclConfig_v22800 {
         NCCL_CONFIG_UNDEF_INT,                       /* nvlsCTAs */    \
         NCCL_CONFIG_UNDEF_INT,                       /* nChannelsPerNetPeer */ \
         NCCL_CONFIG_UNDEF_INT,                       /* nvlinkCentricSched */ \
+        NCCL_CONFIG_UNDEF_INT,                       /* graphUsageMode */ \
+        NCCL_CONFIG_UNDEF_INT,                       /* numRmaCtx */   \
+        NCCL_CONFIG_UNDEF_INT,                       /* maxP2pPeers */ \
+        NCCL_CONFIG_UNDEF_INT,                       /* graphStreamOrdering */ \
   }
 
 /* What ncclGroupSimulateEnd reports. Start from NCCL_SIM_INFO_INITIALIZER. */
@@ -162,7 +178,7 @@ typedef struct ncclSimInfo_v22200 {
   {                                                                       \
     sizeof(ncclSimInfo_t),                                /* size */      \
         0x74685283,                                       /* magic */     \
-        NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH), /* version */   \
+        NCCL_VERSION_CODE,                                /* version */   \
         NCCL_UNDEF_FLOAT                                  /* estimatedTime */ \
   }
 
@@ -213,6 +229,17 @@ ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeR
 ncclResult_t pncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
                              ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags);
 
+/* Elastic growth. The root of an existing communicator makes a token (one at a time, each used
+ * once); existing ranks call ncclCommGrow with the new size (non-roots pass uniqueId NULL and
+ * rank -1, the root its token and rank -1); joining ranks pass comm NULL, the token and the rank
+ * they are given. Existing ranks keep their numbers. */
+ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* uniqueId);
+ncclResult_t pncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* uniqueId);
+ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId, int rank,
+                          ncclComm_t* newcomm, ncclConfig_t* config);
+ncclResult_t pncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId, int rank,
+                           ncclComm_t* newcomm, ncclConfig_t* config);
+
 /* Like ncclCommInitRankConfig, with nId tokens (the same list on every rank) to spread the rendezvous. */
 ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId,
                                       ncclUniqueId* commIds, ncclConfig_t* config);
@@ -246,12 +273,32 @@ ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, vo
 ncclResult_t pncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle);
 ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle);
 ncclResult_t pncclCommDeregister(const ncclComm_t comm, void* handle);
+/* Suspension: release a communicator's dynamic memory while it is idle, and take it back. */
+#define NCCL_SUSPEND_MEM 0x01
+ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags);
+ncclResult_t pncclCommSuspend(ncclComm_t comm, int flags);
+ncclResult_t ncclCommResume(ncclComm_t comm);
+ncclResult_t pncclCommResume(ncclComm_t comm);
+
+/* What ncclCommMemStats reports: bytes, except ncclStatGpuMemSuspended (0 or 1). */
+typedef enum {
+  ncclStatGpuMemSuspend = 0,   /* memory a suspend releases */
+  ncclStatGpuMemSuspended = 1, /* 1 while suspended */
+  ncclStatGpuMemPersist = 2,   /* memory that stays */
+  ncclStatGpuMemTotal = 3      /* all memory the communicator holds */
+} ncclCommMemStat_t;
+ncclResult_t ncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t* value);
+ncclResult_t pncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t* value);
+
 ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
                                     int winFlags);
 ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
                                      int winFlags);
 ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
 ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
+/* The buffer this rank registered as the window. */
+ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void** outUserPtr);
+ncclResult_t pncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void** outUserPtr);
 
 /* Reduction operators. Values from ncclNumOps up to ncclMaxRedOp are created at run time.
  * ncclRedOp_dummy_t only fixes the storage size of the enumeration. */
@@ -373,6 +420,33 @@ ncclResult_t pncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, in
 ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
                       ncclComm_t comm, cudaStream_t stream);
 
+/*
+ * One-sided operations on windows. ncclPutSignal writes count elements into peer's window at
+ * peerWinOffset bytes, then raises signal sigIdx of context ctx there; ncclSignal raises a
+ * signal without data; ncclWaitSignal waits until each described (peer, sigIdx, ctx) has been
+ * raised opCnt more times. flags are reserved (0).
+ */
+ncclResult_t ncclPutSignal(const void* localbuff, size_t count, ncclDataType_t datatype, int peer,
+                           ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx,
+                           unsigned int flags, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclPutSignal(const void* localbuff, size_t count, ncclDataType_t datatype, int peer,
+                            ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx,
+                            unsigned int flags, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,
+                        cudaStream_t stream);
+ncclResult_t pncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,
+                         cudaStream_t stream);
+typedef struct {
+  int opCnt;  /* how many signals to wait for */
+  int peer;   /* from which rank */
+  int sigIdx;
+  int ctx;
+} ncclWaitSignalDesc_t;
+ncclResult_t ncclWaitSignal(int nDesc, ncclWaitSignalDesc_t* signalDescs, ncclComm_t comm,
+                            cudaStream_t stream);
+ncclResult_t pncclWaitSignal(int nDesc, ncclWaitSignalDesc_t* signalDescs, ncclComm_t comm,
+                             cudaStream_t stream);
+
 /* Groups: calls between start and end are fused and launched by the end. */
 ncclResult_t ncclGroupStart();
 ncclResult_t pncclGroupStart();
@@ -381,6 +455,46 @@ ncclResult_t pncclGroupEnd();
 /* Plans the group like ncclGroupEnd, launches nothing, and reports the predicted time. */
 ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo);
 ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t* simInfo);
+
+/*
+ * Runtime parameters (the environment variables and their defaults), by key: the variable's
+ * full name, e.g. "NCCL_P2P_LEVEL". Returned handles, strings and
+ * tables belong to the library; a string or table stays valid until the same call is made
+ * again on the same thread.
+ */
+typedef struct ncclParamHandle* ncclParamHandle_t;
+ncclResult_t ncclParamBind(ncclParamHandle_t* out, const char* key);
+ncclResult_t pncclParamBind(ncclParamHandle_t* out, const char* key);
+/* Typed reads fail with ncclInvalidArgument when the value does not fit the type. */
+ncclResult_t ncclParamGetI8(ncclParamHandle_t h, int8_t* out);
+ncclResult_t pncclParamGetI8(ncclParamHandle_t h, int8_t* out);
+ncclResult_t ncclParamGetI16(ncclParamHandle_t h, int16_t* out);
+ncclResult_t pncclParamGetI16(ncclParamHandle_t h, int16_t* out);
+ncclResult_t ncclParamGetI32(ncclParamHandle_t h, int32_t* out);
+ncclResult_t pncclParamGetI32(ncclParamHandle_t h, int32_t* out);
+ncclResult_t ncclParamGetI64(ncclParamHandle_t h, int64_t* out);
+ncclResult_t pncclParamGetI64(ncclParamHandle_t h, int64_t* out);
+ncclResult_t ncclParamGetU8(ncclParamHandle_t h, uint8_t* out);
+ncclResult_t pncclParamGetU8(ncclParamHandle_t h, uint8_t* out);
+ncclResult_t ncclParamGetU16(ncclParamHandle_t h, uint16_t* out);
+ncclResult_t pncclParamGetU16(ncclParamHandle_t h, uint16_t* out);
+ncclResult_t ncclParamGetU32(ncclParamHandle_t h, uint32_t* out);
+ncclResult_t pncclParamGetU32(ncclParamHandle_t h, uint32_t* out);
+ncclResult_t ncclParamGetU64(ncclParamHandle_t h, uint64_t* out);
+ncclResult_t pncclParamGetU64(ncclParamHandle_t h, uint64_t* out);
+ncclResult_t ncclParamGetStr(ncclParamHandle_t h, const char** out);
+ncclResult_t pncclParamGetStr(ncclParamHandle_t h, const char** out);
+/* Copies the value's bytes (its text, NUL included) into out, at most maxLen; *len gets the length. */
+ncclResult_t ncclParamGet(ncclParamHandle_t h, void* out, int maxLen, int* len);
+ncclResult_t pncclParamGet(ncclParamHandle_t h, void* out, int maxLen, int* len);
+ncclResult_t ncclParamGetParameter(const char* key, const char** value, int* valueLen);
+ncclResult_t pncclParamGetParameter(const char* key, const char** value, int* valueLen);
+/* The documented keys; all of them with NCCL_PARAM_DUMP_ALL set. */
+ncclResult_t ncclParamGetAllParameterKeys(const char*** table, int* tableLen);
+ncclResult_t pncclParamGetAllParameterKeys(const char*** table, int* tableLen);
+/* Logs every parameter and its value (the same set as ncclParamGetAllParameterKeys). */
+void ncclParamDumpAll(void);
+void pncclParamDumpAll(void);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -328,3 +328,23 @@ ncclResult_t pncclCommUserRank(const ncclComm_t comm, int* rank) {
     return ncclSuccess;
   });
 }
+
+// Elastic growth (NCCL 2.29). Declared and exported; the implementation arrives separately
+// (src/comm/grow), which replaces these two bodies.
+BRAID_API(ncclResult_t, ncclCommGetUniqueId, ncclComm_t comm, ncclUniqueId* uniqueId);
+ncclResult_t pncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* uniqueId) {
+  return api::guarded("ncclCommGetUniqueId", comm, [&]() -> ncclResult_t {
+    communicatorFrom(comm);
+    api::requireNonNull(uniqueId, "uniqueId");
+    fail(ncclInvalidUsage, "ncclCommGetUniqueId is not implemented yet (it comes with ncclCommGrow)");
+  });
+}
+
+BRAID_API(ncclResult_t, ncclCommGrow, ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId, int rank,
+          ncclComm_t* newcomm, ncclConfig_t* config);
+ncclResult_t pncclCommGrow(ncclComm_t comm, int, const ncclUniqueId*, int, ncclComm_t* newcomm, ncclConfig_t*) {
+  return api::guarded("ncclCommGrow", comm, [&]() -> ncclResult_t {
+    api::requireNonNull(newcomm, "newcomm");
+    fail(ncclInvalidUsage, "ncclCommGrow is not implemented yet");
+  });
+}

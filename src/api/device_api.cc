@@ -2,9 +2,13 @@
 // Braid does not ship yet). The team functions describe a communicator's ranks as teams:
 // the world, the "LSA" team of ranks that can load/store each other's memory (here: the
 // ranks of one node), and the "rail" team of ranks with the same local index on every node.
+#include <cstddef>
+
 #include "api/api.h"
 #include "comm/communicator.h"
+#include "comm/registrations.h"
 #include "core/log.h"
+#include "core/params.h"
 
 using namespace braid;
 
@@ -17,6 +21,29 @@ typedef struct ncclDevComm ncclDevComm_t;
 typedef struct ncclDevCommRequirements ncclDevCommRequirements_t;
 typedef struct ncclDevResourceRequirements ncclDevResourceRequirements_t;
 typedef struct ncclLLA2AHandle ncclLLA2AHandle_t;
+typedef struct ncclGinOutboxHandle ncclGinOutboxHandle_t;
+typedef struct ncclGinInboxA2AHandle ncclGinInboxA2AHandle_t;
+/// NVIDIA's ncclMultimemHandle (passed by value): one device pointer.
+typedef struct ncclMultimemHandle {
+  void* mcBasePtr;
+} ncclMultimemHandle_t;
+/// NVIDIA's ncclCommProperties_t of 2.29.7 and later (2.29.2's differs from ginType on: see
+/// queryProperties). Filled by ncclCommQueryProperties; size, magic, version are the caller's.
+typedef struct ncclCommProperties {
+  size_t size;
+  unsigned int magic;
+  unsigned int version;
+  int rank;
+  int nRanks;
+  int cudaDev;
+  int nvmlDev;
+  bool deviceApiSupport;
+  bool multimemSupport;
+  int ginType;  ///< ncclGinType_t: 0 none, 2 proxy, 3 GDAKI, 4 GPI
+  int nLsaTeams;
+  bool hostRmaSupport;
+  int railedGinType;
+} ncclCommProperties_t;
 typedef struct ncclLsaBarrierHandle ncclLsaBarrierHandle_t;
 typedef struct ncclGinBarrierHandle ncclGinBarrierHandle_t;
 }
@@ -129,4 +156,153 @@ ncclResult_t pncclGinBarrierCreateRequirement(ncclComm_t comm, ncclTeam_t, int, 
                                               ncclDevResourceRequirements_t*) {
   return api::guarded("ncclGinBarrierCreateRequirement", comm,
                       []() -> ncclResult_t { api::notImplemented(kDeviceApiWork); });
+}
+
+// ---- NCCL 2.29/2.30 host functions of the device API ----
+
+namespace {
+
+// NVIDIA's layout facts, checked here because nothing else in Braid reads this struct.
+static_assert(offsetof(ncclCommProperties_t, rank) == 16 && offsetof(ncclCommProperties_t, deviceApiSupport) == 32 &&
+              offsetof(ncclCommProperties_t, ginType) == 36 && offsetof(ncclCommProperties_t, nLsaTeams) == 40 &&
+              offsetof(ncclCommProperties_t, hostRmaSupport) == 44 &&
+              offsetof(ncclCommProperties_t, railedGinType) == 48 && sizeof(ncclCommProperties_t) == 56,
+              "ncclCommProperties_t differs from NCCL 2.30.7's");
+
+/// The part of the struct every version has (2.29.2's ends after multimemSupport and a one-byte ginType).
+constexpr size_t kPropertiesCommonBytes = offsetof(ncclCommProperties_t, multimemSupport) + 1;
+
+void queryProperties(Communicator& c, ncclCommProperties_t* props) {
+  if (props->magic != NCCL_API_MAGIC) {
+    fail(ncclInvalidUsage, "props->magic is %#x, expected %#x: initialise props with NCCL_COMM_PROPERTIES_INITIALIZER",
+         props->magic, NCCL_API_MAGIC);
+  }
+  if (props->size < kPropertiesCommonBytes) {
+    fail(ncclInvalidArgument, "props->size is %zu, smaller than any ncclCommProperties_t", props->size);
+  }
+  if (props->version < NCCL_VERSION(2, 29, 2)) {
+    fail(ncclInvalidUsage, "props->version is %u; ncclCommProperties_t exists since NCCL 2.29.2 (22902)",
+         props->version);
+  }
+  if (props->version > NCCL_VERSION_CODE && params::process().integer("NCCL_ENABLE_VERSION_CHECK") != 0) {
+    fail(ncclInvalidUsage, "this library (NCCL %d) is older than the nccl.h the program was built with (props->version "
+         "%u); NCCL_ENABLE_VERSION_CHECK=0 accepts it", NCCL_VERSION_CODE, props->version);
+  }
+  const RankIdentity& id = c.identity();
+  props->rank = id.rank;
+  props->nRanks = id.nRanks;
+  props->cudaDev = id.cudaDevice;
+  props->nvmlDev = id.cudaDevice;  // (Braid numbers devices as the CUDA runtime does: no NVML remapping)
+  props->deviceApiSupport = false;  // no ncclDevComm yet
+  props->multimemSupport = false;   // no NVLink SHARP multicast
+  if (props->version <= NCCL_VERSION(2, 29, 3)) {
+    // 2.29.2's ginType is one byte right after multimemSupport: 0 is "none" in both layouts.
+    reinterpret_cast<unsigned char*>(props)[offsetof(ncclCommProperties_t, multimemSupport) + 1] = 0;
+    return;
+  }
+  if (props->size < sizeof(ncclCommProperties_t)) {
+    fail(ncclInvalidArgument, "props->size is %zu but version %u's struct takes %zu bytes", props->size,
+         props->version, sizeof(ncclCommProperties_t));
+  }
+  props->ginType = 0;        // NCCL_GIN_TYPE_NONE: no GPU-initiated networking
+  props->railedGinType = 0;
+  props->nLsaTeams = id.nRanks / id.localRanks;  // one load/store team per host
+  props->hostRmaSupport = false;  // ncclPutSignal and friends are not implemented yet
+}
+
+/// A window's entry and the checks NCCL makes on every pointer query.
+WindowEntry windowFor(ncclWindow_t window, void** outPtr) {
+  api::requireNonNull(window, "window");
+  api::requireNonNull(outPtr, "outPtr");
+  return WindowTable::findAnywhere(window);
+}
+
+void* offsetInto(void* base, const WindowEntry& w, size_t offset) {
+  if (offset >= w.size) fail(ncclInvalidArgument, "offset is %zu; the window has %zu bytes", offset, w.size);
+  return static_cast<char*>(base) + offset;
+}
+
+void* peerPointer(const WindowEntry& w, size_t offset, int peer) {
+  const int n = static_cast<int>(w.peerBuffers.size());
+  if (peer < 0 || peer >= n) fail(ncclInvalidArgument, "peer is %d; ranks are 0..%d", peer, n - 1);
+  void* base = w.peerBuffers[peer];
+  if (base == nullptr) {
+    fail(ncclInvalidUsage, "rank %d's window memory is in another process; Braid maps a peer's window only for ranks "
+         "that are threads of one process", peer);
+  }
+  return offsetInto(base, w, offset);
+}
+
+constexpr const char* kNoMultimem = "Braid has no NVLink SHARP multicast (multimem) memory";
+constexpr const char* kNoGin = "Braid has no GPU-initiated networking (GIN)";
+
+}  // namespace
+
+BRAID_API(ncclResult_t, ncclCommQueryProperties, ncclComm_t comm, ncclCommProperties_t* props);
+ncclResult_t pncclCommQueryProperties(ncclComm_t comm, ncclCommProperties_t* props) {
+  return api::guarded("ncclCommQueryProperties", comm, [&] {
+    Communicator& c = communicatorFrom(comm);
+    api::requireNonNull(props, "props");
+    if (!c.hasBootstrap()) fail(ncclInvalidUsage, "the communicator has not completed init");
+    queryProperties(c, props);
+    return ncclSuccess;
+  });
+}
+
+BRAID_API(ncclResult_t, ncclGetPeerDevicePointer, ncclWindow_t window, size_t offset, int peer, void** outPtr);
+ncclResult_t pncclGetPeerDevicePointer(ncclWindow_t window, size_t offset, int peer, void** outPtr) {
+  return api::guarded("ncclGetPeerDevicePointer", nullptr, [&] {
+    const WindowEntry w = windowFor(window, outPtr);
+    *outPtr = peerPointer(w, offset, peer);
+    return ncclSuccess;
+  });
+}
+
+BRAID_API(ncclResult_t, ncclGetLsaDevicePointer, ncclWindow_t window, size_t offset, int lsaRank, void** outPtr);
+ncclResult_t pncclGetLsaDevicePointer(ncclWindow_t window, size_t offset, int lsaRank, void** outPtr) {
+  return api::guarded("ncclGetLsaDevicePointer", nullptr, [&] {
+    const WindowEntry w = windowFor(window, outPtr);
+    // The load/store team is the ranks of one host, numbered in world order (see ncclTeamLsa).
+    const int localRanks = w.localRanks, firstLocal = w.rank - w.localRank;
+    if (lsaRank < 0 || lsaRank >= localRanks) {
+      fail(ncclInvalidArgument, "lsaRank is %d; this window's load/store team has ranks 0..%d", lsaRank,
+           localRanks - 1);
+    }
+    *outPtr = peerPointer(w, offset, firstLocal + lsaRank);
+    return ncclSuccess;
+  });
+}
+
+BRAID_API(ncclResult_t, ncclGetLsaMultimemDevicePointer, ncclWindow_t window, size_t offset, void** outPtr);
+ncclResult_t pncclGetLsaMultimemDevicePointer(ncclWindow_t window, size_t, void** outPtr) {
+  return api::guarded("ncclGetLsaMultimemDevicePointer", nullptr, [&]() -> ncclResult_t {
+    windowFor(window, outPtr);
+    *outPtr = nullptr;
+    fail(ncclInvalidUsage, "%s", kNoMultimem);
+  });
+}
+
+BRAID_API(ncclResult_t, ncclGetMultimemDevicePointer, ncclWindow_t window, size_t offset,
+          ncclMultimemHandle_t multimem, void** outPtr);
+ncclResult_t pncclGetMultimemDevicePointer(ncclWindow_t window, size_t, ncclMultimemHandle_t, void** outPtr) {
+  return api::guarded("ncclGetMultimemDevicePointer", nullptr, [&]() -> ncclResult_t {
+    windowFor(window, outPtr);
+    *outPtr = nullptr;
+    fail(ncclInvalidUsage, "%s", kNoMultimem);
+  });
+}
+
+BRAID_API(ncclResult_t, ncclGinOutboxCreateRequirement, int nBlocks, int size_log2, ncclGinOutboxHandle_t* outHandle,
+          ncclDevResourceRequirements_t* outReq);
+ncclResult_t pncclGinOutboxCreateRequirement(int, int, ncclGinOutboxHandle_t*, ncclDevResourceRequirements_t*) {
+  return api::guarded("ncclGinOutboxCreateRequirement", nullptr,
+                      []() -> ncclResult_t { fail(ncclInvalidUsage, "%s", kNoGin); });
+}
+
+BRAID_API(ncclResult_t, ncclGinInboxA2ACreateRequirement, ncclTeam_t peers, int nBlocks, int size_log2,
+          ncclGinInboxA2AHandle_t* outHandle, ncclDevResourceRequirements_t* outReq);
+ncclResult_t pncclGinInboxA2ACreateRequirement(ncclTeam_t, int, int, ncclGinInboxA2AHandle_t*,
+                                               ncclDevResourceRequirements_t*) {
+  return api::guarded("ncclGinInboxA2ACreateRequirement", nullptr,
+                      []() -> ncclResult_t { fail(ncclInvalidUsage, "%s", kNoGin); });
 }

@@ -12,6 +12,7 @@
 #include "group/group.h"
 #include "runtime/host/data_path.h"
 #include "bootstrap/bootstrap.h"
+#include "core/process.h"
 #include "runtime/device.h"
 
 using namespace braid;
@@ -105,7 +106,9 @@ namespace {
 struct WindowClaim {
   uint64_t size;
   int32_t flags;
-  int32_t problem;  ///< 0, or what this rank found wrong with its own arguments (WindowProblem)
+  int32_t problem;    ///< 0, or what this rank found wrong with its own arguments (WindowProblem)
+  uint64_t buffer;    ///< the address, meaningful to ranks of the same process
+  uint64_t processId; ///< process::randomId() of the rank's process
 };
 enum WindowProblem : int32_t { kWindowOk = 0, kWindowNull, kWindowMisaligned, kWindowFlags, kWindowUnreachable };
 
@@ -125,7 +128,7 @@ void registerWindow(Communicator& c, void* buff, size_t size, int flags, int32_t
                     ncclWindow_t* win) {
   const int n = c.identity().nRanks, me = c.identity().rank;
   std::vector<WindowClaim> claims(n);
-  claims[me] = WindowClaim{size, flags, problem};
+  claims[me] = WindowClaim{size, flags, problem, reinterpret_cast<uint64_t>(buff), process::randomId()};
   c.bootstrap().allGather(claims.data(), sizeof(WindowClaim));
   if (problem != kWindowOk) fail(ncclInvalidArgument, "%s", why.c_str());
   for (int r = 0; r < n; ++r) {
@@ -139,7 +142,17 @@ void registerWindow(Communicator& c, void* buff, size_t size, int flags, int32_t
            r, static_cast<unsigned long long>(claims[r].size), static_cast<unsigned>(claims[r].flags));
     }
   }
-  *win = c.windows().add(WindowEntry{buff, size, flags});
+  WindowEntry entry{buff, size, flags};
+  entry.rank = me;
+  entry.localRank = c.identity().localRank;
+  entry.localRanks = c.identity().localRanks;
+  entry.peerBuffers.assign(n, nullptr);
+  for (int r = 0; r < n; ++r) {
+    // Threads of one process address each other's windows directly; other processes' memory
+    // is not mapped here (window memory from ncclMemAlloc is private to its process).
+    if (claims[r].processId == claims[me].processId) entry.peerBuffers[r] = reinterpret_cast<void*>(claims[r].buffer);
+  }
+  *win = c.windows().add(entry);
 }
 
 }  // namespace
@@ -163,9 +176,10 @@ ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, n
       problem = kWindowMisaligned;
       std::snprintf(text, sizeof text, "buff %p is not aligned to NCCL_WIN_REQUIRED_ALIGNMENT (%d bytes); memory from "
                     "ncclMemAlloc is", buff, NCCL_WIN_REQUIRED_ALIGNMENT);
-    } else if ((winFlags & ~(NCCL_WIN_DEFAULT | NCCL_WIN_COLL_SYMMETRIC)) != 0) {
+    } else if ((winFlags & ~(NCCL_WIN_DEFAULT | NCCL_WIN_COLL_SYMMETRIC | NCCL_WIN_STRICT_ORDERING)) != 0) {
       problem = kWindowFlags;
-      std::snprintf(text, sizeof text, "winFlags is %#x; known flags are NCCL_WIN_DEFAULT and NCCL_WIN_COLL_SYMMETRIC",
+      std::snprintf(text, sizeof text, "winFlags is %#x; known flags are NCCL_WIN_DEFAULT, NCCL_WIN_COLL_SYMMETRIC and "
+                    "NCCL_WIN_STRICT_ORDERING",
                     static_cast<unsigned>(winFlags));
     } else {
       try {
@@ -195,6 +209,17 @@ ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
     Communicator& c = communicatorFrom(comm);
     if (win == nullptr) fail(ncclInvalidArgument, "win is NULL");
     c.windows().remove(win);
+    return ncclSuccess;
+  });
+}
+
+BRAID_API(ncclResult_t, ncclWinGetUserPtr, ncclComm_t comm, ncclWindow_t win, void** outUserPtr);
+ncclResult_t pncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void** outUserPtr) {
+  return api::guarded("ncclWinGetUserPtr", comm, [&] {
+    Communicator& c = communicatorFrom(comm);
+    api::requireNonNull(win, "win");
+    api::requireNonNull(outUserPtr, "outUserPtr");
+    *outUserPtr = c.windows().find(win).buffer;
     return ncclSuccess;
   });
 }

@@ -166,7 +166,7 @@ Message Bootstrap::await(MessageType type, int from, uint32_t tag, const char* w
     try {
       net::checkWait(abortFlag, until, "bootstrap");
     } catch (const Error& e) {
-      if (e.code() == ncclSystemError) timedOutOn_.store(from, std::memory_order_relaxed);  // (an abort is ncclInvalidUsage)
+      if (e.code() == ncclTimeout) timedOutOn_.store(from, std::memory_order_relaxed);  // (an abort is ncclInvalidUsage)
       fail(e.code(), "bootstrap: rank %d waiting for %s (rank %d, tag %u): %s", rank_, what, from, tag, e.what());
     }
     if (from != rank_ && net::Clock::now() >= nextProbe) {

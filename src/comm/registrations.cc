@@ -1,6 +1,7 @@
 #include "comm/registrations.h"
 
 #include <cstdint>
+#include <set>
 
 #include "core/status.h"
 
@@ -49,21 +50,69 @@ size_t RegistrationTable::size() const {
   return entries_.size();
 }
 
+namespace {
+
+/// Every live window of the process, so that a call naming only a window can tell a live one
+/// from a freed or foreign pointer without reading it. Lock order: a table's mutex, then this.
+struct LiveWindows {
+  std::mutex mutex;
+  std::set<ncclWindow_t> windows;
+};
+LiveWindows& liveWindows() {
+  static LiveWindows* live = new LiveWindows();  // never destroyed: tables may end during exit
+  return *live;
+}
+
+}  // namespace
+
+WindowTable::~WindowTable() {
+  std::lock_guard<std::mutex> lock(liveWindows().mutex);
+  for (const auto& [handle, window] : windows_) liveWindows().windows.erase(handle);
+}
+
 ncclWindow_t WindowTable::add(const WindowEntry& entry) {
   auto window = std::make_unique<ncclWindow_vidmem>();
   static_cast<WindowEntry&>(*window) = entry;
   ncclWindow_t handle = window.get();
   std::lock_guard<std::mutex> lock(mutex_);
   windows_.emplace(handle, std::move(window));
+  std::lock_guard<std::mutex> liveLock(liveWindows().mutex);
+  liveWindows().windows.insert(handle);
   return handle;
 }
 
 void WindowTable::remove(ncclWindow_t win) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (windows_.erase(win) == 0) {
+  auto it = windows_.find(win);
+  if (it == windows_.end()) {
     fail(ncclInvalidArgument, "win %p is not a window of this communicator (never registered, or deregistered already)",
          static_cast<void*>(win));
   }
+  {
+    std::lock_guard<std::mutex> liveLock(liveWindows().mutex);  // no longer found before it is freed
+    liveWindows().windows.erase(win);
+  }
+  windows_.erase(it);
+}
+
+WindowEntry WindowTable::find(ncclWindow_t win) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = windows_.find(win);
+  if (it == windows_.end()) {
+    fail(ncclInvalidArgument, "win %p is not a window of this communicator (never registered, or deregistered already)",
+         static_cast<void*>(win));
+  }
+  return *it->second;
+}
+
+WindowEntry WindowTable::findAnywhere(ncclWindow_t win) {
+  // (Held while copying: a deregistration erases the handle here before freeing it.)
+  std::lock_guard<std::mutex> lock(liveWindows().mutex);
+  if (liveWindows().windows.count(win) == 0) {
+    fail(ncclInvalidArgument, "window %p is not a live window (never registered, or deregistered already)",
+         static_cast<void*>(win));
+  }
+  return *win;
 }
 
 size_t WindowTable::size() const {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <vector>
 #include <memory>
 #include <mutex>
 
@@ -48,12 +49,19 @@ class RegistrationTable {
 struct WindowEntry {
   void* buffer;
   size_t size;
-  int flags;  ///< NCCL_WIN_DEFAULT or NCCL_WIN_COLL_SYMMETRIC
+  int flags;  ///< NCCL_WIN_* flags
+  int rank = 0;        ///< this rank in the window's communicator
+  int localRank = 0;   ///< and among the ranks of its host (the load/store team)
+  int localRanks = 1;
+  /// Every rank's buffer of this window, where this rank can address it (ranks that are threads
+  /// of this process), else null.
+  std::vector<void*> peerBuffers;
 };
 
 class WindowTable {
  public:
   WindowTable() = default;
+  ~WindowTable();
   WindowTable(const WindowTable&) = delete;
   WindowTable& operator=(const WindowTable&) = delete;
   /// A new window of this rank; the handle lives until remove() or the table's end.
@@ -61,6 +69,10 @@ class WindowTable {
   /// Throws ncclInvalidArgument unless win is a live window of this table.
   void remove(ncclWindow_t win);
   size_t size() const;
+  /// A copy of the entry behind win; throws ncclInvalidArgument unless it is a live window of this table.
+  WindowEntry find(ncclWindow_t win) const;
+  /// The same for a live window of any communicator (the device API's calls name only the window).
+  static WindowEntry findAnywhere(ncclWindow_t win);
 
  private:
   mutable std::mutex mutex_;

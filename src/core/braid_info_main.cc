@@ -3,6 +3,8 @@
 //   braid-info            all knobs
 //   braid-info --set      only knobs (and unhonoured NCCL variables) that are set
 //   braid-info NAME...    only these knobs
+// It lists the same parameters as ncclParamGetAllParameterKeys: with NCCL_PARAM_DUMP_ALL set,
+// also every NCCL variable Braid recognises but does not read.
 #include <cstdio>
 #include <cstring>
 #include <set>
@@ -10,6 +12,7 @@
 
 #include "braid_config.h"
 #include "core/init.h"
+#include "core/param_listing.h"
 #include "core/params.h"
 #include "runtime/device_query.h"
 
@@ -66,8 +69,17 @@ int main(int argc, char** argv) {
                 store.systemFile().c_str());
   }
 
-  for (const auto& knob : params::knobTable()) {
-    if (!names.empty() && names.count(knob.name) == 0) continue;
+  const bool all = params::dumpAllRequested(store);
+  for (const params::ListedParameter& listed : params::listedParameters(store)) {
+    if (!names.empty() && names.count(listed.name) == 0) continue;
+    if (listed.spec == nullptr) {  // (only with NCCL_PARAM_DUMP_ALL)
+      const params::Setting s = store.lookup(listed.name);
+      if (onlySet && s.origin == params::Origin::Default) continue;
+      std::printf("%-22s = %-20s [%s] (recognised NCCL variable; Braid does not read it)\n", listed.name,
+                  s.text.empty() ? "\"\"" : s.text.c_str(), origin(s).c_str());
+      continue;
+    }
+    const params::KnobSpec& knob = *listed.spec;
     const params::Setting s = store.lookup(knob.name);
     if (onlySet && s.origin == params::Origin::Default) continue;
     std::string value = s.text;
@@ -82,7 +94,7 @@ int main(int argc, char** argv) {
     }
   }
 
-  if (names.empty()) {
+  if (names.empty() && !all) {
     int shown = 0;
     for (const char* name : params::unhonouredNcclVariables()) {
       const params::Setting s = store.lookup(name);
@@ -91,8 +103,8 @@ int main(int argc, char** argv) {
       std::printf("%-22s = %s [%s]\n", name, s.text.c_str(), origin(s).c_str());
     }
     if (!onlySet) {
-      std::printf("\n%zu further NCCL 2.28.9 variables are recognised but not honoured yet; "
-                  "setting one is logged at INFO and otherwise ignored.\n",
+      std::printf("\n%zu further NCCL variables are recognised but not honoured yet (NCCL_PARAM_DUMP_ALL=1 lists "
+                  "them); setting one is logged at INFO and otherwise ignored.\n",
                   params::unhonouredNcclVariables().size());
     }
   }

@@ -10,8 +10,8 @@
 namespace braid::core {
 
 std::string versionText() {
-  return std::string("NCCL version 2.28.9+braid") + BRAID_VERSION + " (Braid " + BRAID_VERSION +
-         ", implementing the NCCL 2.28.9 ABI" + (BRAID_HAVE_CUDA ? ", built with CUDA " BRAID_CUDA_VERSION : ", built without CUDA") + ")";
+  return std::string("NCCL version 2.30.7+braid") + BRAID_VERSION + " (Braid " + BRAID_VERSION +
+         ", implementing the NCCL 2.30.7 ABI" + (BRAID_HAVE_CUDA ? ", built with CUDA " BRAID_CUDA_VERSION : ", built without CUDA") + ")";
 }
 
 namespace {

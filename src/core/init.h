@@ -9,7 +9,7 @@ namespace braid::core {
 /// notes every NCCL variable that is set but not honoured. Safe to call from any thread.
 void initOnce();
 
-/// "Braid 0.1.0 (NCCL ABI 2.28.9)" and similar: the text of the banner.
+/// "Braid 0.1.0 (NCCL ABI 2.30.7)" and similar: the text of the banner.
 std::string versionText();
 
 }  // namespace braid::core

@@ -33,8 +33,11 @@ struct KnobSpec {
 const std::vector<KnobSpec>& knobTable();
 /// The spec named name, or nullptr.
 const KnobSpec* findKnob(const std::string& name);
-/// NCCL 2.28.9 variables that Braid does not read at all (yet); setting one only earns an INFO line.
+/// NCCL variables (2.28.9's and those 2.29/2.30 added) that Braid does not read at all (yet);
+/// setting one only earns an INFO line.
 const std::vector<const char*>& unhonouredNcclVariables();
+/// The variables NCCL 2.29 and 2.30 added, declared or not.
+const std::vector<const char*>& ncclVariablesAfter2289();
 
 enum class Origin { Default, Environment, UserFile, SystemFile };
 

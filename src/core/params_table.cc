@@ -59,6 +59,8 @@ const std::vector<KnobSpec>& knobTable() {
        "1: the verbs transport and net plugins reporting NCCL_PTR_DMABUF reach GPU memory through dma-buf (GPU Direct "
        "RDMA) where the GPU, the driver, the library and NCCL_NET_GDR_LEVEL allow; 0: the verbs transport stages through "
        "host memory, net plugins register GPU memory as NCCL_PTR_CUDA when they report it", true},
+      {"NCCL_ENABLE_VERSION_CHECK", KnobType::Integer, "1",
+       "1: ncclCommQueryProperties refuses a struct from a newer nccl.h than this library's (2.30.7); 0: accepts it", true},
       {"NCCL_ENV_PLUGIN", KnobType::String, "",
        "env plugin (ncclEnvPlugin_v1) whose getEnv answers for every NCCL_* variable: a path, or X for libnccl-env-X.so or X; unset: libnccl-env.so if present; none: no plugin (read from the process environment only)", true},
       {"NCCL_GRAPH_DUMP_FILE", KnobType::String, "",
@@ -69,6 +71,8 @@ const std::vector<KnobSpec>& knobTable() {
        "read the ring and tree channels from this file (NCCL's graph XML) instead of searching", true},
       {"NCCL_GRAPH_REGISTER", KnobType::Integer, "1",
        "1: a collective captured into a CUDA graph counts as on registered buffers for a tuner plugin's regBuff, as NCCL's graph registration makes them; 0: only ncclCommRegister's ranges count", true},
+      {"NCCL_GRAPH_STREAM_ORDERING", KnobType::Integer, "-1",
+       "1: operations captured in CUDA graphs keep the stream's order across communicators, 0: the application orders them; overrides config.graphStreamOrdering (-1: the config's, default 1). Read into the config; nothing in Braid uses it yet", false},
       {"NCCL_HOSTID", KnobType::String, "",
        "host identity used to find ranks that share a machine (default: hostname and boot id)", true},
       {"NCCL_IB_DISABLE", KnobType::Integer, "0",
@@ -97,6 +101,8 @@ const std::vector<KnobSpec>& knobTable() {
        "fewest channels per collective (-2: automatic)", true},
       {"NCCL_MIN_P2P_NCHANNELS", KnobType::Integer, "1",
        "fewest channels (blocks) a group's sends and receives may run on; must be the same on all ranks", true},
+      {"NCCL_MULTI_RANK_GPU_ENABLE", KnobType::Integer, "0",
+       "NCCL 2.30: let several ranks share one GPU. Braid always lets them (and says at INFO how they share it), so this changes nothing", false},
       {"NCCL_NCHANNELS_PER_NET_PEER", KnobType::Integer, "2",
        "most connections one send or receive splits over in a communicator that spans hosts; must be the same on all ranks", true},
       {"NCCL_NET", KnobType::String, "",
@@ -116,6 +122,8 @@ const std::vector<KnobSpec>& knobTable() {
       {"NCCL_NTHREADS", KnobType::Integer, "-2",
        "threads per channel the cost model counts when it shrinks channels for small messages (64..512, multiples "
        "of 64; -2: 512)", true},
+      {"NCCL_NUM_RMA_CTX", KnobType::Integer, "-1",
+       "contexts of one-sided operations (ncclPutSignal's ctx) of every new communicator, overriding config.numRmaCtx (-1: the config's, default 1; 0 disables them)", true},
       {"NCCL_P2P_DIRECT_DISABLE", KnobType::Integer, "0",
        "1: sends and receives between ranks of one process move through the connection's FIFO (two copies) instead "
        "of straight into the receiver's buffer; must be the same on all ranks", true},
@@ -125,6 +133,10 @@ const std::vector<KnobSpec>& knobTable() {
        "farthest GPU-GPU path that uses P2P: LOC, NVL, PIX, PXB, PHB, SYS or 0..4 (default PXB; SYS on AMD with <=2 GPUs)", true},
       {"NCCL_P2P_LL_THRESHOLD", KnobType::Integer, "-1",
        "sends and receives up to this many bytes move with the LL protocol, larger ones with Simple (-1: the backend's, 16384 on GPUs as NCCL's, 64 on the host); must be the same on all ranks", true},
+      {"NCCL_P2P_MAX_PEERS", KnobType::Integer, "-1",
+       "peers a rank sends to or receives from at most, overriding config.maxP2pPeers (-1: the config's); NCCL sizes p2p resources by it, Braid connects each peer on first use and sizes nothing by it", false},
+      {"NCCL_PARAM_DUMP_ALL", KnobType::String, "false",
+       "true: ncclParamGetAllParameterKeys and ncclParamDumpAll (and braid-info) also list the NCCL variables Braid recognises but does not read", true},
       {"NCCL_PROFILER_PLUGIN", KnobType::String, "",
        "profiler plugin (ncclProfiler_v5..v1) given every operation's events: a path, or X for libnccl-profiler-X.so or X; unset: libnccl-profiler.so, then the net plugin's library; none: no plugin", true},
       {"NCCL_PROTO", KnobType::String, "",
@@ -137,6 +149,8 @@ const std::vector<KnobSpec>& knobTable() {
        "interfaces for sockets: comma list of name prefixes, ^ excludes, = exact names (default: NCCL's order)", true},
       {"NCCL_SOCKET_NTHREADS", KnobType::Integer, "1",
        "socket transport: NCCL's helper threads per connection; Braid opens this x NCCL_NSOCKS_PERTHREAD sockets per connection (at most 64), all driven by the proxy thread", true},
+      {"NCCL_SOCKET_POLL_TIMEOUT_MSEC", KnobType::Integer, "0",
+       "NCCL 2.28+: sleep in poll() between bootstrap socket retries. Braid's socket waits always sleep in poll(), so this changes nothing", false},
       {"NCCL_TIMEOUT", KnobType::Integer, "0",
        "Braid's (not an NCCL variable): seconds without progress after which an operation fails with a hang report (0: never)", true},
       {"NCCL_TOPO_DUMP_FILE", KnobType::String, "",
@@ -151,9 +165,97 @@ const std::vector<KnobSpec>& knobTable() {
   return table;
 }
 
-// NCCL 2.28.9's variables (../shared/reference/nccl-env-vars.tsv, facts from NCCL's source)
-// that no part of Braid reads yet. When a later change honours one, it moves to knobTable().
+// The variables NCCL 2.29 and 2.30 added (read by NCCL 2.30.7's source, tag v2.30.7-1, and
+// absent from 2.28.9's). Those Braid declares are in knobTable(); the others are recognised
+// and not read (unhonouredNcclVariables()).
+const std::vector<const char*>& ncclVariablesAfter2289() {
+  static const std::vector<const char*> names = {
+      "NCCL_ALLGATHERV_ENABLE",
+      "NCCL_CHECK_MODE",
+      "NCCL_DEV_API_JIT",
+      "NCCL_DISABLE_MEM_MANAGER",
+      "NCCL_ELASTIC_BUFFER_REGISTER",
+      "NCCL_ENABLE_VERSION_CHECK",
+      "NCCL_GDAKI_USE_RELIABLE_DB",
+      "NCCL_GIN_GDAKI_MAX_DEST_RD_ATOMIC",
+      "NCCL_GIN_GDAKI_MAX_QP_RD_ATOMIC",
+      "NCCL_GIN_IB_TC",
+      "NCCL_GIN_NCONNECTIONS",
+      "NCCL_GIN_PLUGIN",
+      "NCCL_GIN_PLUGIN_REF_COUNT",
+      "NCCL_GRAPH_STREAM_ORDERING",
+      "NCCL_IBVERBS_LIB",
+      "NCCL_IB_DEVICE_PCI_ORDER",
+      "NCCL_IB_OOO_RQ",
+      "NCCL_IB_PREPOST_RECEIVE_WORK_REQUESTS",
+      "NCCL_IB_QUERY_PORT_SPEED",
+      "NCCL_IB_RECEIVER_SIDE_MATCHING_SCHEME",
+      "NCCL_IB_RESILIENCY_PORT_FAILOVER",
+      "NCCL_IB_RESILIENCY_PORT_FAILOVER_MAX_ATTEMPTS",
+      "NCCL_IB_RESILIENCY_PORT_FAILOVER_PROBE_DELAY",
+      "NCCL_IB_RESILIENCY_PORT_RECOVERY",
+      "NCCL_IB_RESILIENCY_PORT_RECOVERY_ACK_TIMEOUT",
+      "NCCL_IB_RESILIENCY_PORT_RECOVERY_ALIVE_MSG_BATCH_INTERVAL",
+      "NCCL_IB_RESILIENCY_PORT_RECOVERY_ALIVE_MSG_BATCH_SIZE",
+      "NCCL_IB_RESILIENCY_PORT_RECOVERY_ALIVE_MSG_SEQUENCE_SIZE",
+      "NCCL_IB_RESILIENCY_PORT_RECOVERY_ALIVE_MSG_TIMEOUT",
+      "NCCL_IB_RESILIENCY_PORT_RECOVERY_ATTEMPTS_MAX",
+      "NCCL_IB_RESILIENCY_PORT_RECOVERY_START_DELAY",
+      "NCCL_IB_SUBNET_AWARE_ROUTING",
+      "NCCL_IB_SUBNET_PREFIX_LEN",
+      "NCCL_IGNORE_COLLNET_MISMATCH",
+      "NCCL_IGNORE_NET_MISMATCH",
+      "NCCL_IPC_USE_ABSTRACT_SOCKET",
+      "NCCL_LSA_TEAM_SIZE",
+      "NCCL_MLOPART_RDMA_ENABLE",
+      "NCCL_MNNVL_CROSS_CLIQUE",
+      "NCCL_MULTI_RANK_GPU_ENABLE",
+      "NCCL_MULTI_SEGMENT_REGISTER",
+      "NCCL_NET_GDR_MLOPART",
+      "NCCL_NET_MERGE_POLICY",
+      "NCCL_NO_CACHE",
+      "NCCL_NUM_RMA_CTX",
+      "NCCL_P2P_EPOCH_ENABLE",
+      "NCCL_P2P_MAX_PEERS",
+      "NCCL_P2P_PER_CHANNEL_NET_BW",
+      "NCCL_PARAM_DUMP_ALL",
+      "NCCL_RMA_DISABLE",
+      "NCCL_RMA_PLUGIN",
+      "NCCL_RMA_PLUGIN_REF_COUNT",
+      "NCCL_RMA_PROXY_DUMP_SIGNAL",
+      "NCCL_RMA_PROXY_QUEUE_SIZE",
+      "NCCL_SHADOW_MEMPOOL_MAX_SIZE",
+      "NCCL_SOCKET_MAGIC",
+      "NCCL_SOCKET_POLL_TIMEOUT_MSEC",
+      "NCCL_SYM_CE_THRESHOLD",
+      "NCCL_SYM_GIN_KERNELS_ENABLE",
+      "NCCL_SYM_NOWIN_ENABLE",
+      "NCCL_SYM_REUSE_SYSMEM_HANDLES",
+      "NCCL_SYM_RS_GIN_CHUNK_SIZE",
+      "NCCL_SYM_TMA_ENABLE",
+      "NCCL_TOPO_SPLIT_MLOPART",
+  };
+  return names;
+}
+
+// NCCL's variables (2.28.9's from ../shared/reference/nccl-env-vars.tsv, facts from NCCL's
+// source, and 2.29/2.30's above) that no part of Braid reads yet. When a later change honours
+// one, it moves to knobTable().
+static const std::vector<const char*>& unhonoured2289();
+
 const std::vector<const char*>& unhonouredNcclVariables() {
+  static const std::vector<const char*> names = [] {
+    std::vector<const char*> all = unhonoured2289();
+    for (const char* name : ncclVariablesAfter2289()) {
+      if (findKnob(name) == nullptr) all.push_back(name);
+    }
+    return all;
+  }();
+  return names;
+}
+
+// 2.28.9's part of the list above.
+static const std::vector<const char*>& unhonoured2289() {
   static const std::vector<const char*> names = {
       "NCCL_ALLOC_P2P_NET_LL_BUFFERS",
       "NCCL_CGA_CLUSTER_SIZE",

@@ -147,7 +147,8 @@ void checkWait(AbortSource abort, Clock::time_point deadline, const char* what) 
   if (abort.raised()) {
     fail(ncclInvalidUsage, "%s: aborted (ncclCommAbort was called, or the communicator failed)", what);
   }
-  if (Clock::now() >= deadline) fail(ncclSystemError, "%s: timed out", what);
+  // ncclTimeout (NCCL 2.30): the wait ran out; a bootstrap or connection wait is one of Braid's expiries.
+  if (Clock::now() >= deadline) fail(ncclTimeout, "%s: timed out", what);
 }
 
 Socket& Socket::operator=(Socket&& other) noexcept {

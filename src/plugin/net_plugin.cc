@@ -509,9 +509,9 @@ ncclResult_t NetSession::closeListen(void* listenComm) { return net_->api->close
 std::string NetSession::resultText(ncclResult_t r) {
   static const char* const names[] = {"ncclSuccess",       "ncclUnhandledCudaError", "ncclSystemError",
                                       "ncclInternalError", "ncclInvalidArgument",    "ncclInvalidUsage",
-                                      "ncclRemoteError",   "ncclInProgress"};
+                                      "ncclRemoteError",   "ncclInProgress",         "ncclTimeout"};
   const int i = static_cast<int>(r);
-  return (i >= 0 && i < 8 ? names[i] : "an unknown result") + std::string(" (") + std::to_string(i) + ")";
+  return (i >= 0 && i < 9 ? names[i] : "an unknown result") + std::string(" (") + std::to_string(i) + ")";
 }
 
 }  // namespace braid::plugin

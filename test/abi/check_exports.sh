@@ -16,7 +16,7 @@ if [ "$ours" != "$want" ]; then
   diff <(echo "$want") <(echo "$ours")
   status=1
 else
-  echo "exports: $(echo "$ours" | wc -l) names, exactly the NCCL 2.28.9 set"
+  echo "exports: $(echo "$ours" | wc -l) names, exactly the NCCL 2.30.7 set"
 fi
 
 # Symbol kinds: pnccl* strong (T) at the same address as their weak (W) nccl* twins.

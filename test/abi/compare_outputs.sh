@@ -4,7 +4,7 @@
 # A reference program of "-" means NVIDIA's header was not found: the test is skipped.
 set -u
 if [ "$1" = "-" ]; then
-  echo "SKIP: NVIDIA's nccl.h (/usr/local/cuda/include/nccl.h) is not installed; nothing to compare with"
+  echo "SKIP: the CUDA runtime headers (/usr/local/cuda/include) that NVIDIA's nccl.h includes are not installed; nothing to compare with"
   exit 77
 fi
 ref=$("$1") || { echo "reference program $1 failed"; exit 1; }

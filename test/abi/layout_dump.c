@@ -26,7 +26,10 @@ static void dumpTypes(void) {
   SIZE(ncclWindow_t);
   SIZE(cudaStream_t);
   SIZE(ncclConfig_t);
-  SIZE(struct ncclConfig_v22800);
+  SIZE(struct ncclConfig_v23000);
+  SIZE(ncclCommMemStat_t);
+  SIZE(ncclWaitSignalDesc_t);
+  SIZE(ncclParamHandle_t);
   SIZE(ncclSimInfo_t);
   SIZE(struct ncclSimInfo_v22200);
   FIELD(ncclUniqueId, internal);
@@ -47,6 +50,14 @@ static void dumpTypes(void) {
   FIELD(ncclConfig_t, nvlsCTAs);
   FIELD(ncclConfig_t, nChannelsPerNetPeer);
   FIELD(ncclConfig_t, nvlinkCentricSched);
+  FIELD(ncclConfig_t, graphUsageMode);
+  FIELD(ncclConfig_t, numRmaCtx);
+  FIELD(ncclConfig_t, maxP2pPeers);
+  FIELD(ncclConfig_t, graphStreamOrdering);
+  FIELD(ncclWaitSignalDesc_t, opCnt);
+  FIELD(ncclWaitSignalDesc_t, peer);
+  FIELD(ncclWaitSignalDesc_t, sigIdx);
+  FIELD(ncclWaitSignalDesc_t, ctx);
   FIELD(ncclSimInfo_t, size);
   FIELD(ncclSimInfo_t, magic);
   FIELD(ncclSimInfo_t, version);
@@ -56,7 +67,7 @@ static void dumpTypes(void) {
 static void dumpValues(void) {
   VALUE(ncclSuccess); VALUE(ncclUnhandledCudaError); VALUE(ncclSystemError);
   VALUE(ncclInternalError); VALUE(ncclInvalidArgument); VALUE(ncclInvalidUsage);
-  VALUE(ncclRemoteError); VALUE(ncclInProgress); VALUE(ncclNumResults);
+  VALUE(ncclRemoteError); VALUE(ncclInProgress); VALUE(ncclTimeout); VALUE(ncclNumResults);
   VALUE(ncclNumOps_dummy);
   VALUE(ncclSum); VALUE(ncclProd); VALUE(ncclMax); VALUE(ncclMin); VALUE(ncclAvg);
   VALUE(ncclNumOps); VALUE(ncclMaxRedOp);
@@ -65,9 +76,12 @@ static void dumpValues(void) {
   VALUE(ncclFloat32); VALUE(ncclFloat); VALUE(ncclFloat64); VALUE(ncclDouble);
   VALUE(ncclBfloat16); VALUE(ncclFloat8e4m3); VALUE(ncclFloat8e5m2); VALUE(ncclNumTypes);
   VALUE(ncclScalarDevice); VALUE(ncclScalarHostImmediate);
+  VALUE(ncclStatGpuMemSuspend); VALUE(ncclStatGpuMemSuspended); VALUE(ncclStatGpuMemPersist);
+  VALUE(ncclStatGpuMemTotal);
+  VALUE(NCCL_API_MAGIC); VALUE(NCCL_WIN_STRICT_ORDERING); VALUE(NCCL_SUSPEND_MEM);
   VALUE(NCCL_MAJOR); VALUE(NCCL_MINOR); VALUE(NCCL_PATCH); VALUE(NCCL_VERSION_CODE);
   printf("NCCL_SUFFIX=\"%s\"\n", NCCL_SUFFIX);
-  VALUE(NCCL_VERSION(2, 28, 9)); VALUE(NCCL_VERSION(2, 8, 4)); VALUE(NCCL_VERSION(3, 0, 1));
+  VALUE(NCCL_VERSION(2, 28, 9)); VALUE(NCCL_VERSION(2, 30, 7)); VALUE(NCCL_VERSION(2, 8, 4)); VALUE(NCCL_VERSION(3, 0, 1));
   VALUE(NCCL_VERSION(1, 9, 0));
   VALUE(NCCL_UNIQUE_ID_BYTES);
   VALUE(NCCL_CONFIG_UNDEF_INT);
@@ -85,11 +99,11 @@ static void dumpInitializers(void) {
   ncclSimInfo_t s = NCCL_SIM_INFO_INITIALIZER;
   printf("config: size=%zu magic=%#x version=%u blocking=%d cga=%d minCTAs=%d maxCTAs=%d net=%p "
          "splitShare=%d tc=%d name=%p collnet=%d cta=%d shrinkShare=%d nvlsCTAs=%d perNetPeer=%d "
-         "nvlinkCentric=%d\n",
+         "nvlinkCentric=%d graphUsage=%d rmaCtx=%d p2pPeers=%d streamOrdering=%d\n",
          c.size, c.magic, c.version, c.blocking, c.cgaClusterSize, c.minCTAs, c.maxCTAs,
          (const void*)c.netName, c.splitShare, c.trafficClass, (const void*)c.commName,
          c.collnetEnable, c.CTAPolicy, c.shrinkShare, c.nvlsCTAs, c.nChannelsPerNetPeer,
-         c.nvlinkCentricSched);
+         c.nvlinkCentricSched, c.graphUsageMode, c.numRmaCtx, c.maxP2pPeers, c.graphStreamOrdering);
   printf("siminfo: size=%zu magic=%#x version=%u time=%a\n", s.size, s.magic, s.version,
          (double)s.estimatedTime);
 }
@@ -108,6 +122,12 @@ static void dumpFunctions() {
   FUNC(ncclRedOpDestroy) FUNC(ncclReduce) FUNC(ncclBcast) FUNC(ncclBroadcast) FUNC(ncclAllReduce)
   FUNC(ncclReduceScatter) FUNC(ncclAllGather) FUNC(ncclAlltoAll) FUNC(ncclGather) FUNC(ncclScatter)
   FUNC(ncclSend) FUNC(ncclRecv) FUNC(ncclGroupStart) FUNC(ncclGroupEnd) FUNC(ncclGroupSimulateEnd)
+  FUNC(ncclCommGetUniqueId) FUNC(ncclCommGrow) FUNC(ncclCommSuspend) FUNC(ncclCommResume)
+  FUNC(ncclCommMemStats) FUNC(ncclWinGetUserPtr) FUNC(ncclPutSignal) FUNC(ncclSignal)
+  FUNC(ncclWaitSignal) FUNC(ncclParamBind) FUNC(ncclParamGetI8) FUNC(ncclParamGetI16)
+  FUNC(ncclParamGetI32) FUNC(ncclParamGetI64) FUNC(ncclParamGetU8) FUNC(ncclParamGetU16)
+  FUNC(ncclParamGetU32) FUNC(ncclParamGetU64) FUNC(ncclParamGetStr) FUNC(ncclParamGet)
+  FUNC(ncclParamGetParameter) FUNC(ncclParamGetAllParameterKeys) FUNC(ncclParamDumpAll)
 }
 #endif
 

@@ -22,7 +22,7 @@ fi
 
 preloaded=$(LD_PRELOAD="$ours" "$probe" 2>&1)
 echo "--- with LD_PRELOAD=$ours:"; echo "$preloaded"
-echo "$preloaded" | grep -q "^ncclGetVersion -> 0, version 22809$" || { echo "wrong version answer"; status=1; }
+echo "$preloaded" | grep -q "^ncclGetVersion -> 0, version 23007$" || { echo "wrong version answer"; status=1; }
 echo "$preloaded" | grep -q "^provider $ours$" || { echo "ncclGetVersion is not Braid's"; status=1; }
 while read -r _ path; do
   [ "$(readlink -f "$path")" = "$ours" ] || { echo "unexpected library mapped: $path"; status=1; }

@@ -790,7 +790,7 @@ bool inChild(const std::function<void()>& body, int limitSeconds, const char* wh
 
 /// Kernels that wait on a peer that never comes end through the abort flag, and the reason is
 /// ncclCommGetAsyncError's: (1) NCCL_TIMEOUT=2 and a rank that does not call the second
-/// AllReduce (2 ranks, threads): ncclSystemError within 20 s, and the waiting rank's stream
+/// AllReduce (2 ranks, threads): ncclTimeout within 20 s, and the waiting rank's stream
 /// drains; (2) a rank's process exits after the first AllReduce (2 processes): the other's
 /// second AllReduce fails with ncclRemoteError naming the dead rank, without any timeout set.
 int testWatchdog() {
@@ -807,7 +807,7 @@ int testWatchdog() {
     NCCL_OK(ncclAllReduce(a.device, a.device, count, ncclFloat, ncclSum, r.comms[0], r.streams[0]));  // rank 1 never comes
     const auto start = std::chrono::steady_clock::now();
     const ncclResult_t async = awaitAsyncError(r.comms[0], 20);
-    EXPECT(async == ncclSystemError, "NCCL_TIMEOUT: rank 0's asynchronous error is %s: %s", ncclGetErrorString(async),
+    EXPECT(async == ncclTimeout, "NCCL_TIMEOUT: rank 0's asynchronous error is %s: %s", ncclGetErrorString(async),
            ncclGetLastError(r.comms[0]));
     CUDA_OK(cudaStreamSynchronize(r.streams[0]));  // the kernel has ended (aborted), not hung
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -70,7 +70,7 @@ void survive(const ncclUniqueId& id, int n, int rank, const Deaths& deaths, bool
     ncclResult_t r = ncclSuccess;
     for (int i = 0; r == ncclSuccess && Clock::now() - start < std::chrono::seconds(20); ++i) r = allReduceOnes(comm, size);
     const std::string why = ncclGetLastError(nullptr);
-    expect(r == ncclRemoteError || r == ncclSystemError, "after the death of rank " + std::to_string(victimIndex) +
+    expect(r == ncclRemoteError || r == ncclSystemError || r == ncclTimeout, "after the death of rank " + std::to_string(victimIndex) +
                                                              ": result " + std::to_string(r) + ": " + why);
     expect(why.find("rank " + std::to_string(victimIndex)) != std::string::npos,
            "the failure does not name rank " + std::to_string(victimIndex) + ": " + why);

@@ -541,7 +541,8 @@ void Watchdog::checkTimeout(const OpView& op) {
   // (First: a peer relaying this text may cut its end. An idle peer is said once: who names it.)
   const std::string blamed = headIdle_ && !who.empty() ? "" : blamedByInquiry();
   if (!blamed.empty()) stopped = blamed + "; " + stopped;
-  fail(ncclSystemError, "no progress for " + std::to_string(settings_.timeoutSeconds) + " s (NCCL_TIMEOUT): " + stopped +
+  // ncclTimeout, NCCL 2.30's code for a wait that ran out (its device barriers' only use of it).
+  fail(ncclTimeout, "no progress for " + std::to_string(settings_.timeoutSeconds) + " s (NCCL_TIMEOUT): " + stopped +
                             (who.empty() ? "" : who + "; ") + text);
 }
 

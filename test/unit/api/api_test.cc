@@ -45,8 +45,8 @@ std::string exe(const char* variable) {
 TEST_CASE("ncclGetVersion reports the ABI implemented", "[api]") {
   int version = 0;
   REQUIRE(ncclGetVersion(&version) == ncclSuccess);
-  CHECK(version == 22809);
-  CHECK(version == NCCL_VERSION(2, 28, 9));
+  CHECK(version == 23007);
+  CHECK(version == NCCL_VERSION(2, 30, 7));
   CHECK(ncclGetVersion(nullptr) == ncclInvalidArgument);
   CHECK(lastError() == "ncclGetVersion: version is NULL");
   CHECK(pncclGetVersion(&version) == ncclSuccess);
@@ -203,12 +203,12 @@ TEST_CASE("every exception becomes a result code and a text", "[api]") {
 TEST_CASE("the shared library logs in NCCL's format and names ignored variables", "[api][process]") {
   const std::string smoke = exe("BRAID_SMOKE_EXE");
   std::string out = run(smoke);
-  CHECK_THAT(out, Catch::Contains("smoke: version 22809 result 0"));
+  CHECK_THAT(out, Catch::Contains("smoke: version 23007 result 0"));
   CHECK_THAT(out, Catch::Contains("ncclCommCount(NULL) -> 4: ncclCommCount: comm is NULL"));
   CHECK_THAT(out, !Catch::Contains("NCCL"));  // silent by default
 
   out = run("NCCL_DEBUG=VERSION " + smoke);
-  CHECK_THAT(out, Catch::Contains("NCCL INFO NCCL version 2.28.9+braid"));
+  CHECK_THAT(out, Catch::Contains("NCCL INFO NCCL version 2.30.7+braid"));
   CHECK_THAT(out, !Catch::Contains("NCCL WARN"));
 
   out = run("NCCL_DEBUG=INFO NCCL_PROXY_CPUSET=foo NCCL_BUFFSIZE=abc NCCL_CONF_FILE=/nonexistent " + smoke);
@@ -241,7 +241,7 @@ TEST_CASE("braid-info lists every knob with value, origin and help", "[tools][pr
   const std::string conf = dir.write("nccl.conf", "NCCL_LL_BUFFSIZE=65536\nNCCL_PROXY_CPUSET=x\n");
   const std::string out =
       run("NCCL_CONF_FILE=" + conf + " NCCL_BUFFSIZE=abc NCCL_DEBUG_SUBSYS=NET " + info);
-  CHECK_THAT(out, Catch::Contains("NCCL version 2.28.9+braid"));
+  CHECK_THAT(out, Catch::Contains("NCCL version 2.30.7+braid"));
   for (const auto& knob : params::knobTable()) CHECK_THAT(out, Catch::Contains(knob.name));
   CHECK_THAT(out, Catch::Contains("NCCL_DEBUG_SUBSYS      = NET"));
   CHECK_THAT(out, Catch::Contains("[environment]"));
