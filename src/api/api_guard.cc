@@ -9,6 +9,7 @@
 namespace braid::api {
 
 ncclResult_t report(const char* function, Communicator* held, ncclResult_t code, const char* text) noexcept {
+  code = codeForCaller(code);
   try {
     const std::string message = std::string(function) + ": " + text;
     setThreadLastError(message);

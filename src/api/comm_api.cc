@@ -286,7 +286,7 @@ ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
   return api::guarded("ncclCommGetAsyncError", comm, [&] {
     Communicator& c = communicatorFrom(comm);
     api::requireNonNull(asyncError, "asyncError");
-    *asyncError = c.asyncError();
+    *asyncError = codeForCaller(c.asyncError());
     // A failure the watchdog found (with a GPU, while kernels ran after their calls returned):
     // its reason becomes ncclGetLastError(comm)'s, once (a later error's text is not overwritten).
     ncclResult_t code = ncclSuccess;

@@ -142,7 +142,10 @@ void registerWindow(Communicator& c, void* buff, size_t size, int flags, int32_t
            r, static_cast<unsigned long long>(claims[r].size), static_cast<unsigned>(claims[r].flags));
     }
   }
-  WindowEntry entry{buff, size, flags};
+  WindowEntry entry;
+  entry.buffer = buff;
+  entry.size = size;
+  entry.flags = flags;
   entry.rank = me;
   entry.localRank = c.identity().localRank;
   entry.localRanks = c.identity().localRanks;

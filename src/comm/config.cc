@@ -87,6 +87,7 @@ CommConfig readUserConfig(const ncclConfig_t* user, const CommConfig* inherited,
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   std::memcpy(&cfg, user, std::min(user->size, sizeof(cfg)));
   forgetFieldsNewerThan(user->version, &cfg);
+  noteCallerVersion(user->version);
 
   c.blocking = boolField("blocking", cfg.blocking, c.blocking);
   c.cgaClusterSize = intField("cgaClusterSize", cfg.cgaClusterSize, c.cgaClusterSize, 0, 8);

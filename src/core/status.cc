@@ -1,5 +1,6 @@
 #include "core/status.h"
 
+#include <atomic>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
@@ -46,5 +47,17 @@ const char* resultCodeString(int code) noexcept {
 const char* threadLastError() noexcept { return tlsLastError.c_str(); }
 
 void setThreadLastError(const std::string& text) { tlsLastError = text; }
+
+namespace {
+std::atomic<bool> gCallerBefore230{false};
+}  // namespace
+
+void noteCallerVersion(unsigned version) noexcept {
+  if (version < NCCL_VERSION(2, 30, 3)) gCallerBefore230.store(true, std::memory_order_relaxed);
+}
+
+ncclResult_t codeForCaller(ncclResult_t code) noexcept {
+  return code == ncclTimeout && gCallerBefore230.load(std::memory_order_relaxed) ? ncclSystemError : code;
+}
 
 }  // namespace braid

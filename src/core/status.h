@@ -31,6 +31,13 @@ class Error : public std::runtime_error {
 
 /// The fixed text NCCL users expect for each result code.
 const char* resultString(ncclResult_t result) noexcept;
+
+/// A caller built on an nccl.h older than 2.30.3 does not know ncclTimeout (8, its
+/// ncclNumResults). Its config's version says so (noteCallerVersion, when a config is read);
+/// from then on the process's calls return ncclSystemError, the code such a caller's NCCL gave
+/// for a wait that ran out, in place of ncclTimeout (codeForCaller). The text says "timed out".
+void noteCallerVersion(unsigned version) noexcept;
+ncclResult_t codeForCaller(ncclResult_t code) noexcept;
 /// The same for a code read as an int (any value: "unknown result code" outside NCCL's).
 const char* resultCodeString(int code) noexcept;
 /// An ABI enum parameter's value as an int, read from its bytes: a C caller may pass any int,

@@ -5,9 +5,11 @@
  * Its result codes end at ncclInProgress. Exits 0 when every check passes, else prints the
  * failed ones. Ranks run on the host backend: buffers are host memory, the stream is NULL.
  */
+#define _POSIX_C_SOURCE 200809L  /* setenv */
 #include <nccl.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if NCCL_VERSION_CODE != 22809
@@ -59,6 +61,7 @@ static void* runRank(void* p) {
 
 int main(void) {
   int version = 0;
+  setenv("BRAID_BOOTSTRAP_TIMEOUT", "2", 1);  /* (read once, at the first call) */
   CHECK(ncclGetVersion(&version) == ncclSuccess);
   CHECK(version == 23007);
   CHECK(version >= NCCL_VERSION_CODE);  /* what programs test before using a feature */
@@ -131,6 +134,21 @@ int main(void) {
         break;
       }
     }
+  }
+
+  /* A wait that runs out: NCCL 2.30 says ncclTimeout (8), which this caller's header does not
+   * have; a caller whose config says 2.28.9 gets ncclSystemError, as its NCCL gave. Rank 1 of
+   * 2 never comes (BRAID_BOOTSTRAP_TIMEOUT=2, set before the first call). */
+  {
+    ncclUniqueId lonelyId;
+    ncclComm_t lonely = NULL;
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    CHECK(ncclGetUniqueId(&lonelyId) == ncclSuccess);
+    const ncclResult_t r = ncclCommInitRankConfig(&lonely, 2, lonelyId, 0, &config);
+    if (r != ncclSystemError) printf("FAILED: a timed-out init returned %d: %s\n", (int)r, ncclGetLastError(NULL));
+    CHECK(r == ncclSystemError);
+    if (strstr(ncclGetLastError(NULL), "waited 2 s") == NULL) printf("FAILED: its text: %s\n", ncclGetLastError(NULL));
+    CHECK(strstr(ncclGetLastError(NULL), "waited 2 s") != NULL);
   }
 
   if (failures == 0) printf("old-header program: every check passed\n");
