@@ -1,5 +1,6 @@
 #!/bin/bash
-# Usage: check_exports.sh LIBNCCL_SO EXPORTS_FILE
+# Usage: check_exports.sh LIBNCCL_SO EXPORTS_FILE [MORE_EXPORTS_FILE]
+# (MORE_EXPORTS_FILE: the 2.30 names exported so far, until EXPORTS_FILE is 2.30.7's list)
 # Fails unless the library exports exactly the names of EXPORTS_FILE, every nccl name
 # with a pnccl twin is a weak alias of it, the SONAME is libnccl.so.2, and the NEEDED
 # entries stay within NVIDIA's set.
@@ -10,13 +11,13 @@ status=0
 
 symbols=$(nm -D --defined-only "$lib")
 ours=$(echo "$symbols" | awk '{print $3}' | sort -u)
-want=$(sort -u "$expected")
+want=$(sort -u "$expected" ${3:+"$3"})
 if [ "$ours" != "$want" ]; then
   echo "exported names differ (< expected, > exported):"
   diff <(echo "$want") <(echo "$ours")
   status=1
 else
-  echo "exports: $(echo "$ours" | wc -l) names, exactly the NCCL 2.28.9 set"
+  echo "exports: $(echo "$ours" | wc -l) names, exactly the expected set ($(basename "$expected")${3:+ and $(basename "$3")})"
 fi
 
 # Symbol kinds: pnccl* strong (T) at the same address as their weak (W) nccl* twins.
