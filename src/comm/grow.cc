@@ -177,8 +177,8 @@ void checkNewRankOfGrow(const ncclUniqueId& id, int nRanks, int rank) {
          nRanks, from, from + 1, bootstrap::kMaxRanks);
   }
   if (rank < from || rank >= nRanks) {
-    fail(ncclInvalidArgument, "rank is %d; new ranks take %d..%d (0..%d are the existing ranks)", rank, from,
-         nRanks - 1, from - 1);
+    fail(ncclInvalidArgument, "rank is %d; new ranks take %d..%d (the communicator being grown has ranks 0..%d)",
+         rank, from, nRanks - 1, from - 1);
   }
   if (growIdUsed(id)) {
     fail(ncclInvalidUsage, "uniqueId was already used by an ncclCommGrow that has ended; an id grows once: the "

@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <string>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "bootstrap/root.h"
+#include "comm/grow.h"
 #include "harness/ranks.h"
 #include "test_env.h"
 
@@ -158,4 +160,222 @@ TEST_CASE("grow 2 -> 3 -> 8 on threads and processes: ranks kept, all exact, par
     CHECK(test::liveThreads() == threads);
     CHECK(bootstrap::liveRoots() == 0);
   }
+}
+
+namespace {
+
+/// The call's result and the calling thread's last-error text, for one CHECK of both.
+struct Outcome {
+  ncclResult_t result;
+  std::string text;
+};
+
+Outcome grow(ncclComm_t comm, int nRanks, const ncclUniqueId* id, int rank) {
+  ncclComm_t made = nullptr;
+  const ncclResult_t r = ncclCommGrow(comm, nRanks, id, rank, &made, nullptr);
+  const std::string text = ncclGetLastError(nullptr);
+  if (made != nullptr) ncclCommAbort(made);  // (a grow that failed still hands back its communicator)
+  return {r, text};
+}
+
+#define CHECK_OUTCOME(outcome, code, words)    \
+  do {                                         \
+    const Outcome o_ = (outcome);              \
+    INFO(o_.text);                             \
+    CHECK(o_.result == (code));                \
+    CHECK_THAT(o_.text, Catch::Contains(words)); \
+  } while (0)
+
+}  // namespace
+
+TEST_CASE("grow's bad arguments and misused ids fail at once, naming what is wrong", "[integration][grow]") {
+  waitForQuietRoots();
+  const int fds = test::openFileDescriptors();
+  const int threads = test::liveThreads();
+  {
+    ncclUniqueId first, plain;
+    REQUIRE(ncclGetUniqueId(&first) == ncclSuccess);
+    REQUIRE(ncclGetUniqueId(&plain) == ncclSuccess);  // (its root ends at its deadline; stopped below)
+    ncclComm_t comm = nullptr;
+    REQUIRE(ncclCommInitRank(&comm, 1, first, 0) == ncclSuccess);
+    const auto start = Clock::now();
+    ncclUniqueId id{};
+    CHECK(ncclCommGetUniqueId(nullptr, &id) == ncclInvalidArgument);
+    CHECK_THAT(ncclGetLastError(nullptr), Catch::Contains("comm is NULL"));
+    CHECK(ncclCommGetUniqueId(comm, nullptr) == ncclInvalidArgument);
+    CHECK_THAT(ncclGetLastError(nullptr), Catch::Contains("uniqueId is NULL"));
+    REQUIRE(ncclCommGetUniqueId(comm, &id) == ncclSuccess);
+    ncclUniqueId second{};
+    CHECK(ncclCommGetUniqueId(comm, &second) == ncclInvalidUsage);
+    CHECK_THAT(ncclGetLastError(nullptr), Catch::Contains("already handed out a grow id"));
+    CHECK(ncclCommGrow(comm, 2, &id, -1, nullptr, nullptr) == ncclInvalidArgument);
+    CHECK_THAT(ncclGetLastError(nullptr), Catch::Contains("newcomm is NULL"));
+
+    // New ranks' arguments are checked against the id before anything starts.
+    CHECK_OUTCOME(grow(nullptr, 3, nullptr, 1), ncclInvalidArgument, "comm and uniqueId are both NULL");
+    CHECK_OUTCOME(grow(nullptr, 3, &plain, 1), ncclInvalidArgument, "uniqueId is not a grow id");
+    CHECK_OUTCOME(grow(nullptr, 3, &id, 0), ncclInvalidArgument, "rank is 0; new ranks take 1..2");
+    CHECK_OUTCOME(grow(nullptr, 3, &id, 3), ncclInvalidArgument, "rank is 3; new ranks take 1..2");
+    CHECK_OUTCOME(grow(nullptr, 1, &id, 1), ncclInvalidArgument, "nRanks is 1; the id grows a communicator of 1 ranks");
+    ncclUniqueId zeros{};
+    CHECK_OUTCOME(grow(nullptr, 3, &zeros, 1), ncclInvalidArgument, "not made by Braid");
+
+    // An existing rank's grow uses the id up, whether it succeeds or not.
+    CHECK_OUTCOME(grow(comm, 1, &id, -1), ncclInvalidArgument,
+                  "existing rank 0 passed nRanks = 1; it must be larger than the communicator's 1 ranks");
+    CHECK_OUTCOME(grow(comm, 2, &id, -1), ncclInvalidUsage, "an earlier ncclCommGrow already used");
+    CHECK_OUTCOME(grow(nullptr, 2, &id, 1), ncclInvalidUsage, "already used by an ncclCommGrow that has ended");
+    REQUIRE(ncclCommGetUniqueId(comm, &id) == ncclSuccess);  // (the used one no longer blocks a new one)
+    CHECK_OUTCOME(grow(comm, 2, &id, 0), ncclInvalidArgument, "existing rank 0 passed rank = 0; existing ranks pass -1");
+    CHECK_OUTCOME(grow(comm, 2, &plain, -1), ncclInvalidUsage, "did not make");
+    CHECK_OUTCOME(grow(comm, 2, nullptr, -1), ncclInvalidUsage, "no existing rank passed a grow id");
+    CHECK(secondsSince(start) < 5);
+
+    // After all that the communicator grows.
+    REQUIRE(ncclCommGetUniqueId(comm, &id) == ncclSuccess);
+    const std::string out = test::runThreads(2, [&](int rank) {
+      ncclComm_t grown = nullptr;
+      EXPECT_OK(ncclCommGrow(rank == 0 ? comm : nullptr, 2, &id, rank == 0 ? -1 : 1, &grown, nullptr));
+      EXPECT_OK(allReduceExact(grown, 2));
+      EXPECT_OK(ncclCommDestroy(grown));
+    });
+    CHECK(out == "");
+    CHECK(allReduceExact(comm, 1) == ncclSuccess);
+    CHECK(ncclCommDestroy(comm) == ncclSuccess);
+    // The plain id's root waits for ranks that never come: init a communicator of one on it.
+    REQUIRE(ncclCommInitRank(&comm, 1, plain, 0) == ncclSuccess);
+    CHECK(ncclCommDestroy(comm) == ncclSuccess);
+  }
+  const auto settle = Clock::now() + std::chrono::seconds(5);
+  while ((test::openFileDescriptors() != fds || test::liveThreads() != threads || bootstrap::liveRoots() != 0) &&
+         Clock::now() < settle) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK(test::openFileDescriptors() == fds);
+  CHECK(test::liveThreads() == threads);
+  CHECK(bootstrap::liveRoots() == 0);
+}
+
+TEST_CASE("existing ranks that pass different things to grow all fail alike, at once", "[integration][grow]") {
+  const int n = 3;
+  ncclUniqueId first;
+  REQUIRE(ncclGetUniqueId(&first) == ncclSuccess);
+  struct Case {
+    const char* name;
+    int nRanksOfRank0;  // the others pass 4
+    std::vector<int> askers;
+    ncclResult_t code;
+    const char* words;
+  };
+  const std::vector<Case> cases = {
+      {"nRanks differs", 5, {1}, ncclInvalidArgument, "disagree on nRanks: rank 0 passed 5, rank 1 passed 4"},
+      {"two ids", 4, {0, 2}, ncclInvalidUsage, "existing ranks 0 and 2 each passed a grow id of their own"},
+      {"smaller", 2, {1}, ncclInvalidArgument, "existing rank 0 passed nRanks = 2; it must be larger than the "
+                                               "communicator's 3 ranks"},
+  };
+  std::vector<ncclComm_t> comms(n);
+  CHECK(test::runThreads(n, [&](int rank) { EXPECT_OK(ncclCommInitRank(&comms[rank], n, first, rank)); }) == "");
+  for (const Case& c : cases) {
+    INFO(c.name);
+    std::vector<Outcome> outcomes(n);
+    const auto start = Clock::now();
+    const std::string out = test::runThreads(n, [&](int rank) {
+      ncclUniqueId id{};
+      const bool asks = std::find(c.askers.begin(), c.askers.end(), rank) != c.askers.end();
+      if (asks) EXPECT_OK(ncclCommGetUniqueId(comms[rank], &id));
+      outcomes[rank] = grow(comms[rank], rank == 0 ? c.nRanksOfRank0 : 4, asks ? &id : nullptr, -1);
+      EXPECT_OK(allReduceExact(comms[rank], n));  // the parent is unharmed
+    });
+    CHECK(out == "");
+    for (int r = 0; r < n; ++r) {
+      INFO("rank " << r);
+      CHECK_OUTCOME(outcomes[r], c.code, c.words);
+    }
+    CHECK(secondsSince(start) < 5);
+  }
+  for (ncclComm_t c : comms) CHECK(ncclCommDestroy(c) == ncclSuccess);
+}
+
+TEST_CASE("a joiner that never comes: the parent's abort, the new communicator's abort or the timeout ends the grow",
+          "[integration][grow]") {
+  waitForQuietRoots();
+  ncclUniqueId first;
+  REQUIRE(ncclGetUniqueId(&first) == ncclSuccess);
+  std::vector<Outcome> outcomes(2);
+  std::vector<double> took(2);
+  // Blocking: the new handle is not the caller's yet, so another thread aborts the parent.
+  std::string out = test::runThreads(2, [&](int rank) {
+    ncclComm_t comm = nullptr;
+    EXPECT_OK(ncclCommInitRank(&comm, 2, first, rank));
+    ncclUniqueId id{};
+    if (rank == 1) EXPECT_OK(ncclCommGetUniqueId(comm, &id));
+    std::thread aborter([comm] {
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      ncclCommAbort(comm);
+    });
+    const auto start = Clock::now();
+    outcomes[rank] = grow(comm, 3, rank == 1 ? &id : nullptr, -1);
+    took[rank] = secondsSince(start);
+    aborter.join();
+  });
+  CHECK(out == "");
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r << " after " << took[r] << " s: " << outcomes[r].text);
+    CHECK(outcomes[r].result != ncclSuccess);
+    CHECK_THAT(outcomes[r].text, Catch::Contains("abort"));
+    CHECK(took[r] < 5);
+  }
+
+  // Nonblocking: the grow runs in the background; aborting the new communicator ends it and
+  // leaves the parent as it was.
+  REQUIRE(ncclGetUniqueId(&first) == ncclSuccess);
+  out = test::runThreads(2, [&](int rank) {
+    ncclComm_t comm = nullptr;
+    EXPECT_OK(ncclCommInitRank(&comm, 2, first, rank));
+    ncclUniqueId id{};
+    if (rank == 0) EXPECT_OK(ncclCommGetUniqueId(comm, &id));
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclComm_t grown = nullptr;
+    const ncclResult_t r = ncclCommGrow(comm, 3, rank == 0 ? &id : nullptr, -1, &grown, &config);
+    expect(r == ncclInProgress && grown != nullptr, "a nonblocking grow returned " + std::to_string(r));
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    ncclResult_t state = ncclSuccess;
+    EXPECT_OK(ncclCommGetAsyncError(grown, &state));
+    expect(state == ncclInProgress, "the grow without its joiner is in state " + std::to_string(state));
+    const auto start = Clock::now();
+    EXPECT_OK(ncclCommAbort(grown));
+    expect(secondsSince(start) < 3, "the abort took " + std::to_string(secondsSince(start)) + " s");
+    EXPECT_OK(allReduceExact(comm, 2));
+    EXPECT_OK(ncclCommGetUniqueId(comm, &id));  // the aborted grow used its id up; a new one may be asked for
+    EXPECT_OK(ncclCommDestroy(comm));
+  });
+  CHECK(out == "");
+
+  // Neither: the bootstrap timeout (2 s here) ends it, naming the rank that did not come.
+  REQUIRE(ncclGetUniqueId(&first) == ncclSuccess);
+  ncclComm_t comm = nullptr;
+  REQUIRE(ncclCommInitRank(&comm, 1, first, 0) == ncclSuccess);
+  const comm::InitSettings settings = test::loopbackSettings(2);
+  ncclUniqueId id = comm::offerGrowId(*comm, settings);
+  auto child = comm::newCommunicator(0, 1, CommConfig{}, -1);
+  comm::GrowRequest request;
+  request.nRanks = 3;
+  request.id = &id;
+  const auto start = Clock::now();
+  std::string text;
+  try {
+    comm::growExistingRank(*comm, request, comm->nextSplitSequence(), *child, settings);
+  } catch (const Error& e) {
+    text = e.what();
+  }
+  INFO(text);
+  CHECK_THAT(text, Catch::Contains("ranks 1 and 2"));
+  CHECK(secondsSince(start) > 1.5);
+  CHECK(secondsSince(start) < 15);
+  child.reset();
+  CHECK(ncclCommDestroy(comm) == ncclSuccess);
+  const auto settle = Clock::now() + std::chrono::seconds(5);
+  while (bootstrap::liveRoots() != 0 && Clock::now() < settle) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK(bootstrap::liveRoots() == 0);
 }
