@@ -191,7 +191,15 @@ void growNewRank(Communicator& child, const ncclUniqueId& id, const InitSettings
     const ncclUniqueId& id;
     ~MarkUsed() { markGrowIdUsed(id); }
   } used{id};
-  initRank(child, id, settings);
+  try {
+    initRank(child, id, settings);
+  } catch (const Error& e) {
+    // The root lives in the process of the rank that asked for the id and ends with its grow:
+    // a joiner that comes after a failed (or finished) grow finds it closed or gone.
+    if (std::string(e.what()).find("could not rendezvous") == std::string::npos) throw;
+    fail(e.code(), "%s (if the root of the grow id is gone, the existing ranks' ncclCommGrow with this id has "
+         "already ended: ask for a new id)", e.what());
+  }
 }
 
 }  // namespace braid::comm

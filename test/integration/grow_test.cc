@@ -379,3 +379,55 @@ TEST_CASE("a joiner that never comes: the parent's abort, the new communicator's
   while (bootstrap::liveRoots() != 0 && Clock::now() < settle) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   CHECK(bootstrap::liveRoots() == 0);
 }
+
+TEST_CASE("new ranks that claim the same rank, or another nRanks, fail everyone at the root, naming it",
+          "[integration][grow]") {
+  struct Case {
+    const char* name;
+    int joinerRanks[2];
+    int joinerSizes[2];
+    const char* words;
+  };
+  const Case cases[] = {
+      {"a rank twice", {2, 2}, {4, 4}, "two ranks both claimed rank 2"},
+      {"another nRanks", {2, 3}, {4, 5}, "called init with nranks="},
+  };
+  for (const Case& c : cases) {
+    INFO(c.name);
+    ncclUniqueId first;
+    REQUIRE(ncclGetUniqueId(&first) == ncclSuccess);
+    Mailbox* box = newMailbox();
+    std::vector<Outcome> outcomes(4);
+    const auto start = Clock::now();
+    const std::string out = test::runThreads(4, [&](int rank) {
+      if (rank >= 2) {
+        const ncclUniqueId id = awaitId(*box, 0);
+        outcomes[rank] = grow(nullptr, c.joinerSizes[rank - 2], &id, c.joinerRanks[rank - 2]);
+        return;
+      }
+      ncclComm_t comm = nullptr;
+      EXPECT_OK(ncclCommInitRank(&comm, 2, first, rank));
+      ncclUniqueId id{};
+      if (rank == 0) {
+        EXPECT_OK(ncclCommGetUniqueId(comm, &id));
+        box->ids[0] = id;
+        box->posted[0].store(1, std::memory_order_release);
+      }
+      outcomes[rank] = grow(comm, 4, rank == 0 ? &id : nullptr, -1);
+      EXPECT_OK(allReduceExact(comm, 2));
+      EXPECT_OK(ncclCommDestroy(comm));
+    });
+    munmap(box, sizeof(Mailbox));
+    CHECK(out == "");
+    for (int r = 0; r < 4; ++r) {
+      INFO("thread " << r << ": " << outcomes[r].text);
+      CHECK(outcomes[r].result != ncclSuccess);
+      if (r < 2) {
+        CHECK_THAT(outcomes[r].text, Catch::Contains(c.words));
+      } else {  // (a joiner that comes after the failure finds the root stopped with the holder's grow)
+        CHECK_THAT(outcomes[r].text, Catch::Contains(c.words) || Catch::Contains("the root of the grow id is gone"));
+      }
+    }
+    CHECK(secondsSince(start) < 10);
+  }
+}
