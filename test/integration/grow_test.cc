@@ -111,16 +111,8 @@ void growRank(const ncclUniqueId& first, Mailbox& box, int rank, bool processes)
   EXPECT_OK(allReduceExact(comm, kSizes[2]));
   for (auto it = made.rbegin(); it != made.rend(); ++it) EXPECT_OK(ncclCommDestroy(*it));
   if (!processes) return;  // (threads: the test checks the process's counts)
-  const auto settle = Clock::now() + std::chrono::seconds(5);
-  while ((test::openFileDescriptors() != fds || test::liveThreads() != threads || bootstrap::liveRoots() != 0) &&
-         Clock::now() < settle) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  expect(test::openFileDescriptors() == fds, "descriptors: " + std::to_string(fds) + " before, " +
-                                                 std::to_string(test::openFileDescriptors()) + " after");
-  expect(test::liveThreads() == threads, "threads: " + std::to_string(threads) + " before, " +
-                                             std::to_string(test::liveThreads()) + " after");
-  expect(bootstrap::liveRoots() == 0, "bootstrap roots left running: " + std::to_string(bootstrap::liveRoots()));
+  const std::string left = test::leftBehind(fds, threads);
+  expect(left.empty(), left);
 }
 
 /// Waits (up to 30 s) for roots earlier tests left to end, so the counts hold still.
@@ -151,14 +143,7 @@ TEST_CASE("grow 2 -> 3 -> 8 on threads and processes: ranks kept, all exact, par
     CHECK(out == "");
     munmap(box, sizeof(Mailbox));
     // (processes: the first id's root is this process's, and ends once it has served)
-    const auto settle = Clock::now() + std::chrono::seconds(5);
-    while ((test::openFileDescriptors() != fds || test::liveThreads() != threads || bootstrap::liveRoots() != 0) &&
-           Clock::now() < settle) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    CHECK(test::openFileDescriptors() == fds);
-    CHECK(test::liveThreads() == threads);
-    CHECK(bootstrap::liveRoots() == 0);
+    CHECK(test::leftBehind(fds, threads) == "");
   }
 }
 
@@ -246,14 +231,7 @@ TEST_CASE("grow's bad arguments and misused ids fail at once, naming what is wro
     REQUIRE(ncclCommInitRank(&comm, 1, plain, 0) == ncclSuccess);
     CHECK(ncclCommDestroy(comm) == ncclSuccess);
   }
-  const auto settle = Clock::now() + std::chrono::seconds(5);
-  while ((test::openFileDescriptors() != fds || test::liveThreads() != threads || bootstrap::liveRoots() != 0) &&
-         Clock::now() < settle) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  CHECK(test::openFileDescriptors() == fds);
-  CHECK(test::liveThreads() == threads);
-  CHECK(bootstrap::liveRoots() == 0);
+  CHECK(test::leftBehind(fds, threads) == "");
 }
 
 TEST_CASE("existing ranks that pass different things to grow all fail alike, at once", "[integration][grow]") {
