@@ -1,6 +1,7 @@
 #include "comm/grow.h"
 
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -41,7 +42,7 @@ Verdict judge(const std::vector<Offer>& offers) {
     v.code = code;
     snprintf(v.reason, sizeof v.reason, "%s", text.c_str());
   };
-  std::vector<int> holders;
+  std::vector<int> holders, foreign;
   for (int r = 0; r < parentRanks; ++r) {
     const Offer& o = offers[r];
     const std::string who = "existing rank " + std::to_string(r);
@@ -67,12 +68,19 @@ Verdict judge(const std::vector<Offer>& offers) {
                                        "once: ask ncclCommGetUniqueId for a new one");
         break;
       case GrowIdMatch::kForeign:
-        refuse(ncclInvalidUsage, who + " passed a uniqueId that its communicator's ncclCommGetUniqueId did not make; "
-                                       "only the rank that asked for the id passes it, the other existing ranks NULL");
+        foreign.push_back(r);  // (fine if it is the holder's id: NCCL lets every existing rank pass it)
         break;
       case GrowIdMatch::kNone:
         break;
     }
+  }
+  for (int r : foreign) {
+    if (holders.size() == 1 && std::memcmp(&offers[r].id, &offers[holders.front()].id, sizeof(ncclUniqueId)) == 0) {
+      continue;
+    }
+    refuse(ncclInvalidUsage, "existing rank " + std::to_string(r) + " passed a uniqueId that no existing rank's "
+                             "ncclCommGetUniqueId made for this grow; the rank that asked for the id passes it, the "
+                             "other existing ranks NULL (or the same id)");
   }
   if (holders.empty()) {
     refuse(ncclInvalidUsage, "no existing rank passed a grow id: the rank that called ncclCommGetUniqueId passes its "
@@ -105,14 +113,13 @@ Verdict agree(Communicator& parent, const Offer& mine, uint32_t tag, const std::
   return v;
 }
 
-/// One existing rank's part in a grow, for as long as it runs: the parent cannot be destroyed
-/// under it (a nonblocking grow runs on the new communicator's thread), aborting the parent
-/// aborts the new communicator, no other grow id is handed out, and the rank that held the id
-/// stops its root at the end (a joiner still waiting there is told at once) and counts it used.
+/// One existing rank's part in a grow, for as long as it runs (the caller keeps the parent
+/// alive): aborting the parent aborts the new communicator, no other grow id is handed out, and
+/// the rank that held the id stops its root at the end and counts the id used.
 class GrowOfParent {
  public:
   GrowOfParent(Communicator& parent, Communicator& child, bool holder)
-      : keep_(parent), parent_(parent), holder_(holder), rootTicket_(parent.growIds().begin(holder)) {
+      : parent_(parent), holder_(holder), rootTicket_(parent.growIds().begin(holder)) {
     parent.setAbortFollower(&child);
   }
   ~GrowOfParent() {
@@ -124,7 +131,6 @@ class GrowOfParent {
   GrowOfParent& operator=(const GrowOfParent&) = delete;
 
  private:
-  CallGuard keep_;
   Communicator& parent_;
   bool holder_;
   uint64_t rootTicket_;
@@ -151,6 +157,7 @@ ncclUniqueId offerGrowId(Communicator& parent, const InitSettings& settings) {
 
 void growExistingRank(Communicator& parent, const GrowRequest& request, uint32_t sequence, Communicator& child,
                       const InitSettings& settings) {
+  CallGuard keep(parent);  // (first: a nonblocking grow runs later, on the new communicator's thread)
   const GrowIdMatch match = parent.growIds().match(request.id);
   GrowOfParent grow(parent, child, match == GrowIdMatch::kPending);
   Offer mine{};

@@ -71,8 +71,9 @@ void checkPosition(ncclComm_t comm, int rank, int n) {
 }
 
 /// Rank `rank` of the run 2 -> 3 -> 8. Ranks 0 and 1 start the first communicator (rank 0 asks
-/// for the id), rank 2 joins it; rank 2 (a rank that joined) asks for the second id and ranks
-/// 3..7 join. Every communicator, the parents included, runs exact AllReduces afterwards.
+/// for the id), rank 2 joins it; rank 2 (a rank that joined) asks for the second id, which all
+/// three pass, and ranks 3..7 join. Every communicator, the parents included, runs exact
+/// AllReduces afterwards.
 void growRank(const ncclUniqueId& first, Mailbox& box, int rank, bool processes) {
   const int fds = test::openFileDescriptors();
   const int threads = test::liveThreads();
@@ -100,8 +101,11 @@ void growRank(const ncclUniqueId& first, Mailbox& box, int rank, bool processes)
       box.ids[stage] = id;
       box.posted[stage].store(1, std::memory_order_release);
     }
+    // In the second grow the other existing ranks pass the id too, which NCCL allows.
+    if (rank != asker && stage == 1) id = awaitId(box, stage);
+    const bool passId = rank == asker || stage == 1;
     ncclComm_t grown = nullptr;
-    EXPECT_OK(ncclCommGrow(comm, kSizes[stage + 1], rank == asker ? &id : nullptr, -1, &grown, nullptr));
+    EXPECT_OK(ncclCommGrow(comm, kSizes[stage + 1], passId ? &id : nullptr, -1, &grown, nullptr));
     made.push_back(grown);
     checkPosition(grown, rank, kSizes[stage + 1]);
     for (int i = 0; i < 3; ++i) EXPECT_OK(allReduceExact(grown, kSizes[stage + 1]));
@@ -212,7 +216,8 @@ TEST_CASE("grow's bad arguments and misused ids fail at once, naming what is wro
     CHECK_OUTCOME(grow(nullptr, 2, &id, 1), ncclInvalidUsage, "already used by an ncclCommGrow that has ended");
     REQUIRE(ncclCommGetUniqueId(comm, &id) == ncclSuccess);  // (the used one no longer blocks a new one)
     CHECK_OUTCOME(grow(comm, 2, &id, 0), ncclInvalidArgument, "existing rank 0 passed rank = 0; existing ranks pass -1");
-    CHECK_OUTCOME(grow(comm, 2, &plain, -1), ncclInvalidUsage, "did not make");
+    CHECK_OUTCOME(grow(comm, 2, &plain, -1), ncclInvalidUsage,
+                  "existing rank 0 passed a uniqueId that no existing rank's ncclCommGetUniqueId made");
     CHECK_OUTCOME(grow(comm, 2, nullptr, -1), ncclInvalidUsage, "no existing rank passed a grow id");
     CHECK(secondsSince(start) < 5);
 
