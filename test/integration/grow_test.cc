@@ -14,6 +14,8 @@
 #include "bootstrap/root.h"
 #include "comm/grow.h"
 #include "harness/ranks.h"
+#include "integration/emulated_device.h"
+#include "runtime/host/data_path.h"
 #include "test_env.h"
 
 using namespace braid;
@@ -412,5 +414,55 @@ TEST_CASE("new ranks that claim the same rank, or another nRanks, fail everyone 
       }
     }
     CHECK(secondsSince(start) < 10);
+  }
+}
+
+TEST_CASE("emulated GPU: grow 2 -> 4 on the CUDA backend's path, threads and processes, exact", "[integration][grow]") {
+  comm::setTestDeviceFactory([](int) { return std::make_unique<test::EmulatedDevice>(); });
+  struct Restore {
+    ~Restore() { comm::setTestDeviceFactory(nullptr); }
+  } restore;
+  // A stream of each rank's own (the legacy stream is refused to ranks sharing a process).
+  auto allReduceOnDevice = [](ncclComm_t comm, int rank, int n) {
+    std::vector<float> x(kCount, static_cast<float>(rank + 1));
+    const auto stream = reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(0x1000 + 16 * rank));
+    EXPECT_OK(ncclAllReduce(x.data(), x.data(), kCount, ncclFloat, ncclSum, comm, stream));
+    comm->dataPath().synchronize();
+    for (float v : x) expect(v == static_cast<float>(n * (n + 1) / 2), "AllReduce gave " + std::to_string(v));
+  };
+  for (bool processes : {false, true}) {
+    INFO((processes ? "processes" : "threads"));
+    Mailbox* box = newMailbox();
+    ncclUniqueId first;
+    REQUIRE(ncclGetUniqueId(&first) == ncclSuccess);
+    auto body = [&](int rank) {
+      ncclComm_t comm = nullptr, grown = nullptr;
+      ncclUniqueId id{};
+      if (rank < 2) {
+        EXPECT_OK(ncclCommInitRank(&comm, 2, first, rank));
+        allReduceOnDevice(comm, rank, 2);
+        if (rank == 1) {
+          EXPECT_OK(ncclCommGetUniqueId(comm, &id));
+          box->ids[0] = id;
+          box->posted[0].store(1, std::memory_order_release);
+        }
+        EXPECT_OK(ncclCommGrow(comm, 4, rank == 1 ? &id : nullptr, -1, &grown, nullptr));
+      } else {
+        id = awaitId(*box, 0);
+        EXPECT_OK(ncclCommGrow(nullptr, 4, &id, rank, &grown, nullptr));
+      }
+      int device = -1;
+      EXPECT_OK(ncclCommCuDevice(grown, &device));
+      expect(device == 0, "the grown communicator is on device " + std::to_string(device) + ", not the emulated 0");
+      checkPosition(grown, rank, 4);
+      for (int i = 0; i < 3; ++i) allReduceOnDevice(grown, rank, 4);
+      if (comm != nullptr) allReduceOnDevice(comm, rank, 2);
+      EXPECT_OK(ncclCommDestroy(grown));
+      if (comm != nullptr) EXPECT_OK(ncclCommDestroy(comm));
+    };
+    const std::string out = processes ? test::runProcesses(4, body, std::chrono::seconds(60))
+                                      : test::runThreads(4, body, std::chrono::seconds(60));
+    munmap(box, sizeof(Mailbox));
+    CHECK(out == "");
   }
 }
