@@ -233,6 +233,14 @@ TEST_CASE("grow's bad arguments and misused ids fail at once, naming what is wro
     });
     CHECK(out == "");
     CHECK(allReduceExact(comm, 1) == ncclSuccess);
+    // A joiner in another process would not know the id is used: it finds the root gone, at
+    // once (a grow root is never retried: it ran before its id existed).
+    auto late = comm::newCommunicator(1, 2, CommConfig{}, -1);
+    const auto lateStart = Clock::now();
+    CHECK_THROWS_WITH(comm::growNewRank(*late, id, test::loopbackSettings(30)),
+                      Catch::Contains("the root of the grow id is gone"));
+    CHECK(secondsSince(lateStart) < 2);
+    late.reset();
     CHECK(ncclCommDestroy(comm) == ncclSuccess);
     // The plain id's root waits for ranks that never come: init a communicator of one on it.
     REQUIRE(ncclCommInitRank(&comm, 1, plain, 0) == ncclSuccess);
@@ -409,8 +417,9 @@ TEST_CASE("new ranks that claim the same rank, or another nRanks, fail everyone 
       CHECK(outcomes[r].result != ncclSuccess);
       if (r < 2) {
         CHECK_THAT(outcomes[r].text, Catch::Contains(c.words));
-      } else {  // (a joiner that comes after the failure finds the root stopped with the holder's grow)
-        CHECK_THAT(outcomes[r].text, Catch::Contains(c.words) || Catch::Contains("the root of the grow id is gone"));
+      } else {  // (a joiner that comes after the failure finds the root stopped, or the id used up)
+        CHECK_THAT(outcomes[r].text, Catch::Contains(c.words) || Catch::Contains("the root of the grow id is gone") ||
+                                         Catch::Contains("uniqueId was already used by an ncclCommGrow that has ended"));
       }
     }
     CHECK(secondsSince(start) < 10);
@@ -465,4 +474,31 @@ TEST_CASE("emulated GPU: grow 2 -> 4 on the CUDA backend's path, threads and pro
     munmap(box, sizeof(Mailbox));
     CHECK(out == "");
   }
+}
+
+TEST_CASE("one thread grows a communicator of 1 into 3 inside a group, as with ncclCommInitAll", "[integration][grow]") {
+  ncclUniqueId first, id;
+  REQUIRE(ncclGetUniqueId(&first) == ncclSuccess);
+  ncclComm_t parent = nullptr;
+  REQUIRE(ncclCommInitRank(&parent, 1, first, 0) == ncclSuccess);
+  REQUIRE(ncclCommGetUniqueId(parent, &id) == ncclSuccess);
+  ncclComm_t comms[3] = {};
+  REQUIRE(ncclGroupStart() == ncclSuccess);
+  CHECK(ncclCommGrow(parent, 3, &id, -1, &comms[0], nullptr) == ncclSuccess);
+  for (int r = 1; r < 3; ++r) CHECK(ncclCommGrow(nullptr, 3, &id, r, &comms[r], nullptr) == ncclSuccess);
+  REQUIRE(ncclGroupEnd() == ncclSuccess);
+  std::vector<std::vector<float>> x(3);
+  REQUIRE(ncclGroupStart() == ncclSuccess);
+  for (int r = 0; r < 3; ++r) {
+    x[r].assign(kCount, static_cast<float>(r + 1));
+    CHECK(ncclAllReduce(x[r].data(), x[r].data(), kCount, ncclFloat, ncclSum, comms[r], nullptr) == ncclSuccess);
+  }
+  REQUIRE(ncclGroupEnd() == ncclSuccess);
+  for (int r = 0; r < 3; ++r) {
+    INFO("rank " << r);
+    CHECK(std::count(x[r].begin(), x[r].end(), 6.0f) == kCount);
+    CHECK(ncclCommDestroy(comms[r]) == ncclSuccess);
+  }
+  CHECK(allReduceExact(parent, 1) == ncclSuccess);
+  CHECK(ncclCommDestroy(parent) == ncclSuccess);
 }
