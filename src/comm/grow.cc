@@ -14,8 +14,10 @@ namespace braid::comm {
 
 namespace {
 
-constexpr uint32_t kGrowTag = 0x47525700;  // tags of the existing ranks' agreement, plus the sequence
-constexpr uint32_t kVerdictBit = 1u << 20;  // (sequences stay below 2^20)
+// Tags of the existing ranks' agreement: 'G', the sequence (below 2^20), and the verdict's bit.
+constexpr uint32_t kGrowTag = 0x47000000;
+constexpr uint32_t kVerdictBit = 1u << 20;
+static_assert((kGrowTag & (kVerdictBit | (kVerdictBit - 1))) == 0, "the sequence and the verdict's bit are free");
 
 /// What one existing rank passed to ncclCommGrow, as rank 0 of the parent sees it.
 struct Offer {
