@@ -229,10 +229,10 @@ ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeR
 ncclResult_t pncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
                              ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags);
 
-/* Elastic growth. The root of an existing communicator makes a token (one at a time, each used
- * once); existing ranks call ncclCommGrow with the new size (non-roots pass uniqueId NULL and
- * rank -1, the root its token and rank -1); joining ranks pass comm NULL, the token and the rank
- * they are given. Existing ranks keep their numbers. */
+/* Growing a communicator. One existing rank asks for the id (one unused id at a time; an id
+ * grows once) and gives it to the new ranks. ncclCommGrow: existing ranks pass comm and rank
+ * -1 (the one that asked passes its id, the others NULL) and keep their numbers; new ranks
+ * pass comm NULL, the id and the rank they take. */
 ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* uniqueId);
 ncclResult_t pncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* uniqueId);
 ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId, int rank,

@@ -8,6 +8,7 @@
 #include "bootstrap/bootstrap.h"
 #include "comm/communicator.h"
 #include "runtime/host/data_path.h"
+#include "comm/grow.h"
 #include "comm/init.h"
 #include "comm/split.h"
 #include "core/log.h"
@@ -281,6 +282,75 @@ ncclResult_t pncclCommShrink(ncclComm_t comm, int* excludeRanksList, int exclude
   });
 }
 
+namespace {
+
+/// A communicator that grow may start from: its init done and healthy.
+void requireReady(const Communicator& c) {
+  if (c.asyncError() != ncclSuccess) {
+    fail(ncclInvalidUsage, "comm is not ready: its state is %s (%s); a grow starts from a communicator whose init "
+         "completed and that has not failed", ncclGetErrorString(c.asyncError()),
+         c.asyncError() == ncclInProgress ? "init still running" : c.lastError().c_str());
+  }
+  if (c.revoked()) fail(ncclInvalidUsage, "comm was revoked (ncclCommRevoke); it cannot grow");
+  if (c.finalized()) fail(ncclInvalidUsage, "comm was finalized (ncclCommFinalize); it cannot grow");
+}
+
+}  // namespace
+
+BRAID_API(ncclResult_t, ncclCommGetUniqueId, ncclComm_t comm, ncclUniqueId* uniqueId);
+ncclResult_t pncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* uniqueId) {
+  return api::guarded("ncclCommGetUniqueId", comm, [&] {
+    Communicator& c = communicatorFrom(comm);
+    api::requireNonNull(uniqueId, "uniqueId");
+    requireReady(c);
+    *uniqueId = comm::offerGrowId(c, comm::InitSettings::fromParams());
+    return ncclSuccess;
+  });
+}
+
+BRAID_API(ncclResult_t, ncclCommGrow, ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId, int rank,
+          ncclComm_t* newcomm, ncclConfig_t* config);
+ncclResult_t pncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId, int rank, ncclComm_t* newcomm,
+                           ncclConfig_t* config) {
+  return api::guarded("ncclCommGrow", comm, [&] {
+    api::requireNonNull(newcomm, "newcomm");
+    *newcomm = nullptr;
+    const comm::InitSettings settings = comm::InitSettings::fromParams();
+    if (comm == nullptr) {  // a new rank
+      if (uniqueId == nullptr) {
+        fail(ncclInvalidArgument, "comm and uniqueId are both NULL: a new rank passes the grow id, an existing rank "
+             "its communicator");
+      }
+      comm::checkNewRankOfGrow(*uniqueId, nRanks, rank);
+      const CommConfig cfg = readConfig(config, nullptr, settings.defaultBlocking);
+      std::unique_ptr<ncclComm> child = comm::newCommunicator(rank, nRanks, cfg, comm::deviceOfNewRank(settings, -1));
+      ncclComm* raw = child.get();
+      const ncclUniqueId id = *uniqueId;
+      const ncclResult_t r = dispatch(*raw, [raw, id, settings] { comm::growNewRank(*raw, id, settings); });
+      *newcomm = child.release();
+      return r;
+    }
+    Communicator& parent = communicatorFrom(comm);
+    requireReady(parent);
+    // nRanks, rank and the id are judged with the other existing ranks' (all fail alike).
+    comm::GrowRequest request;
+    request.nRanks = nRanks;
+    request.rankArgument = rank;
+    request.id = uniqueId;
+    const CommConfig cfg = readConfig(config, &parent.config(), settings.defaultBlocking);
+    const uint32_t sequence = parent.nextSplitSequence();
+    std::unique_ptr<ncclComm> child = comm::newCommunicator(0, 1, cfg, parent.identity().cudaDevice);
+    ncclComm* raw = child.get();
+    const ncclResult_t r = dispatch(*raw, [&parent, raw, request, sequence, settings, id = uniqueId ? *uniqueId
+                                                                                         : ncclUniqueId{}]() mutable {
+      if (request.id != nullptr) request.id = &id;  // (the caller's id may be gone by then)
+      comm::growExistingRank(parent, request, sequence, *raw, settings);
+    });
+    *newcomm = child.release();
+    return r;
+  });
+}
+
 BRAID_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyncError);
 ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
   return api::guarded("ncclCommGetAsyncError", comm, [&] {
@@ -326,25 +396,5 @@ ncclResult_t pncclCommUserRank(const ncclComm_t comm, int* rank) {
     api::requireNonNull(rank, "rank");
     *rank = c.identity().rank;
     return ncclSuccess;
-  });
-}
-
-// Elastic growth (NCCL 2.29). Declared and exported; the implementation arrives separately
-// (src/comm/grow), which replaces these two bodies.
-BRAID_API(ncclResult_t, ncclCommGetUniqueId, ncclComm_t comm, ncclUniqueId* uniqueId);
-ncclResult_t pncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* uniqueId) {
-  return api::guarded("ncclCommGetUniqueId", comm, [&]() -> ncclResult_t {
-    communicatorFrom(comm);
-    api::requireNonNull(uniqueId, "uniqueId");
-    fail(ncclInvalidUsage, "ncclCommGetUniqueId is not implemented yet (it comes with ncclCommGrow)");
-  });
-}
-
-BRAID_API(ncclResult_t, ncclCommGrow, ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId, int rank,
-          ncclComm_t* newcomm, ncclConfig_t* config);
-ncclResult_t pncclCommGrow(ncclComm_t comm, int, const ncclUniqueId*, int, ncclComm_t* newcomm, ncclConfig_t*) {
-  return api::guarded("ncclCommGrow", comm, [&]() -> ncclResult_t {
-    api::requireNonNull(newcomm, "newcomm");
-    fail(ncclInvalidUsage, "ncclCommGrow is not implemented yet");
   });
 }

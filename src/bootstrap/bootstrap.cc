@@ -67,7 +67,10 @@ std::unique_ptr<Bootstrap> Bootstrap::join(const std::vector<UniqueId>& ids, int
   const auto rootDeadline = net::Clock::now() + settings.timeout + kRootGrace;
   Message answer;
   try {
-    net::Socket root = net::Socket::connect(id.root, net::Clock::now() + settings.timeout, abortFlag);
+    // A grow id's root ran before the id existed and ends with the grow that uses it: a refusal
+    // means it is gone (a late joiner), not that it has yet to start, so it is not retried.
+    net::Socket root = net::Socket::connect(id.root, net::Clock::now() + settings.timeout, abortFlag, {},
+                                            /*refusedIsFinal=*/id.grownFrom > 0);
     Registration r{};
     r.nRanks = nRanks;
     r.abiVersion = NCCL_VERSION_CODE;

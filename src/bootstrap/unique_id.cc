@@ -17,6 +17,7 @@ struct Layout {
   uint64_t secret;
   net::SocketAddress::Packed root;
   uint32_t flags;
+  int32_t grownFrom;
 };
 static_assert(std::is_trivially_copyable_v<Layout> && sizeof(Layout) <= NCCL_UNIQUE_ID_BYTES);
 
@@ -31,6 +32,7 @@ ncclUniqueId UniqueId::encode() const {
   l.secret = secret;
   l.root = root.pack();
   l.flags = rootStartedByRank0 ? kFlagRootStartedByRank0 : 0;
+  l.grownFrom = grownFrom;
   ncclUniqueId id;
   std::memset(&id, 0, sizeof(id));
   std::memcpy(id.internal, &l, sizeof(l));
@@ -48,6 +50,7 @@ UniqueId UniqueId::decode(const ncclUniqueId& id) {
   u.secret = l.secret;
   u.root = net::SocketAddress::unpack(l.root);
   u.rootStartedByRank0 = (l.flags & kFlagRootStartedByRank0) != 0;
+  u.grownFrom = l.grownFrom;
   if (!u.root.valid()) fail(ncclInvalidArgument, "the unique id holds no valid root address (corrupt id?)");
   return u;
 }

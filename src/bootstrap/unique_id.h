@@ -16,6 +16,9 @@ struct UniqueId {
   /// True when the id came from NCCL_COMM_ID: nobody has started the root yet, and
   /// rank 0 starts it inside ncclCommInitRank.
   bool rootStartedByRank0 = false;
+  /// For an id from ncclCommGetUniqueId: the size of the communicator it grows (its ranks keep
+  /// 0..grownFrom-1, so a new rank checks its number before it connects); 0 for other ids.
+  int32_t grownFrom = 0;
 
   ncclUniqueId encode() const;
   /// Throws ncclInvalidArgument when the bytes are not an id made by Braid.

@@ -51,6 +51,14 @@ void Communicator::requestAbort() {
   abort_.store(true, std::memory_order_release);
   kernels::storeRelease(&abortWord_, 1u);
   if (uint32_t* mirror = abortMirror_.load(std::memory_order_acquire)) kernels::storeRelease(mirror, 1u);
+  std::lock_guard<std::mutex> lock(followerMutex_);
+  if (abortFollower_ != nullptr) abortFollower_->requestAbort();
+}
+
+void Communicator::setAbortFollower(Communicator* follower) {
+  std::lock_guard<std::mutex> lock(followerMutex_);
+  abortFollower_ = follower;
+  if (follower != nullptr && abort_.load(std::memory_order_acquire)) follower->requestAbort();
 }
 
 void Communicator::mirrorAbortTo(uint32_t* word) {

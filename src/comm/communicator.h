@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "comm/config.h"
+#include "comm/grow_ids.h"
 #include "comm/handles.h"
 #include "comm/peer_info.h"
 #include "comm/red_ops.h"
@@ -114,6 +115,12 @@ class Communicator {
   /// Also raises `word` on abort (the copy a GPU's kernels poll); it must live as long as the
   /// data path (the device that owns it belongs to it).
   void mirrorAbortTo(uint32_t* word);
+  /// While a grow of this communicator creates `follower`, aborting this one aborts it too
+  /// (a blocking grow's new handle is not the caller's yet: the parent's abort must end it).
+  /// nullptr ends the link; the follower must outlive it.
+  void setAbortFollower(Communicator* follower);
+  /// The grow id this communicator handed out (ncclCommGetUniqueId), if any.
+  comm::GrowIds& growIds() { return growIds_; }
 
   bool finalized() const { return finalized_.load(); }
   void markFinalized() { finalized_.store(true); }
@@ -140,6 +147,9 @@ class Communicator {
   std::atomic<bool> abort_{false};
   uint32_t abortWord_ = 0;
   std::atomic<uint32_t*> abortMirror_{nullptr};
+  std::mutex followerMutex_;
+  Communicator* abortFollower_ = nullptr;
+  comm::GrowIds growIds_;
   std::atomic<ncclResult_t> jobResult_{ncclSuccess};
   std::atomic<bool> finalized_{false};
   std::atomic<bool> revoked_{false};

@@ -2,6 +2,7 @@
  * One rank of a communicator, as a plain C program linked against Braid's libnccl.so.2:
  *   rank_main NRANKS RANK [allreduce]
  *   rank_main NRANKS RANK stream COUNT [kill-at K R | stop-at K R] [shrink]
+ *   rank_main NRANKS RANK grow FROM FILE
  * The unique id comes from ncclGetUniqueId, so NCCL_COMM_ID must be set (every rank then
  * computes the same id, and rank 0 starts the root). Prints "rank R of N ok" on success.
  * "stream" runs COUNT AllReduces of 1000 floats; with kill-at/stop-at, rank R sends itself
@@ -10,6 +11,11 @@
  * exits with status 3. With "shrink", a survivor instead shrinks the communicator without rank R
  * (ncclCommShrink), runs 20 AllReduces of ones on the new one, checks them exactly, prints
  * "rank R2: shrink ok, 20 exact AllReduces on M ranks" and exits with 0.
+ * "grow": ranks below FROM make a communicator of FROM ranks, rank 0 asks it for a grow id
+ * (ncclCommGetUniqueId) and leaves it in FILE (a path every rank sees), and they grow it to
+ * NRANKS; the other ranks wait for FILE (30 s at most) and join with its id. Every rank then
+ * checks 20 AllReduces on the grown communicator exactly (the old ones also 5 on the parent) and
+ * prints "rank R: grow ok, 20 exact AllReduces on NRANKS ranks".
  */
 #define _POSIX_C_SOURCE 200809L
 #include <nccl.h>
@@ -76,6 +82,68 @@ static int shrinkAndGoOn(ncclComm_t comm, int nranks, int rank, int dead) {
   return 0;
 }
 
+/* n exact AllReduces (rank r adds r + 1); prints the failure and returns nonzero on one. */
+static int exactAllReduces(ncclComm_t comm, int n, const char* which) {
+  float x[1000];
+  int count = 0, me = -1;
+  if (ncclCommCount(comm, &count) != ncclSuccess || ncclCommUserRank(comm, &me) != ncclSuccess) return 5;
+  for (int op = 1; op <= n; ++op) {
+    for (int i = 0; i < 1000; ++i) x[i] = (float)(me + 1);
+    ncclResult_t r = ncclAllReduce(x, x, 1000, ncclFloat, ncclSum, comm, NULL);
+    if (r != ncclSuccess || x[999] != (float)(count * (count + 1) / 2)) {
+      printf("rank %d: AllReduce #%d on the %s failed or gave %f: %s: %s\n", me, op, which, x[999],
+             ncclGetErrorString(r), ncclGetLastError(NULL));
+      return 5;
+    }
+  }
+  return 0;
+}
+
+/* The "grow" mode (see the top of the file). */
+static int growMode(int nranks, int rank, int from, const char* file) {
+  ncclComm_t comm = NULL, grown = NULL;
+  ncclUniqueId id;
+  int count = 0, me = -1;
+  if (rank < from) {
+    CHECK(ncclGetUniqueId(&id));
+    CHECK(ncclCommInitRank(&comm, from, id, rank));
+    if (rank == 0) {
+      char tmp[4096];
+      snprintf(tmp, sizeof tmp, "%s.tmp", file);
+      CHECK(ncclCommGetUniqueId(comm, &id));
+      FILE* f = fopen(tmp, "wb");
+      if (f == NULL || fwrite(&id, sizeof id, 1, f) != 1 || fclose(f) != 0 || rename(tmp, file) != 0) {
+        printf("rank 0: could not write %s\n", file);
+        return 1;
+      }
+    }
+    CHECK(ncclCommGrow(comm, nranks, rank == 0 ? &id : NULL, -1, &grown, NULL));
+  } else {
+    const double until = now() + 30;
+    FILE* f = NULL;
+    const struct timespec pause = {0, 10 * 1000 * 1000};
+    while ((f = fopen(file, "rb")) == NULL && now() < until) nanosleep(&pause, NULL);
+    if (f == NULL || fread(&id, sizeof id, 1, f) != 1) {
+      printf("rank %d: no grow id in %s within 30 s\n", rank, file);
+      return 1;
+    }
+    fclose(f);
+    CHECK(ncclCommGrow(NULL, nranks, &id, rank, &grown, NULL));
+  }
+  CHECK(ncclCommCount(grown, &count));
+  CHECK(ncclCommUserRank(grown, &me));
+  if (count != nranks || me != rank) {
+    printf("rank %d: the grown communicator says rank %d of %d\n", rank, me, count);
+    return 1;
+  }
+  if (exactAllReduces(grown, 20, "grown communicator") != 0) return 5;
+  if (comm != NULL && exactAllReduces(comm, 5, "parent") != 0) return 5;
+  CHECK(ncclCommDestroy(grown));
+  if (comm != NULL) CHECK(ncclCommDestroy(comm));
+  printf("rank %d: grow ok, 20 exact AllReduces on %d ranks\n", rank, nranks);
+  return 0;
+}
+
 /* The "stream" mode: COUNT AllReduces; a failure is reported, not fatal to the test program. */
 static int stream(ncclComm_t comm, int nranks, int rank, int count, int signalAt, int signalRank, int sig,
                   int shrink) {
@@ -113,11 +181,13 @@ static int stream(ncclComm_t comm, int nranks, int rank, int count, int signalAt
 
 int main(int argc, char** argv) {
   if (argc < 3 || argc > 9) {
-    fprintf(stderr, "usage: rank_main NRANKS RANK [allreduce | stream COUNT [kill-at K R | stop-at K R] [shrink]]\n");
+    fprintf(stderr, "usage: rank_main NRANKS RANK [allreduce | stream COUNT [kill-at K R | stop-at K R] [shrink] | "
+                    "grow FROM FILE]\n");
     return 2;
   }
   const int nranks = atoi(argv[1]);
   const int rank = atoi(argv[2]);
+  if (argc == 6 && strcmp(argv[3], "grow") == 0) return growMode(nranks, rank, atoi(argv[4]), argv[5]);
   ncclUniqueId id;
   ncclComm_t comm = NULL;
   int count = -1, me = -1;

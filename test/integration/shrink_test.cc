@@ -92,15 +92,8 @@ void survive(const ncclUniqueId& id, int n, int rank, const Deaths& deaths, bool
   }
   for (auto it = made.rbegin(); it != made.rend(); ++it) EXPECT_OK(ncclCommDestroy(*it));
   if (!processes) return;  // (threads: the test checks the process's counts)
-  const auto settle = Clock::now() + std::chrono::seconds(5);
-  while ((test::openFileDescriptors() != fds || test::liveThreads() != threads) && Clock::now() < settle) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  expect(test::openFileDescriptors() == fds, "descriptors: " + std::to_string(fds) + " before, " +
-                                                 std::to_string(test::openFileDescriptors()) + " after");
-  expect(test::liveThreads() == threads, "threads: " + std::to_string(threads) + " before, " +
-                                             std::to_string(test::liveThreads()) + " after");
-  expect(bootstrap::liveRoots() == 0, "bootstrap roots left running: " + std::to_string(bootstrap::liveRoots()));
+  const std::string left = test::leftBehind(fds, threads);
+  expect(left.empty(), left);
 }
 
 }  // namespace
@@ -138,12 +131,7 @@ TEST_CASE("shrink after a rank's death, twice: each position killed, survivors e
         CHECK(out == expected);
       } else {
         CHECK(out == "");
-        const auto settle = Clock::now() + std::chrono::seconds(5);
-        while ((test::openFileDescriptors() != fds || test::liveThreads() != threads) && Clock::now() < settle) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        }
-        CHECK(test::openFileDescriptors() == fds);
-        CHECK(test::liveThreads() == threads);
+        CHECK(test::leftBehind(fds, threads, /*roots=*/false) == "");
       }
     }
   }

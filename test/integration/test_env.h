@@ -3,14 +3,18 @@
 #pragma once
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstdlib>
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <thread>
 
+#include "bootstrap/root.h"
 #include "comm/communicator.h"
 #include "comm/init.h"
 #include "core/status.h"
+#include "harness/ranks.h"
 
 namespace braid::test {
 
@@ -64,6 +68,23 @@ inline comm::InitSettings loopbackSettings(int timeoutSeconds = 30, const char* 
   s.net.interface.family = family;
   s.net.timeout = std::chrono::seconds(timeoutSeconds);
   return s;
+}
+
+/// Waits up to 5 s for this process's descriptors and threads to be back at `fds` and
+/// `threads` and, with `roots`, for no bootstrap root to run (a root that served may take a
+/// moment to end). Returns "" or what was left, for a leak check.
+inline std::string leftBehind(int fds, int threads, bool roots = true) {
+  auto clean = [&] {
+    return openFileDescriptors() == fds && liveThreads() == threads && (!roots || bootstrap::liveRoots() == 0);
+  };
+  const auto settle = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!clean() && std::chrono::steady_clock::now() < settle) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (clean()) return "";
+  return "descriptors: " + std::to_string(fds) + " before, " + std::to_string(openFileDescriptors()) +
+         " after; threads: " + std::to_string(threads) + " before, " + std::to_string(liveThreads()) +
+         " after; bootstrap roots running: " + std::to_string(bootstrap::liveRoots());
 }
 
 }  // namespace braid::test

@@ -181,6 +181,19 @@ for victim in 0 2; do
   done
 done
 
+# Growing across hosts: 2 ranks on 2 hosts grow to 3 on 3 hosts (1 rank a host), then 3 ranks
+# grow to 8 on 4 hosts (2 a host: shared memory and sockets). Rank 0 asks for the grow id and
+# leaves it in a file the new ranks read; all check 20 exact AllReduces on the grown
+# communicator, the old ranks 5 more on the parent.
+for shape in "3 1 2" "8 2 3"; do
+  set -- $shape
+  run_job $1 $2 60 "" -- "$rank_main" $1 @RANK@ grow $3 "$out/grow-id-$1"
+  for r in $(seq 0 $(($1 - 1))); do
+    check "grow $3 -> $1 ($2 rank(s) a host): rank $r exact on the grown communicator" \
+      grep -q "rank $r: grow ok, 20 exact AllReduces on $1 ranks" "$out/$r"
+  done
+done
+
 shm_after=$(ls /dev/shm 2>/dev/null | grep -c '^braid-')
 check "no shared-memory files left ($shm_before before, $shm_after after)" test "$shm_after" -le "$shm_before"
 rm -rf "$out"
