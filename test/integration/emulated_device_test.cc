@@ -383,7 +383,7 @@ TEST_CASE("emulated GPU: sends to another process go straight into its registere
     };
     void* handle = nullptr;
     if (rank == 1) EXPECT_OK(ncclCommRegister(comm, allocation, bytes + 8192, &handle));
-    const uint64_t first = round(0, registered);  // the FIFO unless rank 1's offer came first (a race)
+    const uint64_t first = round(0, registered);  // the FIFO where rank 1's offer came late (a race, per part)
     handOver();
     const uint64_t direct = round(1, registered);
     const uint64_t again = round(2, registered);
@@ -403,7 +403,9 @@ TEST_CASE("emulated GPU: sends to another process go straight into its registere
                                 std::to_string(unregistered) + " " + std::to_string(revoked) + " " +
                                 std::to_string(later) + " " + std::to_string(reregistered);
       const uint64_t parts = static_cast<uint64_t>(comm->dataPath().peerChannels().perPeer);
-      expect(parts == 4 && (first == fifoSteps || first == parts) && direct == parts && again == parts &&
+      // (The first round races rank 1's offers part by part: each of the 4 parts goes direct, one
+      // step, or through the FIFO, two: 4 to 8 steps.)
+      expect(parts == 4 && first >= parts && first <= fifoSteps && direct == parts && again == parts &&
                  unregistered == fifoSteps && revoked == fifoSteps && later == fifoSteps && reregistered == parts,
              "FIFO steps of the sends: " + steps);
       // (the peer's connection sets share one import: offered_buffers.h)
