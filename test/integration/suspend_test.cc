@@ -4,6 +4,7 @@
 // ranks, as threads and as processes.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <string>
@@ -197,5 +198,97 @@ TEST_CASE("a suspend gives back the resident memory ncclCommMemStats says", "[in
       delete releasableSum;
       CHECK(failures == "");
     }
+  }
+}
+
+TEST_CASE("suspend and resume over sockets (released) and verbs (kept), exact after", "[integration][suspend]") {
+  for (const std::string net : {"Socket", "IB"}) {
+    if (net == "IB" && braid::test::verbsDouble().empty()) {
+      WARN("no verbs double in this build: the IB case is not run");
+      continue;
+    }
+    INFO(net);
+    CHECK(withRanks(2, [net](int rank, ncclComm_t comm, bool) {
+            braid::transport::ConnectorOptions& o = comm->dataPath().connectorOptions();
+            o.networkOnly = true;
+            o.net = net;
+            o.ib.library = braid::test::verbsDouble();
+            allReduceExact(comm, rank, 2, kLarge);
+            ringSendRecvExact(comm, rank, 2, kLarge / 4);
+            const uint64_t releasable = stat(comm, ncclStatGpuMemSuspend);
+            // A socket end's copy is its own (released); a NIC registered a verbs end's pages (kept).
+            expect(net == "IB" ? releasable == 0 : releasable >= (uint64_t(4) << 20),
+                   net + " ends: " + std::to_string(releasable) + " bytes suspendable");
+            for (int cycle = 0; cycle < 2; ++cycle) {
+              EXPECT_OK(ncclCommSuspend(comm, NCCL_SUSPEND_MEM));
+              EXPECT_OK(ncclCommResume(comm));
+              allReduceExact(comm, rank, 2, kLarge);
+              allReduceExact(comm, rank, 2, 999);
+              ringSendRecvExact(comm, rank, 2, kLarge / 4 + 1);
+            }
+          }) == "");
+  }
+}
+
+TEST_CASE("suspend and resume of one thread's ranks in a group, of nonblocking communicators, and destroy while "
+          "suspended", "[integration][suspend]") {
+  const int n = 2;
+  SECTION("one thread, both ranks in one group") {
+    std::vector<ncclComm_t> comms(n);
+    REQUIRE(ncclCommInitAll(comms.data(), n, nullptr) == ncclSuccess);
+    auto everyRank = [&](const std::function<ncclResult_t(ncclComm_t)>& call) {
+      REQUIRE(ncclGroupStart() == ncclSuccess);
+      for (ncclComm_t c : comms) REQUIRE(call(c) == ncclSuccess);
+      REQUIRE(ncclGroupEnd() == ncclSuccess);
+    };
+    std::vector<std::vector<float>> in(n, std::vector<float>(kLarge)), out(n, std::vector<float>(kLarge));
+    auto allReduce = [&] {
+      for (int r = 0; r < n; ++r) std::fill(in[r].begin(), in[r].end(), float(r + 1)), std::fill(out[r].begin(), out[r].end(), 0.0f);
+      REQUIRE(ncclGroupStart() == ncclSuccess);
+      for (int r = 0; r < n; ++r) {
+        REQUIRE(ncclAllReduce(in[r].data(), out[r].data(), kLarge, ncclFloat32, ncclSum, comms[r], nullptr) == ncclSuccess);
+      }
+      REQUIRE(ncclGroupEnd() == ncclSuccess);
+      for (int r = 0; r < n; ++r) CHECK((out[r].front() == 3.0f && out[r].back() == 3.0f));
+    };
+    allReduce();
+    everyRank([](ncclComm_t c) { return ncclCommSuspend(c, NCCL_SUSPEND_MEM); });
+    for (ncclComm_t c : comms) CHECK(stat(c, ncclStatGpuMemSuspended) == 1);
+    everyRank([](ncclComm_t c) { return ncclCommResume(c); });
+    for (ncclComm_t c : comms) CHECK(stat(c, ncclStatGpuMemSuspended) == 0);
+    allReduce();
+    for (ncclComm_t c : comms) REQUIRE(ncclCommDestroy(c) == ncclSuccess);
+  }
+  SECTION("nonblocking communicators: ncclInProgress, then done") {
+    ncclUniqueId id;
+    REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+    CHECK(braid::test::runThreads(n, [&](int rank) {
+            ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+            config.blocking = 0;
+            ncclComm_t comm = nullptr;
+            ncclCommInitRankConfig(&comm, n, id, rank, &config);
+            auto settled = [&](ncclResult_t r) {
+              expect(r == ncclSuccess || r == ncclInProgress, "returned " + std::to_string(r));
+              expect(braid::test::settle(comm) == ncclSuccess, "the call failed: " + lastError());
+            };
+            settled(ncclSuccess);
+            std::vector<float> in(50000, 1.0f + rank), out(50000, 0);
+            settled(ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat, ncclSum, comm, nullptr));
+            settled(ncclCommSuspend(comm, NCCL_SUSPEND_MEM));
+            expect(stat(comm, ncclStatGpuMemSuspended) == 1, "suspended");
+            settled(ncclCommResume(comm));
+            std::fill(out.begin(), out.end(), 0.0f);
+            settled(ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat, ncclSum, comm, nullptr));
+            expect(out[0] == 3.0f && out[49999] == 3.0f, "result " + std::to_string(out[0]));
+            EXPECT_OK(ncclCommDestroy(comm));
+          }) == "");
+  }
+  SECTION("destroyed while suspended: no hang, nothing left behind") {
+    const int fdsBefore = braid::test::openFileDescriptors();
+    CHECK(withRanks(n, [](int rank, ncclComm_t comm, bool) {
+            allReduceExact(comm, rank, n, 4096);
+            EXPECT_OK(ncclCommSuspend(comm, NCCL_SUSPEND_MEM));
+          }) == "");
+    CHECK(braid::test::openFileDescriptors() == fdsBefore);
   }
 }
