@@ -58,22 +58,12 @@ void expectFailure(ncclResult_t result, ncclResult_t code, const std::string& te
 
 /// n ranks (threads, then processes), each with a communicator and an 8 KiB buffer from ncclMemAlloc.
 std::string withRanks(int n, const std::function<void(int, ncclComm_t, char*, bool threads)>& body) {
-  std::string failures;
-  for (const bool threads : {true, false}) {
-    ncclUniqueId id;
-    REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
-    auto rankBody = [id, n, body, threads](int rank) {
-      ncclComm_t comm = nullptr;
-      EXPECT_OK(ncclCommInitRank(&comm, n, id, rank));
-      void* buffer = nullptr;
-      EXPECT_OK(ncclMemAlloc(&buffer, kWindowBytes));
-      body(rank, comm, static_cast<char*>(buffer), threads);
-      EXPECT_OK(ncclMemFree(buffer));
-      EXPECT_OK(ncclCommDestroy(comm));
-    };
-    failures += threads ? braid::test::runThreads(n, rankBody) : braid::test::runProcesses(n, rankBody);
-  }
-  return failures;
+  return braid::test::withCommunicators(n, [&body](int rank, ncclComm_t comm, bool threads) {
+    void* buffer = nullptr;
+    EXPECT_OK(ncclMemAlloc(&buffer, kWindowBytes));
+    body(rank, comm, static_cast<char*>(buffer), threads);
+    EXPECT_OK(ncclMemFree(buffer));
+  });
 }
 
 /// A barrier: an AllReduce of one int (the host backend completes it before returning).

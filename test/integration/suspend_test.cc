@@ -60,23 +60,6 @@ void ringSendRecvExact(ncclComm_t comm, int rank, int n, size_t count) {
   }
 }
 
-/// n ranks (threads, then processes), each with its communicator.
-std::string withRanks(int n, const std::function<void(int, ncclComm_t, bool threads)>& body) {
-  std::string failures;
-  for (const bool threads : {true, false}) {
-    ncclUniqueId id;
-    REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
-    auto rankBody = [id, n, body, threads](int rank) {
-      ncclComm_t comm = nullptr;
-      EXPECT_OK(ncclCommInitRank(&comm, n, id, rank));
-      body(rank, comm, threads);
-      EXPECT_OK(ncclCommDestroy(comm));
-    };
-    failures += threads ? braid::test::runThreads(n, rankBody) : braid::test::runProcesses(n, rankBody);
-  }
-  return failures;
-}
-
 constexpr size_t kLarge = size_t(1) << 20;  // 4 MiB of floats: every Simple slot of the connections it uses
 
 }  // namespace
@@ -85,7 +68,7 @@ TEST_CASE("suspend and resume: statistics, refusal while suspended, exact result
           "[integration][suspend]") {
   for (int n : {1, 2, 3}) {
     INFO(n << " ranks");
-    CHECK(withRanks(n, [n](int rank, ncclComm_t comm, bool) {
+    CHECK(braid::test::withCommunicators(n, [n](int rank, ncclComm_t comm, bool) {
             allReduceExact(comm, rank, n, kLarge);
             ringSendRecvExact(comm, rank, n, kLarge / 4);
             const uint64_t releasable = stat(comm, ncclStatGpuMemSuspend);
@@ -116,7 +99,7 @@ TEST_CASE("suspend and resume: statistics, refusal while suspended, exact result
 }
 
 TEST_CASE("suspend, resume and memory statistics refuse bad input", "[integration][suspend]") {
-  CHECK(withRanks(2, [](int rank, ncclComm_t comm, bool) {
+  CHECK(braid::test::withCommunicators(2, [](int rank, ncclComm_t comm, bool) {
           expectFailure(ncclCommSuspend(comm, 0x4), ncclInvalidArgument, {"flags is 0x4", "NCCL_SUSPEND_MEM"},
                         "suspend flags");
           expectFailure(ncclCommSuspend(comm, NCCL_SUSPEND_MEM | 0x10), ncclInvalidArgument, {"flags is 0x11"},
@@ -208,7 +191,7 @@ TEST_CASE("suspend and resume over sockets (released) and verbs (kept), exact af
       continue;
     }
     INFO(net);
-    CHECK(withRanks(2, [net](int rank, ncclComm_t comm, bool) {
+    CHECK(braid::test::withCommunicators(2, [net](int rank, ncclComm_t comm, bool) {
             braid::transport::ConnectorOptions& o = comm->dataPath().connectorOptions();
             o.networkOnly = true;
             o.net = net;
@@ -285,7 +268,7 @@ TEST_CASE("suspend and resume of one thread's ranks in a group, of nonblocking c
   }
   SECTION("destroyed while suspended: no hang, nothing left behind") {
     const int fdsBefore = braid::test::openFileDescriptors();
-    CHECK(withRanks(n, [](int rank, ncclComm_t comm, bool) {
+    CHECK(braid::test::withCommunicators(n, [](int rank, ncclComm_t comm, bool) {
             allReduceExact(comm, rank, n, 4096);
             EXPECT_OK(ncclCommSuspend(comm, NCCL_SUSPEND_MEM));
           }) == "");
