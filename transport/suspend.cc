@@ -46,6 +46,10 @@ SlotPages releasablePages(const Connector::End& end) {
   return SlotPages{reinterpret_cast<char*>(first), last - first, end.kind == Kind::kShm};
 }
 
+bool releasePages(const SlotPages& pages) {
+  return pages.bytes == 0 || madvise(pages.begin, pages.bytes, pages.shared ? MADV_REMOVE : MADV_DONTNEED) == 0;
+}
+
 FifoFootprint fifoFootprint(const Connector& connector) {
   FifoFootprint f;
   connector.forEachEnd([&](const Connector::End& end) {
@@ -62,9 +66,7 @@ uint64_t releaseSlots(const Connector& connector) {
   connector.forEachEnd([&](const Connector::End& end) {
     const SlotPages pages = releasablePages(end);
     if (pages.bytes == 0) return;
-    // MADV_REMOVE punches the hole in the segment itself (its tmpfs pages are freed for both
-    // processes); MADV_DONTNEED drops private pages. Either way the mapping stays valid.
-    if (madvise(pages.begin, pages.bytes, pages.shared ? MADV_REMOVE : MADV_DONTNEED) != 0) {
+    if (!releasePages(pages)) {
       BRAID_WARN("suspend: cannot release %llu bytes of FIFO slots to rank %d: %s (they stay)",
                  static_cast<unsigned long long>(pages.bytes), end.peer, std::strerror(errno));
       return;

@@ -35,6 +35,11 @@ struct SlotPages {
 /// writes), host memory registered with a device backend, and slots in device memory.
 SlotPages releasablePages(const Connector::End& end);
 
+/// Gives `pages` back to the system, keeping the mapping (MADV_REMOVE for a segment's, which
+/// frees them for every process that maps it; MADV_DONTNEED for private ones); false, with errno
+/// set, when the system refuses.
+bool releasePages(const SlotPages& pages);
+
 /// Bytes of FIFO memory this rank's connections allocated (the receiver's FIFO for threads and
 /// processes, each end's own copy across a network): what suspend may give back and what stays.
 struct FifoFootprint {
