@@ -35,6 +35,16 @@ std::string named(const Communicator& c) {
   return text;
 }
 
+/// The bootstrap barrier of suspend and resume, whose failure (a rank that never calls `call`:
+/// the bootstrap timeout) says what it means.
+void meetEveryRank(Communicator& c, const char* call) {
+  try {
+    c.bootstrap().barrier();
+  } catch (const Error& e) {
+    fail(e.code(), "every rank of %s must call %s; they did not all meet: %s", named(c).c_str(), call, e.what());
+  }
+}
+
 }  // namespace
 
 BRAID_API(ncclResult_t, ncclCommSuspend, ncclComm_t comm, int flags);
@@ -51,8 +61,13 @@ ncclResult_t pncclCommSuspend(ncclComm_t comm, int flags) {
     Communicator* raw = &c;
     return api::dispatch(c, [raw] {
       runtime::host::DataPath& path = raw->dataPath();
-      path.synchronize();
-      raw->bootstrap().barrier();  // every rank's operations have ended: no peer writes into our FIFOs
+      try {
+        path.synchronize();
+        meetEveryRank(*raw, "ncclCommSuspend");  // every rank's operations have ended: no peer writes into our FIFOs
+      } catch (...) {
+        raw->setSuspended(false);  // (nothing was given back)
+        throw;
+      }
       path.releaseMemory();
     });
   });
@@ -65,7 +80,7 @@ ncclResult_t pncclCommResume(ncclComm_t comm) {
     if (!c.suspended()) fail(ncclInvalidUsage, "%s is not suspended (ncclCommSuspend first)", named(c).c_str());
     Communicator* raw = &c;
     return api::dispatch(c, [raw] {
-      raw->bootstrap().barrier();  // (a peer's next operation must not find this rank still suspended)
+      meetEveryRank(*raw, "ncclCommResume");  // (a peer's next operation must not find this rank still suspended)
       raw->setSuspended(false);
     });
   });

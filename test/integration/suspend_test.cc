@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness/ranks.h"
@@ -274,4 +276,35 @@ TEST_CASE("suspend and resume of one thread's ranks in a group, of nonblocking c
           }) == "");
     CHECK(braid::test::openFileDescriptors() == fdsBefore);
   }
+}
+
+TEST_CASE("a suspend that a peer never joins fails after the bootstrap timeout, naming the peer",
+          "[integration][suspend]") {
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  std::atomic<bool> done{false};
+  std::string failure;
+  double seconds = 0;
+  CHECK(braid::test::runThreads(2, [&](int rank) {
+          std::unique_ptr<ncclComm> keep;
+          const std::string init = braid::test::tryInit(id, 2, rank, braid::test::loopbackSettings(2), &keep);
+          expect(init.empty(), init);
+          ncclComm_t comm = keep.release();
+          if (rank == 0) {
+            const auto start = std::chrono::steady_clock::now();
+            const ncclResult_t r = ncclCommSuspend(comm, NCCL_SUSPEND_MEM);
+            seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+            failure = std::to_string(r) + ": " + lastError();
+            const uint64_t suspended = stat(comm, ncclStatGpuMemSuspended);
+            done = true;
+            expect(suspended == 0, "a failed suspend leaves the communicator not suspended (nothing was given back)");
+          }
+          while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(10));  // (rank 1 never suspends)
+          EXPECT_OK(ncclCommDestroy(comm));
+        }) == "");
+  INFO(failure);
+  CHECK(failure.rfind("0: ", 0) != 0);
+  CHECK_THAT(failure, Catch::Contains("every rank of communicator") && Catch::Contains("must call ncclCommSuspend") &&
+                          Catch::Contains("(rank 1, tag"));
+  CHECK(seconds < 10);
 }
