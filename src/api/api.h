@@ -3,6 +3,7 @@
 
 #include <nccl.h>
 
+#include <functional>
 #include <new>
 #include <stdexcept>
 
@@ -48,6 +49,11 @@ ncclResult_t guarded(const char* function, ncclComm_t comm, Body&& body) noexcep
   if (held != nullptr) handles::leave(held);
   return result;
 }
+
+/// Runs a job of `host` that meets the other ranks (creation, suspend): deferred to the end of
+/// the group inside one (each communicator's on its own thread: they rendezvous), else now
+/// (blocking) or in the background (nonblocking config: returns ncclInProgress).
+ncclResult_t dispatch(Communicator& host, std::function<void()> job);
 
 /// Throws ncclInvalidUsage saying that the entry point arrives with `when` (a later piece of work).
 [[noreturn]] void notImplemented(const char* when);

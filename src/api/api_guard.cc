@@ -5,8 +5,17 @@
 #include "braid_config.h"
 #include "comm/communicator.h"
 #include "core/log.h"
+#include "group/group.h"
 
 namespace braid::api {
+
+ncclResult_t dispatch(Communicator& host, std::function<void()> job) {
+  if (group::active()) {
+    group::defer(&host, std::move(job));
+    return ncclSuccess;
+  }
+  return host.run(std::move(job), /*background=*/false);
+}
 
 ncclResult_t report(const char* function, Communicator* held, ncclResult_t code, const char* text) noexcept {
   code = codeForCaller(code);

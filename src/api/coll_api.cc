@@ -127,6 +127,7 @@ void resolveOp(Communicator& c, ncclRedOp_t op, ncclDataType_t datatype, plan::T
 
 /// Queues the task in the current group, or runs it as a group of one.
 ncclResult_t submit(Communicator& c, const plan::Task& task) {
+  c.refuseIfSuspended(task.name);
   if (group::active()) {
     group::enqueue(&c, task);
     return ncclSuccess;

@@ -18,16 +18,6 @@ using namespace braid;
 
 namespace {
 
-/// Runs a creation job for `host`: deferred inside a group, else now (blocking) or in the
-/// background (nonblocking config: returns ncclInProgress).
-ncclResult_t dispatch(Communicator& host, std::function<void()> job) {
-  if (group::active()) {
-    group::defer(&host, std::move(job));
-    return ncclSuccess;
-  }
-  return host.run(std::move(job), /*background=*/false);
-}
-
 /// ncclCommDestroy and ncclCommAbort. From the start no call is admitted on the handle (so a
 /// thread that keeps calling cannot starve it, and a second destroy is refused); aborting
 /// raises the flag every wait of the communicator watches, so calls in progress and a
@@ -88,7 +78,7 @@ ncclResult_t initRank(ncclComm_t* out, int nranks, const std::vector<ncclUniqueI
   }
   std::unique_ptr<ncclComm> c = comm::newCommunicator(rank, nranks, cfg, comm::deviceOfNewRank(settings, -1));
   ncclComm* raw = c.get();
-  const ncclResult_t r = dispatch(*raw, [raw, ids, settings] { comm::initRank(*raw, ids, settings); });
+  const ncclResult_t r = api::dispatch(*raw, [raw, ids, settings] { comm::initRank(*raw, ids, settings); });
   *out = c.release();
   return r;
 }
@@ -224,13 +214,13 @@ ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* new
     const uint32_t sequence = parent.nextSplitSequence();
     if (color == NCCL_SPLIT_NOCOLOR) {
       // Still a collective over the parent: take part in the exchange, get no communicator.
-      return dispatch(parent, [&parent, key, sequence, settings] {
+      return api::dispatch(parent, [&parent, key, sequence, settings] {
         comm::splitRank(parent, NCCL_SPLIT_NOCOLOR, key, sequence, nullptr, settings);
       });
     }
     std::unique_ptr<ncclComm> child = comm::newCommunicator(0, 1, cfg, parent.identity().cudaDevice);
     ncclComm* raw = child.get();
-    const ncclResult_t r = dispatch(*raw, [&parent, raw, color, key, sequence, settings] {
+    const ncclResult_t r = api::dispatch(*raw, [&parent, raw, color, key, sequence, settings] {
       comm::splitRank(parent, color, key, sequence, raw, settings);
     });
     *newcomm = child.release();
@@ -274,7 +264,7 @@ ncclResult_t pncclCommShrink(ncclComm_t comm, int* excludeRanksList, int exclude
     const uint32_t sequence = parent.nextSplitSequence();
     std::unique_ptr<ncclComm> child = comm::newCommunicator(0, 1, cfg, parent.identity().cudaDevice);
     ncclComm* raw = child.get();
-    const ncclResult_t r = dispatch(*raw, [&parent, raw, excluded, sequence, settings] {
+    const ncclResult_t r = api::dispatch(*raw, [&parent, raw, excluded, sequence, settings] {
       comm::shrinkRank(parent, excluded, sequence, *raw, settings);
     });
     *newcomm = child.release();
@@ -326,7 +316,7 @@ ncclResult_t pncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniq
       std::unique_ptr<ncclComm> child = comm::newCommunicator(rank, nRanks, cfg, comm::deviceOfNewRank(settings, -1));
       ncclComm* raw = child.get();
       const ncclUniqueId id = *uniqueId;
-      const ncclResult_t r = dispatch(*raw, [raw, id, settings] { comm::growNewRank(*raw, id, settings); });
+      const ncclResult_t r = api::dispatch(*raw, [raw, id, settings] { comm::growNewRank(*raw, id, settings); });
       *newcomm = child.release();
       return r;
     }
@@ -341,7 +331,7 @@ ncclResult_t pncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniq
     const uint32_t sequence = parent.nextSplitSequence();
     std::unique_ptr<ncclComm> child = comm::newCommunicator(0, 1, cfg, parent.identity().cudaDevice);
     ncclComm* raw = child.get();
-    const ncclResult_t r = dispatch(*raw, [&parent, raw, request, sequence, settings, id = uniqueId ? *uniqueId
+    const ncclResult_t r = api::dispatch(*raw, [&parent, raw, request, sequence, settings, id = uniqueId ? *uniqueId
                                                                                          : ncclUniqueId{}]() mutable {
       if (request.id != nullptr) request.id = &id;  // (the caller's id may be gone by then)
       comm::growExistingRank(parent, request, sequence, *raw, settings);

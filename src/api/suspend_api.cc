@@ -1,43 +1,113 @@
-// Suspend and resume (NCCL 2.29.7): releasing a communicator's dynamic memory while it is idle.
-// Exported and argument-checked; the work itself arrives later (the calls say so).
+// Suspend and resume (NCCL 2.29.7): giving back a communicator's dynamic memory while it is idle.
+//
+// As in NCCL 2.30.7, both calls are collective: every rank of the communicator calls them, each
+// waits for its own operations (a device's stream work) and then meets the others at a bootstrap
+// barrier, inside a group at the group's end. Only after that barrier is it safe to give back
+// memory a peer writes into (a receiver's FIFO slots): no rank has an operation running. What is
+// given back is transport/suspend.h's and the scratch memory; resume has nothing to re-create
+// (the mappings stay, the pages come back on first touch) but meets the others again, so that
+// no rank's next operation starts while a peer is still suspended. NCCL does not check for use
+// while suspended (its memory is unmapped); Braid refuses the operation with ncclInvalidUsage.
+#include <cstdio>
+#include <string>
+
 #include "api/api.h"
+#include "bootstrap/bootstrap.h"
+#include "runtime/host/data_path.h"
 
 using namespace braid;
 
 namespace {
-constexpr const char* kSuspendWork = "suspend and resume (NCCL_SUSPEND_MEM)";
+
+/// The communicator behind comm once its init has completed (a nonblocking init is waited for).
+Communicator& readyCommunicator(ncclComm_t comm) {
+  Communicator& c = communicatorFrom(comm);
+  c.waitForJob();
+  if (!c.hasDataPath()) fail(ncclInvalidUsage, "communicator %p has not completed its init", static_cast<void*>(comm));
+  return c;
 }
+
+/// "communicator 0x.. (rank r of n)", for the texts.
+std::string named(const Communicator& c) {
+  char text[96];
+  std::snprintf(text, sizeof text, "communicator %p (rank %d of %d)", static_cast<const void*>(&c), c.identity().rank,
+                c.identity().nRanks);
+  return text;
+}
+
+/// The bootstrap barrier of suspend and resume, whose failure (a rank that never calls `call`:
+/// the bootstrap timeout) says what it means.
+void meetEveryRank(Communicator& c, const char* call) {
+  try {
+    c.bootstrap().barrier();
+  } catch (const Error& e) {
+    fail(e.code(), "every rank of %s must call %s; they did not all meet: %s", named(c).c_str(), call, e.what());
+  }
+}
+
+}  // namespace
 
 BRAID_API(ncclResult_t, ncclCommSuspend, ncclComm_t comm, int flags);
 ncclResult_t pncclCommSuspend(ncclComm_t comm, int flags) {
   return api::guarded("ncclCommSuspend", comm, [&]() -> ncclResult_t {
-    communicatorFrom(comm);
+    Communicator& c = readyCommunicator(comm);
     if ((flags & ~NCCL_SUSPEND_MEM) != 0) {
       fail(ncclInvalidArgument, "flags is %#x; the only flag is NCCL_SUSPEND_MEM (%#x)", static_cast<unsigned>(flags),
            NCCL_SUSPEND_MEM);
     }
-    api::notImplemented(kSuspendWork);
+    if ((flags & NCCL_SUSPEND_MEM) == 0) return ncclSuccess;  // (as NCCL: nothing asked, nothing done)
+    if (c.suspended()) fail(ncclInvalidUsage, "%s is suspended already", named(c).c_str());
+    c.setSuspended(true);  // (from here on its operations are refused, also later in this group)
+    Communicator* raw = &c;
+    return api::dispatch(c, [raw] {
+      runtime::host::DataPath& path = raw->dataPath();
+      try {
+        path.synchronize();
+        meetEveryRank(*raw, "ncclCommSuspend");  // every rank's operations have ended: no peer writes into our FIFOs
+      } catch (...) {
+        raw->setSuspended(false);  // (nothing was given back)
+        throw;
+      }
+      path.releaseMemory();
+    });
   });
 }
 
 BRAID_API(ncclResult_t, ncclCommResume, ncclComm_t comm);
 ncclResult_t pncclCommResume(ncclComm_t comm) {
   return api::guarded("ncclCommResume", comm, [&]() -> ncclResult_t {
-    communicatorFrom(comm);
-    api::notImplemented(kSuspendWork);
+    Communicator& c = readyCommunicator(comm);
+    if (!c.suspended()) fail(ncclInvalidUsage, "%s is not suspended (ncclCommSuspend first)", named(c).c_str());
+    Communicator* raw = &c;
+    return api::dispatch(c, [raw] {
+      meetEveryRank(*raw, "ncclCommResume");  // (a peer's next operation must not find this rank still suspended)
+      raw->setSuspended(false);
+    });
   });
 }
 
 BRAID_API(ncclResult_t, ncclCommMemStats, ncclComm_t comm, ncclCommMemStat_t stat, uint64_t* value);
 ncclResult_t pncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t* value) {
   return api::guarded("ncclCommMemStats", comm, [&]() -> ncclResult_t {
-    communicatorFrom(comm);
+    Communicator& c = readyCommunicator(comm);
     api::requireNonNull(value, "value");
-    const int raw = rawCode(stat);
-    if (raw < ncclStatGpuMemSuspend || raw > ncclStatGpuMemTotal) {
-      fail(ncclInvalidArgument, "stat is %d; it must be one of ncclStatGpuMemSuspend (0) to ncclStatGpuMemTotal (3)",
-           raw);
+    const runtime::host::DataPath::MemoryUse use = c.dataPath().memoryUse();
+    switch (rawCode(stat)) {
+      case ncclStatGpuMemSuspend:
+        *value = use.releasable;
+        return ncclSuccess;
+      case ncclStatGpuMemSuspended:
+        *value = c.suspended() ? 1 : 0;
+        return ncclSuccess;
+      case ncclStatGpuMemPersist:
+        *value = use.persistent;
+        return ncclSuccess;
+      case ncclStatGpuMemTotal:
+        *value = use.releasable + use.persistent;
+        return ncclSuccess;
+      default:
+        fail(ncclInvalidArgument, "stat is %d; it must be one of ncclStatGpuMemSuspend (0) to ncclStatGpuMemTotal (3)",
+             rawCode(stat));
     }
-    api::notImplemented(kSuspendWork);
   });
 }

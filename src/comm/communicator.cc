@@ -66,6 +66,12 @@ void Communicator::mirrorAbortTo(uint32_t* word) {
   abortMirror_.store(word, std::memory_order_release);
 }
 
+void Communicator::refuseIfSuspended(const char* call) const {
+  if (!suspended()) return;  // (its FIFOs and scratch are given back: NCCL's comm "cannot be used")
+  fail(ncclInvalidUsage, "%s: communicator %p (rank %d of %d) is suspended (ncclCommSuspend); call ncclCommResume "
+       "before using it", call, static_cast<const void*>(this), identity_.rank, identity_.nRanks);
+}
+
 ncclResult_t Communicator::run(std::function<void()> job, bool background) {
   waitForJob();
   // Only a nonblocking communicator shows ncclInProgress while its job runs.

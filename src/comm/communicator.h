@@ -126,6 +126,12 @@ class Communicator {
   void markFinalized() { finalized_.store(true); }
   bool revoked() const { return revoked_.load(); }
   void markRevoked() { revoked_.store(true); }
+  /// Between ncclCommSuspend and ncclCommResume: its memory is given back and operations are
+  /// refused (refuseIfSuspended).
+  bool suspended() const { return suspended_.load(); }
+  void setSuspended(bool suspended) { suspended_.store(suspended); }
+  /// Throws ncclInvalidUsage naming `call` while suspended.
+  void refuseIfSuspended(const char* call) const;
   /// Sequence number of split/shrink calls: the same on every rank, used as a message tag.
   uint32_t nextSplitSequence() { return splitSequence_++; }
 
@@ -153,6 +159,7 @@ class Communicator {
   std::atomic<ncclResult_t> jobResult_{ncclSuccess};
   std::atomic<bool> finalized_{false};
   std::atomic<bool> revoked_{false};
+  std::atomic<bool> suspended_{false};
   uint32_t splitSequence_ = 0;
   std::unique_ptr<runtime::host::JobThread> job_;
   mutable std::mutex mutex_;

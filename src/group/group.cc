@@ -181,6 +181,7 @@ void start(bool implicit) {
 void defer(Communicator* comm, std::function<void()> job) { tls.creations.push_back({comm, std::move(job)}); }
 
 void enqueue(Communicator* comm, const plan::Task& task) {
+  comm->refuseIfSuspended(task.name);
   if (plugin::ProfilerSession* profiler = comm->profiler(); profiler != nullptr) {
     return addProfiled(comm, *profiler, task);
   }

@@ -37,6 +37,11 @@ class Device {
   /// Device memory of at least `bytes` for the kernels' scratch; growing it first waits for
   /// this rank's enqueued work.
   virtual void* scratch(uint64_t bytes) = 0;
+  /// Bytes of device memory scratch() holds now (outgrown blocks included).
+  virtual uint64_t scratchBytes() const { return 0; }
+  /// Frees every scratch block (a suspended communicator's; after synchronize, so no kernel
+  /// uses one); the next scratch() allocates anew.
+  virtual void releaseScratch() {}
   /// Lets this device's kernels reach device `other`'s memory (another rank of this process
   /// there keeps FIFO slots this rank writes); throws ncclInvalidUsage when they cannot.
   virtual void reachDevice(int other) = 0;

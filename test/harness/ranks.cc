@@ -185,4 +185,20 @@ std::string runBoth(int n, const std::function<RankBody()>& makeBody, std::chron
   return runThreads(n, makeBody(), limit) + runProcesses(n, makeBody(), limit);
 }
 
+std::string withCommunicators(int n, const std::function<void(int rank, ncclComm_t comm, bool threads)>& body) {
+  std::string failures;
+  for (const bool threads : {true, false}) {
+    ncclUniqueId id;
+    if (ncclGetUniqueId(&id) != ncclSuccess) return "ncclGetUniqueId failed: " + std::string(ncclGetLastError(nullptr));
+    auto rankBody = [id, n, body, threads](int rank) {
+      ncclComm_t comm = nullptr;
+      EXPECT_OK(ncclCommInitRank(&comm, n, id, rank));
+      body(rank, comm, threads);
+      EXPECT_OK(ncclCommDestroy(comm));
+    };
+    failures += threads ? runThreads(n, rankBody) : runProcesses(n, rankBody);
+  }
+  return failures;
+}
+
 }  // namespace braid::test

@@ -42,6 +42,10 @@ std::string runProcesses(int n, const RankBody& body, std::chrono::seconds limit
 std::string runBoth(int n, const std::function<RankBody()>& makeBody,
                     std::chrono::seconds limit = std::chrono::seconds(60));
 
+/// Threads, then processes: n ranks, each with a communicator of its own (ncclCommInitRank on a
+/// new id, ncclCommDestroy after body; both failures are the rank's).
+std::string withCommunicators(int n, const std::function<void(int rank, ncclComm_t comm, bool threads)>& body);
+
 /// Polls ncclCommGetAsyncError until it leaves ncclInProgress; returns the final state.
 ncclResult_t settle(ncclComm_t comm);
 

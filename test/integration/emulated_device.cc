@@ -238,9 +238,23 @@ transport::FifoAllocator* EmulatedDevice::fifoAllocator() {
 void* EmulatedDevice::scratch(uint64_t bytes) {
   if (bytes > scratchBytes_) {  // (older blocks are kept: a queued launch may still use one)
     scratch_.emplace_back(new char[bytes]());
+    scratchSizes_.push_back(bytes);
     scratchBytes_ = bytes;
   }
   return scratch_.empty() ? nullptr : scratch_.back().get();
+}
+
+uint64_t EmulatedDevice::scratchBytes() const {
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < scratch_.size(); ++i) bytes += scratchSizes_[i];
+  return bytes;
+}
+
+void EmulatedDevice::releaseScratch() {
+  synchronize();
+  scratch_.clear();
+  scratchSizes_.clear();
+  scratchBytes_ = 0;
 }
 
 void EmulatedDevice::checkStream(void* stream, int localDeviceRanks, const char* call) {

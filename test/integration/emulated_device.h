@@ -58,6 +58,8 @@ class EmulatedDevice final : public runtime::Device {
   kernels::ChannelStatus* statuses() override { return statuses_.get(); }
   uint32_t* abortWord() override { return abort_.get(); }
   void* scratch(uint64_t bytes) override;
+  uint64_t scratchBytes() const override;
+  void releaseScratch() override;
   void reachDevice(int) override {}
   bool reachableFrom(int64_t) override { return true; }  // (every process's emulated device is the same "GPU")
   void checkBuffer(const void*, const char*, const char*) override {}
@@ -90,6 +92,7 @@ class EmulatedDevice final : public runtime::Device {
   std::unique_ptr<kernels::ChannelStatus[]> statuses_;
   std::unique_ptr<uint32_t> abort_;
   std::vector<std::unique_ptr<char[]>> scratch_;  // the current block last (older ones kept, as on a GPU)
+  std::vector<uint64_t> scratchSizes_;  // scratch_'s, block by block
   uint64_t scratchBytes_ = 0;
   uint64_t seq_ = 0;  // launches made (the statuses' marks)
   std::atomic<uint64_t> doneLaunch_{0};  // the last launch that ran (they run in order)

@@ -369,41 +369,14 @@ TEST_CASE("a rank's listener closes each connection as soon as its message is wh
 
 namespace {
 
-/// This process's resident memory, from /proc/self/statm.
-/// Whether resident memory measures what the library holds: under AddressSanitizer, freed
-/// blocks stay resident in its quarantine (256 MiB by default) and its shadow grows with every
-/// allocation, so the bounds below would measure the sanitizer (CI's sanitizer stage saw 123 MiB
-/// where the normal build stays under 20).
-constexpr bool kResidentMeaningful =
-#if defined(__SANITIZE_ADDRESS__)
-    false;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-    false;
-#else
-    true;
-#endif
-#else
-    true;
-#endif
-
 /// Checks that resident memory grew by less than `bound` (where that can be measured).
 void checkGrowth(size_t grown, size_t bound) {
   INFO("resident memory grew by " << (grown >> 20) << " MiB");
-  if (!kResidentMeaningful) {
+  if (!test::kResidentMeaningful) {
     WARN("resident-memory bound not checked under AddressSanitizer (its quarantine keeps freed blocks resident)");
     return;
   }
   CHECK(grown < bound);
-}
-
-size_t residentBytes() {
-  long pages = 0, resident = 0;
-  if (FILE* f = fopen("/proc/self/statm", "r")) {
-    if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
-    fclose(f);
-  }
-  return static_cast<size_t>(resident) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
 }
 
 /// A stranger's connection with the right key: a header announcing `length` bytes of `type`,
@@ -435,7 +408,7 @@ TEST_CASE("headers announcing 64 MiB cost the root nothing; a communicator still
   const bootstrap::MessageType types[] = {bootstrap::MessageType::kRegister, bootstrap::MessageType::kBlock,
                                           bootstrap::MessageType::kRound, bootstrap::MessageType::kPeer,
                                           bootstrap::MessageType::kTable};
-  const size_t before = residentBytes();
+  const size_t before = test::residentBytes();
   std::vector<net::Socket> strangers;
   for (int i = 0; i < 30; ++i) {
     strangers.push_back(announce(decoded.root, decoded.secret, types[i % 5], 64u << 20, i % 3 == 0 ? 4096 : 0));
@@ -444,7 +417,7 @@ TEST_CASE("headers announcing 64 MiB cost the root nothing; a communicator still
   const uint32_t block = bootstrap::maxPayload(bootstrap::MessageType::kBlock);
   for (int i = 0; i < 10; ++i) strangers.push_back(announce(decoded.root, decoded.secret, bootstrap::MessageType::kBlock, block, 1000));
   std::this_thread::sleep_for(std::chrono::milliseconds(600));  // (the root reads every 100 ms)
-  checkGrowth(residentBytes() - std::min(before, residentBytes()), size_t(64) << 20);
+  checkGrowth(test::residentBytes() - std::min(before, test::residentBytes()), size_t(64) << 20);
   std::vector<std::unique_ptr<ncclComm>> comms;
   const auto results = initAll({id, id}, {settings, settings}, &comms);
   CHECK(results[0] == "");
@@ -460,7 +433,7 @@ TEST_CASE("strangers who send the bytes they announce share a bounded budget; a 
   bootstrap::Listener listener(net::Socket::listen(net::SocketAddress::parse("127.0.0.1:0"), 256), key, "test",
                                bootstrap::Listener::Replies::kClose);
   const net::SocketAddress at = listener.socket().localAddress();
-  const size_t before = residentBytes();
+  const size_t before = test::residentBytes();
   std::vector<net::Socket> strangers;
   bootstrap::Message m;
   for (int i = 0; i < 40; ++i) {
@@ -481,5 +454,5 @@ TEST_CASE("strangers who send the bytes they announce share a bounded budget; a 
   bool got = false;
   while (!got && net::Clock::now() < deadline && listener.poll(100, &m)) got = m.header.tag == 77 && m.payload.size() == 1000;
   CHECK(got);
-  checkGrowth(residentBytes() - std::min(before, residentBytes()), size_t(64) << 20);
+  checkGrowth(test::residentBytes() - std::min(before, test::residentBytes()), size_t(64) << 20);
 }

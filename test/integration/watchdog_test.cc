@@ -256,14 +256,7 @@ TEST_CASE("BRAID_DUMP_ON_SIGNAL logs the report without stopping anything", "[in
 }
 
 namespace {
-long residentKiB() {
-  long pages = 0, resident = 0;
-  if (FILE* f = fopen("/proc/self/statm", "r")) {
-    if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
-    fclose(f);
-  }
-  return resident * (sysconf(_SC_PAGESIZE) / 1024);
-}
+long residentKiB() { return static_cast<long>(braid::test::residentBytes() / 1024); }
 }  // namespace
 
 TEST_CASE("load: 100,000 small AllReduces and 1,000 create/split/destroy cycles stay flat", "[integration][load]") {

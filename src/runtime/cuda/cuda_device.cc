@@ -206,9 +206,22 @@ class CudaDevice final : public Device {
     void* grown = nullptr;
     BRAID_CUDA_CHECK(cudaMalloc(&grown, bytes));
     if (scratch_ != nullptr) retired_.push_back(scratch_);
+    retiredBytes_ += scratchBytes_;
     scratch_ = grown;
     scratchBytes_ = bytes;
     return scratch_;
+  }
+  uint64_t scratchBytes() const override { return scratchBytes_ + retiredBytes_; }
+  void releaseScratch() override {
+    // (suspend: every rank of the communicator has synchronized, as NCCL's suspend does, so
+    // cudaFree's wait for the device's kernels waits for none of theirs)
+    synchronize();
+    DeviceGuard guard(ordinal_);
+    for (void* p : retired_) BRAID_CUDA_CHECK(cudaFree(p));
+    if (scratch_ != nullptr) BRAID_CUDA_CHECK(cudaFree(scratch_));
+    retired_.clear();
+    scratch_ = nullptr;
+    scratchBytes_ = retiredBytes_ = 0;
   }
 
   void reachDevice(int other) override {
@@ -579,6 +592,7 @@ class CudaDevice final : public Device {
   uint32_t* abort_ = nullptr;
   void* scratch_ = nullptr;
   uint64_t scratchBytes_ = 0;
+  uint64_t retiredBytes_ = 0;  // retired_'s
   std::vector<void*> retired_;  // scratch blocks outgrown (freed with the device)
   cudaEvent_t last_ = nullptr;
   cudaEvent_t join_ = nullptr;  // joins a group's streams (joinStreams, releaseStreams)

@@ -196,6 +196,18 @@ class DataPath {
   /// unmapped included (tests).
   size_t mappedBuffers() const { return offered_ != nullptr ? offered_->mappedNow() : 0; }
 
+  /// Memory this rank's data path allocated (host memory on the host backend; on a device,
+  /// its scratch and the FIFOs): what a suspend gives back, and what stays (data_path_suspend.cc).
+  struct MemoryUse {
+    uint64_t releasable = 0;
+    uint64_t persistent = 0;
+  };
+  MemoryUse memoryUse() const;
+  /// ncclCommSuspend's work, once every rank has finished its operations (the caller's barrier):
+  /// gives back the FIFO slots and the scratch memory; returns the bytes. Nothing to undo at
+  /// resume: the mappings stay, and the next operation's first touch brings pages back.
+  uint64_t releaseMemory();
+
  private:
   /// The CUDA backend, every rank at init: caps the channels (blocks) of every rank at the
   /// least share any GPU of the communicator gives each of its ranks of the blocks it keeps

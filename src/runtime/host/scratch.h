@@ -26,6 +26,8 @@ class Scratch {
     if (bytes_ > kKeptBytes) unmap();
   }
   uint64_t mappedBytes() const { return bytes_; }
+  /// Unmaps whatever is mapped (a suspended communicator's); the next reserve maps anew.
+  void drop() { unmap(); }
 
  private:
   void unmap();
