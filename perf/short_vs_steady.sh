@@ -3,9 +3,11 @@
 # (-w 1 -n 20, -w 5 -n 20) beside those of long runs, for all_reduce_perf, all_gather_perf and
 # sendrecv_perf at 2, 4 and 8 ranks (processes), every size of one sweep. A short run's figure
 # that pays connection setup inside its timed iterations shows as a ratio well above 1.
-# Usage: perf/short_vs_steady.sh [BUILD_DIR]     (default build; about 10 min on 2 CPUs)
+# Usage: perf/short_vs_steady.sh [BUILD_DIR]     (default build; about 3 min on 2 CPUs)
 # RANKS="2 4 8", TOOLS="all_reduce all_gather sendrecv", MAXBYTES=2M (sizes 8 B to it, x8),
-# REPEAT=3 (runs of each, medians: on a loaded machine single runs scatter by several times),
+# REPEAT=5 (runs of each, medians: where other programs compete for the CPUs, a waiting rank's
+# sched_yield hands its core away and a small message's figure jumps from 0.3 to 3.6 us or
+# more, for a whole run, short or long alike: look for ratios that hold across repeats),
 # MODE=--threads for thread ranks. Steady state: -w 500 -n 2000 up to 64 KiB, fewer iterations
 # from 256 KiB (sizes 8 B x 8^k).
 # Prints one line per tool, ranks and size: the median times (out-of-place and in-place, us) of
@@ -16,7 +18,7 @@ build=${1:-build}
 ranks=(${RANKS:-2 4 8})
 tools=(${TOOLS:-all_reduce all_gather sendrecv})
 maxbytes=${MAXBYTES:-2M}
-repeat=${REPEAT:-3}
+repeat=${REPEAT:-5}
 mode=${MODE:-}
 export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
 for t in "${tools[@]}"; do
