@@ -189,8 +189,8 @@ int main(int argc, char** argv) {
       return argv[++i];
     };
     if (a == "--topo-file") request.topoFile = value();
-    else if (a == "--assume-gpu") request.build.assumeGpuSm = parseArch(value());
-    else if (a == "--assume-nic") request.build.assumeNicMbps = parseSpeedMbps(value());
+    else if (a == "--assume-gpu") request.assume.gpuSm = parseArch(value());
+    else if (a == "--assume-nic") request.assume.nicMbps = parseSpeedMbps(value());
     else if (a == "--nodes") {
       std::string v = value();
       request.nodes = atoi(v.c_str());

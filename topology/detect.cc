@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -18,6 +19,7 @@
 #include "core/params.h"
 #include "core/status.h"
 #include "topology/pci_path.h"
+#include "topology/system.h"
 
 namespace braid::topo {
 
@@ -251,7 +253,75 @@ void completePcis(XmlNode& fileDoc, const XmlNode& detected) {
   }
 }
 
+/// Walks a <system> in the order buildSystem numbers its GPUs and network ports, writing in
+/// the devices the assumptions make of bare PCI functions.
+class DeviceAssumer {
+ public:
+  explicit DeviceAssumer(const DeviceAssumptions& assume) : assume_(assume) {}
+
+  void cpu(XmlNode& cpu) {
+    for (XmlNode& c : cpu.children) {
+      if (c.name == "pci") pci(c);
+      else if (c.name == "nic") nets_ += netsOf(c);
+    }
+  }
+
+ private:
+  static int netsOf(const XmlNode& nic) {
+    return static_cast<int>(std::count_if(nic.children.begin(), nic.children.end(),
+                                          [](const XmlNode& c) { return c.name == "net"; }));
+  }
+
+  void pci(XmlNode& e) {
+    if (e.child("gpu")) {
+      ++gpus_;
+      return;
+    }
+    if (const XmlNode* nic = e.child("nic")) {
+      nets_ += netsOf(*nic);
+      return;
+    }
+    std::string cls = e.attrOr("class", "");
+    std::transform(cls.begin(), cls.end(), cls.begin(), [](unsigned char c) { return static_cast<char>(tolower(c)); });
+    if (cls.rfind("0x03", 0) == 0 && assume_.gpuSm > 0) {
+      XmlNode& gpu = e.add("gpu");
+      gpu.set("dev", std::to_string(gpus_));
+      gpu.set("sm", std::to_string(assume_.gpuSm));
+      gpu.set("rank", std::to_string(gpus_));
+      gpu.set("gdr", "1");
+      ++gpus_;
+      return;
+    }
+    if (cls.rfind("0x02", 0) == 0 && assume_.nicMbps > 0) {
+      const std::string bus = canonicalBusId(e.attrOr("busid", ""));
+      NetPort port;
+      port.name = "nic-" + (bus.empty() ? e.attrOr("busid", "") : bus);
+      port.dev = nets_++;
+      port.speedMbps = std::lround(assume_.nicMbps);
+      port.port = 1;
+      port.maxConn = 65536;
+      port.gdr = true;
+      addNetPort(e.add("nic"), port);
+      return;
+    }
+    for (XmlNode& c : e.children)
+      if (c.name == "pci") pci(c);
+  }
+
+  DeviceAssumptions assume_;
+  int gpus_ = 0, nets_ = 0;
+};
+
 }  // namespace
+
+void assumeDevices(XmlNode& document, const DeviceAssumptions& assume) {
+  if (assume.gpuSm <= 0 && assume.nicMbps <= 0) return;
+  DeviceAssumer assumer(assume);
+  for (XmlNode& system : document.children)
+    if (system.name == "system")
+      for (XmlNode& c : system.children)
+        if (c.name == "cpu") assumer.cpu(c);
+}
 
 void addNetPort(XmlNode& nic, const NetPort& port) {
   XmlNode& net = nic.add("net");

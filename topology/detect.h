@@ -47,6 +47,21 @@ XmlNode detectSystem(const DetectOptions& options);
 /// What the file states wins, and devices the file does not name are not added.
 void completeFromDetection(XmlNode& fileDocument, const XmlNode& detected);
 
+/// What to take a document's bare PCI devices for: braid-topo's --assume-gpu and --assume-nic,
+/// for published files that list GPUs and NICs only as PCI functions and leave the rest to the
+/// running machine.
+struct DeviceAssumptions {
+  int gpuSm = 0;       ///< >0: a class 0x03 PCI device without <gpu> or <nic> is a GPU of this sm
+  double nicMbps = 0;  ///< >0: a class 0x02 PCI device without <gpu> or <nic> is a port of this speed
+};
+
+/// Writes the assumptions into the document, so that it describes the system that is searched
+/// and a dump of it, read back without them, gives the same system and channels: such a GPU
+/// gets <gpu dev rank sm gdr="1"/> (dev and rank its place among the document's GPUs), such
+/// a NIC <nic><net name="nic-BUSID" dev .../></nic> (dev its place among the network ports).
+/// Devices the document describes are left as they are.
+void assumeDevices(XmlNode& document, const DeviceAssumptions& assume);
+
 // ---- the dlopen boundaries (detect_nvml.cc, detect_verbs.cc) ----
 
 /// A device found by a library: where it sits and the element that describes it.

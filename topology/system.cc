@@ -53,6 +53,24 @@ double interCpuBandwidth(const std::string& arch, const std::string& vendor, int
   return 10;                    // Skylake and the Intel parts NCCL treats like it
 }
 
+namespace {
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+}  // namespace
+
+std::string canonicalBusId(const std::string& text) {
+  std::string id = lower(text);
+  if (std::count(id.begin(), id.end(), ':') == 1) id = "0000:" + id;
+  unsigned dom, bus, dev, fn;
+  char tail;
+  if (sscanf(id.c_str(), "%x:%x:%x.%x%c", &dom, &bus, &dev, &fn, &tail) != 4) return "";
+  return id;
+}
+
 std::string Node::label() const {
   std::string name = nodeTypeName(type);
   if (type == NodeType::Pci) return name + "/" + busId;
@@ -127,15 +145,10 @@ namespace {
 constexpr int kMaxNvlinksPerPair = 18;  // NVML_NVLINK_MAX_LINKS
 constexpr int kMaxGpus = 64;
 
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 /// Reads elements of a <system> into a System, checking each against NCCL's schema.
 class Builder {
  public:
-  Builder(const std::string& source, const BuildOptions& options) : source_(source), options_(options) {}
+  explicit Builder(const std::string& source) : source_(source) {}
 
   System build(const XmlNode& document) {
     const XmlNode* system = nullptr;
@@ -202,12 +215,8 @@ class Builder {
   }
 
   std::string busId(const XmlNode& e) {
-    std::string id = lower(required(e, "busid"));
-    if (std::count(id.begin(), id.end(), ':') == 1) id = "0000:" + id;
-    unsigned dom, bus, dev, fn;
-    char tail;
-    if (sscanf(id.c_str(), "%x:%x:%x.%x%c", &dom, &bus, &dev, &fn, &tail) != 4)
-      error(e, "busid \"" + required(e, "busid") + "\" is not a PCI bus id (dddd:bb:dd.f)");
+    std::string id = canonicalBusId(required(e, "busid"));
+    if (id.empty()) error(e, "busid \"" + required(e, "busid") + "\" is not a PCI bus id (dddd:bb:dd.f)");
     return id;
   }
 
@@ -257,18 +266,16 @@ class Builder {
       else if (c.name != "pci" && c.name != "pcilink")
         error(c, "<" + c.name + "> inside <pci> (only <pci>, <gpu>, <nic> and <pcilink> may be there)");
     }
-    bool isGpu = cls.rfind("0x03", 0) == 0 || gpu;
-    bool isNic = cls.rfind("0x02", 0) == 0 || nic;
-    if (gpu || (isGpu && !nic && options_.assumeGpuSm > 0)) {
-      addGpu(gpu ? *gpu : e, gpu != nullptr, bus, parent, bw);
+    if (gpu) {
+      addGpu(*gpu, bus, parent, bw);
       return;
     }
-    if (nic || (isNic && options_.assumeNicMbps > 0)) {
-      addNic(nic ? *nic : e, parent, bus, bw);
+    if (nic) {
+      addNic(*nic, parent, bus, bw);
       return;
     }
-    if (isGpu) ++skippedGpus_;
-    if (isNic) ++skippedNics_;
+    if (cls.rfind("0x03", 0) == 0) ++skippedGpus_;
+    if (cls.rfind("0x02", 0) == 0) ++skippedNics_;
     bool hasPciChildren = std::any_of(e.children.begin(), e.children.end(),
                                       [](const XmlNode& c) { return c.name == "pci"; });
     if (!hasPciChildren) return;  // an endpoint Braid has no use for (storage, a bare function)
@@ -278,27 +285,20 @@ class Builder {
       if (c.name == "pci") addPci(c, sw);
   }
 
-  void addGpu(const XmlNode& e, bool described, const std::string& bus, int parent, double bw) {
+  void addGpu(const XmlNode& e, const std::string& bus, int parent, double bw) {
     if (sys_.count(NodeType::Gpu) >= kMaxGpus)
       error(e, "more than " + std::to_string(kMaxGpus) + " GPUs in one system");
-    int index = sys_.count(NodeType::Gpu);
     int gpu = addNode(NodeType::Gpu, bus);
     Node& n = sys_.nodes[gpu];
-    if (described) {
-      n.dev = static_cast<int>(integer(e, "dev", required(e, "dev")));
-      n.sm = static_cast<int>(integer(e, "sm", required(e, "sm")));
-      n.rank = static_cast<int>(integerOr(e, "rank", n.dev));
-      n.gdr = integerOr(e, "gdr", 0) != 0;
-      if (n.sm < 30 || n.sm > 1000) error(e, "sm=\"" + std::to_string(n.sm) + "\" is not an SM architecture");
-      for (const XmlNode& c : e.children) {
-        if (c.name == "nvlink") nvlinks_.push_back({&c, gpu});
-        else if (c.name == "c2c") addC2c(c, gpu, parent);
-        else error(c, "<" + c.name + "> inside <gpu> (only <nvlink> and <c2c> may be there)");
-      }
-    } else {
-      n.dev = n.rank = index;
-      n.sm = options_.assumeGpuSm;
-      n.gdr = true;
+    n.dev = static_cast<int>(integer(e, "dev", required(e, "dev")));
+    n.sm = static_cast<int>(integer(e, "sm", required(e, "sm")));
+    n.rank = static_cast<int>(integerOr(e, "rank", n.dev));
+    n.gdr = integerOr(e, "gdr", 0) != 0;
+    if (n.sm < 30 || n.sm > 1000) error(e, "sm=\"" + std::to_string(n.sm) + "\" is not an SM architecture");
+    for (const XmlNode& c : e.children) {
+      if (c.name == "nvlink") nvlinks_.push_back({&c, gpu});
+      else if (c.name == "c2c") addC2c(c, gpu, parent);
+      else error(c, "<" + c.name + "> inside <gpu> (only <nvlink> and <c2c> may be there)");
     }
     for (int other : sys_.of(NodeType::Gpu))
       if (other != gpu && sys_.nodes[other].rank == sys_.nodes[gpu].rank)
@@ -330,22 +330,9 @@ class Builder {
   void addNic(const XmlNode& e, int parent, const std::string& bus, double bw) {
     int nic = addNode(NodeType::Nic, bus);
     link(nic, parent, LinkType::Pci, bw);
-    bool any = false;
     for (const XmlNode& c : e.children) {
       if (c.name != "net") error(c, "<" + c.name + "> inside <nic> (only <net> may be there)");
       addNet(c, nic);
-      any = true;
-    }
-    if (!any && e.name == "pci") {  // --assume-nic
-      int net = addNode(NodeType::Net);
-      Node& n = sys_.nodes[net];
-      n.netName = "nic-" + bus;
-      n.netDev = sys_.nodes[net].index;
-      n.port = 1;
-      n.netBw = options_.assumeNicMbps / 8000.0;
-      n.netGdr = true;
-      n.maxConn = 65536;
-      link(nic, net, LinkType::Net, n.netBw);
     }
   }
 
@@ -409,7 +396,6 @@ class Builder {
   }
 
   const std::string& source_;
-  BuildOptions options_;
   System sys_;
   std::vector<Pending> nvlinks_;
   std::map<std::string, int> seenBus_;
@@ -419,8 +405,8 @@ class Builder {
 
 }  // namespace
 
-System buildSystem(const XmlNode& document, const std::string& source, const BuildOptions& options) {
-  return Builder(source, options).build(document);
+System buildSystem(const XmlNode& document, const std::string& source) {
+  return Builder(source).build(document);
 }
 
 }  // namespace braid::topo

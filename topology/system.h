@@ -29,6 +29,9 @@ double nvlinkBandwidth(int sm);
 /// GB/s of a PCIe link from sysfs/XML text: link_speed ("16.0 GT/s PCIe", "8 GT/s") and width
 /// (0 or absent means x16; an unknown speed counts as Gen3).
 double pciBandwidth(const std::string& linkSpeed, int width);
+/// A PCI bus id as the graph names it: lower case, with its domain ("17:00.0" ->
+/// "0000:17:00.0"); "" when text is not a bus id.
+std::string canonicalBusId(const std::string& text);
 /// GB/s between two CPU sockets, from the CPU's arch/vendor/model.
 double interCpuBandwidth(const std::string& arch, const std::string& vendor, int model);
 
@@ -61,12 +64,6 @@ struct Node {
   std::string label() const;
 };
 
-/// How to read devices a document describes only as PCI functions.
-struct BuildOptions {
-  int assumeGpuSm = 0;          ///< >0: a class 0x03 PCI device without <gpu> is a GPU of this sm
-  double assumeNicMbps = 0;     ///< >0: a class 0x02 PCI device without <nic> is a port of this speed
-};
-
 struct System {
   std::vector<Node> nodes;
   /// Notes for the user about what the document left out (GPUs skipped for lack of <gpu>, ...).
@@ -89,7 +86,9 @@ struct System {
 /// braid::Error(ncclInvalidUsage) naming source and line for documents that cannot describe a
 /// machine (unknown element, missing or bad attribute, NVLink to itself, absurd counts); an
 /// NVLink to a GPU that is not in the document is dropped with a WARN, as is a GPU whose bus id
-/// repeats.
-System buildSystem(const XmlNode& document, const std::string& source, const BuildOptions& options = {});
+/// repeats. The graph holds what the document states and nothing else (a PCI device of class
+/// 0x03 without <gpu> is left out, with a note; assumeDevices() writes one in first), so a
+/// document written out and read back builds the same system.
+System buildSystem(const XmlNode& document, const std::string& source);
 
 }  // namespace braid::topo

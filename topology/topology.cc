@@ -43,11 +43,14 @@ std::unique_ptr<Topology> loadTopology(const TopologyRequest& request) {
       sys.add("cpu").set("numaid", "0");
     }
   }
+  assumeDevices(t->document, request.assume);
+  // The dump is the document the system is built from, completions and assumptions included:
+  // read back, it gives the same system and so the same channels.
   if (!request.topoDumpFile.empty()) {
     writeXmlFile(request.topoDumpFile, t->document);
     BRAID_INFO(log::kGraph, "topology written to %s", request.topoDumpFile.c_str());
   }
-  t->system = buildSystem(t->document, t->source, request.build);
+  t->system = buildSystem(t->document, t->source);
   t->paths = std::make_unique<Paths>(t->system);
   t->policy = PathPolicy::fromParams(t->system);
   bool ringRead = false, treeRead = false;

@@ -1,6 +1,8 @@
 // The topology as the library and braid-topo use it: one entry point that reads or detects
-// the machine, dumps it, computes paths, finds (or reads) the ring and tree channels, dumps
-// them and logs them, all steered by NCCL's variables.
+// the machine (a file is completed by detection and by what braid-topo is told to assume),
+// dumps the document the system is built from (so the dump holds every GPU and NIC used),
+// computes paths, finds (or reads) the ring and tree channels, dumps them and logs them, all
+// steered by NCCL's variables.
 #pragma once
 
 #include <memory>
@@ -14,7 +16,7 @@ namespace braid::topo {
 struct TopologyRequest {
   std::string topoFile;       ///< NCCL_TOPO_FILE ("" = detect only)
   bool detect = true;         ///< complete (or, without a file, make) the document by detection
-  BuildOptions build;
+  DeviceAssumptions assume;   ///< written into the document before it is dumped and built
   int nodes = 1;              ///< machines like this one the channels must cross
   std::string topoDumpFile;   ///< NCCL_TOPO_DUMP_FILE
   std::string graphFile;      ///< NCCL_GRAPH_FILE

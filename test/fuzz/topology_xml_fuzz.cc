@@ -6,14 +6,15 @@
 #include <string>
 
 #include "core/status.h"
+#include "topology/detect.h"
 #include "topology/search.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace braid::topo;
   try {
     XmlNode doc = parseXml(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz.xml");
-    BuildOptions options{size % 2 ? 80 : 0, size % 3 ? 100000.0 : 0.0};
-    System system = buildSystem(doc, "fuzz.xml", options);
+    assumeDevices(doc, DeviceAssumptions{size % 2 ? 80 : 0, size % 3 ? 100000.0 : 0.0});
+    System system = buildSystem(doc, "fuzz.xml");
     if (system.nodes.size() <= 64) {
       Paths paths(system);
       if (system.count(NodeType::Gpu) <= 8) {

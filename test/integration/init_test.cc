@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <unistd.h>
 #include <chrono>
@@ -317,7 +318,8 @@ TEST_CASE("Init honours NCCL_TOPO_FILE, NCCL_TOPO_DUMP_FILE and NCCL_GRAPH_DUMP_
   REQUIRE(data != nullptr);
   char dirPattern[] = "/tmp/braid-topo-init-XXXXXX";
   const std::string dir = mkdtemp(dirPattern);
-  const std::string topoDump = dir + "/topo.xml", graphDump = dir + "/graphs.xml", bad = dir + "/bad.xml";
+  const std::string topoDump = dir + "/topo.xml", graphDump = dir + "/graphs.xml", bad = dir + "/bad.xml",
+                    pciOnlyFile = dir + "/pci-only.xml";
   auto launch = [&](const std::string& env) {
     const int port = test::freeLoopbackPort();
     std::string command = "export NCCL_COMM_ID=127.0.0.1:" + std::to_string(port) +
@@ -338,12 +340,28 @@ TEST_CASE("Init honours NCCL_TOPO_FILE, NCCL_TOPO_DUMP_FILE and NCCL_GRAPH_DUMP_
   CHECK_THAT(out, Catch::Contains("NCCL INFO  0 : GPU/0 "));
   CHECK(access(topoDump.c_str(), R_OK) == 0);
   CHECK(access(graphDump.c_str(), R_OK) == 0);
+  // A file naming the NVML double's 4 GPUs only as PCI functions: detection completes them at
+  // init, and the dump holds them, as the system searched did.
+  if (const char* nvml = std::getenv("BRAID_FAKE_NVML")) {
+    std::string pciOnly = "<system version=\"1\"><cpu numaid=\"0\">";
+    for (const char* bus : {"1a", "1b", "3a", "3b"})
+      pciOnly += std::string("<pci busid=\"0000:") + bus + ":00.0\" class=\"0x030200\" link_speed=\"32.0 GT/s PCIe\"/>";
+    { std::ofstream(pciOnlyFile) << pciOnly << "</cpu></system>\n"; }
+    out = launch("NCCL_TOPO_FILE=" + pciOnlyFile + " BRAID_NVML_LIBRARY=" + nvml + " NCCL_TOPO_DUMP_FILE=" + topoDump +
+                 " NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=GRAPH");
+    CHECK_THAT(out, Catch::Contains("NCCL INFO === System (from " + pciOnlyFile + "): 4 GPUs"));
+    std::ifstream in(topoDump);
+    const std::string dumped((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    size_t gpus = 0;
+    for (size_t at = dumped.find("<gpu "); at != std::string::npos; at = dumped.find("<gpu ", at + 1)) ++gpus;
+    CHECK(gpus == 4);
+  }
   // A broken NCCL_TOPO_FILE fails init on every rank, naming the file and line.
   { std::ofstream(bad) << "<system>\n<cpu numaid=\"0\">\n<gpu/>\n</cpu>\n</system>\n"; }
   out = launch("NCCL_TOPO_FILE=" + bad);
   CHECK_THAT(out, Catch::Contains("ncclCommInitRank(&comm, nranks, id, rank) failed: invalid usage"));
   CHECK_THAT(out, Catch::Contains(bad + ":3: <gpu> inside <cpu>"));
-  for (const std::string& f : {topoDump, graphDump, bad}) std::remove(f.c_str());
+  for (const std::string& f : {topoDump, graphDump, bad, pciOnlyFile}) std::remove(f.c_str());
   rmdir(dir.c_str());
 }
 

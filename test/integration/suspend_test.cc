@@ -80,10 +80,15 @@ TEST_CASE("suspend and resume: statistics, refusal while suspended, exact result
             // One rank has no connections; more have FIFOs whose slots go and whose counters stay.
             expect(n == 1 ? persistent == 0 : releasable >= (uint64_t(1) << 20) && persistent > 0,
                    "FIFO memory counted: " + std::to_string(releasable) + " + " + std::to_string(persistent));
+            // (A call of a new size may connect what its algorithm needs, from its first call on:
+            // the connections, so what stays, are compared across each suspension.)
+            uint64_t stays = persistent;
             for (int cycle = 0; cycle < 3; ++cycle) {
               EXPECT_OK(ncclCommSuspend(comm, NCCL_SUSPEND_MEM));
               expect(stat(comm, ncclStatGpuMemSuspended) == 1, "suspended");
-              expect(stat(comm, ncclStatGpuMemPersist) == persistent, "what stays is unchanged");
+              const uint64_t staysNow = stat(comm, ncclStatGpuMemPersist);
+              expect(staysNow == stays, "what stays is unchanged: " + std::to_string(stays) + " bytes before, " +
+                                            std::to_string(staysNow) + " suspended");
               float x = 1, y = 0;
               expectFailure(ncclAllReduce(&x, &y, 1, ncclFloat32, ncclSum, comm, nullptr), ncclInvalidUsage,
                             {"ncclAllReduce", "is suspended", "ncclCommResume"}, "AllReduce while suspended");
@@ -94,8 +99,9 @@ TEST_CASE("suspend and resume: statistics, refusal while suspended, exact result
               allReduceExact(comm, rank, n, kLarge);
               allReduceExact(comm, rank, n, 1000);  // (a small one: LL)
               ringSendRecvExact(comm, rank, n, kLarge / 4 + 3);
+              stays = stat(comm, ncclStatGpuMemPersist);
             }
-            expect(stat(comm, ncclStatGpuMemPersist) == persistent, "the same connections after the cycles");
+            expect(stays >= persistent, "connections only added after the cycles");
           }) == "");
   }
 }

@@ -186,8 +186,13 @@ TEST_CASE("a rank sending while the others call a collective: a mismatch naming 
           const ncclResult_t r = ncclAllReduce(buf.data(), buf.data(), 4096, ncclFloat, ncclSum, comm, nullptr);
           if (r != ncclSuccess) return r;
         }
-        // Rank 1 sends; the others call AllReduce.
-        if (rank == 1) return ncclSend(buf.data(), 4096, ncclFloat, partner, comm, nullptr);
+        // Rank 1 sends; the others call AllReduce. (More than the FIFO holds: where the
+        // AllReduces' algorithm connected the pair already, a small send would complete into
+        // the receiver's FIFO without it.)
+        if (rank == 1) {
+          std::vector<float> big(size_t(4) << 20, 1.0f);
+          return ncclSend(big.data(), big.size(), ncclFloat, partner, comm, nullptr);
+        }
         return ncclAllReduce(buf.data(), buf.data(), 4096, ncclFloat, ncclSum, comm, nullptr);
       }, processes);
       INFO(out);

@@ -427,7 +427,13 @@ void DataPath::runCollective(const plan::Task& given) {
   const topo::Choice* decided = together != aggregated_.end()   ? &together->second
                                 : known != choices_.end()       ? &known->second
                                                                 : nullptr;
+  // The most a step of this call can carry: a rank's whole buffer (every rank's block for the
+  // gathers and exchanges), its message otherwise.
+  const bool wholeBuffer = task.func == kernels::Func::kAllGather || task.func == kernels::Func::kReduceScatter ||
+                           task.func == kernels::Func::kAlltoAll;
+  const uint64_t stepReach = task.count * plan::typeSize(task.dtype) * (wholeBuffer ? nRanks_ : 1);
   plan::CollPlan plan = plan::planCollective(task, nRanks_, settings_.limits, decided, pluginInputs(task), &ledger_);
+  const bool firstOfSize = known == choices_.end();  // (with a tuner plugin: every call)
   if (known == choices_.end() && tunerPlugin_ == nullptr) {
     if (choices_.size() >= 4096) choices_.clear();  // many sizes: start again rather than grow
     choices_.emplace(key, plan.tuned);
@@ -513,6 +519,7 @@ void DataPath::runCollective(const plan::Task& given) {
     if (profile_ != nullptr && profile_->watchesNextLaunch()) batching_ = false;  // (a watched launch runs alone)
     return enqueueWatched(task.stream, plan.nChannels, true, [&] { enqueueCollective(task, plan, ring, sig); });
   }
+  if (firstOfSize) prefaultSlots(plan, ring, stepReach);
   void* scratch = plan.scratchBytes > 0 ? scratch_.reserve(plan.scratchBytes) : nullptr;
   if (plan.scratchBytes > 0 && scratch == nullptr) {
     fail(ncclSystemError, "rank %d: cannot map %llu bytes of scratch memory for %s", rank_,

@@ -25,6 +25,7 @@
 #include "runtime/host/executor.h"
 #include "runtime/host/offered_buffers.h"
 #include "runtime/host/scratch.h"
+#include "runtime/host/slot_prefault.h"
 #include "runtime/host/watchdog.h"
 #include "transport/connector.h"
 
@@ -282,6 +283,9 @@ class DataPath {
   /// The algorithms over point-to-point connections: connects channels [0, n) to the ranks
   /// `algo` exchanges with (algorithm_peers.h) on first use and fills those works' connections.
   void preparePeers(kernels::Algo algo, int n, kernels::CollWork* works);
+  /// The first call of a size class on the host: maps the FIFO pages of `bytes` on every
+  /// connection the plan's channels use (slot_prefault.h).
+  void prefaultSlots(const plan::CollPlan& plan, const kernels::RingHandle* ring, uint64_t bytes);
   /// Before `what` first connects every rank to every other on `channels` channels (send/recv
   /// connections, or collective ones), on more than kEveryPeerWarnPeers + 1 ranks: a WARN
   /// (rank 0, once) with the connection ends and FIFO memory it will take, since only
@@ -336,6 +340,8 @@ class DataPath {
   // What each algorithm's connections have cost so far and the time it would have saved: an
   // algorithm whose connections are not made runs once that time pays for them (setup_ledger.h).
   plan::SetupLedger ledger_;
+  // The FIFO pages each size class's calls reach, mapped by its first call (slot_prefault.h).
+  SlotPrefault prefault_;
   // Above this many peers, a first connection to every rank is said at WARN (warnEveryPeer).
   static constexpr int kEveryPeerWarnPeers = 64;
   bool everyPeerWarned_ = false;

@@ -78,6 +78,37 @@ void DataPath::preparePeers(kernels::Algo algo, int n, kernels::CollWork* works)
   }
 }
 
+void DataPath::prefaultSlots(const plan::CollPlan& plan, const kernels::RingHandle* ring, uint64_t bytes) {
+  for (int c = 0; c < plan.nChannels; ++c) {
+    const kernels::CollWork& w = plan.works[c];
+    if (w.algo == kernels::Algo::kRing) {
+      prefault_.cover(ring[c].send, plan.proto, bytes);
+      prefault_.cover(ring[c].recv, plan.proto, bytes);
+      continue;
+    }
+    // Only where each end a rank holds carries this call's messages: a tree's edges and the
+    // recursive exchanges use both directions of every partner. Binomial's and Bruck's sets
+    // (and Hier2D's) hold ends a given rank never uses, whose pages would be memory the steady
+    // state does not take: their slots fault on use, as before.
+    const kernels::Algo a = w.algo;
+    if (a != kernels::Algo::kTree && a != kernels::Algo::kRecDoubling && a != kernels::Algo::kHalvingDoubling &&
+        a != kernels::Algo::kDirect && a != kernels::Algo::kPairwise) {
+      continue;
+    }
+    // (A channel's peer set is shared by the algorithms over it: this one's partners only.)
+    std::vector<int> partners;
+    if (a == kernels::Algo::kTree) {  // (the tree's own set: its neighbours alone are connected)
+      for (int r = 0; r < nRanks_; ++r) partners.push_back(r);
+    } else {
+      partners = algorithmPeers(a, nRanks_, rank_);
+    }
+    for (int r : partners) {  // (an end the algorithm does not use has no slots)
+      if (w.peerSend != nullptr) prefault_.cover(w.peerSend[r], plan.proto, bytes);
+      if (w.peerRecv != nullptr) prefault_.cover(w.peerRecv[r], plan.proto, bytes);
+    }
+  }
+}
+
 void DataPath::prepareTrees(int n, kernels::CollWork* works) {
   for (int c = static_cast<int>(trees_.size()); c < n; ++c) {
     const topo::TreeLinks t = topo::rankTree(nodeOf_, rank_, c % 2);

@@ -196,6 +196,7 @@ void DataPath::runPeersOn(const std::vector<const plan::Task*>& ops) {
       // buffer and reads a receive's into it (send_recv.h, byReference), two copies fewer.
       op.byReference = device_ == nullptr && settings_.peerDirect && op.proto == kernels::Proto::kSimple &&
                        op.conn.transport == static_cast<uint32_t>(transport::Kind::kSocket);
+      if (device_ == nullptr && !op.direct && !op.byReference) prefault_.cover(op.conn, op.proto, op.bytes);
       queues[{t->peer, t->isSend, s}].push_back(op);
       if (watched) parts.emplace_back(i, s, op);
     }

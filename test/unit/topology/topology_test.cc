@@ -33,10 +33,9 @@ std::string env(const char* variable) {
 std::string data(const std::string& file) { return env("BRAID_TOPO_DATA") + "/" + file; }
 
 System load(const std::string& file, int assumeSm = 0, double assumeMbps = 0) {
-  BuildOptions o;
-  o.assumeGpuSm = assumeSm;
-  o.assumeNicMbps = assumeMbps;
-  return buildSystem(readXmlFile(data(file)), file, o);
+  XmlNode doc = readXmlFile(data(file));
+  assumeDevices(doc, DeviceAssumptions{assumeSm, assumeMbps});
+  return buildSystem(doc, file);
 }
 
 int gpu(const System& s, int dev) {
@@ -264,8 +263,9 @@ TEST_CASE("Every shared topology file survives write and read unchanged", "[topo
     writeXmlFile(out, doc);
     XmlNode again = readXmlFile(out);
     CHECK(writeXml(again.children.at(0)) == writeXml(doc.children.at(0)));
-    BuildOptions o{80, 100000};
-    CHECK(buildSystem(again, out, o).describe() == buildSystem(doc, f, o).describe());
+    assumeDevices(again, DeviceAssumptions{80, 100000});
+    assumeDevices(doc, DeviceAssumptions{80, 100000});
+    CHECK(buildSystem(again, out).describe() == buildSystem(doc, f).describe());
   }
 }
 
