@@ -109,6 +109,7 @@ struct WindowClaim {
   int32_t problem;    ///< 0, or what this rank found wrong with its own arguments (WindowProblem)
   uint64_t buffer;    ///< the address, meaningful to ranks of the same process
   uint64_t processId; ///< process::randomId() of the rank's process
+  uint64_t signals;   ///< its one-sided counters (comm/signals.h), for ranks of the same process
 };
 enum WindowProblem : int32_t { kWindowOk = 0, kWindowNull, kWindowMisaligned, kWindowFlags, kWindowUnreachable };
 
@@ -128,7 +129,8 @@ void registerWindow(Communicator& c, void* buff, size_t size, int flags, int32_t
                     ncclWindow_t* win) {
   const int n = c.identity().nRanks, me = c.identity().rank;
   std::vector<WindowClaim> claims(n);
-  claims[me] = WindowClaim{size, flags, problem, reinterpret_cast<uint64_t>(buff), process::randomId()};
+  claims[me] = WindowClaim{size, flags, problem, reinterpret_cast<uint64_t>(buff), process::randomId(),
+                           c.signals().address()};
   c.bootstrap().allGather(claims.data(), sizeof(WindowClaim));
   if (problem != kWindowOk) fail(ncclInvalidArgument, "%s", why.c_str());
   for (int r = 0; r < n; ++r) {
@@ -153,7 +155,9 @@ void registerWindow(Communicator& c, void* buff, size_t size, int flags, int32_t
   for (int r = 0; r < n; ++r) {
     // Threads of one process address each other's windows directly; other processes' memory
     // is not mapped here (window memory from ncclMemAlloc is private to its process).
-    if (claims[r].processId == claims[me].processId) entry.peerBuffers[r] = reinterpret_cast<void*>(claims[r].buffer);
+    if (claims[r].processId != claims[me].processId) continue;
+    entry.peerBuffers[r] = reinterpret_cast<void*>(claims[r].buffer);
+    c.signals().learn(r, claims[r].signals);
   }
   *win = c.windows().add(entry);
 }

@@ -134,6 +134,10 @@ class DataPath {
     if (failureTaken_.load(std::memory_order_acquire) || !watchdog_->failure(code, text)) return false;
     return !failureTaken_.exchange(true);
   }
+  /// ncclWaitSignal on the host: polls `arrived` until it holds, as an operation the watchdog
+  /// watches (a dead peer process, NCCL_TIMEOUT); throws the watchdog's reason, or that the
+  /// communicator was aborted, when the abort flag ends the wait (data_path_one_sided.cc).
+  void waitOneSided(const char* call, const std::function<bool()>& arrived);
   /// Whether the kernels run on a device (enqueued on the user's stream).
   bool onDevice() const { return device_ != nullptr; }
   /// Whether `stream` is being captured into a CUDA graph (the profiler's graphCaptured); false
