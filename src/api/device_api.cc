@@ -227,8 +227,11 @@ void* peerPointer(const WindowEntry& w, size_t offset, int peer) {
   if (peer < 0 || peer >= n) fail(ncclInvalidArgument, "peer is %d; ranks are 0..%d", peer, n - 1);
   void* base = w.peerBuffers[peer];
   if (base == nullptr) {
-    fail(ncclInvalidUsage, "rank %d's window memory is in another process; Braid maps a peer's window only for ranks "
-         "that are threads of one process", peer);
+    const bool notShareable = w.peerReach[peer] == WindowReach::kNotShareable;
+    fail(ncclInvalidUsage, "rank %d's window memory is not mapped here: %s", peer,
+         notShareable ? "it is in another process and not from ncclMemAlloc (register memory from ncclMemAlloc, which "
+                        "the processes of a host map)"
+                      : "it is on another host (Braid maps the windows of the ranks of one host)");
   }
   return offsetInto(base, w, offset);
 }

@@ -6,7 +6,9 @@
 // Puts from one rank therefore land in the order they were called, whatever the window's
 // flags: NCCL_WIN_STRICT_ORDERING asks for nothing more.
 // What reaches a peer: ranks that are threads of one process (their windows and counters are
-// addressed directly). Between processes the calls say that this is not implemented yet.
+// addressed directly) and the other processes of the host (window memory from ncclMemAlloc and
+// the counters are memory files each rank maps at ncclCommWindowRegister). Across hosts the
+// calls say that this is not implemented yet.
 #include <cstring>
 
 #include "api/api.h"
@@ -55,8 +57,8 @@ comm::SignalBoard& boardFor(Communicator& c, int peer, const char* call) {
                            "ranks exchange at ncclCommWindowRegister, so register a window first", call);
   }
   if (!board->reaches(peer)) {
-    fail(ncclInvalidUsage, "%s: peer %d is a rank of another process; one-sided operations between processes are not "
-                           "implemented yet (they work between ranks that are threads of one process)", call, peer);
+    fail(ncclInvalidUsage, "%s: peer %d runs on another host; one-sided operations across hosts are not implemented yet "
+                           "(they work between the ranks of one host)", call, peer);
   }
   return *board;
 }
@@ -89,6 +91,16 @@ ncclResult_t pncclPutSignal(const void* localbuff, size_t count, ncclDataType_t 
                                 "bytes", bytes, count, peerWinOffset, window.size);
     }
     comm::SignalBoard& board = boardFor(c, peer, "ncclPutSignal");
+    if (window.peerBuffers[peer] == nullptr && window.peerReach[peer] == WindowReach::kNotShareable) {
+      fail(ncclInvalidUsage, "ncclPutSignal: rank %d's part of window %p is memory Braid cannot share with this process "
+                             "(not from ncclMemAlloc); register window memory from ncclMemAlloc, which other processes "
+                             "of the host can map", peer, static_cast<void*>(peerWin));
+    }
+    if (window.peerBuffers[peer] == nullptr) {
+      fail(ncclInvalidUsage, "ncclPutSignal: rank %d's part of window %p is not mapped here (it runs on another host, or "
+                             "its mapping failed at registration); puts across hosts are not implemented yet", peer,
+           static_cast<void*>(peerWin));
+    }
     char* target = static_cast<char*>(window.peerBuffers[peer]) + peerWinOffset;
     if (bytes > 0) std::memmove(target, localbuff, bytes);  // (a put to itself may overlap its source)
     board.bump(peer, ctx);

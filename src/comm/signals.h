@@ -9,8 +9,9 @@
 // wait is never lost, and several puts are waited for at once (opCnt > 1).
 //
 // The board is made when the communicator's first window is registered (a collective call,
-// where the ranks exchange the boards' addresses): a rank addresses the boards of the ranks
-// that are threads of its process.
+// where the ranks exchange the boards' addresses and offers): a rank addresses the boards of
+// the ranks that are threads of its process, and maps those of the other processes of its
+// host (the counters live in a memory file: core/memory_files.h).
 #pragma once
 
 #include <atomic>
@@ -19,18 +20,26 @@
 #include <mutex>
 #include <vector>
 
+#include "core/memory_files.h"
+
 namespace braid::comm {
 
 class SignalBoard {
  public:
   SignalBoard(int rank, int nRanks, int contexts);
+  ~SignalBoard();
   SignalBoard(const SignalBoard&) = delete;
   SignalBoard& operator=(const SignalBoard&) = delete;
 
   /// This rank's counters as the window registration announces them to its peers.
-  uint64_t address() const { return reinterpret_cast<uint64_t>(counters_.get()); }
+  uint64_t address() const { return reinterpret_cast<uint64_t>(counters_); }
   /// The board of `rank`, announced at `address` by a rank of this process.
   void learn(int rank, uint64_t address);
+  /// An offer of this rank's counters to the other processes of this host (withdraw it with
+  /// fds::withdraw once they have mapped it).
+  fds::Offer offer() const;
+  /// Maps the board `rank` (a process of this host) offered; throws what the mapping throws.
+  void map(int rank, const fds::Offer& from);
   /// Whether this rank can bump `rank`'s counters (that rank is a thread of this process).
   bool reaches(int rank) const { return peers_[rank].load(std::memory_order_acquire) != nullptr; }
   /// Adds one to `peer`'s counter of (ctx, this rank), with release order: whatever this
@@ -50,7 +59,9 @@ class SignalBoard {
   size_t slot(int ctx, int rank) const { return static_cast<size_t>(ctx) * nRanks_ + rank; }
 
   const int rank_, nRanks_;
-  std::unique_ptr<std::atomic<uint64_t>[]> counters_;          // (ctx, source) -> signals arrived
+  const size_t bytes_;
+  std::atomic<uint64_t>* counters_;  // (ctx, source) -> signals arrived; in a memory file
+  std::vector<std::unique_ptr<memfiles::Mapping>> mapped_;  // other processes' boards (guarded by mutex_)
   std::unique_ptr<std::atomic<std::atomic<uint64_t>*>[]> peers_;  // by rank: its counters, or null
   mutable std::mutex mutex_;                                      // guards consumed_
   std::vector<uint64_t> consumed_;                                // (ctx, source) -> signals waited for

@@ -1,14 +1,17 @@
 // One-sided operations (ncclPutSignal, ncclSignal, ncclWaitSignal) on the host backend.
-// Ranks as threads of one process move data: exact contents after the wait, cumulative
-// counts over several puts and signals, several peers and contexts, sizes 0 and odd,
-// offsets up to the window's end. Ranks as processes are refused with a text that says so.
-// Bad input, and an abort that ends a wait.
+// Ranks as threads of one process and as processes of one host move data: exact contents
+// after the wait, cumulative counts over several puts and signals, several peers and
+// contexts, sizes 0 and odd, offsets up to the window's end. A window on memory other
+// processes cannot map is refused with a text that says why. Bad input, and an abort that
+// ends a wait.
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "harness/ranks.h"
@@ -29,24 +32,34 @@ void expectFailure(ncclResult_t result, ncclResult_t code, const std::string& te
 }
 
 /// n ranks (threads, or processes), each with a communicator of kContexts RMA contexts and a
-/// window of kWindowBytes from ncclMemAlloc; the window is deregistered and freed after body.
-std::string withWindows(int n, bool threads, const std::function<void(int, ncclComm_t, ncclWindow_t, char*)>& body) {
+/// window of kWindowBytes from ncclMemAlloc (or malloc: `plainMemory`); the window is
+/// deregistered and freed after body.
+std::string withWindows(int n, bool threads, const std::function<void(int, ncclComm_t, ncclWindow_t, char*)>& body,
+                        bool plainMemory = false) {
   ncclUniqueId id;
   if (ncclGetUniqueId(&id) != ncclSuccess) return "ncclGetUniqueId failed";
-  auto rankBody = [id, n, body](int rank) {
+  auto rankBody = [id, n, body, plainMemory](int rank) {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.numRmaCtx = kContexts;
     ncclComm_t comm = nullptr;
     EXPECT_OK(ncclCommInitRankConfig(&comm, n, id, rank, &config));
     void* buffer = nullptr;
-    EXPECT_OK(ncclMemAlloc(&buffer, kWindowBytes));
+    if (plainMemory) {
+      expect(posix_memalign(&buffer, NCCL_WIN_REQUIRED_ALIGNMENT, kWindowBytes) == 0, "posix_memalign");
+    } else {
+      EXPECT_OK(ncclMemAlloc(&buffer, kWindowBytes));
+    }
     std::memset(buffer, 0, kWindowBytes);
     ncclWindow_t win = nullptr;
     EXPECT_OK(ncclCommWindowRegister(comm, buffer, kWindowBytes, &win, NCCL_WIN_DEFAULT));
     body(rank, comm, win, static_cast<char*>(buffer));
     EXPECT_OK(ncclCommWindowDeregister(comm, win));
     EXPECT_OK(ncclCommDestroy(comm));
-    EXPECT_OK(ncclMemFree(buffer));
+    if (plainMemory) {
+      std::free(buffer);
+    } else {
+      EXPECT_OK(ncclMemFree(buffer));
+    }
   };
   return threads ? braid::test::runThreads(n, rankBody) : braid::test::runProcesses(n, rankBody);
 }
@@ -61,15 +74,16 @@ void waitFor(ncclComm_t comm, int peer, int ctx, int opCnt) {
 
 }  // namespace
 
-TEST_CASE("one-sided: puts land exactly, counted per peer and context (threads)", "[integration][rma]") {
-  for (const int n : {1, 2, 3, 8}) {
-    INFO(n << " ranks");
+TEST_CASE("one-sided: puts land exactly, counted per peer and context", "[integration][rma]") {
+  for (const auto& [n, threads] : std::vector<std::pair<int, bool>>{{1, true}, {2, true}, {3, true}, {8, true},
+                                                                    {2, false}, {3, false}, {8, false}}) {
+    INFO(n << " ranks as " << (threads ? "threads" : "processes"));
     // Every rank puts `rounds` odd-sized pieces to every rank (itself included) in its own slice
     // of the peer's window, on context (sender + round) % kContexts, and one bare signal on
     // context 0; each rank then waits for all of them with one descriptor per (peer, context).
     constexpr int kRounds = 4;
     const size_t slice = kWindowBytes / static_cast<size_t>(n);
-    CHECK(withWindows(n, true, [n, slice](int rank, ncclComm_t comm, ncclWindow_t win, char* window) {
+    CHECK(withWindows(n, threads, [n, slice](int rank, ncclComm_t comm, ncclWindow_t win, char* window) {
             std::vector<unsigned char> source(slice);
             for (int peer = 0; peer < n; ++peer) {
               for (int round = 0; round < kRounds; ++round) {
@@ -106,8 +120,10 @@ TEST_CASE("one-sided: puts land exactly, counted per peer and context (threads)"
   }
 }
 
-TEST_CASE("one-sided: signals accumulate; a wait consumes what it names (threads)", "[integration][rma]") {
-  CHECK(withWindows(2, true, [](int rank, ncclComm_t comm, ncclWindow_t win, char* window) {
+TEST_CASE("one-sided: signals accumulate; a wait consumes what it names", "[integration][rma]") {
+  for (const bool threads : {true, false}) {
+  INFO((threads ? "threads" : "processes"));
+  CHECK(withWindows(2, threads, [](int rank, ncclComm_t comm, ncclWindow_t win, char* window) {
           const int peer = 1 - rank;
           // Rank 0 sends five rounds of a float each to the same place, each after rank 1 said it
           // consumed the previous one (a ping-pong of signals): every wait sees its own round.
@@ -139,6 +155,7 @@ TEST_CASE("one-sided: signals accumulate; a wait consumes what it names (threads
           std::memcpy(&got, window + kWindowBytes - sizeof got, sizeof got);
           expect(got == 100.0 + peer, "the window's last double: " + std::to_string(got));
         }) == "");
+  }
 }
 
 TEST_CASE("one-sided: bad input is refused, nothing is written out of bounds", "[integration][rma]") {
@@ -173,30 +190,37 @@ TEST_CASE("one-sided: bad input is refused, nothing is written out of bounds", "
         }) == "");
 }
 
-TEST_CASE("one-sided: without a window, and between processes, the calls say why not", "[integration][rma]") {
+TEST_CASE("one-sided: without a window, and on memory other processes cannot map, the calls say why not",
+          "[integration][rma]") {
   CHECK(braid::test::withCommunicators(2, [](int rank, ncclComm_t comm, bool) {
           expectFailure(ncclSignal(1 - rank, 0, 0, 0, comm, nullptr), ncclInvalidUsage, "register a window first",
                         "no window");
         }) == "");
-  for (const int n : {2, 3}) {
-    INFO(n << " processes");
-    CHECK(withWindows(n, false, [n](int rank, ncclComm_t comm, ncclWindow_t win, char* window) {
-            const int peer = (rank + 1) % n;
-            const std::string why = "is a rank of another process; one-sided operations between processes are not "
-                                    "implemented yet";
-            expectFailure(ncclPutSignal(window, 4, ncclInt32, peer, win, 0, 0, 0, 0, comm, nullptr), ncclInvalidUsage,
-                          "peer " + std::to_string(peer) + " " + why, "put");
-            expectFailure(ncclSignal(peer, 0, 0, 0, comm, nullptr), ncclInvalidUsage, why, "signal");
-            ncclWaitSignalDesc_t d = {1, peer, 0, 0};
-            expectFailure(ncclWaitSignal(1, &d, comm, nullptr), ncclInvalidUsage, why, "wait");
-            // A rank reaches itself.
+  for (const bool threads : {true, false}) {
+    INFO((threads ? "threads" : "processes"));
+    // A window on malloc's memory: threads of one process reach it, other processes do not,
+    // and the text says what to use instead. Signals still travel.
+    CHECK(withWindows(2, threads, [threads](int rank, ncclComm_t comm, ncclWindow_t win, char* window) {
+            const int peer = 1 - rank;
             const int value = 42 + rank;
-            EXPECT_OK(ncclPutSignal(&value, 1, ncclInt32, rank, win, 16, 0, 0, 0, comm, nullptr));
-            waitFor(comm, rank, 0, 1);
+            const ncclResult_t put = ncclPutSignal(&value, 1, ncclInt32, peer, win, 16, 0, 0, 0, comm, nullptr);
+            if (threads) {
+              EXPECT_OK(put);
+            } else {
+              expectFailure(put, ncclInvalidUsage, "is memory Braid cannot share with this process (not from "
+                            "ncclMemAlloc); register window memory from ncclMemAlloc", "put to malloc's memory");
+              EXPECT_OK(ncclSignal(peer, 0, 0, 0, comm, nullptr));
+            }
+            waitFor(comm, peer, 0, 1);
             int got;
             std::memcpy(&got, window + 16, sizeof got);
+            expect(got == (threads ? 42 + peer : 0), "what landed: " + std::to_string(got));
+            // A rank always reaches itself.
+            EXPECT_OK(ncclPutSignal(&value, 1, ncclInt32, rank, win, 32, 0, 0, 0, comm, nullptr));
+            waitFor(comm, rank, 0, 1);
+            std::memcpy(&got, window + 32, sizeof got);
             expect(got == 42 + rank, "a put to itself: " + std::to_string(got));
-          }) == "");
+          }, /*plainMemory=*/true) == "");
   }
 }
 

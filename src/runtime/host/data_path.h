@@ -138,6 +138,8 @@ class DataPath {
   /// watches (a dead peer process, NCCL_TIMEOUT); throws the watchdog's reason, or that the
   /// communicator was aborted, when the abort flag ends the wait (data_path_one_sided.cc).
   void waitOneSided(const char* call, const std::function<bool()>& arrived);
+  /// The host of `rank` (its hostHash): ranks alike share one.
+  uint64_t hostOf(int rank) const { return hostOf_[rank]; }
   /// Whether the kernels run on a device (enqueued on the user's stream).
   bool onDevice() const { return device_ != nullptr; }
   /// Whether `stream` is being captured into a CUDA graph (the profiler's graphCaptured); false
