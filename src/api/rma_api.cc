@@ -142,7 +142,7 @@ ncclResult_t pncclWaitSignal(int nDesc, ncclWaitSignalDesc_t* signalDescs, ncclC
       const ncclWaitSignalDesc_t& d = signalDescs[i];
       comm::SignalBoard& board = *c.signalsIfMade();
       const uint64_t target = board.expect(d.peer, d.ctx, d.opCnt);
-      c.dataPath().waitOneSided("ncclWaitSignal", [&] { return board.arrived(d.peer, d.ctx, target); });
+      c.dataPath().waitOneSided("ncclWaitSignal", d.peer, [&] { return board.arrived(d.peer, d.ctx, target); });
     }
     return ncclSuccess;
   });

@@ -5,6 +5,7 @@
 // processes cannot map is refused with a text that says why. Bad input, and an abort that
 // ends a wait.
 #include <catch2/catch.hpp>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -246,6 +247,30 @@ TEST_CASE("one-sided: an abort ends a wait with an error", "[integration][rma]")
           expect(result != ncclSuccess, "the wait succeeded");
           expect(waited < std::chrono::seconds(10), "the wait took " +
                  std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()) + " ms");
+          EXPECT_OK(ncclMemFree(buffer));
+        }) == "");
+}
+
+TEST_CASE("one-sided: a peer process that exits ends a wait on it with an error naming it", "[integration][rma]") {
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  CHECK(braid::test::runProcesses(2, [id](int rank) {
+          ncclComm_t comm = nullptr;
+          EXPECT_OK(ncclCommInitRank(&comm, 2, id, rank));
+          void* buffer = nullptr;
+          EXPECT_OK(ncclMemAlloc(&buffer, 4096));
+          ncclWindow_t win = nullptr;
+          EXPECT_OK(ncclCommWindowRegister(comm, buffer, 4096, &win, NCCL_WIN_DEFAULT));
+          if (rank == 1) _exit(0);  // (gone without a signal, and without destroying anything)
+          const auto start = std::chrono::steady_clock::now();
+          ncclWaitSignalDesc_t d = {1, 1, 0, 0};
+          const ncclResult_t result = ncclWaitSignal(1, &d, comm, nullptr);
+          const auto waited = std::chrono::steady_clock::now() - start;
+          expect(result != ncclSuccess && lastError().find("rank 1") != std::string::npos,
+                 "result " + std::to_string(result) + ": " + lastError());
+          expect(waited < std::chrono::seconds(20), "the wait took " +
+                 std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()) + " ms");
+          ncclCommAbort(comm);
           EXPECT_OK(ncclMemFree(buffer));
         }) == "");
 }
