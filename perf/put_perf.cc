@@ -2,4 +2,6 @@
 // (see perf.h): sendrecv_perf's traffic, one-sided.
 #include "perf/perf.h"
 
-int main(int argc, char** argv) { return braid::perf::run(braid::perf::Coll::kPut, argc, argv); }
+int main(int argc, char** argv) {
+  return braid::perf::run(braid::perf::Coll::kPut, argc, argv);
+}

@@ -34,11 +34,12 @@ void checkPeer(const Communicator& c, int peer, const char* argument) {
 }
 
 void checkSignal(const Communicator& c, int sigIdx, int ctx) {
-  if (sigIdx != 0) fail(ncclInvalidArgument, "sigIdx is %d; there is one signal per peer, 0 (as in NCCL 2.30)", sigIdx);
+  if (sigIdx != 0)
+    fail(ncclInvalidArgument, "sigIdx is %d; there is one signal per peer, 0 (as in NCCL 2.30)", sigIdx);
   const int contexts = c.config().numRmaCtx;
   if (ctx < 0 || ctx >= contexts) {
-    fail(ncclInvalidArgument, "ctx is %d; the communicator has %d contexts (config.numRmaCtx, NCCL_NUM_RMA_CTX)", ctx,
-         contexts);
+    fail(ncclInvalidArgument,
+         "ctx is %d; the communicator has %d contexts (config.numRmaCtx, NCCL_NUM_RMA_CTX)", ctx, contexts);
   }
 }
 
@@ -53,12 +54,16 @@ comm::SignalBoard& boardFor(Communicator& c, int peer, const char* call) {
   }
   comm::SignalBoard* board = c.signalsIfMade();
   if (board == nullptr) {
-    fail(ncclInvalidUsage, "%s: no window was registered on this communicator; signals are counted in memory the "
-                           "ranks exchange at ncclCommWindowRegister, so register a window first", call);
+    fail(ncclInvalidUsage,
+         "%s: no window was registered on this communicator; signals are counted in memory the "
+         "ranks exchange at ncclCommWindowRegister, so register a window first",
+         call);
   }
   if (!board->reaches(peer)) {
-    fail(ncclInvalidUsage, "%s: peer %d runs on another host; one-sided operations across hosts are not implemented yet "
-                           "(they work between the ranks of one host)", call, peer);
+    fail(ncclInvalidUsage,
+         "%s: peer %d runs on another host; one-sided operations across hosts are not implemented yet "
+         "(they work between the ranks of one host)",
+         call, peer);
   }
   return *board;
 }
@@ -66,11 +71,11 @@ comm::SignalBoard& boardFor(Communicator& c, int peer, const char* call) {
 }  // namespace
 
 BRAID_API(ncclResult_t, ncclPutSignal, const void* localbuff, size_t count, ncclDataType_t datatype, int peer,
-          ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,
-          cudaStream_t stream);
+          ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx, unsigned int flags,
+          ncclComm_t comm, cudaStream_t stream);
 ncclResult_t pncclPutSignal(const void* localbuff, size_t count, ncclDataType_t datatype, int peer,
-                            ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx, unsigned int flags,
-                            ncclComm_t comm, cudaStream_t) {
+                            ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx,
+                            unsigned int flags, ncclComm_t comm, cudaStream_t) {
   return api::guarded("ncclPutSignal", comm, [&]() -> ncclResult_t {
     Communicator& c = readyForOneSided(comm, "ncclPutSignal");
     if (count > 0) api::requireNonNull(localbuff, "localbuff");
@@ -87,19 +92,24 @@ ncclResult_t pncclPutSignal(const void* localbuff, size_t count, ncclDataType_t 
     if (count > SIZE_MAX / size) fail(ncclInvalidArgument, "count %zu is too large", count);
     const size_t bytes = count * size;
     if (peerWinOffset > window.size || bytes > window.size - peerWinOffset) {
-      fail(ncclInvalidArgument, "the put of %zu bytes (count %zu) at peerWinOffset %zu does not fit the window of %zu "
-                                "bytes", bytes, count, peerWinOffset, window.size);
+      fail(ncclInvalidArgument,
+           "the put of %zu bytes (count %zu) at peerWinOffset %zu does not fit the window of %zu "
+           "bytes",
+           bytes, count, peerWinOffset, window.size);
     }
     comm::SignalBoard& board = boardFor(c, peer, "ncclPutSignal");
     if (window.peerBuffers[peer] == nullptr && window.peerReach[peer] == WindowReach::kNotShareable) {
-      fail(ncclInvalidUsage, "ncclPutSignal: rank %d's part of window %p is memory Braid cannot share with this process "
-                             "(not from ncclMemAlloc); register window memory from ncclMemAlloc, which other processes "
-                             "of the host can map", peer, static_cast<void*>(peerWin));
+      fail(ncclInvalidUsage,
+           "ncclPutSignal: rank %d's part of window %p is memory Braid cannot share with this process "
+           "(not from ncclMemAlloc); register window memory from ncclMemAlloc, which other processes "
+           "of the host can map",
+           peer, static_cast<void*>(peerWin));
     }
     if (window.peerBuffers[peer] == nullptr) {
-      fail(ncclInvalidUsage, "ncclPutSignal: rank %d's part of window %p is not mapped here (it runs on another host, or "
-                             "its mapping failed at registration); puts across hosts are not implemented yet", peer,
-           static_cast<void*>(peerWin));
+      fail(ncclInvalidUsage,
+           "ncclPutSignal: rank %d's part of window %p is not mapped here (it runs on another host, or "
+           "its mapping failed at registration); puts across hosts are not implemented yet",
+           peer, static_cast<void*>(peerWin));
     }
     char* target = static_cast<char*>(window.peerBuffers[peer]) + peerWinOffset;
     if (bytes > 0) std::memmove(target, localbuff, bytes);  // (a put to itself may overlap its source)
@@ -142,7 +152,8 @@ ncclResult_t pncclWaitSignal(int nDesc, ncclWaitSignalDesc_t* signalDescs, ncclC
       const ncclWaitSignalDesc_t& d = signalDescs[i];
       comm::SignalBoard& board = *c.signalsIfMade();
       const uint64_t target = board.expect(d.peer, d.ctx, d.opCnt);
-      c.dataPath().waitOneSided("ncclWaitSignal", d.peer, [&] { return board.arrived(d.peer, d.ctx, target); });
+      c.dataPath().waitOneSided("ncclWaitSignal", d.peer,
+                                [&] { return board.arrived(d.peer, d.ctx, target); });
     }
     return ncclSuccess;
   });

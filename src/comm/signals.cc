@@ -11,13 +11,16 @@ SignalBoard::SignalBoard(int rank, int nRanks, int contexts)
       counters_(static_cast<std::atomic<uint64_t>*>(memfiles::allocate(bytes_))),
       peers_(new std::atomic<std::atomic<uint64_t>*>[nRanks]),
       consumed_(static_cast<size_t>(contexts) * nRanks, 0) {
-  static_assert(std::atomic<uint64_t>::is_always_lock_free, "counters shared between processes must be lock-free");
+  static_assert(std::atomic<uint64_t>::is_always_lock_free,
+                "counters shared between processes must be lock-free");
   for (size_t i = 0; i < consumed_.size(); ++i) new (&counters_[i]) std::atomic<uint64_t>(0);
   for (int r = 0; r < nRanks; ++r) peers_[r].store(nullptr, std::memory_order_relaxed);
   peers_[rank].store(counters_, std::memory_order_release);
 }
 
-SignalBoard::~SignalBoard() { memfiles::release(counters_); }
+SignalBoard::~SignalBoard() {
+  memfiles::release(counters_);
+}
 
 fds::Offer SignalBoard::offer() const {
   fds::Offer out{};

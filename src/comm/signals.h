@@ -52,7 +52,9 @@ class SignalBoard {
     return counters_[slot(ctx, peer)].load(std::memory_order_acquire) >= target;
   }
   /// Signals of (ctx, peer) arrived so far, and consumed by waits so far (messages, tests).
-  uint64_t arrivedCount(int peer, int ctx) const { return counters_[slot(ctx, peer)].load(std::memory_order_acquire); }
+  uint64_t arrivedCount(int peer, int ctx) const {
+    return counters_[slot(ctx, peer)].load(std::memory_order_acquire);
+  }
   uint64_t consumed(int peer, int ctx) const;
 
  private:

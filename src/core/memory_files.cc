@@ -30,7 +30,9 @@ Files& files() {
   return *f;
 }
 
-size_t pageSize() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
+size_t pageSize() {
+  return static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
 
 }  // namespace
 
@@ -39,7 +41,8 @@ void* allocate(size_t bytes) {
   const size_t rounded = (bytes + page - 1) / page * page;
   if (rounded < bytes) fail(ncclSystemError, "cannot allocate %zu bytes of host memory", bytes);
   const int fd = memfd_create("braid-memory", MFD_CLOEXEC);
-  if (fd < 0) fail(ncclSystemError, "memfd_create for %zu bytes of host memory: %s", bytes, std::strerror(errno));
+  if (fd < 0)
+    fail(ncclSystemError, "memfd_create for %zu bytes of host memory: %s", bytes, std::strerror(errno));
   if (ftruncate(fd, static_cast<off_t>(rounded)) != 0) {
     const int error = errno;
     close(fd);
@@ -96,7 +99,8 @@ Mapping::Mapping(const fds::Offer& from, size_t offset, size_t bytes) {
   close(fd);
   if (base_ == MAP_FAILED) {
     base_ = nullptr;
-    fail(ncclSystemError, "cannot map %zu bytes of process %d's memory: %s", bytes, from.pid, std::strerror(error));
+    fail(ncclSystemError, "cannot map %zu bytes of process %d's memory: %s", bytes, from.pid,
+         std::strerror(error));
   }
   data_ = static_cast<char*>(base_) + (offset - first);
 }

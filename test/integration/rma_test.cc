@@ -4,9 +4,9 @@
 // contexts, sizes 0 and odd, offsets up to the window's end. A window on memory other
 // processes cannot map is refused with a text that says why. Bad input, and an abort that
 // ends a wait.
-#include <catch2/catch.hpp>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -25,7 +25,9 @@ namespace {
 constexpr size_t kWindowBytes = 64 * 1024;
 constexpr int kContexts = 3;
 
-std::string lastError() { return ncclGetLastError(nullptr); }
+std::string lastError() {
+  return ncclGetLastError(nullptr);
+}
 
 void expectFailure(ncclResult_t result, ncclResult_t code, const std::string& text, const std::string& what) {
   expect(result == code && lastError().find(text) != std::string::npos,
@@ -35,7 +37,8 @@ void expectFailure(ncclResult_t result, ncclResult_t code, const std::string& te
 /// n ranks (threads, or processes), each with a communicator of kContexts RMA contexts and a
 /// window of kWindowBytes from ncclMemAlloc (or malloc: `plainMemory`); the window is
 /// deregistered and freed after body.
-std::string withWindows(int n, bool threads, const std::function<void(int, ncclComm_t, ncclWindow_t, char*)>& body,
+std::string withWindows(int n, bool threads,
+                        const std::function<void(int, ncclComm_t, ncclWindow_t, char*)>& body,
                         bool plainMemory = false) {
   ncclUniqueId id;
   if (ncclGetUniqueId(&id) != ncclSuccess) return "ncclGetUniqueId failed";
@@ -66,7 +69,9 @@ std::string withWindows(int n, bool threads, const std::function<void(int, ncclC
 }
 
 /// The byte that rank `from`'s put number `round` writes at position i.
-unsigned char pattern(int from, int round, size_t i) { return static_cast<unsigned char>(from * 37 + round * 11 + i * 7 + 1); }
+unsigned char pattern(int from, int round, size_t i) {
+  return static_cast<unsigned char>(from * 37 + round * 11 + i * 7 + 1);
+}
 
 void waitFor(ncclComm_t comm, int peer, int ctx, int opCnt) {
   ncclWaitSignalDesc_t d = {opCnt, peer, 0, ctx};
@@ -76,8 +81,8 @@ void waitFor(ncclComm_t comm, int peer, int ctx, int opCnt) {
 }  // namespace
 
 TEST_CASE("one-sided: puts land exactly, counted per peer and context", "[integration][rma]") {
-  for (const auto& [n, threads] : std::vector<std::pair<int, bool>>{{1, true}, {2, true}, {3, true}, {8, true},
-                                                                    {2, false}, {3, false}, {8, false}}) {
+  for (const auto& [n, threads] : std::vector<std::pair<int, bool>>{
+           {1, true}, {2, true}, {3, true}, {8, true}, {2, false}, {3, false}, {8, false}}) {
     INFO(n << " ranks as " << (threads ? "threads" : "processes"));
     // Every rank puts `rounds` odd-sized pieces to every rank (itself included) in its own slice
     // of the peer's window, on context (sender + round) % kContexts, and one bare signal on
@@ -111,8 +116,8 @@ TEST_CASE("one-sided: puts land exactly, counted per peer and context", "[integr
                 const size_t offset = from * slice + round * (slice / kRounds);
                 for (size_t i = 0; i < bytes; ++i) {
                   if (static_cast<unsigned char>(window[offset + i]) != pattern(from, round, i)) {
-                    expect(false, "byte " + std::to_string(i) + " of rank " + std::to_string(from) + "'s put " +
-                                      std::to_string(round) + " is wrong");
+                    expect(false, "byte " + std::to_string(i) + " of rank " + std::to_string(from) +
+                                      "'s put " + std::to_string(round) + " is wrong");
                   }
                 }
               }
@@ -123,39 +128,40 @@ TEST_CASE("one-sided: puts land exactly, counted per peer and context", "[integr
 
 TEST_CASE("one-sided: signals accumulate; a wait consumes what it names", "[integration][rma]") {
   for (const bool threads : {true, false}) {
-  INFO((threads ? "threads" : "processes"));
-  CHECK(withWindows(2, threads, [](int rank, ncclComm_t comm, ncclWindow_t win, char* window) {
-          const int peer = 1 - rank;
-          // Rank 0 sends five rounds of a float each to the same place, each after rank 1 said it
-          // consumed the previous one (a ping-pong of signals): every wait sees its own round.
-          for (int round = 0; round < 5; ++round) {
-            if (rank == 0) {
-              const float value = 1.5f + round;
-              EXPECT_OK(ncclPutSignal(&value, 1, ncclFloat32, peer, win, 0, 0, 0, 0, comm, nullptr));
-              waitFor(comm, peer, 0, 1);
-            } else {
-              waitFor(comm, peer, 0, 1);
-              float got;
-              std::memcpy(&got, window, sizeof got);
-              expect(got == 1.5f + round, "round " + std::to_string(round) + ": " + std::to_string(got));
-              EXPECT_OK(ncclSignal(peer, 0, 0, 0, comm, nullptr));
+    INFO((threads ? "threads" : "processes"));
+    CHECK(withWindows(2, threads, [](int rank, ncclComm_t comm, ncclWindow_t win, char* window) {
+            const int peer = 1 - rank;
+            // Rank 0 sends five rounds of a float each to the same place, each after rank 1 said it
+            // consumed the previous one (a ping-pong of signals): every wait sees its own round.
+            for (int round = 0; round < 5; ++round) {
+              if (rank == 0) {
+                const float value = 1.5f + round;
+                EXPECT_OK(ncclPutSignal(&value, 1, ncclFloat32, peer, win, 0, 0, 0, 0, comm, nullptr));
+                waitFor(comm, peer, 0, 1);
+              } else {
+                waitFor(comm, peer, 0, 1);
+                float got;
+                std::memcpy(&got, window, sizeof got);
+                expect(got == 1.5f + round, "round " + std::to_string(round) + ": " + std::to_string(got));
+                EXPECT_OK(ncclSignal(peer, 0, 0, 0, comm, nullptr));
+              }
             }
-          }
-          // Signals sent before the wait are kept: three, then one wait of opCnt 2 and one of 1.
-          for (int i = 0; i < 3; ++i) EXPECT_OK(ncclSignal(peer, 0, 2, 0, comm, nullptr));
-          waitFor(comm, peer, 2, 2);
-          waitFor(comm, peer, 2, 1);
-          // A put of count 0 at the window's very end is a signal.
-          EXPECT_OK(ncclPutSignal(window, 0, ncclFloat64, peer, win, kWindowBytes, 0, 1, 0, comm, nullptr));
-          waitFor(comm, peer, 1, 1);
-          // The last 8 bytes of the window, exactly.
-          const double last = 100.0 + rank;
-          EXPECT_OK(ncclPutSignal(&last, 1, ncclFloat64, peer, win, kWindowBytes - sizeof last, 0, 1, 0, comm, nullptr));
-          waitFor(comm, peer, 1, 1);
-          double got;
-          std::memcpy(&got, window + kWindowBytes - sizeof got, sizeof got);
-          expect(got == 100.0 + peer, "the window's last double: " + std::to_string(got));
-        }) == "");
+            // Signals sent before the wait are kept: three, then one wait of opCnt 2 and one of 1.
+            for (int i = 0; i < 3; ++i) EXPECT_OK(ncclSignal(peer, 0, 2, 0, comm, nullptr));
+            waitFor(comm, peer, 2, 2);
+            waitFor(comm, peer, 2, 1);
+            // A put of count 0 at the window's very end is a signal.
+            EXPECT_OK(ncclPutSignal(window, 0, ncclFloat64, peer, win, kWindowBytes, 0, 1, 0, comm, nullptr));
+            waitFor(comm, peer, 1, 1);
+            // The last 8 bytes of the window, exactly.
+            const double last = 100.0 + rank;
+            EXPECT_OK(ncclPutSignal(&last, 1, ncclFloat64, peer, win, kWindowBytes - sizeof last, 0, 1, 0,
+                                    comm, nullptr));
+            waitFor(comm, peer, 1, 1);
+            double got;
+            std::memcpy(&got, window + kWindowBytes - sizeof got, sizeof got);
+            expect(got == 100.0 + peer, "the window's last double: " + std::to_string(got));
+          }) == "");
   }
 }
 
@@ -163,29 +169,36 @@ TEST_CASE("one-sided: bad input is refused, nothing is written out of bounds", "
   CHECK(withWindows(2, true, [](int rank, ncclComm_t comm, ncclWindow_t win, char* window) {
           const int peer = 1 - rank;
           const float four[4] = {1, 2, 3, 4};
-          expectFailure(ncclPutSignal(four, 2, ncclFloat32, peer, win, kWindowBytes - 4, 0, 0, 0, comm, nullptr),
-                        ncclInvalidArgument, "the put of 8 bytes (count 2) at peerWinOffset 65532 does not fit the "
-                        "window of 65536 bytes", "past the end");
-          expectFailure(ncclPutSignal(four, 0, ncclFloat32, peer, win, kWindowBytes + 1, 0, 0, 0, comm, nullptr),
-                        ncclInvalidArgument, "peerWinOffset 65537", "offset past the end");
+          expectFailure(
+              ncclPutSignal(four, 2, ncclFloat32, peer, win, kWindowBytes - 4, 0, 0, 0, comm, nullptr),
+              ncclInvalidArgument,
+              "the put of 8 bytes (count 2) at peerWinOffset 65532 does not fit the "
+              "window of 65536 bytes",
+              "past the end");
+          expectFailure(
+              ncclPutSignal(four, 0, ncclFloat32, peer, win, kWindowBytes + 1, 0, 0, 0, comm, nullptr),
+              ncclInvalidArgument, "peerWinOffset 65537", "offset past the end");
           expectFailure(ncclPutSignal(four, SIZE_MAX / 2, ncclFloat32, peer, win, 0, 0, 0, 0, comm, nullptr),
                         ncclInvalidArgument, "is too large", "huge count");
-          expectFailure(ncclPutSignal(four, 1, ncclFloat32, peer, win, 0, 1, 0, 0, comm, nullptr), ncclInvalidArgument,
-                        "sigIdx is 1", "sigIdx");
+          expectFailure(ncclPutSignal(four, 1, ncclFloat32, peer, win, 0, 1, 0, 0, comm, nullptr),
+                        ncclInvalidArgument, "sigIdx is 1", "sigIdx");
           expectFailure(ncclPutSignal(four, 1, ncclFloat32, peer, win, 0, 0, kContexts, 0, comm, nullptr),
                         ncclInvalidArgument, "ctx is 3; the communicator has 3 contexts", "ctx");
-          expectFailure(ncclSignal(2, 0, 0, 0, comm, nullptr), ncclInvalidArgument, "peer is 2", "signal peer");
-          expectFailure(ncclSignal(peer, 0, 0, 1, comm, nullptr), ncclInvalidArgument, "flags is 0x1", "signal flags");
+          expectFailure(ncclSignal(2, 0, 0, 0, comm, nullptr), ncclInvalidArgument, "peer is 2",
+                        "signal peer");
+          expectFailure(ncclSignal(peer, 0, 0, 1, comm, nullptr), ncclInvalidArgument, "flags is 0x1",
+                        "signal flags");
           ncclWaitSignalDesc_t zero = {0, peer, 0, 0};
-          expectFailure(ncclWaitSignal(1, &zero, comm, nullptr), ncclInvalidArgument, "signalDescs[0].opCnt is 0",
-                        "opCnt 0");
+          expectFailure(ncclWaitSignal(1, &zero, comm, nullptr), ncclInvalidArgument,
+                        "signalDescs[0].opCnt is 0", "opCnt 0");
           ncclWaitSignalDesc_t descs[2] = {{1, peer, 0, 0}, {-3, peer, 0, 0}};
-          expectFailure(ncclWaitSignal(2, descs, comm, nullptr), ncclInvalidArgument, "signalDescs[1].opCnt is -3",
-                        "opCnt < 0");
+          expectFailure(ncclWaitSignal(2, descs, comm, nullptr), ncclInvalidArgument,
+                        "signalDescs[1].opCnt is -3", "opCnt < 0");
           EXPECT_OK(ncclWaitSignal(0, nullptr, comm, nullptr));
           // Nothing of the refused puts was written, and the refused wait consumed nothing: a
           // signal now satisfies a wait of one.
-          for (size_t i = 0; i < kWindowBytes; ++i) expect(window[i] == 0, "byte " + std::to_string(i) + " was written");
+          for (size_t i = 0; i < kWindowBytes; ++i)
+            expect(window[i] == 0, "byte " + std::to_string(i) + " was written");
           EXPECT_OK(ncclSignal(peer, 0, 0, 0, comm, nullptr));
           waitFor(comm, peer, 0, 1);
         }) == "");
@@ -194,34 +207,40 @@ TEST_CASE("one-sided: bad input is refused, nothing is written out of bounds", "
 TEST_CASE("one-sided: without a window, and on memory other processes cannot map, the calls say why not",
           "[integration][rma]") {
   CHECK(braid::test::withCommunicators(2, [](int rank, ncclComm_t comm, bool) {
-          expectFailure(ncclSignal(1 - rank, 0, 0, 0, comm, nullptr), ncclInvalidUsage, "register a window first",
-                        "no window");
+          expectFailure(ncclSignal(1 - rank, 0, 0, 0, comm, nullptr), ncclInvalidUsage,
+                        "register a window first", "no window");
         }) == "");
   for (const bool threads : {true, false}) {
     INFO((threads ? "threads" : "processes"));
     // A window on malloc's memory: threads of one process reach it, other processes do not,
     // and the text says what to use instead. Signals still travel.
-    CHECK(withWindows(2, threads, [threads](int rank, ncclComm_t comm, ncclWindow_t win, char* window) {
-            const int peer = 1 - rank;
-            const int value = 42 + rank;
-            const ncclResult_t put = ncclPutSignal(&value, 1, ncclInt32, peer, win, 16, 0, 0, 0, comm, nullptr);
-            if (threads) {
-              EXPECT_OK(put);
-            } else {
-              expectFailure(put, ncclInvalidUsage, "is memory Braid cannot share with this process (not from "
-                            "ncclMemAlloc); register window memory from ncclMemAlloc", "put to malloc's memory");
-              EXPECT_OK(ncclSignal(peer, 0, 0, 0, comm, nullptr));
-            }
-            waitFor(comm, peer, 0, 1);
-            int got;
-            std::memcpy(&got, window + 16, sizeof got);
-            expect(got == (threads ? 42 + peer : 0), "what landed: " + std::to_string(got));
-            // A rank always reaches itself.
-            EXPECT_OK(ncclPutSignal(&value, 1, ncclInt32, rank, win, 32, 0, 0, 0, comm, nullptr));
-            waitFor(comm, rank, 0, 1);
-            std::memcpy(&got, window + 32, sizeof got);
-            expect(got == 42 + rank, "a put to itself: " + std::to_string(got));
-          }, /*plainMemory=*/true) == "");
+    CHECK(withWindows(
+              2, threads,
+              [threads](int rank, ncclComm_t comm, ncclWindow_t win, char* window) {
+                const int peer = 1 - rank;
+                const int value = 42 + rank;
+                const ncclResult_t put =
+                    ncclPutSignal(&value, 1, ncclInt32, peer, win, 16, 0, 0, 0, comm, nullptr);
+                if (threads) {
+                  EXPECT_OK(put);
+                } else {
+                  expectFailure(put, ncclInvalidUsage,
+                                "is memory Braid cannot share with this process (not from "
+                                "ncclMemAlloc); register window memory from ncclMemAlloc",
+                                "put to malloc's memory");
+                  EXPECT_OK(ncclSignal(peer, 0, 0, 0, comm, nullptr));
+                }
+                waitFor(comm, peer, 0, 1);
+                int got;
+                std::memcpy(&got, window + 16, sizeof got);
+                expect(got == (threads ? 42 + peer : 0), "what landed: " + std::to_string(got));
+                // A rank always reaches itself.
+                EXPECT_OK(ncclPutSignal(&value, 1, ncclInt32, rank, win, 32, 0, 0, 0, comm, nullptr));
+                waitFor(comm, rank, 0, 1);
+                std::memcpy(&got, window + 32, sizeof got);
+                expect(got == 42 + rank, "a put to itself: " + std::to_string(got));
+              },
+              /*plainMemory=*/true) == "");
   }
 }
 
@@ -245,13 +264,16 @@ TEST_CASE("one-sided: an abort ends a wait with an error", "[integration][rma]")
           const auto waited = std::chrono::steady_clock::now() - start;
           aborter.join();
           expect(result != ncclSuccess, "the wait succeeded");
-          expect(waited < std::chrono::seconds(10), "the wait took " +
-                 std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()) + " ms");
+          expect(waited < std::chrono::seconds(10),
+                 "the wait took " +
+                     std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()) +
+                     " ms");
           EXPECT_OK(ncclMemFree(buffer));
         }) == "");
 }
 
-TEST_CASE("one-sided: a peer process that exits ends a wait on it with an error naming it", "[integration][rma]") {
+TEST_CASE("one-sided: a peer process that exits ends a wait on it with an error naming it",
+          "[integration][rma]") {
   ncclUniqueId id;
   REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
   CHECK(braid::test::runProcesses(2, [id](int rank) {
@@ -268,8 +290,10 @@ TEST_CASE("one-sided: a peer process that exits ends a wait on it with an error 
           const auto waited = std::chrono::steady_clock::now() - start;
           expect(result != ncclSuccess && lastError().find("rank 1") != std::string::npos,
                  "result " + std::to_string(result) + ": " + lastError());
-          expect(waited < std::chrono::seconds(20), "the wait took " +
-                 std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()) + " ms");
+          expect(waited < std::chrono::seconds(20),
+                 "the wait took " +
+                     std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()) +
+                     " ms");
           ncclCommAbort(comm);
           EXPECT_OK(ncclMemFree(buffer));
         }) == "");

@@ -17,7 +17,8 @@ void DataPath::waitOneSided(const char* call, int peer, const std::function<bool
     kernels::ChannelStatus& status;
     ~Done() { kernels::storeRelease(&status.waitKind, static_cast<uint32_t>(kernels::kWaitNone)); }
   } done{status};
-  if (kernels::waitUntil([&] { return arrived(); }, abort_) == kernels::WaitResult::kAborted) failAborted(call);
+  if (kernels::waitUntil([&] { return arrived(); }, abort_) == kernels::WaitResult::kAborted)
+    failAborted(call);
 }
 
 }  // namespace braid::runtime::host
