@@ -8,6 +8,7 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -295,6 +296,42 @@ TEST_CASE("one-sided: a peer process that exits ends a wait on it with an error 
                      std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()) +
                      " ms");
           ncclCommAbort(comm);
+          EXPECT_OK(ncclMemFree(buffer));
+        }) == "");
+}
+
+TEST_CASE("one-sided: windows between processes leave no descriptors or mappings behind", "[integration][rma]") {
+  // The second and the fifth registration (with a put each) end with the same descriptors and
+  // mappings: the offers are withdrawn, the peers' memory unmapped at deregistration. (The
+  // first may start the process's descriptor server and the signal board, which stay.)
+  auto mappings = [] {
+    FILE* f = std::fopen("/proc/self/maps", "r");
+    int n = 0;
+    for (int c; (c = std::fgetc(f)) != EOF;) n += c == '\n';
+    std::fclose(f);
+    return n;
+  };
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  CHECK(braid::test::runProcesses(2, [id, mappings](int rank) {
+          ncclComm_t comm = nullptr;
+          EXPECT_OK(ncclCommInitRank(&comm, 2, id, rank));
+          void* buffer = nullptr;
+          EXPECT_OK(ncclMemAlloc(&buffer, 1 << 20));
+          int fds = 0, maps = 0;
+          for (int round = 0; round < 5; ++round) {
+            ncclWindow_t win = nullptr;
+            EXPECT_OK(ncclCommWindowRegister(comm, buffer, 1 << 20, &win, NCCL_WIN_DEFAULT));
+            const int value = round;
+            EXPECT_OK(ncclPutSignal(&value, 1, ncclInt32, 1 - rank, win, 0, 0, 0, 0, comm, nullptr));
+            waitFor(comm, 1 - rank, 0, 1);
+            EXPECT_OK(ncclCommWindowDeregister(comm, win));
+            if (round == 1) fds = braid::test::openFileDescriptors(), maps = mappings();
+          }
+          expect(braid::test::openFileDescriptors() == fds,
+                 "descriptors: " + std::to_string(fds) + " then " + std::to_string(braid::test::openFileDescriptors()));
+          expect(mappings() == maps, "mappings: " + std::to_string(maps) + " then " + std::to_string(mappings()));
+          EXPECT_OK(ncclCommDestroy(comm));
           EXPECT_OK(ncclMemFree(buffer));
         }) == "");
 }
