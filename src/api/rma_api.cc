@@ -1,18 +1,22 @@
 // One-sided operations on windows (NCCL 2.29): ncclPutSignal, ncclSignal, ncclWaitSignal.
 //
-// On the host backend every call completes before it returns (the stream is not used), also
-// inside a group: a put is one copy into the peer's window and a release-increment of the
-// peer's counter for (ctx, this rank); a wait polls this rank's counters (comm/signals.h).
-// Puts from one rank therefore land in the order they were called, whatever the window's
+// On the host backend every call completes before it returns (the stream is not used); inside
+// a group it runs at ncclGroupEnd, after the communicator's collectives and sends/receives of
+// the group, in call order (group::enqueueAfter). A put is one copy into the peer's window and a
+// release-increment of the peer's counter for (ctx, this rank); a wait polls this rank's counters
+// (comm/signals.h). Puts from one rank therefore land in the order they were called, whatever the window's
 // flags: NCCL_WIN_STRICT_ORDERING asks for nothing more.
 // What reaches a peer: ranks that are threads of one process (their windows and counters are
 // addressed directly) and the other processes of the host (window memory from ncclMemAlloc and
 // the counters are memory files each rank maps at ncclCommWindowRegister). Across hosts the
 // calls say that this is not implemented yet.
 #include <cstring>
+#include <functional>
+#include <vector>
 
 #include "api/api.h"
 #include "comm/registrations.h"
+#include "group/group.h"
 #include "plan/task.h"
 #include "runtime/host/data_path.h"
 
@@ -68,6 +72,17 @@ comm::SignalBoard& boardFor(Communicator& c, int peer, const char* call) {
   return *board;
 }
 
+/// Runs a checked call's work now, or, inside a group, at its end after the communicator's
+/// other operations (group::enqueueAfter), as the group's collectives wait for its end.
+ncclResult_t runOrDefer(Communicator& c, const char* call, std::function<void()> work) {
+  if (group::active()) {
+    group::enqueueAfter(&c, call, std::move(work));
+    return ncclSuccess;
+  }
+  work();
+  return ncclSuccess;
+}
+
 }  // namespace
 
 BRAID_API(ncclResult_t, ncclPutSignal, const void* localbuff, size_t count, ncclDataType_t datatype, int peer,
@@ -112,9 +127,11 @@ ncclResult_t pncclPutSignal(const void* localbuff, size_t count, ncclDataType_t 
            peer, static_cast<void*>(peerWin));
     }
     char* target = static_cast<char*>(window.peerBuffers[peer]) + peerWinOffset;
-    if (bytes > 0) std::memmove(target, localbuff, bytes);  // (a put to itself may overlap its source)
-    board.bump(peer, ctx);
-    return ncclSuccess;
+    // (the entry's copy keeps the peer's mapping until the work has run)
+    return runOrDefer(c, "ncclPutSignal", [window, target, localbuff, bytes, &board, peer, ctx] {
+      if (bytes > 0) std::memmove(target, localbuff, bytes);  // (a put to itself may overlap its source)
+      board.bump(peer, ctx);
+    });
   });
 }
 
@@ -126,8 +143,8 @@ ncclResult_t pncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, nccl
     checkPeer(c, peer, "peer");
     checkSignal(c, sigIdx, ctx);
     checkFlags(flags);
-    boardFor(c, peer, "ncclSignal").bump(peer, ctx);
-    return ncclSuccess;
+    comm::SignalBoard& board = boardFor(c, peer, "ncclSignal");
+    return runOrDefer(c, "ncclSignal", [&board, peer, ctx] { board.bump(peer, ctx); });
   });
 }
 
@@ -148,13 +165,15 @@ ncclResult_t pncclWaitSignal(int nDesc, ncclWaitSignalDesc_t* signalDescs, ncclC
       checkSignal(c, d.sigIdx, d.ctx);
       boardFor(c, d.peer, "ncclWaitSignal");
     }
-    for (int i = 0; i < nDesc; ++i) {
-      const ncclWaitSignalDesc_t& d = signalDescs[i];
-      comm::SignalBoard& board = *c.signalsIfMade();
-      const uint64_t target = board.expect(d.peer, d.ctx, d.opCnt);
-      c.dataPath().waitOneSided("ncclWaitSignal", d.peer,
-                                [&] { return board.arrived(d.peer, d.ctx, target); });
-    }
-    return ncclSuccess;
+    Communicator* raw = &c;
+    return runOrDefer(c, "ncclWaitSignal",
+                      [raw, descs = std::vector<ncclWaitSignalDesc_t>(signalDescs, signalDescs + nDesc)] {
+                        comm::SignalBoard& board = *raw->signalsIfMade();
+                        for (const ncclWaitSignalDesc_t& d : descs) {
+                          const uint64_t target = board.expect(d.peer, d.ctx, d.opCnt);
+                          raw->dataPath().waitOneSided("ncclWaitSignal", d.peer,
+                                                       [&] { return board.arrived(d.peer, d.ctx, target); });
+                        }
+                      });
   });
 }

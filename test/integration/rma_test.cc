@@ -335,3 +335,41 @@ TEST_CASE("one-sided: windows between processes leave no descriptors or mappings
           EXPECT_OK(ncclMemFree(buffer));
         }) == "");
 }
+
+TEST_CASE("one-sided: in a group the calls run at ncclGroupEnd, after the group's collectives", "[integration][rma]") {
+  // One thread drives two ranks (ncclCommInitAll): each AllReduces, puts the sum to the other
+  // and waits for the other's put, all in one group. The put must carry the AllReduce's result
+  // (it runs after the collective), and the waits must not hold up the other rank's work.
+  CHECK(braid::test::runThreads(1, [](int) {
+          ncclComm_t comms[2] = {nullptr, nullptr};
+          EXPECT_OK(ncclCommInitAll(comms, 2, nullptr));
+          void* buffers[2] = {nullptr, nullptr};
+          ncclWindow_t wins[2] = {nullptr, nullptr};
+          EXPECT_OK(ncclGroupStart());
+          for (int r = 0; r < 2; ++r) {
+            EXPECT_OK(ncclMemAlloc(&buffers[r], 4096));
+            EXPECT_OK(ncclCommWindowRegister(comms[r], buffers[r], 4096, &wins[r], NCCL_WIN_DEFAULT));
+          }
+          EXPECT_OK(ncclGroupEnd());
+          float in[2] = {1.5f, 2.25f}, sum[2] = {0, 0};
+          EXPECT_OK(ncclGroupStart());
+          for (int r = 0; r < 2; ++r) {
+            EXPECT_OK(ncclAllReduce(&in[r], &sum[r], 1, ncclFloat32, ncclSum, comms[r], nullptr));
+            EXPECT_OK(ncclPutSignal(&sum[r], 1, ncclFloat32, 1 - r, wins[r], 8, 0, 0, 0, comms[r], nullptr));
+            ncclWaitSignalDesc_t d = {1, 1 - r, 0, 0};
+            EXPECT_OK(ncclWaitSignal(1, &d, comms[r], nullptr));
+            expect(sum[r] == 0, "the AllReduce ran before ncclGroupEnd");
+          }
+          EXPECT_OK(ncclGroupEnd());
+          for (int r = 0; r < 2; ++r) {
+            float got;
+            std::memcpy(&got, static_cast<char*>(buffers[r]) + 8, sizeof got);
+            expect(got == 3.75f, "rank " + std::to_string(r) + " received " + std::to_string(got));
+          }
+          for (int r = 0; r < 2; ++r) {
+            EXPECT_OK(ncclCommWindowDeregister(comms[r], wins[r]));
+            EXPECT_OK(ncclCommDestroy(comms[r]));
+            EXPECT_OK(ncclMemFree(buffers[r]));
+          }
+        }) == "");
+}
