@@ -207,7 +207,9 @@ void queryProperties(Communicator& c, ncclCommProperties_t* props) {
   props->ginType = 0;        // NCCL_GIN_TYPE_NONE: no GPU-initiated networking
   props->railedGinType = 0;
   props->nLsaTeams = id.nRanks / id.localRanks;  // one load/store team per host
-  props->hostRmaSupport = false;  // ncclPutSignal and friends are not implemented yet
+  // As NCCL decides it (contexts, and one load/store team or a proxy): Braid runs ncclPutSignal
+  // and friends on the host backend between the ranks of one host (rma_api.cc).
+  props->hostRmaSupport = c.config().numRmaCtx > 0 && id.backend == Backend::kHost && props->nLsaTeams == 1;
 }
 
 /// A window's entry and the checks NCCL makes on every pointer query.

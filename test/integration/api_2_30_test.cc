@@ -86,7 +86,8 @@ TEST_CASE("ncclCommQueryProperties reports what Braid knows and checks its struc
             EXPECT_OK(ncclCommQueryProperties(comm, &p));
             expect(p.rank == rank && p.nRanks == n, "rank " + std::to_string(p.rank) + " of " + std::to_string(p.nRanks));
             expect(p.cudaDev == -1 && p.nvmlDev == -1, "host backend: no device");
-            expect(!p.deviceApiSupport && !p.multimemSupport && !p.hostRmaSupport, "no device API, multimem, RMA yet");
+            expect(!p.deviceApiSupport && !p.multimemSupport, "no device API, no multimem yet");
+            expect(p.hostRmaSupport, "one-sided calls between the ranks of one host (host backend)");
             expect(p.ginType == 0 && p.railedGinType == 0, "no GIN");
             expect(p.nLsaTeams == 1, "one host, one load/store team: " + std::to_string(p.nLsaTeams));
             expect(p.size == sizeof p && p.magic == NCCL_API_MAGIC && p.version == NCCL_VERSION_CODE,
