@@ -52,22 +52,23 @@ void checkFlags(unsigned int flags) {
 }
 
 /// The communicator's counters, once a window made them; and what limits the calls here.
-comm::SignalBoard& boardFor(Communicator& c, int peer, const char* call) {
+/// (Texts start after the call's name, which api::guarded puts first.)
+comm::SignalBoard& boardFor(Communicator& c, int peer) {
   if (c.dataPath().onDevice()) {
-    fail(ncclInvalidUsage, "%s on the CUDA backend is not implemented yet (the host backend runs it)", call);
+    fail(ncclInvalidUsage,
+         "one-sided calls on the CUDA backend are not implemented yet (the host backend runs them)");
   }
   comm::SignalBoard* board = c.signalsIfMade();
   if (board == nullptr) {
     fail(ncclInvalidUsage,
-         "%s: no window was registered on this communicator; signals are counted in memory the "
-         "ranks exchange at ncclCommWindowRegister, so register a window first",
-         call);
+         "no window was registered on this communicator; signals are counted in memory the "
+         "ranks exchange at ncclCommWindowRegister, so register a window first");
   }
   if (!board->reaches(peer)) {
     fail(ncclInvalidUsage,
-         "%s: peer %d runs on another host; one-sided operations across hosts are not implemented yet "
+         "peer %d runs on another host; one-sided operations across hosts are not implemented yet "
          "(they work between the ranks of one host)",
-         call, peer);
+         peer);
   }
   return *board;
 }
@@ -112,17 +113,17 @@ ncclResult_t pncclPutSignal(const void* localbuff, size_t count, ncclDataType_t 
            "bytes",
            bytes, count, peerWinOffset, window.size);
     }
-    comm::SignalBoard& board = boardFor(c, peer, "ncclPutSignal");
+    comm::SignalBoard& board = boardFor(c, peer);
     if (window.peerBuffers[peer] == nullptr && window.peerReach[peer] == WindowReach::kNotShareable) {
       fail(ncclInvalidUsage,
-           "ncclPutSignal: rank %d's part of window %p is memory Braid cannot share with this process "
+           "rank %d's part of window %p is memory Braid cannot share with this process "
            "(not from ncclMemAlloc); register window memory from ncclMemAlloc, which other processes "
            "of the host can map",
            peer, static_cast<void*>(peerWin));
     }
     if (window.peerBuffers[peer] == nullptr) {
       fail(ncclInvalidUsage,
-           "ncclPutSignal: rank %d's part of window %p is not mapped here (it runs on another host, or "
+           "rank %d's part of window %p is not mapped here (it runs on another host, or "
            "its mapping failed at registration); puts across hosts are not implemented yet",
            peer, static_cast<void*>(peerWin));
     }
@@ -143,7 +144,7 @@ ncclResult_t pncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, nccl
     checkPeer(c, peer, "peer");
     checkSignal(c, sigIdx, ctx);
     checkFlags(flags);
-    comm::SignalBoard& board = boardFor(c, peer, "ncclSignal");
+    comm::SignalBoard& board = boardFor(c, peer);
     return runOrDefer(c, "ncclSignal", [&board, peer, ctx] { board.bump(peer, ctx); });
   });
 }
@@ -163,7 +164,7 @@ ncclResult_t pncclWaitSignal(int nDesc, ncclWaitSignalDesc_t* signalDescs, ncclC
         fail(ncclInvalidArgument, "signalDescs[%d].peer is %d; ranks are 0..%d", i, d.peer, n - 1);
       }
       checkSignal(c, d.sigIdx, d.ctx);
-      boardFor(c, d.peer, "ncclWaitSignal");
+      boardFor(c, d.peer);
     }
     Communicator* raw = &c;
     return runOrDefer(c, "ncclWaitSignal",
