@@ -53,7 +53,7 @@ const char* typeName(ncclDataType_t t) { return kTypes[t].name; }
 size_t typeSize(ncclDataType_t t) { return kTypes[t].size; }
 
 const char* collName(Coll c) {
-  static const char* const names[] = {"AllReduce", "AllGather", "ReduceScatter", "Broadcast", "Reduce", "AlltoAll", "SendRecv"};
+  static const char* const names[] = {"AllReduce", "AllGather", "ReduceScatter", "Broadcast", "Reduce", "AlltoAll", "SendRecv", "Put"};
   return names[static_cast<int>(c)];
 }
 bool reduces(Coll c) { return c == Coll::kAllReduce || c == Coll::kReduceScatter || c == Coll::kReduce; }
@@ -207,9 +207,16 @@ class Rank {
     } else {
       PERF_CHECK(ncclCommInitRank(&comm_, o.ranks, id, rank));
     }
+    if (coll == Coll::kPut) {  // puts land in a window: the receive buffer, from ncclMemAlloc
+      windowBytes_ = o.maxBytes + 64;
+      PERF_CHECK(ncclMemAlloc(reinterpret_cast<void**>(&window_), windowBytes_));
+      PERF_CHECK(ncclCommWindowRegister(comm_, window_, windowBytes_, &win_, NCCL_WIN_DEFAULT));
+    }
   }
   ~Rank() {
+    if (win_ != nullptr) ncclCommWindowDeregister(comm_, win_);
     ncclCommDestroy(comm_);
+    if (window_ != nullptr) ncclMemFree(window_);
     if (o_.gpu) {
       for (void* p : {static_cast<void*>(deviceSend_), static_cast<void*>(deviceRecv_), deviceScratch_}) device::release(p);
       device::deleteStream(stream_);
@@ -233,6 +240,12 @@ class Rank {
         PERF_CHECK(ncclRecv(recv, count, t, (rank + n - 1) % n, comm_, s));
         PERF_CHECK(ncclGroupEnd());
         break;
+      case Coll::kPut: {
+        PERF_CHECK(ncclPutSignal(send, count, t, (rank + 1) % n, win_, 0, 0, 0, 0, comm_, s));
+        ncclWaitSignalDesc_t fromPrevious = {1, (rank + n - 1) % n, 0, 0};
+        PERF_CHECK(ncclWaitSignal(1, &fromPrevious, comm_, s));
+        break;
+      }
     }
   }
 
@@ -267,7 +280,7 @@ class Rank {
       std::exit(1);
     }
     char* sendBase = o_.gpu ? deviceSend_ : send.data();
-    char* recvBase = o_.gpu ? deviceRecv_ : recv.data();
+    char* recvBase = coll_ == Coll::kPut ? window_ : o_.gpu ? deviceRecv_ : recv.data();
     const void* s = sendBase;
     void* r = recvBase;
     if (inPlace) {
@@ -276,7 +289,7 @@ class Rank {
       } else if (coll_ == Coll::kReduceScatter) {
         s = recvBase;
         r = recvBase + rank * count * es;
-      } else if (coll_ != Coll::kAlltoAll && coll_ != Coll::kSendRecv) {
+      } else if (coll_ != Coll::kAlltoAll && coll_ != Coll::kSendRecv && coll_ != Coll::kPut) {
         s = recvBase;
       }
     }
@@ -357,7 +370,8 @@ class Rank {
         for (int p = 0; p < n; ++p)
           for (size_t i = 0; i < count; ++i) expectElem(out + (p * count + i) * es, static_cast<double>((p * 7 + rank * count + i) % 5));
         break;
-      case Coll::kSendRecv: {
+      case Coll::kSendRecv:
+      case Coll::kPut: {
         const int prev = (rank + n - 1) % n;
         for (size_t i = 0; i < count; ++i) expectElem(out + i * es, static_cast<double>((prev * 7 + i) % 5));
         break;
@@ -391,6 +405,9 @@ class Rank {
   char* deviceRecv_ = nullptr;
   size_t deviceBytes_ = 0;
   void* deviceScratch_ = nullptr;
+  char* window_ = nullptr;  // kPut: the window puts land in
+  size_t windowBytes_ = 0;
+  ncclWindow_t win_ = nullptr;
 };
 
 // Small integers in every type. Half/bfloat16/fp8 hold the small integers used here exactly;

@@ -207,7 +207,9 @@ void queryProperties(Communicator& c, ncclCommProperties_t* props) {
   props->ginType = 0;        // NCCL_GIN_TYPE_NONE: no GPU-initiated networking
   props->railedGinType = 0;
   props->nLsaTeams = id.nRanks / id.localRanks;  // one load/store team per host
-  props->hostRmaSupport = false;  // ncclPutSignal and friends are not implemented yet
+  // As NCCL decides it (contexts, and one load/store team or a proxy): Braid runs ncclPutSignal
+  // and friends on the host backend between the ranks of one host (rma_api.cc).
+  props->hostRmaSupport = c.config().numRmaCtx > 0 && id.backend == Backend::kHost && props->nLsaTeams == 1;
 }
 
 /// A window's entry and the checks NCCL makes on every pointer query.
@@ -227,8 +229,11 @@ void* peerPointer(const WindowEntry& w, size_t offset, int peer) {
   if (peer < 0 || peer >= n) fail(ncclInvalidArgument, "peer is %d; ranks are 0..%d", peer, n - 1);
   void* base = w.peerBuffers[peer];
   if (base == nullptr) {
-    fail(ncclInvalidUsage, "rank %d's window memory is in another process; Braid maps a peer's window only for ranks "
-         "that are threads of one process", peer);
+    const bool notShareable = w.peerReach[peer] == WindowReach::kNotShareable;
+    fail(ncclInvalidUsage, "rank %d's window memory is not mapped here: %s", peer,
+         notShareable ? "it is in another process and not from ncclMemAlloc (register memory from ncclMemAlloc, which "
+                        "the processes of a host map)"
+                      : "it is on another host (Braid maps the windows of the ranks of one host)");
   }
   return offsetInto(base, w, offset);
 }

@@ -12,6 +12,8 @@
 #include "group/group.h"
 #include "runtime/host/data_path.h"
 #include "bootstrap/bootstrap.h"
+#include "core/log.h"
+#include "core/memory_files.h"
 #include "core/process.h"
 #include "runtime/device.h"
 
@@ -19,7 +21,6 @@ using namespace braid;
 
 namespace {
 
-constexpr size_t kPage = 4096;
 
 /// What ncclMemAlloc handed out (true: device memory), so ncclMemFree can refuse anything else
 /// and free each kind its own way.
@@ -45,11 +46,8 @@ ncclResult_t pncclMemAlloc(void** ptr, size_t size) {
     const bool onDevice = comm::deviceOfNewRank(comm::InitSettings::fromParams(), -1) >= 0;
     if (onDevice) {
       p = runtime::allocateDeviceMemory(size);
-    } else {
-      const size_t rounded = (size + kPage - 1) / kPage * kPage;
-      if (rounded < size || posix_memalign(&p, kPage, rounded) != 0) {
-        fail(ncclSystemError, "cannot allocate %zu bytes of host memory", size);
-      }
+    } else {  // in a memory file: a window on it reaches the other processes of this host
+      p = memfiles::allocate(size);
     }
     std::lock_guard<std::mutex> lock(allocations().mutex);
     allocations().live[p] = onDevice;
@@ -73,7 +71,7 @@ ncclResult_t pncclMemFree(void* ptr) {
     if (onDevice) {
       runtime::freeDeviceMemory(ptr);
     } else {
-      std::free(ptr);
+      memfiles::release(ptr);
     }
     return ncclSuccess;
   });
@@ -109,7 +107,49 @@ struct WindowClaim {
   int32_t problem;    ///< 0, or what this rank found wrong with its own arguments (WindowProblem)
   uint64_t buffer;    ///< the address, meaningful to ranks of the same process
   uint64_t processId; ///< process::randomId() of the rank's process
+  uint64_t signals;   ///< its one-sided counters (comm/signals.h), for ranks of the same process
+  uint64_t host;      ///< its host (hostHash)
+  fds::Offer memory;  ///< its buffer's memory file for processes of its host (token 0: not shareable)
+  uint64_t memoryOffset;  ///< the buffer's offset in that file
+  fds::Offer signalsOffer;  ///< its counters' memory file
 };
+
+/// Makes peers' parts of a window (and their signal counters) reachable from this rank: the
+/// addresses of ranks of this process, mappings of the other processes of this host. A mapping
+/// that fails leaves that peer unreached (its calls say so) rather than failing the
+/// registration, so that every rank reaches the barrier after it.
+void reachPeers(Communicator& c, const std::vector<WindowClaim>& claims, WindowEntry& entry) {
+  const int n = c.identity().nRanks, me = c.identity().rank;
+  auto mappings = std::make_shared<std::vector<std::unique_ptr<memfiles::Mapping>>>();
+  entry.peerBuffers.assign(n, nullptr);
+  entry.peerReach.assign(n, WindowReach::kMapped);
+  for (int r = 0; r < n; ++r) {
+    if (claims[r].processId == claims[me].processId) {  // threads of one process address each other
+      entry.peerBuffers[r] = reinterpret_cast<void*>(claims[r].buffer);
+      c.signals().learn(r, claims[r].signals);
+      continue;
+    }
+    if (claims[r].host != claims[me].host) {
+      entry.peerReach[r] = WindowReach::kOtherHost;
+      continue;
+    }
+    try {
+      if (!c.signals().reaches(r)) c.signals().map(r, claims[r].signalsOffer);
+      if (claims[r].memory.token.empty()) {
+        entry.peerReach[r] = WindowReach::kNotShareable;
+        continue;
+      }
+      mappings->push_back(std::make_unique<memfiles::Mapping>(claims[r].memory, claims[r].memoryOffset, entry.size));
+      entry.peerBuffers[r] = mappings->back()->data();
+    } catch (const Error& e) {
+      BRAID_WARN("ncclCommWindowRegister: rank %d cannot map rank %d's memory (%s); one-sided calls to it will fail",
+                 me, r, e.what());
+      entry.peerReach[r] = WindowReach::kOtherHost;
+    }
+  }
+  entry.peerMappings = mappings;
+}
+
 enum WindowProblem : int32_t { kWindowOk = 0, kWindowNull, kWindowMisaligned, kWindowFlags, kWindowUnreachable };
 
 const char* windowProblemText(int32_t problem) {
@@ -128,7 +168,20 @@ void registerWindow(Communicator& c, void* buff, size_t size, int flags, int32_t
                     ncclWindow_t* win) {
   const int n = c.identity().nRanks, me = c.identity().rank;
   std::vector<WindowClaim> claims(n);
-  claims[me] = WindowClaim{size, flags, problem, reinterpret_cast<uint64_t>(buff), process::randomId()};
+  WindowClaim& mine = claims[me];
+  mine = WindowClaim{size, flags, problem, reinterpret_cast<uint64_t>(buff), process::randomId(),
+                     c.signals().address(), c.dataPath().hostOf(me), {}, 0, c.signals().offer()};
+  size_t offset = 0;
+  if (problem == kWindowOk && !c.dataPath().onDevice() && memfiles::offer(buff, size, &mine.memory, &offset)) {
+    mine.memoryOffset = offset;
+  }
+  struct Withdraw {  // this rank's offers, once every peer has mapped them (the barrier below)
+    fds::Token memory, signals;
+    ~Withdraw() {
+      if (!memory.empty()) fds::withdraw(memory);
+      if (!signals.empty()) fds::withdraw(signals);
+    }
+  } withdraw{mine.memory.token, mine.signalsOffer.token};
   c.bootstrap().allGather(claims.data(), sizeof(WindowClaim));
   if (problem != kWindowOk) fail(ncclInvalidArgument, "%s", why.c_str());
   for (int r = 0; r < n; ++r) {
@@ -149,12 +202,8 @@ void registerWindow(Communicator& c, void* buff, size_t size, int flags, int32_t
   entry.rank = me;
   entry.localRank = c.identity().localRank;
   entry.localRanks = c.identity().localRanks;
-  entry.peerBuffers.assign(n, nullptr);
-  for (int r = 0; r < n; ++r) {
-    // Threads of one process address each other's windows directly; other processes' memory
-    // is not mapped here (window memory from ncclMemAlloc is private to its process).
-    if (claims[r].processId == claims[me].processId) entry.peerBuffers[r] = reinterpret_cast<void*>(claims[r].buffer);
-  }
+  reachPeers(c, claims, entry);
+  c.bootstrap().barrier();  // (every peer has mapped this rank's offers: they can go)
   *win = c.windows().add(entry);
 }
 

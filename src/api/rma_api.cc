@@ -1,13 +1,36 @@
 // One-sided operations on windows (NCCL 2.29): ncclPutSignal, ncclSignal, ncclWaitSignal.
-// Exported and argument-checked here; the data path arrives later (the calls say so).
+//
+// On the host backend every call completes before it returns (the stream is not used); inside
+// a group it runs at ncclGroupEnd, after the communicator's collectives and sends/receives of
+// the group, in call order (group::enqueueAfter). A put is one copy into the peer's window and a
+// release-increment of the peer's counter for (ctx, this rank); a wait polls this rank's counters
+// (comm/signals.h). Puts from one rank therefore land in the order they were called, whatever the window's
+// flags: NCCL_WIN_STRICT_ORDERING asks for nothing more.
+// What reaches a peer: ranks that are threads of one process (their windows and counters are
+// addressed directly) and the other processes of the host (window memory from ncclMemAlloc and
+// the counters are memory files each rank maps at ncclCommWindowRegister). Across hosts the
+// calls say that this is not implemented yet.
+#include <cstring>
+#include <functional>
+#include <vector>
+
 #include "api/api.h"
 #include "comm/registrations.h"
+#include "group/group.h"
+#include "plan/task.h"
+#include "runtime/host/data_path.h"
 
 using namespace braid;
 
 namespace {
 
-constexpr const char* kRmaWork = "one-sided operations (put, signal, wait)";
+Communicator& readyForOneSided(ncclComm_t comm, const char* call) {
+  Communicator& c = communicatorFrom(comm);
+  if (!c.hasBootstrap()) fail(ncclInvalidUsage, "the communicator has not completed init");
+  if (c.revoked()) fail(ncclInvalidUsage, "the communicator was revoked");
+  c.refuseIfSuspended(call);
+  return c;
+}
 
 void checkPeer(const Communicator& c, int peer, const char* argument) {
   const int n = c.identity().nRanks;
@@ -15,11 +38,12 @@ void checkPeer(const Communicator& c, int peer, const char* argument) {
 }
 
 void checkSignal(const Communicator& c, int sigIdx, int ctx) {
-  if (sigIdx < 0) fail(ncclInvalidArgument, "sigIdx is %d; it must be >= 0", sigIdx);
+  if (sigIdx != 0)
+    fail(ncclInvalidArgument, "sigIdx is %d; there is one signal per peer, 0 (as in NCCL 2.30)", sigIdx);
   const int contexts = c.config().numRmaCtx;
   if (ctx < 0 || ctx >= contexts) {
-    fail(ncclInvalidArgument, "ctx is %d; the communicator has %d contexts (config.numRmaCtx, NCCL_NUM_RMA_CTX)", ctx,
-         contexts);
+    fail(ncclInvalidArgument,
+         "ctx is %d; the communicator has %d contexts (config.numRmaCtx, NCCL_NUM_RMA_CTX)", ctx, contexts);
   }
 }
 
@@ -27,16 +51,49 @@ void checkFlags(unsigned int flags) {
   if (flags != 0) fail(ncclInvalidArgument, "flags is %#x; no flags are defined, it must be 0", flags);
 }
 
+/// The communicator's counters, once a window made them; and what limits the calls here.
+/// (Texts start after the call's name, which api::guarded puts first.)
+comm::SignalBoard& boardFor(Communicator& c, int peer) {
+  if (c.dataPath().onDevice()) {
+    fail(ncclInvalidUsage,
+         "one-sided calls on the CUDA backend are not implemented yet (the host backend runs them)");
+  }
+  comm::SignalBoard* board = c.signalsIfMade();
+  if (board == nullptr) {
+    fail(ncclInvalidUsage,
+         "no window was registered on this communicator; signals are counted in memory the "
+         "ranks exchange at ncclCommWindowRegister, so register a window first");
+  }
+  if (!board->reaches(peer)) {
+    fail(ncclInvalidUsage,
+         "peer %d runs on another host; one-sided operations across hosts are not implemented yet "
+         "(they work between the ranks of one host)",
+         peer);
+  }
+  return *board;
+}
+
+/// Runs a checked call's work now, or, inside a group, at its end after the communicator's
+/// other operations (group::enqueueAfter), as the group's collectives wait for its end.
+ncclResult_t runOrDefer(Communicator& c, const char* call, std::function<void()> work) {
+  if (group::active()) {
+    group::enqueueAfter(&c, call, std::move(work));
+    return ncclSuccess;
+  }
+  work();
+  return ncclSuccess;
+}
+
 }  // namespace
 
 BRAID_API(ncclResult_t, ncclPutSignal, const void* localbuff, size_t count, ncclDataType_t datatype, int peer,
-          ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,
-          cudaStream_t stream);
+          ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx, unsigned int flags,
+          ncclComm_t comm, cudaStream_t stream);
 ncclResult_t pncclPutSignal(const void* localbuff, size_t count, ncclDataType_t datatype, int peer,
-                            ncclWindow_t peerWin, size_t, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,
-                            cudaStream_t) {
+                            ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx,
+                            unsigned int flags, ncclComm_t comm, cudaStream_t) {
   return api::guarded("ncclPutSignal", comm, [&]() -> ncclResult_t {
-    const Communicator& c = communicatorFrom(comm);
+    Communicator& c = readyForOneSided(comm, "ncclPutSignal");
     if (count > 0) api::requireNonNull(localbuff, "localbuff");
     const int type = rawCode(datatype);
     if (type < 0 || type >= ncclNumTypes) {
@@ -46,7 +103,36 @@ ncclResult_t pncclPutSignal(const void* localbuff, size_t count, ncclDataType_t 
     api::requireNonNull(peerWin, "peerWin");
     checkSignal(c, sigIdx, ctx);
     checkFlags(flags);
-    api::notImplemented(kRmaWork);
+    const WindowEntry window = c.windows().find(peerWin);
+    const size_t size = plan::typeSize(datatype);
+    if (count > SIZE_MAX / size) fail(ncclInvalidArgument, "count %zu is too large", count);
+    const size_t bytes = count * size;
+    if (peerWinOffset > window.size || bytes > window.size - peerWinOffset) {
+      fail(ncclInvalidArgument,
+           "the put of %zu bytes (count %zu) at peerWinOffset %zu does not fit the window of %zu "
+           "bytes",
+           bytes, count, peerWinOffset, window.size);
+    }
+    comm::SignalBoard& board = boardFor(c, peer);
+    if (window.peerBuffers[peer] == nullptr && window.peerReach[peer] == WindowReach::kNotShareable) {
+      fail(ncclInvalidUsage,
+           "rank %d's part of window %p is memory Braid cannot share with this process "
+           "(not from ncclMemAlloc); register window memory from ncclMemAlloc, which other processes "
+           "of the host can map",
+           peer, static_cast<void*>(peerWin));
+    }
+    if (window.peerBuffers[peer] == nullptr) {
+      fail(ncclInvalidUsage,
+           "rank %d's part of window %p is not mapped here (it runs on another host, or "
+           "its mapping failed at registration); puts across hosts are not implemented yet",
+           peer, static_cast<void*>(peerWin));
+    }
+    char* target = static_cast<char*>(window.peerBuffers[peer]) + peerWinOffset;
+    // (the entry's copy keeps the peer's mapping until the work has run)
+    return runOrDefer(c, "ncclPutSignal", [window, target, localbuff, bytes, &board, peer, ctx] {
+      if (bytes > 0) std::memmove(target, localbuff, bytes);  // (a put to itself may overlap its source)
+      board.bump(peer, ctx);
+    });
   });
 }
 
@@ -54,11 +140,12 @@ BRAID_API(ncclResult_t, ncclSignal, int peer, int sigIdx, int ctx, unsigned int 
           cudaStream_t stream);
 ncclResult_t pncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t) {
   return api::guarded("ncclSignal", comm, [&]() -> ncclResult_t {
-    const Communicator& c = communicatorFrom(comm);
+    Communicator& c = readyForOneSided(comm, "ncclSignal");
     checkPeer(c, peer, "peer");
     checkSignal(c, sigIdx, ctx);
     checkFlags(flags);
-    api::notImplemented(kRmaWork);
+    comm::SignalBoard& board = boardFor(c, peer);
+    return runOrDefer(c, "ncclSignal", [&board, peer, ctx] { board.bump(peer, ctx); });
   });
 }
 
@@ -66,18 +153,28 @@ BRAID_API(ncclResult_t, ncclWaitSignal, int nDesc, ncclWaitSignalDesc_t* signalD
           cudaStream_t stream);
 ncclResult_t pncclWaitSignal(int nDesc, ncclWaitSignalDesc_t* signalDescs, ncclComm_t comm, cudaStream_t) {
   return api::guarded("ncclWaitSignal", comm, [&]() -> ncclResult_t {
-    const Communicator& c = communicatorFrom(comm);
+    Communicator& c = readyForOneSided(comm, "ncclWaitSignal");
     if (nDesc < 0) fail(ncclInvalidArgument, "nDesc is %d; it must be >= 0", nDesc);
     if (nDesc > 0) api::requireNonNull(signalDescs, "signalDescs");
-    for (int i = 0; i < nDesc; ++i) {
+    for (int i = 0; i < nDesc; ++i) {  // (every descriptor is checked before any is consumed)
       const ncclWaitSignalDesc_t& d = signalDescs[i];
-      if (d.opCnt < 0) fail(ncclInvalidArgument, "signalDescs[%d].opCnt is %d; it must be >= 0", i, d.opCnt);
+      if (d.opCnt <= 0) fail(ncclInvalidArgument, "signalDescs[%d].opCnt is %d; it must be > 0", i, d.opCnt);
       const int n = c.identity().nRanks;
       if (d.peer < 0 || d.peer >= n) {
         fail(ncclInvalidArgument, "signalDescs[%d].peer is %d; ranks are 0..%d", i, d.peer, n - 1);
       }
       checkSignal(c, d.sigIdx, d.ctx);
+      boardFor(c, d.peer);
     }
-    api::notImplemented(kRmaWork);
+    Communicator* raw = &c;
+    return runOrDefer(c, "ncclWaitSignal",
+                      [raw, descs = std::vector<ncclWaitSignalDesc_t>(signalDescs, signalDescs + nDesc)] {
+                        comm::SignalBoard& board = *raw->signalsIfMade();
+                        for (const ncclWaitSignalDesc_t& d : descs) {
+                          const uint64_t target = board.expect(d.peer, d.ctx, d.opCnt);
+                          raw->dataPath().waitOneSided("ncclWaitSignal", d.peer,
+                                                       [&] { return board.arrived(d.peer, d.ctx, target); });
+                        }
+                      });
   });
 }

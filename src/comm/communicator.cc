@@ -1,5 +1,7 @@
 #include "comm/communicator.h"
 
+#include <algorithm>
+
 #include "bootstrap/bootstrap.h"
 #include "core/log.h"
 #include "kernels/platform.h"
@@ -143,6 +145,18 @@ void Communicator::completeInit(std::unique_ptr<bootstrap::Bootstrap> channel, c
   if (dataPath_ != nullptr) dataPath_->setRegistrations(&registrations_);
   profiler_ = dataPath_ != nullptr ? dataPath_->profiler() : nullptr;
 }
+
+comm::SignalBoard& Communicator::signals() {
+  if (comm::SignalBoard* made = signalsMade_.load(std::memory_order_acquire)) return *made;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (signals_ == nullptr) {
+    signals_ = std::make_unique<comm::SignalBoard>(identity_.rank, identity_.nRanks, std::max(1, config_.numRmaCtx));
+    signalsMade_.store(signals_.get(), std::memory_order_release);
+  }
+  return *signals_;
+}
+
+comm::SignalBoard* Communicator::signalsIfMade() { return signalsMade_.load(std::memory_order_acquire); }
 
 std::string Communicator::lastError() const {
   std::lock_guard<std::mutex> lock(mutex_);

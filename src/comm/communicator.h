@@ -23,6 +23,7 @@
 #include "comm/peer_info.h"
 #include "comm/red_ops.h"
 #include "comm/registrations.h"
+#include "comm/signals.h"
 #include "core/status.h"
 
 namespace braid {
@@ -99,6 +100,11 @@ class Communicator {
   RedOpTable& redOps() { return redOps_; }
   RegistrationTable& registrations() { return registrations_; }
   WindowTable& windows() { return windows_; }
+  /// The counters of one-sided operations (comm/signals.h), made at the first call (the first
+  /// window registration, once init has fixed the ranks).
+  comm::SignalBoard& signals();
+  /// The same, or null while no window was registered.
+  comm::SignalBoard* signalsIfMade();
 
   /// Fixes rank and size of a communicator made by split or shrink, before its init runs.
   void setPosition(int rank, int nRanks) {
@@ -149,6 +155,8 @@ class Communicator {
   RedOpTable redOps_;
   RegistrationTable registrations_;
   WindowTable windows_;
+  std::unique_ptr<comm::SignalBoard> signals_;  // guarded by mutex_ while made; lives to the end (peers address it)
+  std::atomic<comm::SignalBoard*> signalsMade_{nullptr};
   std::atomic<ncclResult_t> state_{ncclSuccess};
   std::atomic<bool> abort_{false};
   uint32_t abortWord_ = 0;

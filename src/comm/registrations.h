@@ -45,6 +45,13 @@ class RegistrationTable {
   std::map<void*, Entry> entries_;  // by handle
 };
 
+/// Why a rank does not address a peer's part of a window.
+enum class WindowReach : uint8_t {
+  kMapped,        ///< it does (a thread of this process, or mapped from another process of this host)
+  kOtherHost,     ///< the peer runs on another host
+  kNotShareable,  ///< the peer's memory is not from ncclMemAlloc (a memory file), so no other process maps it
+};
+
 /// What ncclWindow_t points to: one rank's part of a window.
 struct WindowEntry {
   void* buffer;
@@ -56,6 +63,10 @@ struct WindowEntry {
   /// Every rank's buffer of this window, where this rank can address it (ranks that are threads
   /// of this process), else null.
   std::vector<void*> peerBuffers;
+  std::vector<WindowReach> peerReach;  ///< by rank: why peerBuffers is null
+  /// The mappings of other processes' memory behind peerBuffers, unmapped with the last copy
+  /// of the entry (the window's deregistration).
+  std::shared_ptr<void> peerMappings;
 };
 
 class WindowTable {

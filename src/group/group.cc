@@ -1,6 +1,7 @@
 #include "group/group.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <tuple>
 #include <string>
@@ -22,12 +23,14 @@ struct Deferred {
 };
 
 using ApiEvents = std::vector<std::pair<Communicator*, void*>>;
+using AfterOperations = std::map<Communicator*, std::vector<std::function<void()>>>;
 
 struct State {
   int depth = 0;
   std::vector<Deferred> creations;
   std::vector<std::pair<Communicator*, std::vector<plan::Task>>> operations;  // in order of first use
   ApiEvents groupApi;  // with a profiler plugin: each communicator's Group API event in this group
+  AfterOperations afterOperations;  // one-sided calls, run after their communicator's operations
   bool implicit = false;  // the outermost level is Braid's own group around one call
 };
 
@@ -65,24 +68,24 @@ class PendingApiEvents {
 /// Adds a task to comm's operations of this group. A communicator with operations in the
 /// group counts as in use (handles::enter) until the group has run them, so a destroy from
 /// another thread waits for the group instead of freeing what it holds.
-void add(Communicator* comm, const plan::Task& task) {
+std::vector<plan::Task>& join(Communicator* comm, const char* call) {
   for (auto& [c, tasks] : tls.operations) {
-    if (c == comm) {
-      tasks.push_back(task);
-      return;
-    }
+    if (c == comm) return tasks;
   }
   if (!handles::enter(comm)) {
-    fail(ncclInvalidUsage, "%s: communicator %p is being destroyed (ncclCommDestroy or ncclCommAbort began)",
-         task.name, static_cast<void*>(comm));
+    fail(ncclInvalidUsage, "%s: communicator %p is being destroyed (ncclCommDestroy or ncclCommAbort began)", call,
+         static_cast<void*>(comm));
   }
   try {
-    tls.operations.push_back({comm, {task}});
+    tls.operations.push_back({comm, {}});
   } catch (...) {
     handles::leave(comm);
     throw;
   }
+  return tls.operations.back().second;
 }
+
+void add(Communicator* comm, const plan::Task& task) { join(comm, task.name).push_back(task); }
 
 /// The communicators of a group's operations, each let go (handles::leave) when this ends.
 class HeldComms {
@@ -180,6 +183,12 @@ void start(bool implicit) {
 
 void defer(Communicator* comm, std::function<void()> job) { tls.creations.push_back({comm, std::move(job)}); }
 
+void enqueueAfter(Communicator* comm, const char* call, std::function<void()> job) {
+  comm->refuseIfSuspended(call);
+  join(comm, call);
+  tls.afterOperations[comm].push_back(std::move(job));
+}
+
 void enqueue(Communicator* comm, const plan::Task& task) {
   comm->refuseIfSuspended(task.name);
   if (plugin::ProfilerSession* profiler = comm->profiler(); profiler != nullptr) {
@@ -189,6 +198,7 @@ void enqueue(Communicator* comm, const plan::Task& task) {
 }
 
 void forget(Communicator* comm) {
+  tls.afterOperations.erase(comm);
   auto& jobs = tls.creations;
   for (auto it = jobs.begin(); it != jobs.end();) it = it->comm == comm ? jobs.erase(it) : it + 1;
   auto& ops = tls.operations;
@@ -215,12 +225,14 @@ namespace {
 
 /// Leaves the outermost group level: hands back what it collected. False while still nested.
 bool leave(const char* call, std::vector<Deferred>* creations,
-           std::vector<std::pair<Communicator*, std::vector<plan::Task>>>* operations, ApiEvents* apiEvents) {
+           std::vector<std::pair<Communicator*, std::vector<plan::Task>>>* operations, ApiEvents* apiEvents,
+           AfterOperations* after) {
   if (tls.depth == 0) fail(ncclInvalidUsage, "%s was called without a matching ncclGroupStart", call);
   if (--tls.depth > 0) return false;
   creations->swap(tls.creations);
   operations->swap(tls.operations);
   apiEvents->swap(tls.groupApi);
+  after->swap(tls.afterOperations);
   return true;
 }
 
@@ -272,7 +284,8 @@ ncclResult_t end() {
   std::vector<Deferred> creations;
   std::vector<std::pair<Communicator*, std::vector<plan::Task>>> operations;
   ApiEvents apiEvents;
-  if (!leave("ncclGroupEnd", &creations, &operations, &apiEvents)) return ncclSuccess;
+  AfterOperations after;
+  if (!leave("ncclGroupEnd", &creations, &operations, &apiEvents, &after)) return ncclSuccess;
   HeldComms held(operations);
   PendingApiEvents groupApi(std::move(apiEvents));
   groupApi.recordEnd();
@@ -285,14 +298,15 @@ ncclResult_t end() {
   for (auto& [comm, tasks] : operations) {
     Communicator* c = comm;
     void* api = groupApi.take(c);  // (null without a profiler plugin)
-    jobs.push_back({c, [c, tasks = std::move(tasks), api] {
+    jobs.push_back({c, [c, tasks = std::move(tasks), api, oneSided = std::move(after[c])] {
                       CallGuard inUse(*c);
                       struct StopApi {
                         Communicator* c;
                         void* api;
                         ~StopApi() { PendingApiEvents::stopApiEvent(c, api); }
                       } stopApi{c, api};
-                      c->dataPath().execute(tasks, api);
+                      if (!tasks.empty()) c->dataPath().execute(tasks, api);
+                      for (const auto& job : oneSided) job();
                     }});
   }
   return runTogether(jobs);
@@ -302,7 +316,8 @@ ncclResult_t simulateEnd(float* estimatedUs) {
   std::vector<Deferred> creations;
   std::vector<std::pair<Communicator*, std::vector<plan::Task>>> operations;
   ApiEvents apiEvents;
-  if (!leave("ncclGroupSimulateEnd", &creations, &operations, &apiEvents)) return ncclSuccess;
+  AfterOperations after;  // (one-sided calls: not run, and not predicted)
+  if (!leave("ncclGroupSimulateEnd", &creations, &operations, &apiEvents, &after)) return ncclSuccess;
   HeldComms held(operations);
   PendingApiEvents groupApi(std::move(apiEvents));  // (nothing runs: the events end with the call)
   const ncclResult_t created = runCreations(creations);

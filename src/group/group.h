@@ -6,6 +6,7 @@
 // every communicator's operations: the calling thread runs one communicator's, each other
 // communicator's run on its own job thread, so one thread can drive all ranks of a
 // ncclCommInitAll set without waiting on itself. A lone call outside a group is a group of one.
+// One-sided calls in a group run after their communicator's operations, in call order.
 #pragma once
 
 #include <nccl.h>
@@ -35,6 +36,10 @@ ncclResult_t end();
 ncclResult_t simulateEnd(float* estimatedUs);
 /// Defers a creation job for `comm` to the end of the current group.
 void defer(Communicator* comm, std::function<void()> job);
+/// Adds a one-sided call of `comm` (ncclPutSignal, ncclSignal, ncclWaitSignal) to the current
+/// group: at its end, after comm's collectives and sends/receives, in call order, on the thread
+/// that runs comm's operations.
+void enqueueAfter(Communicator* comm, const char* call, std::function<void()> job);
 /// Adds an operation of `comm` to the current group.
 void enqueue(Communicator* comm, const plan::Task& task);
 /// Forgets everything collected for comm (it is being aborted or destroyed).

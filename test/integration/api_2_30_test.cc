@@ -1,6 +1,6 @@
 // The NCCL 2.29/2.30 host calls that are not collectives: communicator properties, a window's
 // pointers (own and peers'), and the entry points that are argument-checked but not
-// implemented yet (one-sided operations; growth's NULL id). 1 and 2 ranks, as threads and as processes.
+// implemented yet (growth's NULL id); one-sided operations' checks (rma_test.cc has the rest). 1 and 2 ranks, as threads and as processes.
 // (Suspend and resume: suspend_test.cc.)
 #include <catch2/catch.hpp>
 
@@ -86,7 +86,8 @@ TEST_CASE("ncclCommQueryProperties reports what Braid knows and checks its struc
             EXPECT_OK(ncclCommQueryProperties(comm, &p));
             expect(p.rank == rank && p.nRanks == n, "rank " + std::to_string(p.rank) + " of " + std::to_string(p.nRanks));
             expect(p.cudaDev == -1 && p.nvmlDev == -1, "host backend: no device");
-            expect(!p.deviceApiSupport && !p.multimemSupport && !p.hostRmaSupport, "no device API, multimem, RMA yet");
+            expect(!p.deviceApiSupport && !p.multimemSupport, "no device API, no multimem yet");
+            expect(p.hostRmaSupport, "one-sided calls between the ranks of one host (host backend)");
             expect(p.ginType == 0 && p.railedGinType == 0, "no GIN");
             expect(p.nLsaTeams == 1, "one host, one load/store team: " + std::to_string(p.nLsaTeams));
             expect(p.size == sizeof p && p.magic == NCCL_API_MAGIC && p.version == NCCL_VERSION_CODE,
@@ -121,7 +122,7 @@ TEST_CASE("ncclCommQueryProperties reports what Braid knows and checks its struc
 TEST_CASE("a window's pointers: the user's, and peers' where Braid maps them", "[integration][api230]") {
   for (const int n : {1, 2}) {
     INFO(n << " ranks");
-    CHECK(withRanks(n, [n](int rank, ncclComm_t comm, char* buffer, bool threads) {
+    CHECK(withRanks(n, [n](int rank, ncclComm_t comm, char* buffer, bool) {
             for (size_t i = 0; i < kWindowBytes; ++i) buffer[i] = static_cast<char>(rank * 16 + i % 16);
             ncclWindow_t win = nullptr;
             EXPECT_OK(ncclCommWindowRegister(comm, buffer, kWindowBytes, &win, NCCL_WIN_STRICT_ORDERING));
@@ -135,15 +136,13 @@ TEST_CASE("a window's pointers: the user's, and peers' where Braid maps them", "
             for (int peer = 0; peer < n; ++peer) {
               void* p = nullptr;
               const ncclResult_t r = ncclGetPeerDevicePointer(win, 100, peer, &p);
-              if (peer == rank || threads) {
+              {  // (threads address each other; processes map ncclMemAlloc's memory)
                 expect(r == ncclSuccess, "peer " + std::to_string(peer) + ": " + lastError());
                 // The byte at offset 100 of the peer's window, as the peer wrote it.
                 expect(*static_cast<char*>(p) == static_cast<char>(peer * 16 + 100 % 16), "peer's data readable");
                 void* lsa = nullptr;
                 EXPECT_OK(ncclGetLsaDevicePointer(win, 100, peer, &lsa));  // one host: LSA rank = world rank
                 expect(lsa == p, "LSA and world pointers agree");
-              } else {
-                expectFailure(r, ncclInvalidUsage, "is in another process", "peer in another process");
               }
             }
             void* p = nullptr;
@@ -174,10 +173,9 @@ TEST_CASE("a window's pointers: the user's, and peers' where Braid maps them", "
   }
 }
 
-TEST_CASE("one-sided operations: checked, then not implemented yet",
+TEST_CASE("one-sided operations: checked, then real (rma_test.cc: the rest)",
           "[integration][api230]") {
   CHECK(withRanks(2, [](int rank, ncclComm_t comm, char* buffer, bool) {
-          const std::string notYet = "not implemented yet";
           ncclWindow_t win = nullptr;
           EXPECT_OK(ncclCommWindowRegister(comm, buffer, kWindowBytes, &win, NCCL_WIN_DEFAULT));
           const int peer = 1 - rank;
@@ -195,17 +193,16 @@ TEST_CASE("one-sided operations: checked, then not implemented yet",
                         ncclInvalidArgument, "sigIdx is -1", "put sigIdx");
           expectFailure(ncclPutSignal(buffer, 4, ncclFloat32, peer, win, 0, 0, 0, 8, comm, nullptr),
                         ncclInvalidArgument, "flags is 0x8", "put flags");
-          expectFailure(ncclPutSignal(buffer, 4, ncclFloat32, peer, win, 0, 0, 0, 0, comm, nullptr), ncclInvalidUsage,
-                        notYet, "put");
+          EXPECT_OK(ncclPutSignal(buffer, 4, ncclFloat32, peer, win, 0, 0, 0, 0, comm, nullptr));
           expectFailure(ncclSignal(-1, 0, 0, 0, comm, nullptr), ncclInvalidArgument, "peer is -1", "signal peer");
-          expectFailure(ncclSignal(peer, 0, 0, 0, comm, nullptr), ncclInvalidUsage, notYet, "signal");
-          ncclWaitSignalDesc_t desc = {1, peer, 0, 0};
+          EXPECT_OK(ncclSignal(peer, 0, 0, 0, comm, nullptr));
+          ncclWaitSignalDesc_t desc = {2, peer, 0, 0};  // (the put's signal and the signal's)
           expectFailure(ncclWaitSignal(-1, &desc, comm, nullptr), ncclInvalidArgument, "nDesc is -1", "wait n");
           expectFailure(ncclWaitSignal(1, nullptr, comm, nullptr), ncclInvalidArgument, "signalDescs is NULL", "wait");
           ncclWaitSignalDesc_t badDesc = {1, 5, 0, 0};
           expectFailure(ncclWaitSignal(1, &badDesc, comm, nullptr), ncclInvalidArgument, "signalDescs[0].peer is 5",
                         "wait peer");
-          expectFailure(ncclWaitSignal(1, &desc, comm, nullptr), ncclInvalidUsage, notYet, "wait");
+          EXPECT_OK(ncclWaitSignal(1, &desc, comm, nullptr));
           EXPECT_OK(ncclCommWindowDeregister(comm, win));
 
           expectFailure(ncclCommGetUniqueId(comm, nullptr), ncclInvalidArgument, "uniqueId is NULL", "grow id");

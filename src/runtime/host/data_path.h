@@ -135,6 +135,13 @@ class DataPath {
     if (failureTaken_.load(std::memory_order_acquire) || !watchdog_->failure(code, text)) return false;
     return !failureTaken_.exchange(true);
   }
+  /// ncclWaitSignal on the host: polls `arrived` (signals from `peer`) until it holds, as an
+  /// operation the watchdog watches, waiting on that peer (its process gone, NCCL_TIMEOUT);
+  /// throws the watchdog's reason, or that the communicator was aborted, when the abort flag
+  /// ends the wait (data_path_one_sided.cc).
+  void waitOneSided(const char* call, int peer, const std::function<bool()>& arrived);
+  /// The host of `rank` (its hostHash): ranks alike share one.
+  uint64_t hostOf(int rank) const { return hostOf_[rank]; }
   /// Whether the kernels run on a device (enqueued on the user's stream).
   bool onDevice() const { return device_ != nullptr; }
   /// Whether `stream` is being captured into a CUDA graph (the profiler's graphCaptured); false

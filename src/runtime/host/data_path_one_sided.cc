@@ -1,0 +1,24 @@
+// The data path's part in one-sided operations: their waits. Puts and signals need no help
+// from it (comm/signals.h: one copy and a counter's release-increment by the caller).
+#include "kernels/platform.h"
+#include "runtime/host/data_path.h"
+
+namespace braid::runtime::host {
+
+void DataPath::waitOneSided(const char* call, int peer, const std::function<bool()>& arrived) {
+  if (arrived()) return;  // (the common case of a signal that came first: no watchdog round trip)
+  Watchdog::Operation waiting(*watchdog_, kernels::OpSignature{}, call, 1);
+  // Channel 0's status says whom the wait is for: a peer process that exits fails it within the
+  // watchdog's short grace, and the hang report names the peer.
+  kernels::ChannelStatus& status = statuses_[0];
+  kernels::storeRelaxed(&status.waitPeer, static_cast<int32_t>(peer));
+  kernels::storeRelease(&status.waitKind, static_cast<uint32_t>(kernels::kWaitData));
+  struct Done {
+    kernels::ChannelStatus& status;
+    ~Done() { kernels::storeRelease(&status.waitKind, static_cast<uint32_t>(kernels::kWaitNone)); }
+  } done{status};
+  if (kernels::waitUntil([&] { return arrived(); }, abort_) == kernels::WaitResult::kAborted)
+    failAborted(call);
+}
+
+}  // namespace braid::runtime::host
