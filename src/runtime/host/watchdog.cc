@@ -503,8 +503,9 @@ std::string Watchdog::blamedByInquiry() const {
   if (headAnswered_ && headIdle_) return head + via + " is in no call on this communicator";
   const auto silent = std::chrono::steady_clock::now() - headSince_;
   if (headAnswered_ || silent < kSilentAfter) return "";
-  return head + via + " has not answered this rank's watchdog for " +
-         std::to_string(std::chrono::duration_cast<std::chrono::seconds>(silent).count()) +
+  char seconds[32];
+  snprintf(seconds, sizeof seconds, "%.1f", std::chrono::duration<double>(silent).count());
+  return head + via + " has not answered this rank's watchdog for " + seconds +
          " s: its process is stopped or its host unreachable";
 }
 
