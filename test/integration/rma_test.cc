@@ -82,8 +82,10 @@ void waitFor(ncclComm_t comm, int peer, int ctx, int opCnt) {
 }  // namespace
 
 TEST_CASE("one-sided: puts land exactly, counted per peer and context", "[integration][rma]") {
-  for (const auto& [n, threads] : std::vector<std::pair<int, bool>>{
+  for (const auto& shape : std::vector<std::pair<int, bool>>{
            {1, true}, {2, true}, {3, true}, {8, true}, {2, false}, {3, false}, {8, false}}) {
+    const int n = shape.first;  // (plain variables: clang does not capture structured bindings)
+    const bool threads = shape.second;
     INFO(n << " ranks as " << (threads ? "threads" : "processes"));
     // Every rank puts `rounds` odd-sized pieces to every rank (itself included) in its own slice
     // of the peer's window, on context (sender + round) % kContexts, and one bare signal on
