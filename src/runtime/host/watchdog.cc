@@ -470,8 +470,9 @@ void Watchdog::checkWaitedPeers(const OpView& op) {
     headAnswered_ = headIdle_ = false;
   }
   bootstrap::Bootstrap::Answer bytes;
-  InquiryAnswer a;
-  if (channel_->takeAnswer(chain_.back(), &bytes) && (std::memcpy(&a, bytes.data(), sizeof a), a.magic == kAnswerMagic)) {
+  InquiryAnswer a{};
+  if (channel_->takeAnswer(chain_.back(), &bytes)) std::memcpy(&a, bytes.data(), sizeof a);
+  if (a.magic == kAnswerMagic) {
     headAnswered_ = true;
     headIdle_ = a.inFlight == 0;
     const uint64_t next = nextCollective_.load(std::memory_order_relaxed);
