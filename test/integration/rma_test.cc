@@ -379,32 +379,3 @@ TEST_CASE("one-sided: in a group the calls run at ncclGroupEnd, after the group'
           }
         }) == "");
 }
-
-TEST_CASE("one-sided: ranks on different hosts (NCCL_HOSTID) are told it is not implemented yet",
-          "[integration][rma]") {
-  const char* program = std::getenv("BRAID_RANK_MAIN_EXE");
-  if (program == nullptr) {
-    WARN("skipped: BRAID_RANK_MAIN_EXE is not set (run the tests through meson test)");
-    return;
-  }
-  // Two programs with NCCL_HOSTID=host0/host1: the window registers (nothing to map across
-  // hosts), then each put and signal says why it cannot go.
-  const int port = braid::test::freeLoopbackPort();
-  std::string command = "export NCCL_COMM_ID=127.0.0.1:" + std::to_string(port) +
-                        " NCCL_SOCKET_IFNAME=lo BRAID_BOOTSTRAP_TIMEOUT=20; ";
-  for (int r = 0; r < 2; ++r) {
-    command += "NCCL_HOSTID=host" + std::to_string(r) + " timeout 60 " + program + " 2 " + std::to_string(r) +
-               " put & ";
-  }
-  const std::string out = braid::test::runCommand(command + "wait");
-  INFO(out);
-  for (int r = 0; r < 2; ++r) {
-    const std::string rank = "rank " + std::to_string(r);
-    CHECK(out.find(rank + ": put -> 5: ncclPutSignal: peer " + std::to_string(1 - r) +
-                   " runs on another host; one-sided operations across hosts are not implemented yet") !=
-          std::string::npos);
-    CHECK(out.find(rank + ": signal -> 5: ncclSignal: peer " + std::to_string(1 - r) +
-                   " runs on another host") != std::string::npos);
-    CHECK(out.find(rank + " of 2 ok") != std::string::npos);
-  }
-}
