@@ -236,3 +236,37 @@ TEST_CASE("one-sided across hosts (NCCL_HOSTID): two programs put, signal and wa
     }
   }
 }
+
+TEST_CASE("one-sided over links: a peer that ends with puts in flight fails the puts, and nothing leaks",
+          "[integration][rma]") {
+  // Rank 1 leaves at once; rank 0 keeps putting 1 MiB until a put fails (the link broke), which
+  // must happen within seconds.
+  CHECK(withLinkedWindows(2, false, 1 << 20, [](int rank, ncclComm_t comm, ncclWindow_t win, unsigned char*) {
+          if (rank == 1) return;
+          std::vector<char> source(1 << 20, 7);
+          const auto start = std::chrono::steady_clock::now();
+          ncclResult_t r = ncclSuccess;
+          while (r == ncclSuccess && std::chrono::steady_clock::now() - start < std::chrono::seconds(20)) {
+            r = ncclPutSignal(source.data(), source.size(), ncclInt8, 1, win, 0, 0, 0, 0, comm, nullptr);
+          }
+          expect(r == ncclRemoteError && lastError().find("the one-sided link to rank 1 broke") != std::string::npos,
+                 "the last put: " + std::to_string(r) + ": " + lastError());
+        }) == "");
+  // Threads: a second round of links leaves the descriptors as the first did (sockets,
+  // listeners, the proxy's wake-up pipe: all closed).
+  int before = 0;
+  for (int round = 0; round < 3; ++round) {
+    CHECK(withLinkedWindows(3, true, 4096, [](int rank, ncclComm_t comm, ncclWindow_t win, unsigned char*) {
+            const int value = rank;
+            for (int peer = 0; peer < 3; ++peer) {
+              if (peer != rank) EXPECT_OK(ncclPutSignal(&value, 1, ncclInt32, peer, win, 4 * rank, 0, 0, 0, comm, nullptr));
+            }
+            for (int peer = 0; peer < 3; ++peer) {
+              if (peer != rank) waitFor(comm, peer, 0, 1);
+            }
+          }) == "");
+    const int now = braid::test::openFileDescriptors();
+    if (round == 1) before = now;
+    if (round == 2) CHECK(now == before);
+  }
+}
