@@ -16,6 +16,7 @@
 
 #include "comm/communicator.h"
 #include "harness/ranks.h"
+#include "rma_ranks.h"
 #include "test_env.h"
 #include "transport/net/one_sided_links.h"
 
@@ -28,39 +29,20 @@ std::string lastError() {
 }
 
 /// n ranks (threads or processes), two RMA contexts, one-sided operations over links, a window
-/// of `bytes` from ncclMemAlloc; deregistered and freed after body.
+/// of `bytes` from ncclMemAlloc.
 std::string withLinkedWindows(int n, bool threads, size_t bytes,
                               const std::function<void(int, ncclComm_t, ncclWindow_t, unsigned char*)>& body) {
-  ncclUniqueId id;
-  if (ncclGetUniqueId(&id) != ncclSuccess) return "ncclGetUniqueId failed";
-  auto rankBody = [id, n, bytes, body](int rank) {
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.numRmaCtx = 2;
-    ncclComm_t comm = nullptr;
-    EXPECT_OK(ncclCommInitRankConfig(&comm, n, id, rank, &config));
-    braid::communicatorFrom(comm).setOneSidedOverNetwork(true);
-    void* buffer = nullptr;
-    EXPECT_OK(ncclMemAlloc(&buffer, bytes));
-    std::memset(buffer, 0, bytes);
-    ncclWindow_t win = nullptr;
-    EXPECT_OK(ncclCommWindowRegister(comm, buffer, bytes, &win, NCCL_WIN_DEFAULT));
-    expect(braid::communicatorFrom(comm).oneSidedLinks() != nullptr || n == 1, "no links were made");
-    body(rank, comm, win, static_cast<unsigned char*>(buffer));
-    EXPECT_OK(ncclCommWindowDeregister(comm, win));
-    EXPECT_OK(ncclCommDestroy(comm));
-    EXPECT_OK(ncclMemFree(buffer));
-  };
-  return threads ? braid::test::runThreads(n, rankBody) : braid::test::runProcesses(n, rankBody);
+  return braid::test::rma::withWindows(n, threads, {2, bytes, false, true},
+                                       [&body](int rank, ncclComm_t comm, ncclWindow_t win, char* window) {
+                                         body(rank, comm, win, reinterpret_cast<unsigned char*>(window));
+                                       });
 }
 
 unsigned char pattern(int from, int k, size_t i) {
   return static_cast<unsigned char>(from * 31 + k * 17 + i * 7 + 1);
 }
 
-void waitFor(ncclComm_t comm, int peer, int ctx, int opCnt) {
-  ncclWaitSignalDesc_t d = {opCnt, peer, 0, ctx};
-  EXPECT_OK(ncclWaitSignal(1, &d, comm, nullptr));
-}
+using braid::test::rma::waitFor;
 
 }  // namespace
 

@@ -29,6 +29,14 @@ struct Invitation {
   uint64_t nonce;
 };
 
+FrameHeader frameOf(uint32_t type, int ctx) {
+  FrameHeader h{};
+  h.magic = kFrameMagic;
+  h.type = type;
+  h.ctx = ctx;
+  return h;
+}
+
 /// Payload bytes the proxy reads from one link in one pass, so that a large put does not keep
 /// the other links (and the FIFO connections) waiting.
 constexpr uint64_t kPassBytes = 4 << 20;
@@ -86,9 +94,7 @@ Links::Links(int rank, int nRanks, int contexts, uint64_t commHash, const uint32
 Links::~Links() {
   // A goodbye on every outgoing link, where it fits without waiting: the peer's waits then say
   // this communicator ended rather than that the link was lost.
-  FrameHeader bye{};
-  bye.magic = kFrameMagic;
-  bye.type = kBye;
+  const FrameHeader bye = frameOf(kBye, 0);
   for (auto& out : out_) {
     if (out == nullptr || !out->socket.valid()) continue;
     std::lock_guard<std::mutex> lock(out->mutex);
@@ -184,27 +190,22 @@ void Links::send(int peer, Outgoing& out, const void* data, uint64_t size) {
 }
 
 void Links::put(int peer, uint64_t window, uint64_t offset, const void* data, uint64_t bytes, int ctx) {
-  FrameHeader h{};
-  h.magic = kFrameMagic;
-  h.type = kPut;
-  h.ctx = ctx;
+  FrameHeader h = frameOf(kPut, ctx);
   h.window = window;
   h.offset = offset;
   h.bytes = bytes;
-  Outgoing& out = *out_[peer];
-  std::lock_guard<std::mutex> lock(out.mutex);
-  send(peer, out, &h, sizeof h);
-  if (bytes > 0) send(peer, out, data, bytes);
+  write(peer, h, data);
 }
 
 void Links::signal(int peer, int ctx) {
-  FrameHeader h{};
-  h.magic = kFrameMagic;
-  h.type = kSignal;
-  h.ctx = ctx;
+  write(peer, frameOf(kSignal, ctx), nullptr);
+}
+
+void Links::write(int peer, const FrameHeader& h, const void* payload) {
   Outgoing& out = *out_[peer];
   std::lock_guard<std::mutex> lock(out.mutex);
   send(peer, out, &h, sizeof h);
+  if (h.bytes > 0) send(peer, out, payload, h.bytes);
 }
 
 // ---- the proxy thread's side ----

@@ -127,6 +127,8 @@ class Links final : public proxy::Pump {
     net::Socket socket;
   };
 
+  /// Writes frame h, then its h.bytes of payload, to `peer`'s link, as one frame.
+  void write(int peer, const FrameHeader& h, const void* payload);
   /// Writes `size` bytes of `data` to `peer`'s link (its mutex held).
   void send(int peer, Outgoing& out, const void* data, uint64_t size);
   /// Proxy thread: reads what link `from` has; true when anything moved.
