@@ -43,7 +43,8 @@ inline std::string withWindows(int n, bool threads, const WindowSetup& setup,
     ncclWindow_t win = nullptr;
     EXPECT_OK(ncclCommWindowRegister(comm, buffer, setup.bytes, &win, NCCL_WIN_DEFAULT));
     if (setup.overLinks) {
-      expect(braid::communicatorFrom(comm).oneSidedLinks() != nullptr || n == 1, "no one-sided links were made");
+      expect(braid::communicatorFrom(comm).oneSidedLinks() != nullptr || n == 1,
+             "no one-sided links were made");
     }
     body(rank, comm, win, static_cast<char*>(buffer));
     EXPECT_OK(ncclCommWindowDeregister(comm, win));

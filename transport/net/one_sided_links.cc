@@ -46,7 +46,8 @@ constexpr uint64_t kPassBytes = 4 << 20;
 std::string checkFrame(const FrameHeader& h, int from, int contexts, const WindowSpan* window) {
   char text[320];
   if (h.magic != kFrameMagic) {
-    std::snprintf(text, sizeof text, "rank %d sent a frame with magic %#x (not a one-sided frame)", from, h.magic);
+    std::snprintf(text, sizeof text, "rank %d sent a frame with magic %#x (not a one-sided frame)", from,
+                  h.magic);
     return text;
   }
   if (h.type != kPut && h.type != kSignal && h.type != kBye) {
@@ -55,20 +56,21 @@ std::string checkFrame(const FrameHeader& h, int from, int contexts, const Windo
   }
   if (h.type == kBye) return "";
   if (h.ctx < 0 || h.ctx >= contexts) {
-    std::snprintf(text, sizeof text, "rank %d's signal names ctx %d; this communicator has %d contexts", from, h.ctx,
-                  contexts);
+    std::snprintf(text, sizeof text, "rank %d's signal names ctx %d; this communicator has %d contexts", from,
+                  h.ctx, contexts);
     return text;
   }
   if (h.type == kSignal) return "";
   if (window == nullptr) {
-    std::snprintf(text, sizeof text, "rank %d's put names window id %#" PRIx64 ", which this rank has not registered",
-                  from, h.window);
+    std::snprintf(text, sizeof text,
+                  "rank %d's put names window id %#" PRIx64 ", which this rank has not registered", from,
+                  h.window);
     return text;
   }
   if (h.offset > window->size || h.bytes > window->size - h.offset) {
     std::snprintf(text, sizeof text,
-                  "rank %d's put of %" PRIu64 " bytes at offset %" PRIu64 " does not fit this rank's window of %" PRIu64
-                  " bytes: refused, nothing written",
+                  "rank %d's put of %" PRIu64 " bytes at offset %" PRIu64
+                  " does not fit this rank's window of %" PRIu64 " bytes: refused, nothing written",
                   from, h.bytes, h.offset, window->size);
     return text;
   }
@@ -104,8 +106,8 @@ Links::~Links() {
   if (attached_) proxy::detach(this);
 }
 
-void Links::connect(bootstrap::Bootstrap& channel, const std::vector<bool>& linked, net::SocketAddress listenAt,
-                    std::chrono::seconds timeout) {
+void Links::connect(bootstrap::Bootstrap& channel, const std::vector<bool>& linked,
+                    net::SocketAddress listenAt, std::chrono::seconds timeout) {
   listenAt.setPort(0);
   const int expected = static_cast<int>(std::count(linked.begin(), linked.end(), true));
   net::Socket listener = net::Socket::listen(listenAt, std::max(expected, 16));
@@ -118,8 +120,10 @@ void Links::connect(bootstrap::Bootstrap& channel, const std::vector<bool>& link
   for (int r = 0; r < nRanks_; ++r) {
     if (!linked[r]) continue;
     auto out = std::make_unique<Outgoing>();
-    out->socket = net::Socket::connect(net::SocketAddress::unpack(invitations[r].listen), deadline, abortWord_);
-    netend::Hello hello{netend::kHelloMagic, netend::kWireVersion, invitations[r].nonce, commHash_, rank_, r, 0, 1, {}};
+    out->socket =
+        net::Socket::connect(net::SocketAddress::unpack(invitations[r].listen), deadline, abortWord_);
+    netend::Hello hello{
+        netend::kHelloMagic, netend::kWireVersion, invitations[r].nonce, commHash_, rank_, r, 0, 1, {}};
     std::memcpy(hello.extra, kHelloTag, sizeof kHelloTag);
     out->socket.sendAll(&hello, sizeof hello, deadline, abortWord_);
     const int one = 1;
@@ -137,18 +141,20 @@ void Links::connect(bootstrap::Bootstrap& channel, const std::vector<bool>& link
     }
     netend::Hello hello{};
     try {
-      s.recvAll(&hello, sizeof hello, std::min(deadline, net::Clock::now() + std::chrono::seconds(5)), abortWord_);
+      s.recvAll(&hello, sizeof hello, std::min(deadline, net::Clock::now() + std::chrono::seconds(5)),
+                abortWord_);
     } catch (const Error& e) {
       BRAID_WARN_STRANGER("one-sided links: dropped a connection to rank %d's listener: %s", rank_, e.what());
       continue;
     }
     const bool ours = hello.magic == netend::kHelloMagic && hello.version == netend::kWireVersion &&
-                      hello.nonce == invitations[rank_].nonce && hello.commHash == commHash_ && hello.to == rank_ &&
-                      hello.from >= 0 && hello.from < nRanks_ && linked[hello.from] && in_[hello.from] == nullptr &&
+                      hello.nonce == invitations[rank_].nonce && hello.commHash == commHash_ &&
+                      hello.to == rank_ && hello.from >= 0 && hello.from < nRanks_ && linked[hello.from] &&
+                      in_[hello.from] == nullptr &&
                       std::memcmp(hello.extra, kHelloTag, sizeof kHelloTag) == 0;
     if (!ours) {
-      BRAID_WARN_STRANGER("one-sided links: dropped a connection to rank %d's listener that presented no valid hello",
-                          rank_);
+      BRAID_WARN_STRANGER(
+          "one-sided links: dropped a connection to rank %d's listener that presented no valid hello", rank_);
       continue;
     }
     auto in = std::make_unique<Incoming>();
@@ -184,8 +190,8 @@ void Links::send(int peer, Outgoing& out, const void* data, uint64_t size) {
     if (abortWord_ != nullptr && __atomic_load_n(abortWord_, __ATOMIC_ACQUIRE) != 0) {
       fail(ncclInvalidUsage, "the communicator was aborted while writing to rank %d", peer);
     }
-    fail(ncclRemoteError, "the one-sided link to rank %d broke (%s): its process ended or the network failed", peer,
-         e.what());
+    fail(ncclRemoteError, "the one-sided link to rank %d broke (%s): its process ended or the network failed",
+         peer, e.what());
   }
 }
 
@@ -248,12 +254,14 @@ bool Links::readLink(int from, Incoming& in) {
     if (n < 0) {
       char why[200];
       if (in.byeReceived) {
-        std::snprintf(why, sizeof why, "rank %d's communicator was destroyed or aborted (its one-sided link said goodbye)",
+        std::snprintf(why, sizeof why,
+                      "rank %d's communicator was destroyed or aborted (its one-sided link said goodbye)",
                       from);
       } else {
-        std::snprintf(why, sizeof why,
-                      "the one-sided link from rank %d closed without goodbye: its process ended or the network failed",
-                      from);
+        std::snprintf(
+            why, sizeof why,
+            "the one-sided link from rank %d closed without goodbye: its process ended or the network failed",
+            from);
       }
       // (no warning: a peer may end its process after its last call; only a wait still
       // counting on it fails, with this text)

@@ -49,8 +49,8 @@ enum FrameType : uint32_t { kPut = 1, kSignal = 2, kBye = 3 };
 /// One operation on a link, as the wire carries it (both ends have the same byte order).
 struct FrameHeader {
   uint32_t magic;
-  uint32_t type;    ///< FrameType
-  int32_t ctx;      ///< the signal's context
+  uint32_t type;  ///< FrameType
+  int32_t ctx;    ///< the signal's context
   uint32_t reserved;
   uint64_t window;  ///< kPut: the target's window id
   uint64_t offset;  ///< kPut: where in the target's window the data lands
@@ -146,8 +146,9 @@ class Links final : public proxy::Pump {
   const uint32_t* abortWord_;
   std::function<void(int, int)> arrive_;
   std::vector<std::unique_ptr<Outgoing>> out_;  // by rank: null unless linked
-  std::vector<std::unique_ptr<Incoming>> in_;   // by rank: null unless linked (proxy thread only once attached)
-  std::vector<int> polledAt_;                   // by rank: its entry among this pump's of the pass, or -1
+  std::vector<std::unique_ptr<Incoming>>
+      in_;                     // by rank: null unless linked (proxy thread only once attached)
+  std::vector<int> polledAt_;  // by rank: its entry among this pump's of the pass, or -1
   bool attached_ = false;
   bool orphaned_ = false;
   std::unique_ptr<std::atomic<bool>[]> lost_;  // by rank
