@@ -207,9 +207,10 @@ void queryProperties(Communicator& c, ncclCommProperties_t* props) {
   props->ginType = 0;        // NCCL_GIN_TYPE_NONE: no GPU-initiated networking
   props->railedGinType = 0;
   props->nLsaTeams = id.nRanks / id.localRanks;  // one load/store team per host
-  // As NCCL decides it (contexts, and one load/store team or a proxy): Braid runs ncclPutSignal
-  // and friends on the host backend between the ranks of one host (rma_api.cc).
-  props->hostRmaSupport = c.config().numRmaCtx > 0 && id.backend == Backend::kHost && props->nLsaTeams == 1;
+  // As NCCL decides it (contexts, and one load/store team or a proxy that carries puts between
+  // teams): Braid runs ncclPutSignal and friends on the host backend, inside a host by loads and
+  // stores and between hosts through the proxy (rma_api.cc).
+  props->hostRmaSupport = c.config().numRmaCtx > 0 && id.backend == Backend::kHost;
 }
 
 /// A window's entry and the checks NCCL makes on every pointer query.

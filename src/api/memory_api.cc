@@ -16,6 +16,7 @@
 #include "core/memory_files.h"
 #include "core/process.h"
 #include "runtime/device.h"
+#include "transport/net/one_sided_links.h"
 
 using namespace braid;
 
@@ -112,18 +113,56 @@ struct WindowClaim {
   fds::Offer memory;  ///< its buffer's memory file for processes of its host (token 0: not shareable)
   uint64_t memoryOffset;  ///< the buffer's offset in that file
   fds::Offer signalsOffer;  ///< its counters' memory file
+  uint64_t windowId;        ///< its id of the window, which puts over a link name (random)
+  int32_t oneSidedNet;      ///< its BRAID_ONE_SIDED_NET
+  int32_t pad;
 };
+
+/// Which ranks this rank's one-sided operations reach over links (every rank computes the same
+/// pairs from the claims): ranks on other hosts, and with BRAID_ONE_SIDED_NET on either side
+/// every other rank. Makes the links at the first registration that needs any (a collective
+/// step: every rank sees the same claims, so all of them take it or none).
+std::vector<bool> linkPeers(Communicator& c, const std::vector<WindowClaim>& claims) {
+  const int n = c.identity().nRanks, me = c.identity().rank;
+  std::vector<bool> linked(n, false);
+  if (c.dataPath().onDevice()) return linked;  // (the one-sided calls refuse on the CUDA backend)
+  if (transport::onesided::Links* links = c.oneSidedLinks()) {
+    for (int r = 0; r < n; ++r) linked[r] = links->linked(r);
+    return linked;
+  }
+  auto needsLink = [&](int a, int b) {
+    return a != b && (claims[a].host != claims[b].host || claims[a].oneSidedNet != 0 || claims[b].oneSidedNet != 0);
+  };
+  bool anyPair = false;
+  for (int a = 0; a < n; ++a) {
+    for (int b = a + 1; b < n && !anyPair; ++b) anyPair = needsLink(a, b);
+  }
+  if (!anyPair) return linked;
+  for (int r = 0; r < n; ++r) linked[r] = needsLink(me, r);
+  comm::SignalBoard& board = c.signals();
+  auto links = std::make_unique<transport::onesided::Links>(
+      me, n, std::max(1, c.config().numRmaCtx), c.identity().commHash, c.abortWord(),
+      [&board](int from, int ctx) { board.arrive(from, ctx); });
+  links->connect(c.bootstrap(), linked, c.bootstrap().peerAddress(me), c.bootstrap().timeout());
+  c.adoptOneSidedLinks(std::move(links));
+  return linked;
+}
 
 /// Makes peers' parts of a window (and their signal counters) reachable from this rank: the
 /// addresses of ranks of this process, mappings of the other processes of this host. A mapping
 /// that fails leaves that peer unreached (its calls say so) rather than failing the
 /// registration, so that every rank reaches the barrier after it.
-void reachPeers(Communicator& c, const std::vector<WindowClaim>& claims, WindowEntry& entry) {
+void reachPeers(Communicator& c, const std::vector<WindowClaim>& claims, const std::vector<bool>& linked,
+                WindowEntry& entry) {
   const int n = c.identity().nRanks, me = c.identity().rank;
   auto mappings = std::make_shared<std::vector<std::unique_ptr<memfiles::Mapping>>>();
   entry.peerBuffers.assign(n, nullptr);
   entry.peerReach.assign(n, WindowReach::kMapped);
   for (int r = 0; r < n; ++r) {
+    if (linked[r]) {
+      entry.peerReach[r] = WindowReach::kNetwork;
+      continue;
+    }
     if (claims[r].processId == claims[me].processId) {  // threads of one process address each other
       entry.peerBuffers[r] = reinterpret_cast<void*>(claims[r].buffer);
       c.signals().learn(r, claims[r].signals);
@@ -170,7 +209,9 @@ void registerWindow(Communicator& c, void* buff, size_t size, int flags, int32_t
   std::vector<WindowClaim> claims(n);
   WindowClaim& mine = claims[me];
   mine = WindowClaim{size, flags, problem, reinterpret_cast<uint64_t>(buff), process::randomId(),
-                     c.signals().address(), c.dataPath().hostOf(me), {}, 0, c.signals().offer()};
+                     c.signals().address(), c.dataPath().hostOf(me), {}, 0, c.signals().offer(),
+                     process::random64(), 0, 0};
+  mine.oneSidedNet = c.oneSidedOverNetwork() ? 1 : 0;
   size_t offset = 0;
   if (problem == kWindowOk && !c.dataPath().onDevice() && memfiles::offer(buff, size, &mine.memory, &offset)) {
     mine.memoryOffset = offset;
@@ -202,8 +243,17 @@ void registerWindow(Communicator& c, void* buff, size_t size, int flags, int32_t
   entry.rank = me;
   entry.localRank = c.identity().localRank;
   entry.localRanks = c.identity().localRanks;
-  reachPeers(c, claims, entry);
-  c.bootstrap().barrier();  // (every peer has mapped this rank's offers: they can go)
+  entry.id = mine.windowId;
+  for (const WindowClaim& claim : claims) entry.peerIds.push_back(claim.windowId);
+  reachPeers(c, claims, linkPeers(c, claims), entry);
+  transport::onesided::Links* links = c.oneSidedLinks();
+  if (links != nullptr) links->publishWindow(entry.id, buff, size);
+  try {
+    c.bootstrap().barrier();  // (every peer has mapped this rank's offers, and published its window: puts may come)
+  } catch (...) {
+    if (links != nullptr) links->withdrawWindow(entry.id);
+    throw;
+  }
   *win = c.windows().add(entry);
 }
 
@@ -260,7 +310,10 @@ ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
   return api::guarded("ncclCommWindowDeregister", comm, [&] {
     Communicator& c = communicatorFrom(comm);
     if (win == nullptr) fail(ncclInvalidArgument, "win is NULL");
+    const uint64_t id = c.windows().find(win).id;
     c.windows().remove(win);
+    // (on return no put over a link writes into the memory any more)
+    if (transport::onesided::Links* links = c.oneSidedLinks()) links->withdrawWindow(id);
     return ncclSuccess;
   });
 }

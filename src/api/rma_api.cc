@@ -2,14 +2,17 @@
 //
 // On the host backend every call completes before it returns (the stream is not used); inside
 // a group it runs at ncclGroupEnd, after the communicator's collectives and sends/receives of
-// the group, in call order (group::enqueueAfter). A put is one copy into the peer's window and a
-// release-increment of the peer's counter for (ctx, this rank); a wait polls this rank's counters
-// (comm/signals.h). Puts from one rank therefore land in the order they were called, whatever the window's
+// the group, in call order (group::enqueueAfter). A wait polls this rank's counters
+// (comm/signals.h). What reaches a peer:
+// - ranks that are threads of one process and the other processes of the host (window memory
+//   from ncclMemAlloc and the counters are memory files each rank maps at
+//   ncclCommWindowRegister): a put is one copy into the peer's window and a release-increment
+//   of the peer's counter for (ctx, this rank);
+// - ranks on other hosts (and every peer with BRAID_ONE_SIDED_NET=1): the put goes over this
+//   rank's link to the peer, whose proxy thread lands the data and then increments the counter
+//   (transport/net/one_sided_links.h).
+// Either way puts from one rank land in the order they were called, whatever the window's
 // flags: NCCL_WIN_STRICT_ORDERING asks for nothing more.
-// What reaches a peer: ranks that are threads of one process (their windows and counters are
-// addressed directly) and the other processes of the host (window memory from ncclMemAlloc and
-// the counters are memory files each rank maps at ncclCommWindowRegister). Across hosts the
-// calls say that this is not implemented yet.
 #include <cstring>
 #include <functional>
 #include <vector>
@@ -19,6 +22,7 @@
 #include "group/group.h"
 #include "plan/task.h"
 #include "runtime/host/data_path.h"
+#include "transport/net/one_sided_links.h"
 
 using namespace braid;
 
@@ -47,6 +51,13 @@ void checkSignal(const Communicator& c, int sigIdx, int ctx) {
   }
 }
 
+/// The link that carries one-sided operations to `peer` (another host), or null when this rank
+/// addresses the peer's memory.
+transport::onesided::Links* linkTo(Communicator& c, int peer) {
+  transport::onesided::Links* links = c.oneSidedLinks();
+  return links != nullptr && links->linked(peer) ? links : nullptr;
+}
+
 void checkFlags(unsigned int flags) {
   if (flags != 0) fail(ncclInvalidArgument, "flags is %#x; no flags are defined, it must be 0", flags);
 }
@@ -64,10 +75,10 @@ comm::SignalBoard& boardFor(Communicator& c, int peer) {
          "no window was registered on this communicator; signals are counted in memory the "
          "ranks exchange at ncclCommWindowRegister, so register a window first");
   }
-  if (!board->reaches(peer)) {
+  if (!board->reaches(peer) && linkTo(c, peer) == nullptr) {
     fail(ncclInvalidUsage,
-         "peer %d runs on another host; one-sided operations across hosts are not implemented yet "
-         "(they work between the ranks of one host)",
+         "rank %d's signal counters are out of this rank's reach (mapping them failed at "
+         "ncclCommWindowRegister: see its warning)",
          peer);
   }
   return *board;
@@ -114,6 +125,12 @@ ncclResult_t pncclPutSignal(const void* localbuff, size_t count, ncclDataType_t 
            bytes, count, peerWinOffset, window.size);
     }
     comm::SignalBoard& board = boardFor(c, peer);
+    if (transport::onesided::Links* link = linkTo(c, peer)) {
+      const uint64_t id = window.peerIds[peer];
+      return runOrDefer(c, "ncclPutSignal", [link, peer, id, peerWinOffset, localbuff, bytes, ctx] {
+        link->put(peer, id, peerWinOffset, localbuff, bytes, ctx);
+      });
+    }
     if (window.peerBuffers[peer] == nullptr && window.peerReach[peer] == WindowReach::kNotShareable) {
       fail(ncclInvalidUsage,
            "rank %d's part of window %p is memory Braid cannot share with this process "
@@ -123,8 +140,8 @@ ncclResult_t pncclPutSignal(const void* localbuff, size_t count, ncclDataType_t 
     }
     if (window.peerBuffers[peer] == nullptr) {
       fail(ncclInvalidUsage,
-           "rank %d's part of window %p is not mapped here (it runs on another host, or "
-           "its mapping failed at registration); puts across hosts are not implemented yet",
+           "rank %d's part of window %p is not mapped here (its mapping failed at registration: see "
+           "its warning)",
            peer, static_cast<void*>(peerWin));
     }
     char* target = static_cast<char*>(window.peerBuffers[peer]) + peerWinOffset;
@@ -145,6 +162,9 @@ ncclResult_t pncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, nccl
     checkSignal(c, sigIdx, ctx);
     checkFlags(flags);
     comm::SignalBoard& board = boardFor(c, peer);
+    if (transport::onesided::Links* link = linkTo(c, peer)) {
+      return runOrDefer(c, "ncclSignal", [link, peer, ctx] { link->signal(peer, ctx); });
+    }
     return runOrDefer(c, "ncclSignal", [&board, peer, ctx] { board.bump(peer, ctx); });
   });
 }
@@ -172,8 +192,18 @@ ncclResult_t pncclWaitSignal(int nDesc, ncclWaitSignalDesc_t* signalDescs, ncclC
                         comm::SignalBoard& board = *raw->signalsIfMade();
                         for (const ncclWaitSignalDesc_t& d : descs) {
                           const uint64_t target = board.expect(d.peer, d.ctx, d.opCnt);
-                          raw->dataPath().waitOneSided("ncclWaitSignal", d.peer,
-                                                       [&] { return board.arrived(d.peer, d.ctx, target); });
+                          // A link that ended (the peer's process, or its communicator) ends the
+                          // wait too; what arrived before it still counts.
+                          transport::onesided::Links* link = linkTo(*raw, d.peer);
+                          raw->dataPath().waitOneSided("ncclWaitSignal", d.peer, [&] {
+                            return board.arrived(d.peer, d.ctx, target) || (link != nullptr && link->lost(d.peer));
+                          });
+                          if (!board.arrived(d.peer, d.ctx, target)) {
+                            fail(ncclRemoteError, "waiting for %d signal(s) of rank %d on ctx %d (%llu of %llu arrived): %s",
+                                 d.opCnt, d.peer, d.ctx,
+                                 static_cast<unsigned long long>(board.arrivedCount(d.peer, d.ctx)),
+                                 static_cast<unsigned long long>(target), link->lostReason(d.peer).c_str());
+                          }
                         }
                       });
   });

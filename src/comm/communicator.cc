@@ -4,14 +4,18 @@
 
 #include "bootstrap/bootstrap.h"
 #include "core/log.h"
+#include "core/params.h"
 #include "kernels/platform.h"
 #include "runtime/host/data_path.h"
 #include "runtime/host/job_thread.h"
+#include "transport/net/one_sided_links.h"
 
 namespace braid {
 
 Communicator::Communicator(const RankIdentity& identity, CommConfig config)
-    : identity_(identity), config_(std::move(config)) {}
+    : identity_(identity),
+      config_(std::move(config)),
+      oneSidedOverNetwork_(params::process().integer("BRAID_ONE_SIDED_NET") != 0) {}
 
 Communicator::~Communicator() {
   handles::beginClose(this);  // (already begun by ncclCommDestroy or ncclCommAbort)
@@ -154,6 +158,12 @@ comm::SignalBoard& Communicator::signals() {
     signalsMade_.store(signals_.get(), std::memory_order_release);
   }
   return *signals_;
+}
+
+void Communicator::adoptOneSidedLinks(std::unique_ptr<transport::onesided::Links> links) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  oneSidedLinksOwned_ = std::move(links);
+  oneSidedLinks_.store(oneSidedLinksOwned_.get(), std::memory_order_release);
 }
 
 comm::SignalBoard* Communicator::signalsIfMade() { return signalsMade_.load(std::memory_order_acquire); }

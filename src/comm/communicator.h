@@ -38,6 +38,9 @@ class JobThread;
 namespace plugin {
 class ProfilerSession;
 }
+namespace transport::onesided {
+class Links;
+}
 
 /// Who a communicator's rank is. rank and nRanks are known at creation; the rest once
 /// init has exchanged peer information.
@@ -105,6 +108,15 @@ class Communicator {
   comm::SignalBoard& signals();
   /// The same, or null while no window was registered.
   comm::SignalBoard* signalsIfMade();
+  /// The links that carry one-sided operations to ranks this rank cannot address (other
+  /// hosts: transport/net/one_sided_links.h), once a window registration made them; else null.
+  transport::onesided::Links* oneSidedLinks() const { return oneSidedLinks_.load(std::memory_order_acquire); }
+  /// Keeps `links` (made by a window registration) until the communicator ends.
+  void adoptOneSidedLinks(std::unique_ptr<transport::onesided::Links> links);
+  /// BRAID_ONE_SIDED_NET for this communicator: one-sided operations to every other rank go
+  /// over links. Read at each window registration (every rank's claim says it); tests set it.
+  bool oneSidedOverNetwork() const { return oneSidedOverNetwork_; }
+  void setOneSidedOverNetwork(bool on) { oneSidedOverNetwork_ = on; }
 
   /// Fixes rank and size of a communicator made by split or shrink, before its init runs.
   void setPosition(int rank, int nRanks) {
@@ -157,6 +169,10 @@ class Communicator {
   WindowTable windows_;
   std::unique_ptr<comm::SignalBoard> signals_;  // guarded by mutex_ while made; lives to the end (peers address it)
   std::atomic<comm::SignalBoard*> signalsMade_{nullptr};
+  // After signals_: ends first (its proxy side adds to the board's counters).
+  std::unique_ptr<transport::onesided::Links> oneSidedLinksOwned_;
+  std::atomic<transport::onesided::Links*> oneSidedLinks_{nullptr};
+  bool oneSidedOverNetwork_ = false;  // set from BRAID_ONE_SIDED_NET at init
   std::atomic<ncclResult_t> state_{ncclSuccess};
   std::atomic<bool> abort_{false};
   uint32_t abortWord_ = 0;

@@ -50,6 +50,7 @@ enum class WindowReach : uint8_t {
   kMapped,        ///< it does (a thread of this process, or mapped from another process of this host)
   kOtherHost,     ///< the peer runs on another host
   kNotShareable,  ///< the peer's memory is not from ncclMemAlloc (a memory file), so no other process maps it
+  kNetwork,       ///< puts and signals to the peer go over a one-sided link (transport/net/one_sided_links.h)
 };
 
 /// What ncclWindow_t points to: one rank's part of a window.
@@ -64,6 +65,9 @@ struct WindowEntry {
   /// of this process), else null.
   std::vector<void*> peerBuffers;
   std::vector<WindowReach> peerReach;  ///< by rank: why peerBuffers is null
+  /// This rank's id of the window, and every rank's (what a put over a link names: never an address).
+  uint64_t id = 0;
+  std::vector<uint64_t> peerIds;
   /// The mappings of other processes' memory behind peerBuffers, unmapped with the last copy
   /// of the entry (the window's deregistration).
   std::shared_ptr<void> peerMappings;

@@ -45,6 +45,10 @@ class SignalBoard {
   /// Adds one to `peer`'s counter of (ctx, this rank), with release order: whatever this
   /// thread wrote before is visible to the peer's wait that sees it. The peer must be reached.
   void bump(int peer, int ctx);
+  /// Adds one to this rank's own counter of (ctx, from), with release order: a signal from a
+  /// rank that cannot address this board (another host), applied by the proxy thread after
+  /// the put's data has landed (transport/net/one_sided_links.h).
+  void arrive(int from, int ctx) { counters_[slot(ctx, from)].fetch_add(1, std::memory_order_release); }
   /// A wait for opCnt more signals of (ctx, peer): the count that satisfies it.
   uint64_t expect(int peer, int ctx, int opCnt);
   /// Whether this rank's counter of (ctx, peer) has reached `target` (acquire order).

@@ -26,6 +26,9 @@ const std::vector<KnobSpec>& knobTable() {
        "CUDA backend: 1 passes a launch's work in the kernel's parameters where it fits (3.5 KiB), as NCCL; 0 always through host memory the GPU maps", true},
       {"BRAID_NVML_LIBRARY", KnobType::String, "libnvidia-ml.so.1",
        "library opened with dlopen to detect GPUs and NVLinks (tests point it at a double)", true},
+      {"BRAID_ONE_SIDED_NET", KnobType::Integer, "0",
+       "1: one-sided operations (ncclPutSignal, ncclSignal) to every other rank go over the links between hosts, also "
+       "to ranks of this host (tests of that path without several hosts); read at ncclCommWindowRegister", true},
       {"BRAID_P2P_CHANNELS_PER_PEER", KnobType::Integer, "0",
        "connections (each a block on a GPU) one large send or receive splits over, 1..64 (0: automatic, 4 on a GPU, 1 on the host); must be the same on all ranks", true},
       {"BRAID_RANKS_PER_NODE", KnobType::Integer, "0",

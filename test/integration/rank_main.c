@@ -3,7 +3,6 @@
  *   rank_main NRANKS RANK [allreduce]
  *   rank_main NRANKS RANK stream COUNT [kill-at K R | stop-at K R] [shrink]
  *   rank_main NRANKS RANK grow FROM FILE
- *   rank_main NRANKS RANK put
  * The unique id comes from ncclGetUniqueId, so NCCL_COMM_ID must be set (every rank then
  * computes the same id, and rank 0 starts the root). Prints "rank R of N ok" on success.
  * "stream" runs COUNT AllReduces of 1000 floats; with kill-at/stop-at, rank R sends itself
@@ -17,9 +16,6 @@
  * NRANKS; the other ranks wait for FILE (30 s at most) and join with its id. Every rank then
  * checks 20 AllReduces on the grown communicator exactly (the old ones also 5 on the parent) and
  * prints "rank R: grow ok, 20 exact AllReduces on NRANKS ranks".
- * "put": every rank registers a window of ncclMemAlloc's memory, then puts 4 floats to the next
- * rank and signals it; it prints "rank R: put -> <result>: <last error>" and the same for
- * "signal" (ranks on different hosts: what the one-sided calls say there).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <nccl.h>
@@ -209,17 +205,6 @@ int main(int argc, char** argv) {
     }
     int rc = stream(comm, nranks, rank, atoi(argv[4]), at, who, sig, shrink);
     if (rc != 0 || shrink) return rc;
-  } else if (argc == 4 && strcmp(argv[3], "put") == 0) {
-    void* buffer = NULL;
-    ncclWindow_t win = NULL;
-    CHECK(ncclMemAlloc(&buffer, 4096));
-    CHECK(ncclCommWindowRegister(comm, buffer, 4096, &win, NCCL_WIN_DEFAULT));
-    ncclResult_t r = ncclPutSignal(buffer, 4, ncclFloat, (rank + 1) % nranks, win, 0, 0, 0, 0, comm, NULL);
-    printf("rank %d: put -> %d: %s\n", rank, (int)r, r == ncclSuccess ? "" : ncclGetLastError(comm));
-    r = ncclSignal((rank + 1) % nranks, 0, 0, 0, comm, NULL);
-    printf("rank %d: signal -> %d: %s\n", rank, (int)r, r == ncclSuccess ? "" : ncclGetLastError(comm));
-    CHECK(ncclCommWindowDeregister(comm, win));
-    CHECK(ncclMemFree(buffer));
   } else if (argc == 4) {
     float x[1000];
     for (int i = 0; i < 1000; ++i) x[i] = (float)rank;

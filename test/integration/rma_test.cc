@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "harness/ranks.h"
+#include "rma_ranks.h"
 #include "test_env.h"
 
 using braid::test::expect;
@@ -36,37 +37,11 @@ void expectFailure(ncclResult_t result, ncclResult_t code, const std::string& te
 }
 
 /// n ranks (threads, or processes), each with a communicator of kContexts RMA contexts and a
-/// window of kWindowBytes from ncclMemAlloc (or malloc: `plainMemory`); the window is
-/// deregistered and freed after body.
+/// window of kWindowBytes from ncclMemAlloc (or malloc: `plainMemory`).
 std::string withWindows(int n, bool threads,
                         const std::function<void(int, ncclComm_t, ncclWindow_t, char*)>& body,
                         bool plainMemory = false) {
-  ncclUniqueId id;
-  if (ncclGetUniqueId(&id) != ncclSuccess) return "ncclGetUniqueId failed";
-  auto rankBody = [id, n, body, plainMemory](int rank) {
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.numRmaCtx = kContexts;
-    ncclComm_t comm = nullptr;
-    EXPECT_OK(ncclCommInitRankConfig(&comm, n, id, rank, &config));
-    void* buffer = nullptr;
-    if (plainMemory) {
-      expect(posix_memalign(&buffer, NCCL_WIN_REQUIRED_ALIGNMENT, kWindowBytes) == 0, "posix_memalign");
-    } else {
-      EXPECT_OK(ncclMemAlloc(&buffer, kWindowBytes));
-    }
-    std::memset(buffer, 0, kWindowBytes);
-    ncclWindow_t win = nullptr;
-    EXPECT_OK(ncclCommWindowRegister(comm, buffer, kWindowBytes, &win, NCCL_WIN_DEFAULT));
-    body(rank, comm, win, static_cast<char*>(buffer));
-    EXPECT_OK(ncclCommWindowDeregister(comm, win));
-    EXPECT_OK(ncclCommDestroy(comm));
-    if (plainMemory) {
-      std::free(buffer);
-    } else {
-      EXPECT_OK(ncclMemFree(buffer));
-    }
-  };
-  return threads ? braid::test::runThreads(n, rankBody) : braid::test::runProcesses(n, rankBody);
+  return braid::test::rma::withWindows(n, threads, {kContexts, kWindowBytes, plainMemory, false}, body);
 }
 
 /// The byte that rank `from`'s put number `round` writes at position i.
@@ -74,10 +49,7 @@ unsigned char pattern(int from, int round, size_t i) {
   return static_cast<unsigned char>(from * 37 + round * 11 + i * 7 + 1);
 }
 
-void waitFor(ncclComm_t comm, int peer, int ctx, int opCnt) {
-  ncclWaitSignalDesc_t d = {opCnt, peer, 0, ctx};
-  EXPECT_OK(ncclWaitSignal(1, &d, comm, nullptr));
-}
+using braid::test::rma::waitFor;
 
 }  // namespace
 
@@ -378,33 +350,4 @@ TEST_CASE("one-sided: in a group the calls run at ncclGroupEnd, after the group'
             EXPECT_OK(ncclMemFree(buffers[r]));
           }
         }) == "");
-}
-
-TEST_CASE("one-sided: ranks on different hosts (NCCL_HOSTID) are told it is not implemented yet",
-          "[integration][rma]") {
-  const char* program = std::getenv("BRAID_RANK_MAIN_EXE");
-  if (program == nullptr) {
-    WARN("skipped: BRAID_RANK_MAIN_EXE is not set (run the tests through meson test)");
-    return;
-  }
-  // Two programs with NCCL_HOSTID=host0/host1: the window registers (nothing to map across
-  // hosts), then each put and signal says why it cannot go.
-  const int port = braid::test::freeLoopbackPort();
-  std::string command = "export NCCL_COMM_ID=127.0.0.1:" + std::to_string(port) +
-                        " NCCL_SOCKET_IFNAME=lo BRAID_BOOTSTRAP_TIMEOUT=20; ";
-  for (int r = 0; r < 2; ++r) {
-    command += "NCCL_HOSTID=host" + std::to_string(r) + " timeout 60 " + program + " 2 " + std::to_string(r) +
-               " put & ";
-  }
-  const std::string out = braid::test::runCommand(command + "wait");
-  INFO(out);
-  for (int r = 0; r < 2; ++r) {
-    const std::string rank = "rank " + std::to_string(r);
-    CHECK(out.find(rank + ": put -> 5: ncclPutSignal: peer " + std::to_string(1 - r) +
-                   " runs on another host; one-sided operations across hosts are not implemented yet") !=
-          std::string::npos);
-    CHECK(out.find(rank + ": signal -> 5: ncclSignal: peer " + std::to_string(1 - r) +
-                   " runs on another host") != std::string::npos);
-    CHECK(out.find(rank + " of 2 ok") != std::string::npos);
-  }
 }

@@ -152,6 +152,44 @@ else
   failures=$((failures + 1))
 fi
 
+# One-sided operations across hosts (test/integration/rma_main.c): puts of 0, 1, 4099, 1 MiB + 3
+# and up to 64 MiB bytes, each seen whole when the signal after them arrives, checked byte by
+# byte; a put to every other rank; a put past the window's end refused, naming the offset.
+# 2 hosts x 2 ranks (shared memory inside a host, the one-sided links between hosts), 4 x 1,
+# 8 ranks on 4 hosts, NCCL_WIN_STRICT_ORDERING, and communicators whose collectives go over the
+# verbs double or a net plugin (the one-sided links are TCP whatever NCCL_NET says).
+rma_main="$build/test/rma_main"
+every_rank_says() {  # every_rank_says N TEXT
+  local r
+  for r in $(seq 0 $(($1 - 1))); do grep -q "$2" "$out/$r" || return 1; done
+}
+for shape in "4 2 67108864" "4 1 67108864" "8 2 16777216"; do
+  set -- $shape
+  run_job $1 $2 120 "" -- "$rma_main" $1 @RANK@ check $3
+  check "one-sided: $1 ranks, $2 a host, puts up to $3 bytes" every_rank_says $1 "rma ok ($1 ranks"
+done
+check "one-sided: a put past the window's end is refused, naming its offset" \
+  every_rank_says 8 "refused: ncclPutSignal: the put of 2 bytes (count 2) at peerWinOffset [0-9]* does not fit"
+run_job 4 2 120 "" -- "$rma_main" 4 @RANK@ check 1048579 strict
+check "one-sided: 2 hosts x 2 ranks, NCCL_WIN_STRICT_ORDERING" every_rank_says 4 "rma ok (4 ranks, pieces up to 1048579 bytes, flags 2)"
+if [ -f "$verbs" ]; then
+  run_job 4 2 120 "NCCL_NET=IB BRAID_IBVERBS_LIBRARY=$verbs" -- "$rma_main" 4 @RANK@ check 4194304
+  check "one-sided: 2 hosts x 2 ranks, collectives over IB (verbs double)" every_rank_says 4 "rma ok (4 ranks"
+fi
+if [ -f "$plugins/libnccl-net-loopback.so" ]; then
+  run_job 4 2 120 "NCCL_NET_PLUGIN=$plugins/libnccl-net-loopback.so" -- "$rma_main" 4 @RANK@ check 4194304
+  check "one-sided: 2 hosts x 2 ranks, collectives over the loopback net plugin" every_rank_says 4 "rma ok (4 ranks"
+fi
+run_job 2 1 60 "" -- "$rma_main" 2 @RANK@ die
+check "one-sided: a wait on a rank whose host lost it fails with a remote error naming it" \
+  grep -q "rank 0: wait on the dead rank -> 6 after [0-9.]* s: .*rank 1" "$out/0"
+# put_perf beside sendrecv_perf, 2 hosts x 1 rank, exact.
+for tool in sendrecv put; do
+  run_job 2 1 120 "" -- "$perf/${tool}_perf" -b 8 -e 64M -f 8 -n 5 -w 1 -c 1
+  check "${tool}_perf across 2 hosts" grep -q "Out of bounds values : 0 OK" "$out/0"
+  grep -v '^# [A-Z]' "$out/0" | sed "s/^/  ${tool}_perf: /"
+done
+
 # A rank killed on one host: the ranks on the others fail with ncclRemoteError, promptly.
 run_job 3 1 60 "" -- "$rank_main" 3 @RANK@ stream 400 kill-at 50 1
 for r in 0 2; do

@@ -1,0 +1,265 @@
+// One-sided operations over the links between hosts (transport/net/one_sided_links.h), on one
+// machine: every peer forced onto the links (BRAID_ONE_SIDED_NET's per-communicator switch)
+// with ranks as threads and as processes, and two programs that tell each other apart as hosts
+// by NCCL_HOSTID. Exact data, cumulative counts, data before signal; a forged frame naming bytes
+// outside the target's window is refused and nothing is written; a peer that dies, or destroys
+// its communicator, ends a wait on it with its reason. (test/netns/netns_test.sh runs the same
+// program, rma_main, across network namespaces.)
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "harness/ranks.h"
+#include "rma_ranks.h"
+#include "test_env.h"
+#include "transport/net/one_sided_links.h"
+
+using braid::test::expect;
+
+namespace {
+
+std::string lastError() {
+  return ncclGetLastError(nullptr);
+}
+
+/// n ranks (threads or processes), two RMA contexts, one-sided operations over links, a window
+/// of `bytes` from ncclMemAlloc.
+std::string withLinkedWindows(
+    int n, bool threads, size_t bytes,
+    const std::function<void(int, ncclComm_t, ncclWindow_t, unsigned char*)>& body) {
+  return braid::test::rma::withWindows(n, threads, {2, bytes, false, true},
+                                       [&body](int rank, ncclComm_t comm, ncclWindow_t win, char* window) {
+                                         body(rank, comm, win, reinterpret_cast<unsigned char*>(window));
+                                       });
+}
+
+unsigned char pattern(int from, int k, size_t i) {
+  return static_cast<unsigned char>(from * 31 + k * 17 + i * 7 + 1);
+}
+
+using braid::test::rma::waitFor;
+
+}  // namespace
+
+TEST_CASE("one-sided over links: puts land exactly, before the signal that follows them",
+          "[integration][rma]") {
+  for (const int n : {2, 3}) {
+    for (const bool threads : {true, false}) {
+      INFO(n << " ranks as " << (threads ? "threads" : "processes"));
+      // Each rank puts to every other rank, on ctx 1, pieces of 0, 1, 4099 and 1 MiB + 3 bytes
+      // in its own part of the peer's window, then signals ctx 0 once. The receiver waits for
+      // that signal only, finds every byte there, then consumes the puts' signals on ctx 1.
+      const std::vector<size_t> sizes = {0, 1, 4099, (size_t{1} << 20) + 3};
+      const size_t part = size_t{2} << 20;
+      CHECK(
+          withLinkedWindows(
+              n, threads, part * n, [&](int rank, ncclComm_t comm, ncclWindow_t win, unsigned char* window) {
+                std::vector<unsigned char> source(part);
+                for (int peer = 0; peer < n; ++peer) {
+                  if (peer == rank) continue;
+                  size_t offset = rank * part;
+                  for (size_t k = 0; k < sizes.size(); ++k) {
+                    for (size_t i = 0; i < sizes[k]; ++i) source[i] = pattern(rank, k, i);
+                    EXPECT_OK(ncclPutSignal(source.data(), sizes[k], ncclUint8, peer, win, offset, 0, 1, 0,
+                                            comm, nullptr));
+                    offset += sizes[k] + 1;
+                  }
+                  EXPECT_OK(ncclSignal(peer, 0, 0, 0, comm, nullptr));
+                }
+                for (int from = 0; from < n; ++from) {
+                  if (from == rank) continue;
+                  waitFor(comm, from, 0, 1);
+                  size_t offset = from * part;
+                  for (size_t k = 0; k < sizes.size(); ++k) {
+                    for (size_t i = 0; i < sizes[k]; ++i) {
+                      if (window[offset + i] != pattern(from, k, i)) {
+                        expect(false, "byte " + std::to_string(i) + " of rank " + std::to_string(from) +
+                                          "'s piece " + std::to_string(k) + " is wrong when its signal came");
+                        break;
+                      }
+                    }
+                    expect(window[offset + sizes[k]] == 0, "the byte after a piece was written");
+                    offset += sizes[k] + 1;
+                  }
+                  waitFor(comm, from, 1, static_cast<int>(sizes.size()));
+                }
+              }) == "");
+    }
+  }
+}
+
+TEST_CASE("one-sided over links: a ping-pong, bad offsets refused at the origin", "[integration][rma]") {
+  CHECK(withLinkedWindows(
+            2, true, 4096, [](int rank, ncclComm_t comm, ncclWindow_t win, unsigned char* window) {
+              const int peer = 1 - rank;
+              for (int round = 0; round < 20; ++round) {
+                const int value = round * 2 + rank;
+                if ((round + rank) % 2 == 0) {
+                  EXPECT_OK(ncclPutSignal(&value, 1, ncclInt32, peer, win, 8, 0, 0, 0, comm, nullptr));
+                } else {
+                  waitFor(comm, peer, 0, 1);
+                  int got;
+                  std::memcpy(&got, window + 8, sizeof got);
+                  expect(got == round * 2 + peer,
+                         "round " + std::to_string(round) + ": " + std::to_string(got));
+                }
+              }
+              const int four[2] = {1, 2};
+              const ncclResult_t r =
+                  ncclPutSignal(four, 2, ncclInt32, peer, win, 4092, 0, 0, 0, comm, nullptr);
+              expect(r == ncclInvalidArgument && lastError().find("peerWinOffset 4092") != std::string::npos,
+                     "a put past the end: " + std::to_string(r) + ": " + lastError());
+            }) == "");
+}
+
+TEST_CASE("one-sided over links: a forged frame outside the target's window is refused, nothing written",
+          "[integration][rma]") {
+  // Rank 0 writes frames straight onto its link (past the API's checks, as a hostile peer
+  // would): offset + size past the window, an unknown window id, an offset that wraps.
+  for (int variant = 0; variant < 3; ++variant) {
+    INFO("variant " << variant);
+    CHECK(withLinkedWindows(
+              2, true, 4096, [variant](int rank, ncclComm_t comm, ncclWindow_t win, unsigned char* window) {
+                braid::Communicator& c = braid::communicatorFrom(comm);
+                const braid::WindowEntry entry = c.windows().find(win);
+                std::vector<unsigned char> junk(64, 0xab);
+                if (rank == 0) {
+                  if (variant == 0) c.oneSidedLinks()->put(1, entry.peerIds[1], 4090, junk.data(), 16, 0);
+                  if (variant == 1) c.oneSidedLinks()->put(1, entry.peerIds[1] ^ 1, 0, junk.data(), 16, 0);
+                  if (variant == 2)
+                    c.oneSidedLinks()->put(1, entry.peerIds[1], UINT64_MAX - 7, junk.data(), 16, 0);
+                  return;
+                }
+                ncclWaitSignalDesc_t d = {1, 0, 0, 0};
+                const ncclResult_t r = ncclWaitSignal(1, &d, comm, nullptr);
+                const char* named[] = {
+                    "put of 16 bytes at offset 4090 does not fit this rank's window of 4096 bytes",
+                    "which this rank has not registered", "at offset 18446744073709551608 does not fit"};
+                expect(r == ncclRemoteError && lastError().find(named[variant]) != std::string::npos,
+                       "the wait: " + std::to_string(r) + ": " + lastError());
+                for (int i = 0; i < 4096; ++i) {
+                  if (window[i] != 0) {
+                    expect(false, "byte " + std::to_string(i) + " was written");
+                    break;
+                  }
+                }
+              }) == "");
+  }
+}
+
+TEST_CASE("one-sided over links: checkFrame names what it refuses", "[integration][rma]") {
+  using namespace braid::transport::onesided;
+  char memory[100];
+  const WindowSpan window{memory, 100};
+  FrameHeader h{};
+  h.magic = kFrameMagic;
+  h.type = kPut;
+  h.offset = 90;
+  h.bytes = 10;
+  CHECK(checkFrame(h, 3, 2, &window) == "");
+  h.bytes = 11;
+  CHECK(checkFrame(h, 3, 2, &window).find("rank 3's put of 11 bytes at offset 90 does not fit") == 0);
+  h.bytes = 0;
+  h.offset = 101;
+  CHECK(checkFrame(h, 3, 2, &window).find("at offset 101") != std::string::npos);
+  h.offset = 0;
+  h.ctx = 2;
+  CHECK(checkFrame(h, 3, 2, &window).find("ctx 2; this communicator has 2 contexts") != std::string::npos);
+  h.ctx = 0;
+  CHECK(checkFrame(h, 3, 2, nullptr).find("has not registered") != std::string::npos);
+  h.type = 9;
+  CHECK(checkFrame(h, 3, 2, &window).find("unknown type 9") != std::string::npos);
+  h.type = kSignal;
+  h.magic = 0;
+  CHECK(checkFrame(h, 3, 2, &window).find("magic") != std::string::npos);
+}
+
+TEST_CASE("one-sided over links: a peer that destroys its communicator ends a wait on it",
+          "[integration][rma]") {
+  CHECK(withLinkedWindows(2, false, 4096, [](int rank, ncclComm_t comm, ncclWindow_t, unsigned char*) {
+          if (rank == 1) return;  // (deregisters and destroys at once: its link says goodbye)
+          const auto start = std::chrono::steady_clock::now();
+          ncclWaitSignalDesc_t d = {1, 1, 0, 0};
+          const ncclResult_t r = ncclWaitSignal(1, &d, comm, nullptr);
+          const auto waited = std::chrono::steady_clock::now() - start;
+          expect(r != ncclSuccess && lastError().find("rank 1") != std::string::npos,
+                 "the wait: " + std::to_string(r) + ": " + lastError());
+          expect(waited < std::chrono::seconds(20), "the wait took too long");
+        }) == "");
+}
+
+TEST_CASE("one-sided across hosts (NCCL_HOSTID): two programs put, signal and wait, and a death ends a wait",
+          "[integration][rma]") {
+  const char* rankMain = std::getenv("BRAID_RANK_MAIN_EXE");
+  if (rankMain == nullptr) {
+    WARN("skipped: BRAID_RANK_MAIN_EXE is not set (run the tests through meson test)");
+    return;
+  }
+  std::string program = rankMain;
+  program = program.substr(0, program.rfind('/') + 1) + "rma_main";
+  for (const std::string mode : {"check 4194304", "check 65536 strict", "die"}) {
+    INFO(mode);
+    const int port = braid::test::freeLoopbackPort();
+    std::string command = "export NCCL_COMM_ID=127.0.0.1:" + std::to_string(port) +
+                          " NCCL_SOCKET_IFNAME=lo BRAID_BOOTSTRAP_TIMEOUT=20; ";
+    for (int r = 0; r < 2; ++r) {
+      command += "NCCL_HOSTID=host" + std::to_string(r) + " timeout 60 " + program + " 2 " +
+                 std::to_string(r) + " " + mode + " & ";
+    }
+    const std::string out = braid::test::runCommand(command + "wait");
+    INFO(out);
+    if (mode == "die") {
+      CHECK(out.find("rank 0: wait on the dead rank -> 6 after") != std::string::npos);
+      CHECK(out.find("rank 1") != std::string::npos);
+      continue;
+    }
+    for (int r = 0; r < 2; ++r) {
+      CHECK(out.find("rank " + std::to_string(r) + ": rma ok (2 ranks") != std::string::npos);
+      CHECK(out.find("rank " + std::to_string(r) +
+                     ": refused: ncclPutSignal: the put of 2 bytes (count 2) at "
+                     "peerWinOffset") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("one-sided over links: a peer that ends with puts in flight fails the puts, and nothing leaks",
+          "[integration][rma]") {
+  // Rank 1 leaves at once; rank 0 keeps putting 1 MiB until a put fails (the link broke), which
+  // must happen within seconds.
+  CHECK(withLinkedWindows(2, false, 1 << 20, [](int rank, ncclComm_t comm, ncclWindow_t win, unsigned char*) {
+          if (rank == 1) return;
+          std::vector<char> source(1 << 20, 7);
+          const auto start = std::chrono::steady_clock::now();
+          ncclResult_t r = ncclSuccess;
+          while (r == ncclSuccess && std::chrono::steady_clock::now() - start < std::chrono::seconds(20)) {
+            r = ncclPutSignal(source.data(), source.size(), ncclInt8, 1, win, 0, 0, 0, 0, comm, nullptr);
+          }
+          expect(r == ncclRemoteError &&
+                     lastError().find("the one-sided link to rank 1 broke") != std::string::npos,
+                 "the last put: " + std::to_string(r) + ": " + lastError());
+        }) == "");
+  // Threads: a second round of links leaves the descriptors as the first did (sockets,
+  // listeners, the proxy's wake-up pipe: all closed).
+  int before = 0;
+  for (int round = 0; round < 3; ++round) {
+    CHECK(withLinkedWindows(3, true, 4096, [](int rank, ncclComm_t comm, ncclWindow_t win, unsigned char*) {
+            const int value = rank;
+            for (int peer = 0; peer < 3; ++peer) {
+              if (peer != rank)
+                EXPECT_OK(ncclPutSignal(&value, 1, ncclInt32, peer, win, 4 * rank, 0, 0, 0, comm, nullptr));
+            }
+            for (int peer = 0; peer < 3; ++peer) {
+              if (peer != rank) waitFor(comm, peer, 0, 1);
+            }
+          }) == "");
+    const int now = braid::test::openFileDescriptors();
+    if (round == 1) before = now;
+    if (round == 2) CHECK(now == before);
+  }
+}

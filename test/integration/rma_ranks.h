@@ -1,0 +1,67 @@
+// What the one-sided tests share (rma_test.cc, rma_net_test.cc): ranks with a window each, and
+// a wait of one descriptor.
+#pragma once
+
+#include <stdlib.h>
+
+#include <cstring>
+#include <functional>
+#include <string>
+
+#include "comm/communicator.h"
+#include "harness/ranks.h"
+#include "test_env.h"
+
+namespace braid::test::rma {
+
+struct WindowSetup {
+  int contexts;              ///< config.numRmaCtx
+  size_t bytes;              ///< of each rank's window, zeroed
+  bool plainMemory = false;  ///< from posix_memalign (other processes cannot map it), not ncclMemAlloc
+  bool overLinks = false;    ///< every peer over the one-sided links (BRAID_ONE_SIDED_NET's switch)
+};
+
+/// n ranks (threads, or processes), each with a communicator and a window as `setup` says; the
+/// window is deregistered and freed, the communicator destroyed, after body.
+inline std::string withWindows(int n, bool threads, const WindowSetup& setup,
+                               const std::function<void(int, ncclComm_t, ncclWindow_t, char*)>& body) {
+  ncclUniqueId id;
+  if (ncclGetUniqueId(&id) != ncclSuccess) return "ncclGetUniqueId failed";
+  auto rankBody = [id, n, body, setup](int rank) {
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.numRmaCtx = setup.contexts;
+    ncclComm_t comm = nullptr;
+    EXPECT_OK(ncclCommInitRankConfig(&comm, n, id, rank, &config));
+    if (setup.overLinks) braid::communicatorFrom(comm).setOneSidedOverNetwork(true);
+    void* buffer = nullptr;
+    if (setup.plainMemory) {
+      expect(posix_memalign(&buffer, NCCL_WIN_REQUIRED_ALIGNMENT, setup.bytes) == 0, "posix_memalign");
+    } else {
+      EXPECT_OK(ncclMemAlloc(&buffer, setup.bytes));
+    }
+    std::memset(buffer, 0, setup.bytes);
+    ncclWindow_t win = nullptr;
+    EXPECT_OK(ncclCommWindowRegister(comm, buffer, setup.bytes, &win, NCCL_WIN_DEFAULT));
+    if (setup.overLinks) {
+      expect(braid::communicatorFrom(comm).oneSidedLinks() != nullptr || n == 1,
+             "no one-sided links were made");
+    }
+    body(rank, comm, win, static_cast<char*>(buffer));
+    EXPECT_OK(ncclCommWindowDeregister(comm, win));
+    EXPECT_OK(ncclCommDestroy(comm));
+    if (setup.plainMemory) {
+      std::free(buffer);
+    } else {
+      EXPECT_OK(ncclMemFree(buffer));
+    }
+  };
+  return threads ? runThreads(n, rankBody) : runProcesses(n, rankBody);
+}
+
+/// ncclWaitSignal for opCnt signals of (ctx, peer), expected to succeed.
+inline void waitFor(ncclComm_t comm, int peer, int ctx, int opCnt) {
+  ncclWaitSignalDesc_t d = {opCnt, peer, 0, ctx};
+  EXPECT_OK(ncclWaitSignal(1, &d, comm, nullptr));
+}
+
+}  // namespace braid::test::rma

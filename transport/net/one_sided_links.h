@@ -1,0 +1,163 @@
+// One-sided operations between hosts (ncclPutSignal, ncclSignal to a rank another host runs):
+// a TCP link from every rank to each peer it cannot address, whose receiving end the process's
+// proxy thread drives.
+//
+// The origin writes each operation on its link to the target, on the calling thread (a put is
+// complete at the origin when its bytes are in the socket, so the caller may reuse its buffer):
+// a 64-byte frame header naming the operation, the context, the target's window by the id the
+// target gave it at registration, the offset and the byte count, then the data. The target's
+// proxy checks the header before a byte lands (an unknown window, an offset or size outside the
+// window, a context the communicator does not have: the link is closed and a wait on that peer
+// fails with the text, nothing written), reads the data straight into the window, and only then
+// adds one to the signal counter of (ctx, origin) with release order: data before signal. One
+// stream per ordered pair keeps every put and signal of an origin in call order, so
+// NCCL_WIN_STRICT_ORDERING asks for nothing more.
+//
+// Peers never learn each other's addresses: a frame names a window id and an offset, which the
+// target resolves in its own table. The links are made at the first window registration that
+// needs them (a collective call): each rank listens on its bootstrap interface, the addresses
+// and nonces travel by a bootstrap allgather, every rank connects to each peer it links to and
+// presents a Hello (nonce, communicator hash, both ranks), then accepts its peers' connections;
+// strangers are dropped with a warning.
+//
+// The link from a peer ends cleanly with a goodbye frame (its communicator was destroyed or
+// aborted) or is lost (its process ended, the network broke); either way a wait on that peer
+// that its counter has not satisfied fails with the reason instead of hanging.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/socket.h"
+#include "proxy/proxy.h"
+
+namespace braid::bootstrap {
+class Bootstrap;
+}
+
+namespace braid::transport::onesided {
+
+constexpr uint32_t kFrameMagic = 0x4f535242;  // "BRSO"
+enum FrameType : uint32_t { kPut = 1, kSignal = 2, kBye = 3 };
+
+/// One operation on a link, as the wire carries it (both ends have the same byte order).
+struct FrameHeader {
+  uint32_t magic;
+  uint32_t type;  ///< FrameType
+  int32_t ctx;    ///< the signal's context
+  uint32_t reserved;
+  uint64_t window;  ///< kPut: the target's window id
+  uint64_t offset;  ///< kPut: where in the target's window the data lands
+  uint64_t bytes;   ///< kPut: data bytes after the header
+  uint64_t unused[3];
+};
+static_assert(sizeof(FrameHeader) == 64 && std::is_trivially_copyable_v<FrameHeader>);
+
+/// A window as the target knows it.
+struct WindowSpan {
+  char* buffer;
+  uint64_t size;
+};
+
+/// The target's check of a frame from rank `from`, before anything lands: "" when it may be
+/// applied, else why not (naming the fields). `window` is the span the frame's id names (null:
+/// no such window); `contexts` the communicator's count.
+std::string checkFrame(const FrameHeader& h, int from, int contexts, const WindowSpan* window);
+
+class Links final : public proxy::Pump {
+ public:
+  /// `arrive(from, ctx)` adds one to this rank's counter of (ctx, from) with release order (the
+  /// signal board's); the proxy thread calls it after a put's data has landed.
+  Links(int rank, int nRanks, int contexts, uint64_t commHash, const uint32_t* abortWord,
+        std::function<void(int from, int ctx)> arrive);
+  ~Links() override;
+  Links(const Links&) = delete;
+  Links& operator=(const Links&) = delete;
+
+  /// Collective over the bootstrap channel (every rank calls it with the same `linked`, by
+  /// rank): connects this rank to every rank `linked` names, both ways, listening on
+  /// `listenAt` (any port); throws when a peer does not connect within `timeout`.
+  void connect(bootstrap::Bootstrap& channel, const std::vector<bool>& linked, net::SocketAddress listenAt,
+               std::chrono::seconds timeout);
+  /// Whether operations to `peer` go over a link.
+  bool linked(int peer) const { return peer >= 0 && peer < nRanks_ && out_[peer] != nullptr; }
+
+  /// A window of this rank that peers' puts may name by `id`; withdrawWindow ends that, and on
+  /// return no byte lands in it any more (a put then arriving is dropped and reported).
+  void publishWindow(uint64_t id, void* buffer, uint64_t size);
+  void withdrawWindow(uint64_t id);
+
+  /// Writes a put of `bytes` from `data` into `peer`'s window `window` at `offset`, then its
+  /// signal (ctx), on the calling thread; returns once the data is in the socket. Throws
+  /// ncclRemoteError when the link is broken, ncclInvalidUsage on abort.
+  void put(int peer, uint64_t window, uint64_t offset, const void* data, uint64_t bytes, int ctx);
+  void signal(int peer, int ctx);
+
+  /// Whether the link from `peer` has ended (cheap); then lostReason says why.
+  bool lost(int peer) const { return lost_[peer].load(std::memory_order_acquire); }
+  std::string lostReason(int peer) const;
+  /// Puts and signals that arrived over links, and frames refused (tests, logs).
+  uint64_t arrivals() const { return arrivals_.load(std::memory_order_relaxed); }
+
+  // proxy::Pump (the proxy thread): reads every incoming link.
+  void pollSet(std::vector<pollfd>* fds) override;
+  bool progress(const pollfd* polled) override;
+  void orphan() override;
+  void broke(const std::string& why) override;
+
+ private:
+  /// One incoming link: its socket and the frame being read.
+  struct Incoming {
+    net::Socket socket;
+    FrameHeader header{};
+    size_t headerDone = 0;
+    uint64_t payloadDone = 0;
+    bool inPayload = false;
+    bool byeReceived = false;
+    bool closed = false;
+  };
+  struct Outgoing {
+    std::mutex mutex;  // one writer at a time: frames never interleave
+    net::Socket socket;
+  };
+
+  /// Writes frame h, then its h.bytes of payload, to `peer`'s link, as one frame.
+  void write(int peer, const FrameHeader& h, const void* payload);
+  /// Writes `size` bytes of `data` to `peer`'s link (its mutex held).
+  void send(int peer, Outgoing& out, const void* data, uint64_t size);
+  /// Proxy thread: reads what link `from` has; true when anything moved.
+  bool readLink(int from, Incoming& in);
+  /// Proxy thread: a complete header arrived; false after ending the link.
+  bool acceptHeader(int from, Incoming& in);
+  /// Proxy thread: reads payload bytes into the window (or discards them when it went away).
+  /// -1: the link closed; else bytes read.
+  ssize_t readPayload(int from, Incoming& in);
+  /// Proxy thread: ends link `from` with `why` (read by waits on it).
+  void endLink(int from, Incoming& in, const std::string& why, bool warn);
+
+  const int rank_, nRanks_, contexts_;
+  const uint64_t commHash_;
+  const uint32_t* abortWord_;
+  std::function<void(int, int)> arrive_;
+  std::vector<std::unique_ptr<Outgoing>> out_;  // by rank: null unless linked
+  std::vector<std::unique_ptr<Incoming>>
+      in_;                     // by rank: null unless linked (proxy thread only once attached)
+  std::vector<int> polledAt_;  // by rank: its entry among this pump's of the pass, or -1
+  bool attached_ = false;
+  bool orphaned_ = false;
+  std::unique_ptr<std::atomic<bool>[]> lost_;  // by rank
+  mutable std::mutex reasonMutex_;
+  std::vector<std::string> reasons_;  // by rank, once lost
+  std::mutex windowsMutex_;           // held while bytes land in a window
+  std::map<uint64_t, WindowSpan> windows_;
+  std::vector<char> discard_;  // payload of a window that went away
+  std::atomic<uint64_t> arrivals_{0};
+};
+
+}  // namespace braid::transport::onesided
