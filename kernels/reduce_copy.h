@@ -60,7 +60,8 @@ constexpr int kReduceUnroll = 4;
 constexpr int kCopyUnroll = 8;
 /// Packs per pass for packs of kBytes: narrower packs (pointers that differ modulo 16) take
 /// more of them, half as many bytes a pass as 16-byte packs and at most 16, so that a thread
-/// still has 8 to 32 loads in flight (NCCL's element-sized packs take the same count).
+/// still has 8 to 32 loads in flight with two sources (NCCL's element-sized packs take as
+/// many for 4- and 2-byte elements: 4 * 16 / size / 2).
 template <int kBytes>
 constexpr int kUnrollFor = kBytes == 16 ? kReduceUnroll
                            : kReduceUnroll * 8 / kBytes < kReduceUnroll ? kReduceUnroll
