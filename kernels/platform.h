@@ -86,6 +86,25 @@ __device__ __forceinline__ uint32_t pairMul(uint32_t a, uint32_t b) {
   }
   return r;
 }
+/// Per element, the larger (kMin: the smaller) of two 16-bit floats, f16x2 or bf16x2, in one
+/// instruction (sm_80 on: kNativeHalfMinMax). A NaN loses to a number, two NaNs give the
+/// canonical NaN 0x7fff, and +0 counts above -0 (as NCCL's __hmax2/__hmin2); reduce.h's
+/// Arith gives the same bits where the instruction is absent.
+constexpr bool kNativeHalfMinMax = __CUDA_ARCH__ >= 800;
+template <bool kBf16, bool kMin>
+__device__ __forceinline__ uint32_t pairMinMax(uint32_t a, uint32_t b) {
+  uint32_t r;
+  if constexpr (kBf16 && kMin) {
+    asm("min.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  } else if constexpr (kBf16) {
+    asm("max.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  } else if constexpr (kMin) {
+    asm("min.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  } else {
+    asm("max.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  }
+  return r;
+}
 /// Two fp8 values (e4m3, or e5m2 with kE5m2) in 16 bits to two halves in 32 bits, and back
 /// rounded to nearest even, saturating to the largest finite value (sm_89 on: kNativeFp8Pairs).
 /// A sum or product of two fp8 values computed in half and rounded to fp8 is the one computed
@@ -117,8 +136,11 @@ __device__ __forceinline__ uint16_t halvesToFp8Pair(uint32_t v) {
 constexpr bool kNativeHalfPairs = false;
 constexpr bool kNativeBf16Pairs = false;
 constexpr bool kNativeFp8Pairs = false;
+constexpr bool kNativeHalfMinMax = false;
 template <bool kBf16>
 BRAID_INLINE uint32_t pairAdd(uint32_t, uint32_t) { __builtin_trap(); }
+template <bool kBf16, bool kMin>
+BRAID_INLINE uint32_t pairMinMax(uint32_t, uint32_t) { __builtin_trap(); }
 template <bool kBf16>
 BRAID_INLINE uint32_t pairMul(uint32_t, uint32_t) { __builtin_trap(); }
 template <bool kE5m2>

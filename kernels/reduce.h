@@ -8,10 +8,13 @@
 // rank's scalar first (it also implements Avg on floating types, with scalar 1/nranks).
 // SumPostDiv divides the final sum by nranks (Avg on integer types, truncating as NCCL does).
 // Signed integers add and multiply as their unsigned twins (two's complement wrap, no UB);
-// half, bfloat16 and fp8 compute in float and round once per operation. kReduceIsAdd and
-// kReduceIsMul say what reduce is, for the GPU's paired half/bfloat16 instructions
-// (reduce_copy.h), which give the same bits.
+// half, bfloat16 and fp8 compute in float and round once per operation, or on a GPU in the
+// hardware's 16-bit instructions, which give the same bits (platform.h). kReduceIsAdd,
+// kReduceIsMul, kReduceIsMax and kReduceIsMin say what reduce is, for the GPU's paired
+// instructions (reduce_copy.h).
 #pragma once
+
+#include <type_traits>
 
 #include "kernels/types.h"
 
@@ -60,10 +63,45 @@ struct FloatThroughArith {
   BRAID_INLINE static T min(T a, T b) { return toFloat(b) < toFloat(a) ? b : a; }
   BRAID_INLINE static T div(T a, int n) { return fromFloat<T>(toFloat(a) / static_cast<float>(n)); }
 };
+/// half and bfloat16: on a GPU with the instructions, each operation is one paired instruction
+/// with the element in the low half of the word (platform.h: the bits the float route gives,
+/// but for a NaN's), so that the line protocols' element-by-element arithmetic (primitives.h)
+/// and the pack loops' heads and tails convert nothing in software; elsewhere through float.
+/// Max and Min follow the hardware's rules on every compiler: a NaN loses to a number, two
+/// NaNs give the canonical NaN, +0 counts above -0 (NCCL's __hmax/__hmin; the float route
+/// would keep whichever NaN came first and the first of two zeros).
+template <typename T>
+struct Float16Arith : FloatThroughArith<T> {
+  static constexpr bool kBf16 = std::is_same_v<T, BFloat16>;
+  static constexpr bool kNativeAddMul = kBf16 ? kNativeBf16Pairs : kNativeHalfPairs;
+  BRAID_INLINE static T add(T a, T b) {
+    if constexpr (kNativeAddMul) return T{static_cast<uint16_t>(pairAdd<kBf16>(a.bits, b.bits))};
+    else return FloatThroughArith<T>::add(a, b);
+  }
+  BRAID_INLINE static T mul(T a, T b) {
+    if constexpr (kNativeAddMul) return T{static_cast<uint16_t>(pairMul<kBf16>(a.bits, b.bits))};
+    else return FloatThroughArith<T>::mul(a, b);
+  }
+  BRAID_INLINE static T max(T a, T b) { return minMax<false>(a, b); }
+  BRAID_INLINE static T min(T a, T b) { return minMax<true>(a, b); }
+
+  template <bool kMin>
+  BRAID_INLINE static T minMax(T a, T b) {
+    if constexpr (kNativeHalfMinMax) {
+      return T{static_cast<uint16_t>(pairMinMax<kBf16, kMin>(a.bits, b.bits))};
+    } else {
+      const float x = toFloat(a), y = toFloat(b);
+      if (x != x) return y != y ? T{0x7fff} : b;
+      if (y != y) return a;
+      if (x == y) return ((a.bits & 0x8000) != 0) == kMin ? a : b;  // equal values differ only in a zero's sign
+      return (kMin ? y < x : x < y) ? b : a;
+    }
+  }
+};
 template <>
-struct Arith<Half> : FloatThroughArith<Half> {};
+struct Arith<Half> : Float16Arith<Half> {};
 template <>
-struct Arith<BFloat16> : FloatThroughArith<BFloat16> {};
+struct Arith<BFloat16> : Float16Arith<BFloat16> {};
 template <>
 struct Arith<Fp8E4M3> : FloatThroughArith<Fp8E4M3> {};
 template <>
@@ -85,6 +123,7 @@ struct FuncSum {
   BRAID_INLINE T post(T x) const { return x; }
   static constexpr bool kHasPre = false, kHasPost = false;
   static constexpr bool kReduceIsAdd = true, kReduceIsMul = false;
+  static constexpr bool kReduceIsMax = false, kReduceIsMin = false;
 };
 
 template <typename T>
@@ -95,6 +134,7 @@ struct FuncProd {
   BRAID_INLINE T post(T x) const { return x; }
   static constexpr bool kHasPre = false, kHasPost = false;
   static constexpr bool kReduceIsAdd = false, kReduceIsMul = true;
+  static constexpr bool kReduceIsMax = false, kReduceIsMin = false;
 };
 
 template <typename T>
@@ -105,6 +145,7 @@ struct FuncMax {
   BRAID_INLINE T post(T x) const { return x; }
   static constexpr bool kHasPre = false, kHasPost = false;
   static constexpr bool kReduceIsAdd = false, kReduceIsMul = false;
+  static constexpr bool kReduceIsMax = true, kReduceIsMin = false;
 };
 
 template <typename T>
@@ -115,6 +156,7 @@ struct FuncMin {
   BRAID_INLINE T post(T x) const { return x; }
   static constexpr bool kHasPre = false, kHasPost = false;
   static constexpr bool kReduceIsAdd = false, kReduceIsMul = false;
+  static constexpr bool kReduceIsMax = false, kReduceIsMin = true;
 };
 
 template <typename T>
@@ -126,6 +168,7 @@ struct FuncPreMulSum {
   BRAID_INLINE T post(T x) const { return x; }
   static constexpr bool kHasPre = true, kHasPost = false;
   static constexpr bool kReduceIsAdd = true, kReduceIsMul = false;
+  static constexpr bool kReduceIsMax = false, kReduceIsMin = false;
 };
 
 template <typename T>
@@ -137,6 +180,7 @@ struct FuncSumPostDiv {
   BRAID_INLINE T post(T x) const { return Arith<T>::div(x, nRanks); }
   static constexpr bool kHasPre = false, kHasPost = true;
   static constexpr bool kReduceIsAdd = true, kReduceIsMul = false;
+  static constexpr bool kReduceIsMax = false, kReduceIsMin = false;
 };
 
 

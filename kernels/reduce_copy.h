@@ -8,9 +8,11 @@
 // issued before any arithmetic or store (so a thread keeps 4-8 loads in flight, which is what
 // memory bandwidth wants), then a scalar tail of less than a pack. Thread t of s takes packs
 // t, t + s, ... within a pass, so a warp's 32 accesses are 512 contiguous bytes. Pointers at
-// different offsets run element by element (a reduction) or in the widest words all of them
-// allow (a copy): correct, slower, and rare, since ring chunks are cut on 512-byte boundaries
-// (ring_steps.h) and channels on 64-byte ones (the planner).
+// different offsets within 16 bytes run the same loop in the widest packs in which they all
+// sit at one offset (8, 4 or 2 bytes, or one element), with more packs a pass (8 to 32 loads
+// in flight): a ReduceScatter whose per-rank count is not a multiple of 16 bytes reads its
+// input at such offsets from the 16-byte-aligned slots, so this is not rare there, although
+// ring chunks are cut on 512-byte boundaries (ring_steps.h) and channels on 64-byte ones.
 //
 // No __restrict__ and no read-only loads: the received slot is rewritten by the peer during
 // the kernel (every kSteps steps) and an in-place collective writes the input it reads, so
@@ -32,19 +34,39 @@ namespace braid::kernels {
 /// What a step combines (see primitives.h for their meaning).
 enum StepFlags : uint32_t { kRecv = 1, kSend = 2, kInput = 4, kOutput = 8, kPost = 16, kPartial = 32, kMineFirst = 64 };
 
-/// Sixteen bytes of elements: the unit of the vector path (one 16-byte load or store).
-struct alignas(16) Pack {
-  uint64_t w[2];
+/// kBytes of elements (16, 8, 4, 2 or 1): the unit of the pack loops, one load or store each.
+/// Words of 8 bytes where they fit (a 16-byte pack is then one ld/st.v2.u64), else one word.
+template <int kBytes>
+struct alignas(kBytes) BytePack {
+  using Word = std::conditional_t<(kBytes >= 8), uint64_t,
+                                  std::conditional_t<kBytes == 4, uint32_t, std::conditional_t<kBytes == 2, uint16_t, uint8_t>>>;
+  Word w[kBytes / sizeof(Word)];
 };
-static_assert(sizeof(Pack) == 16);
+using Pack = BytePack<16>;
+static_assert(sizeof(Pack) == 16 && sizeof(BytePack<2>) == 2);
+
+/// The bytes of V if it is a pack, else 0 (V is an element).
+template <typename V>
+constexpr int kPackBytes = 0;
+template <int kBytes>
+constexpr int kPackBytes<BytePack<kBytes>> = kBytes;
 
 template <typename T>
 constexpr uint64_t kPackElems = sizeof(Pack) / sizeof(T);
 
-/// Packs a thread handles per pass of the reduce loop (two sources: 8 loads in flight) and
-/// of the copy loop (one source).
+/// 16-byte packs a thread handles per pass of the reduce loop (two sources: 8 loads in flight)
+/// and words per pass of the copy loop (one source).
 constexpr int kReduceUnroll = 4;
 constexpr int kCopyUnroll = 8;
+/// Packs per pass for packs of kBytes: narrower packs (pointers that differ modulo 16) take
+/// more of them, half as many bytes a pass as 16-byte packs and at most 16, so that a thread
+/// still has 8 to 32 loads in flight with two sources (NCCL's element-sized packs take as
+/// many for 4- and 2-byte elements: 4 * 16 / size / 2).
+template <int kBytes>
+constexpr int kUnrollFor = kBytes == 16 ? kReduceUnroll
+                           : kReduceUnroll * 8 / kBytes < kReduceUnroll ? kReduceUnroll
+                           : kReduceUnroll * 8 / kBytes > 16            ? 16
+                                                                        : kReduceUnroll * 8 / kBytes;
 
 /// Whether the GPU computes T two (16-bit floats) or four (fp8) to a 32-bit word: in half
 /// pairs for fp8, converted both ways in hardware (platform.h).
@@ -58,6 +80,10 @@ template <typename T, typename Red>
 constexpr bool kPairedAdd = kPairedType<T> && Red::kReduceIsAdd;
 template <typename T, typename Red>
 constexpr bool kPairedMul = kPairedType<T> && Red::kReduceIsMul;
+/// Whether the op is Max or Min on a 16-bit float and the GPU has max/min .f16x2/.bf16x2.
+template <typename T, typename Red>
+constexpr bool kPairedMinMax = kNativeHalfMinMax && (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) &&
+                               (Red::kReduceIsMax || Red::kReduceIsMin);
 
 /// The sums (or with kMul the products) of the elements of T in two 32-bit words, a word at
 /// a time: f16x2 and bf16x2 directly, fp8 as two pairs of halves. Only where kPairedType<T>.
@@ -87,50 +113,61 @@ BRAID_INLINE uint32_t splatWord(const T& v) {
   return sizeof(T) == 1 ? bits * 0x01010101u : bits * 0x00010001u;
 }
 
-/// f(a, b) on each 32-bit half of two packs' words.
-template <typename F>
-BRAID_INLINE Pack mapPairs(Pack a, Pack b, F f) {
-  Pack r;
-  for (int i = 0; i < 2; ++i) {
-    const uint64_t lo = f(static_cast<uint32_t>(a.w[i]), static_cast<uint32_t>(b.w[i]));
-    const uint64_t hi = f(static_cast<uint32_t>(a.w[i] >> 32), static_cast<uint32_t>(b.w[i] >> 32));
-    r.w[i] = lo | (hi << 32);
+/// f(a, b) on each 32-bit word of two packs of 4 bytes or more.
+template <int kBytes, typename F>
+BRAID_INLINE BytePack<kBytes> mapPairs(BytePack<kBytes> a, BytePack<kBytes> b, F f) {
+  static_assert(kBytes >= 4);
+  BytePack<kBytes> r;
+  for (size_t i = 0; i < sizeof(a.w) / sizeof(a.w[0]); ++i) {
+    if constexpr (kBytes >= 8) {
+      const uint64_t lo = f(static_cast<uint32_t>(a.w[i]), static_cast<uint32_t>(b.w[i]));
+      const uint64_t hi = f(static_cast<uint32_t>(a.w[i] >> 32), static_cast<uint32_t>(b.w[i] >> 32));
+      r.w[i] = lo | (hi << 32);
+    } else {
+      r.w[i] = f(a.w[i], b.w[i]);
+    }
   }
   return r;
 }
 
 /// f(x) on each element of a pack of T.
-template <typename T, typename F>
-BRAID_INLINE Pack mapElems(Pack a, F f) {
-  T e[kPackElems<T>];
+template <typename T, int kBytes, typename F>
+BRAID_INLINE BytePack<kBytes> mapElems(BytePack<kBytes> a, F f) {
+  T e[kBytes / sizeof(T)];
   memcpy(e, &a, sizeof(a));
-  for (uint64_t j = 0; j < kPackElems<T>; ++j) e[j] = f(e[j]);
+  for (size_t j = 0; j < kBytes / sizeof(T); ++j) e[j] = f(e[j]);
   memcpy(&a, e, sizeof(a));
   return a;
 }
 
 /// red.reduce(a, b) element-wise over packs: a word at a time where the GPU has the
-/// instructions for T and the op (the same bits as reduce.h's float arithmetic: platform.h).
-template <typename T, typename Red>
-BRAID_INLINE Pack reducePack(const Red& red, Pack a, Pack b) {
-  if constexpr (kPairedAdd<T, Red>) {
+/// instructions for T and the op (the same bits as reduce.h's arithmetic: platform.h), else
+/// element by element (still in hardware instructions for 16-bit floats: reduce.h).
+template <typename T, typename Red, int kBytes>
+BRAID_INLINE BytePack<kBytes> reducePack(const Red& red, BytePack<kBytes> a, BytePack<kBytes> b) {
+  constexpr bool kWords = kBytes >= 4;
+  if constexpr (kWords && kPairedAdd<T, Red>) {
     return mapPairs(a, b, [](uint32_t x, uint32_t y) { return pairedWord<T, false>(x, y); });
-  } else if constexpr (kPairedMul<T, Red>) {
+  } else if constexpr (kWords && kPairedMul<T, Red>) {
     return mapPairs(a, b, [](uint32_t x, uint32_t y) { return pairedWord<T, true>(x, y); });
+  } else if constexpr (kWords && kPairedMinMax<T, Red>) {
+    return mapPairs(a, b, [](uint32_t x, uint32_t y) {
+      return pairMinMax<std::is_same_v<T, BFloat16>, Red::kReduceIsMin>(x, y);
+    });
   } else {
-    T x[kPackElems<T>], y[kPackElems<T>];
+    T x[kBytes / sizeof(T)], y[kBytes / sizeof(T)];
     memcpy(x, &a, sizeof(a));
     memcpy(y, &b, sizeof(b));
-    for (uint64_t j = 0; j < kPackElems<T>; ++j) x[j] = red.reduce(x[j], y[j]);
+    for (size_t j = 0; j < kBytes / sizeof(T); ++j) x[j] = red.reduce(x[j], y[j]);
     memcpy(&a, x, sizeof(a));
     return a;
   }
 }
 
 /// red.pre over a pack (PreMulSum's product with the scalar, paired where reduce is).
-template <typename T, typename Red>
-BRAID_INLINE Pack prePack(const Red& red, Pack a) {
-  if constexpr (kPairedAdd<T, Red> && Red::kHasPre) {  // PreMulSum: x * scalar
+template <typename T, typename Red, int kBytes>
+BRAID_INLINE BytePack<kBytes> prePack(const Red& red, BytePack<kBytes> a) {
+  if constexpr (kBytes >= 4 && kPairedAdd<T, Red> && Red::kHasPre) {  // PreMulSum: x * scalar
     const uint32_t scalars = splatWord(red.scalar);
     return mapPairs(a, a, [scalars](uint32_t x, uint32_t) { return pairedWord<T, true>(x, scalars); });
   } else {
@@ -140,10 +177,10 @@ BRAID_INLINE Pack prePack(const Red& red, Pack a) {
 
 /// The element arithmetic of a step: v is the received value (kRecv), x this rank's (kInput:
 /// the op's pre step first; kPartial: as it is). Shared by the scalar and the pack loops, for
-/// V = T (red's own functions) or V = Pack (the pack functions above).
+/// V = T (red's own functions) or V = a BytePack (the pack functions above).
 template <typename T, typename Red, typename V>
 BRAID_INLINE V combineValue(const Red& red, uint32_t flags, V v, V x) {
-  constexpr bool kPacked = std::is_same_v<V, Pack>;
+  constexpr bool kPacked = kPackBytes<V> != 0;
   if (flags & (kInput | kPartial)) {
     if (Red::kHasPre && (flags & kInput)) {
       if constexpr (kPacked) x = prePack<T>(red, x);
@@ -176,57 +213,80 @@ BRAID_INLINE void reduceCopyElems(const Red& red, uint32_t flags, const T* recv,
   }
 }
 
-/// nPacks packs from 16-byte-aligned pointers: passes of kReduceUnroll packs per thread, all
+/// nPacks packs P from pointers aligned to them: passes of kUnrollFor packs per thread, all
 /// loads of a pass before its stores, then the packs left over one at a time.
-template <typename T, typename Red>
-BRAID_INLINE void reduceCopyPacks(const Red& red, uint32_t flags, const Pack* recv, const Pack* input, Pack* output,
-                                  Pack* send, uint64_t nPacks, uint64_t rank, uint64_t size) {
-  constexpr int kU = kReduceUnroll;
+template <typename T, typename Red, typename P>
+BRAID_INLINE void reduceCopyPacks(const Red& red, uint32_t flags, const P* recv, const P* input, P* output, P* send,
+                                  uint64_t nPacks, uint64_t rank, uint64_t size) {
+  constexpr int kU = kUnrollFor<kPackBytes<P>>;
   uint64_t p = rank;
   for (; p + (kU - 1) * size < nPacks; p += kU * size) {
-    Pack v[kU] = {}, x[kU] = {};
+    P v[kU] = {}, x[kU] = {};
     if (recv != nullptr) {
+      BRAID_UNROLL
       for (int u = 0; u < kU; ++u) v[u] = recv[p + u * size];
     }
     if (input != nullptr) {
+      BRAID_UNROLL
       for (int u = 0; u < kU; ++u) x[u] = input[p + u * size];
     }
+    BRAID_UNROLL
     for (int u = 0; u < kU; ++u) v[u] = combineValue<T>(red, flags, v[u], x[u]);
     if (output != nullptr) {
+      BRAID_UNROLL
       for (int u = 0; u < kU; ++u) output[p + u * size] = v[u];
     }
     if (send != nullptr) {
+      BRAID_UNROLL
       for (int u = 0; u < kU; ++u) send[p + u * size] = v[u];
     }
   }
   for (; p < nPacks; p += size) {
-    const Pack v = combineValue<T>(red, flags, recv != nullptr ? recv[p] : Pack{}, input != nullptr ? input[p] : Pack{});
+    const P v = combineValue<T>(red, flags, recv != nullptr ? recv[p] : P{}, input != nullptr ? input[p] : P{});
     if (output != nullptr) output[p] = v;
     if (send != nullptr) send[p] = v;
   }
 }
 
-/// The offset within 16 bytes that every non-null pointer shares, or -1 when they differ.
-BRAID_INLINE int commonOffset16(const void* a, const void* b, const void* c, const void* d) {
-  const void* const pointers[4] = {a, b, c, d};
-  int offset = -1;
-  for (const void* p : pointers) {
-    if (p == nullptr) continue;
-    const int o = static_cast<int>(reinterpret_cast<uintptr_t>(p) & 15);
-    if (offset >= 0 && o != offset) return -1;
-    offset = o;
-  }
-  return offset < 0 ? 0 : offset;
+/// p + n elements as packs P (null stays null).
+template <typename P, typename T>
+BRAID_INLINE const P* packsAt(const T* p, uint64_t n) {
+  return p == nullptr ? nullptr : reinterpret_cast<const P*>(p + n);
+}
+template <typename P, typename T>
+BRAID_INLINE P* packsAt(T* p, uint64_t n) {
+  return p == nullptr ? nullptr : reinterpret_cast<P*>(p + n);
 }
 
-/// p + n elements as packs (null stays null).
-template <typename T>
-BRAID_INLINE const Pack* packsAt(const T* p, uint64_t n) {
-  return p == nullptr ? nullptr : reinterpret_cast<const Pack*>(p + n);
+/// The step in packs of kBytes, every pointer at the same offset `at` (its address) modulo
+/// kBytes: elements up to the first kBytes boundary, packs, then the elements left over.
+template <typename T, typename Red, int kBytes>
+BRAID_INLINE void reduceCopyHeadPacksTail(const Red& red, uint32_t flags, const T* recv, const T* input, T* output,
+                                          T* send, uint64_t n, uint64_t rank, uint64_t size, uintptr_t at) {
+  using P = BytePack<kBytes>;
+  constexpr uint64_t kElems = kBytes / sizeof(T);
+  const uint64_t offset = at % kBytes;
+  uint64_t head = offset == 0 ? 0 : (kBytes - offset) / sizeof(T);
+  head = head < n ? head : n;
+  if constexpr (kElems > 1) reduceCopyElems<T>(red, flags, recv, input, output, send, 0, head, rank, size);
+  const uint64_t nPacks = (n - head) / kElems;
+  reduceCopyPacks<T>(red, flags, packsAt<P>(recv, head), packsAt<P>(input, head), packsAt<P>(output, head),
+                     packsAt<P>(send, head), nPacks, rank, size);
+  if constexpr (kElems > 1) reduceCopyElems<T>(red, flags, recv, input, output, send, head + nPacks * kElems, n, rank, size);
 }
-template <typename T>
-BRAID_INLINE Pack* packsAt(T* p, uint64_t n) {
-  return p == nullptr ? nullptr : reinterpret_cast<Pack*>(p + n);
+
+/// The widest packs, from kBytes down to one element, in which every pointer sits at the same
+/// offset: `differ` has a bit set where two pointers' addresses differ.
+template <typename T, typename Red, int kBytes>
+BRAID_INLINE void reduceCopyWidest(const Red& red, uint32_t flags, const T* recv, const T* input, T* output, T* send,
+                                   uint64_t n, uint64_t rank, uint64_t size, uintptr_t at, uintptr_t differ) {
+  if constexpr (static_cast<size_t>(kBytes) > sizeof(T)) {
+    if ((differ & (kBytes - 1)) != 0) {
+      reduceCopyWidest<T, Red, kBytes / 2>(red, flags, recv, input, output, send, n, rank, size, at, differ);
+      return;
+    }
+  }
+  reduceCopyHeadPacksTail<T, Red, kBytes>(red, flags, recv, input, output, send, n, rank, size, at);
 }
 
 /// Thread `rank` of `size`: one step's arithmetic over n elements of T (see the file's
@@ -236,18 +296,21 @@ BRAID_INLINE Pack* packsAt(T* p, uint64_t n) {
 template <typename T, typename Red>
 BRAID_OUTLINE void reduceCopyStrided(const Red& red, uint32_t flags, const T* recv, const T* input, T* output, T* send,
                                     uint64_t n, uint64_t rank, uint64_t size) {
-  const int offset = commonOffset16(recv, input, output, send);
-  if (offset < 0 || offset % sizeof(T) != 0) {
+  const void* const pointers[4] = {recv, input, output, send};
+  uintptr_t at = 0, differ = 0;
+  bool first = true;
+  for (const void* p : pointers) {
+    if (p == nullptr) continue;
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    differ |= first ? 0 : a ^ at;
+    at = first ? a : at;
+    first = false;
+  }
+  if (((at | differ) % sizeof(T)) != 0) {  // a pointer off T's alignment (the host's tests only)
     reduceCopyElems<T>(red, flags, recv, input, output, send, 0, n, rank, size);
     return;
   }
-  uint64_t head = offset == 0 ? 0 : (16 - offset) / sizeof(T);
-  head = head < n ? head : n;
-  reduceCopyElems<T>(red, flags, recv, input, output, send, 0, head, rank, size);
-  const uint64_t nPacks = (n - head) / kPackElems<T>;
-  reduceCopyPacks<T>(red, flags, packsAt(recv, head), packsAt(input, head), packsAt(output, head), packsAt(send, head),
-                     nPacks, rank, size);
-  reduceCopyElems<T>(red, flags, recv, input, output, send, head + nPacks * kPackElems<T>, n, rank, size);
+  reduceCopyWidest<T, Red, 16>(red, flags, recv, input, output, send, n, rank, size, at, differ);
 }
 
 /// Words of type W (1 to 16 bytes) from `from` to a and b (either may be null): passes of

@@ -188,6 +188,144 @@ TEST_CASE("reduceCopyStrided: every type and op, aligned, equally misaligned and
   }
 }
 
+namespace {
+
+/// The sizes that cross each narrower pack loop's boundaries (packs of 8, 4, 2 and 1 bytes, as
+/// wide as T or wider) for T and a group of `size` threads.
+template <typename T>
+std::vector<uint64_t> narrowPackSizes(uint64_t size) {
+  std::vector<uint64_t> sizes = {0, 1, 7};
+  auto add = [&](uint64_t perPack, int unroll) {
+    const uint64_t pass = perPack * unroll * size;
+    for (uint64_t s : {pass - 1, pass, pass + 1, 2 * pass + perPack + 1, 3 * pass + 5}) sizes.push_back(s);
+  };
+  if (sizeof(T) <= 8) add(8 / sizeof(T), kUnrollFor<8>);
+  if (sizeof(T) <= 4) add(4 / sizeof(T), kUnrollFor<4>);
+  if (sizeof(T) <= 2) add(2 / sizeof(T), kUnrollFor<2>);
+  if (sizeof(T) == 1) add(1, kUnrollFor<1>);
+  return sizes;
+}
+
+/// Pointers that differ modulo 16 by each skew of 1 to 15 bytes: one source, one destination,
+/// both sources against both destinations, and all four apart (offsets are rounded down to
+/// whole elements by checkStep: a pointer off its element's alignment is not a GPU's).
+template <typename T, typename Red>
+void sweepSkewed(const Red& red) {
+  const uint32_t flagSets[] = {kRecv | kInput | kOutput | kSend, kRecv | kPartial | kMineFirst | kPost | kOutput,
+                               kInput | kSend};
+  std::mt19937_64 rng(sizeof(T) * 17 + Red::kReduceIsMax);
+  for (uint64_t size : {uint64_t(1), uint64_t(3), uint64_t(32)}) {
+    for (uint64_t n : narrowPackSizes<T>(size)) {
+      for (uint32_t flags : flagSets) {
+        for (size_t skew = 1; skew < 16; ++skew) {
+          const size_t base = (skew * 5) % 16;  // (a different head for each skew)
+          const std::array<size_t, 4> layouts[] = {
+              {base + skew, base, base, base}, {base, base, base + 16 + skew, base},
+              {base, base + skew, base, base + 32}, {base + skew, base + skew, base, base},
+              {base, base + skew, base + 2 * skew % 16, base + 3 * skew % 16}};
+          for (const auto& l : layouts) {
+            if (!checkStep<T>(red, flags, n, l.data(), size, rng)) return;
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("reduceCopyStrided: pointers that differ modulo 16 by 1 to 15 bytes, in packs of 8, 4, 2 or 1 bytes",
+          "[unit][kernels]") {
+  RedOpArgs args{0, 3, 0};
+  SECTION("float") {
+    sweepSkewed<float>(FuncSum<float>(args));
+    sweepSkewed<float>(FuncMax<float>(args));
+    sweepSkewed<float>(FuncPreMulSum<float>(RedOpArgs{bitsOf(1.5f), 3, 0}));
+  }
+  SECTION("double, int32, int64, uint8") {
+    sweepSkewed<double>(FuncSum<double>(args));
+    sweepSkewed<int32_t>(FuncSumPostDiv<int32_t>(args));
+    sweepSkewed<int64_t>(FuncProd<int64_t>(args));
+    sweepSkewed<uint8_t>(FuncSum<uint8_t>(args));
+    sweepSkewed<uint8_t>(FuncMin<uint8_t>(args));
+  }
+  SECTION("half and bfloat16, every op") {
+    sweepSkewed<Half>(FuncSum<Half>(args));
+    sweepSkewed<Half>(FuncProd<Half>(args));
+    sweepSkewed<Half>(FuncMax<Half>(args));
+    sweepSkewed<Half>(FuncMin<Half>(args));
+    sweepSkewed<Half>(FuncPreMulSum<Half>(RedOpArgs{bitsOf(toHalf(0.5f)), 3, 0}));
+    sweepSkewed<BFloat16>(FuncSum<BFloat16>(args));
+    sweepSkewed<BFloat16>(FuncMax<BFloat16>(args));
+    sweepSkewed<BFloat16>(FuncMin<BFloat16>(args));
+    sweepSkewed<BFloat16>(FuncPreMulSum<BFloat16>(RedOpArgs{bitsOf(toBFloat16(-0.75f)), 3, 0}));
+  }
+  SECTION("fp8") {
+    sweepSkewed<Fp8E4M3>(FuncSum<Fp8E4M3>(args));
+    sweepSkewed<Fp8E5M2>(FuncMax<Fp8E5M2>(args));
+  }
+}
+
+namespace {
+
+/// Max (or Min) of two 16-bit float codes by the hardware's rules, written out case by case.
+template <typename T>
+uint16_t hardwareMinMax(bool isMin, uint16_t a, uint16_t b) {
+  const float x = toFloat(T{a}), y = toFloat(T{b});
+  if (x != x && y != y) return 0x7fff;
+  if (x != x) return b;
+  if (y != y) return a;
+  if (x == 0 && y == 0) return isMin ? (a | b) : (a & b);  // -0 below +0
+  return (isMin ? x < y : x > y) ? a : b;
+}
+
+template <typename T>
+void checkMinMaxRules() {
+  const bool bf16 = std::is_same_v<T, BFloat16>;
+  const uint16_t one = bf16 ? 0x3f80 : 0x3c00, minusTwo = bf16 ? 0xc000 : 0xc000;
+  const uint16_t inf = bf16 ? 0x7f80 : 0x7c00, nan = bf16 ? 0x7fc1 : 0x7e01, negNan = bf16 ? 0xffc0 : 0xfe00;
+  const uint16_t codes[] = {0x0000, 0x8000, one, minusTwo, inf, static_cast<uint16_t>(inf | 0x8000), nan, negNan, 0x0001};
+  RedOpArgs args{};
+  for (uint16_t a : codes) {
+    for (uint16_t b : codes) {
+      INFO((bf16 ? "bfloat16 " : "half ") << std::hex << a << ", " << b);
+      CHECK(FuncMax<T>(args).reduce(T{a}, T{b}).bits == hardwareMinMax<T>(false, a, b));
+      CHECK(FuncMin<T>(args).reduce(T{a}, T{b}).bits == hardwareMinMax<T>(true, a, b));
+    }
+  }
+  // The same through the pack loops, 16-byte and narrower: a NaN or a zero at every place.
+  const size_t count = sizeof(codes) / sizeof(codes[0]), n = count * count;
+  for (size_t skew : {size_t(0), size_t(2), size_t(4), size_t(8)}) {
+    std::vector<T> recv(n + 8), input(n + 8), out(n + 8);
+    for (size_t i = 0; i < n; ++i) {
+      recv[i] = T{codes[i / count]};
+      input[i + skew / 2] = T{codes[i % count]};
+    }
+    for (bool isMin : {false, true}) {
+      for (uint64_t rank = 0; rank < 4; ++rank) {
+        if (isMin) reduceCopyStrided<T>(FuncMin<T>(args), kRecv | kInput | kOutput, recv.data(), input.data() + skew / 2,
+                                        out.data(), nullptr, n, rank, 4);
+        else reduceCopyStrided<T>(FuncMax<T>(args), kRecv | kInput | kOutput, recv.data(), input.data() + skew / 2,
+                                  out.data(), nullptr, n, rank, 4);
+      }
+      for (size_t i = 0; i < n; ++i) {
+        INFO("skew " << skew << (isMin ? " min " : " max ") << std::hex << codes[i / count] << ", " << codes[i % count]);
+        CHECK(out[i].bits == hardwareMinMax<T>(isMin, codes[i / count], codes[i % count]));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+// What max/min .f16x2 and .bf16x2 give (the GPU's instructions: platform.h) and what the host
+// computes for half and bfloat16 Max and Min: a NaN loses to a number, two NaNs give the
+// canonical NaN 0x7fff, +0 counts above -0; NCCL's __hmax2/__hmin2 do the same.
+TEST_CASE("half and bfloat16 Max and Min: NaN loses to a number, two NaNs give 0x7fff, +0 above -0", "[unit][kernels]") {
+  checkMinMaxRules<Half>();
+  checkMinMaxRules<BFloat16>();
+}
+
 TEST_CASE("copyStrided: every relative alignment of source and destinations, sizes around each word", "[unit][kernels]") {
   std::mt19937_64 rng(7);
   for (uint64_t size : {uint64_t(1), uint64_t(5), uint64_t(64)}) {
