@@ -1,13 +1,29 @@
 #!/bin/bash
 # Usage: check_links.sh [REPO_ROOT]
 # Fails (exit 1, listing each one as FILE:LINE: TARGET) unless every relative link of README.md
-# and docs/*.md leads to a file or folder that exists. Links are Markdown's [text](target),
-# ![alt](target) and reference definitions "[name]: target"; web and mail addresses and links
-# within the page (#anchor) are not checked, and an anchor after a path is ignored (the file must
-# exist, the heading need not). Text in code (fenced blocks and `spans`) is not a link.
+# and docs/*.md leads to a file or folder that exists, and every #anchor into a Markdown page
+# (this one's, or another's: page.md#anchor) to one of its headings. Links are Markdown's
+# [text](target), ![alt](target) and reference definitions "[name]: target"; web and mail
+# addresses are not checked. Anchors are GitHub's: the heading in lower case, without
+# punctuation, spaces as '-', a repeated heading's anchor followed by -1, -2...
+# Text in code (fenced blocks and `spans`) is not a link.
 set -u
 root=${1:-"$(dirname "$0")/.."}
 cd "$root" || { echo "check_links.sh: cannot enter $root"; exit 1; }
+
+# The anchors of Markdown page $1, one a line.
+anchors() {
+  awk '/^[ \t]*(```|~~~)/ { fenced = !fenced; next }
+    !fenced && /^#+ / {
+      h = $0
+      sub(/^#+ +/, "", h)
+      h = tolower(h)
+      gsub(/[^a-z0-9 _-]/, "", h)
+      gsub(/ /, "-", h)
+      n = seen[h]++
+      print (n ? h "-" n : h)
+    }' "$1"
+}
 
 pages=(README.md docs/*.md)
 broken=0 checked=0
@@ -19,13 +35,23 @@ for page in "${pages[@]}"; do
   while IFS=$'\t' read -r line target; do
     [ -n "$target" ] || continue
     case "$target" in
-      http://* | https://* | mailto:* | ftp://* | '#'*) continue ;;
+      http://* | https://* | mailto:* | ftp://*) continue ;;
     esac
     path=${target%%#*}
     path=${path%%\?*}
     checked=$((checked + 1))
-    if [ ! -e "$dir/$path" ]; then
+    if [ -n "$path" ] && [ ! -e "$dir/$path" ]; then
       echo "$page:$line: $target"
+      broken=$((broken + 1))
+      continue
+    fi
+    [[ $target == *'#'* ]] || continue
+    anchor=${target#*#}
+    file=$page
+    [ -z "$path" ] || file=$dir/$path
+    case "$file" in *.md) ;; *) continue ;; esac
+    if ! anchors "$file" | grep -qxF -- "$anchor"; then
+      echo "$page:$line: $target (no such heading in $file)"
       broken=$((broken + 1))
     fi
   done < <(awk '
@@ -53,7 +79,7 @@ for page in "${pages[@]}"; do
 done
 
 if [ "$broken" -gt 0 ]; then
-  echo "$broken of $checked relative links are broken (the paths above do not exist)"
+  echo "$broken of $checked relative links are broken (the paths or headings above do not exist)"
   exit 1
 fi
-echo "links: all $checked relative links of README.md and docs/*.md resolve"
+echo "links: all $checked relative links of README.md and docs/*.md resolve (files and anchors)"

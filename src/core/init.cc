@@ -5,6 +5,7 @@
 #include "braid_config.h"
 #include "core/env_plugin.h"
 #include "core/log.h"
+#include "core/other_nccl.h"
 #include "core/params.h"
 
 namespace braid::core {
@@ -48,6 +49,7 @@ void initOnce() {
     }
     envplugin::reportLoad();
     reportSettings();
+    warnAboutOtherNccl();
   });
 }
 
