@@ -60,7 +60,7 @@ constexpr int kLL128FlagWord = 15;
 
 /// What both ends of a connection must agree a collective is: the communicator's sequence
 /// number of the call (from 1; 0 means "not checked", as for send/recv) and two words that
-/// encode the function, type, op, root and count (see src/runtime/host/signature.h).
+/// encode the function, type, op, root and count (see src/datapath/signature.h).
 struct OpSignature {
   uint64_t seq;
   uint64_t words[2];

@@ -104,7 +104,7 @@ constexpr uint32_t kFaultLost = 2;
 constexpr uint32_t kFaultLeft = 3;
 
 /// The keys of the registered buffers a receiver offers now (kernels/algorithms/send_recv.h,
-/// runtime/host/offered_buffers.h): a sender maps only these, and unmaps what drops out.
+/// datapath/offered_buffers.h): a sender maps only these, and unmaps what drops out.
 /// Written by the receiver's host as a seqlock: seq odd while the words change.
 constexpr int kOfferedKeys = 30;
 struct OfferedKeys {

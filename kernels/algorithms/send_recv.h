@@ -11,7 +11,7 @@
 
 namespace braid::kernels {
 
-/// A receiver's registered buffer that the sender's process maps (runtime/host/offered_buffers.h
+/// A receiver's registered buffer that the sender's process maps (datapath/offered_buffers.h
 /// imports them): the key the receiver offers it under, and where and how large it is here.
 struct MappedBuffer {
   uint64_t key;

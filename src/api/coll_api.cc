@@ -12,7 +12,7 @@
 #include "comm/communicator.h"
 #include "group/group.h"
 #include "plan/task.h"
-#include "runtime/host/data_path.h"
+#include "datapath/data_path.h"
 
 using namespace braid;
 

@@ -7,7 +7,7 @@
 #include "api/api.h"
 #include "bootstrap/bootstrap.h"
 #include "comm/communicator.h"
-#include "runtime/host/data_path.h"
+#include "datapath/data_path.h"
 #include "comm/grow.h"
 #include "comm/init.h"
 #include "comm/split.h"

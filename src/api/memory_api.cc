@@ -10,7 +10,7 @@
 #include "comm/communicator.h"
 #include "comm/init.h"
 #include "group/group.h"
-#include "runtime/host/data_path.h"
+#include "datapath/data_path.h"
 #include "bootstrap/bootstrap.h"
 #include "core/log.h"
 #include "core/memory_files.h"

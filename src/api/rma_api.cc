@@ -21,7 +21,7 @@
 #include "comm/registrations.h"
 #include "group/group.h"
 #include "plan/task.h"
-#include "runtime/host/data_path.h"
+#include "datapath/data_path.h"
 #include "transport/net/one_sided_links.h"
 
 using namespace braid;

@@ -13,7 +13,7 @@
 
 #include "api/api.h"
 #include "bootstrap/bootstrap.h"
-#include "runtime/host/data_path.h"
+#include "datapath/data_path.h"
 
 using namespace braid;
 
@@ -60,7 +60,7 @@ ncclResult_t pncclCommSuspend(ncclComm_t comm, int flags) {
     c.setSuspended(true);  // (from here on its operations are refused, also later in this group)
     Communicator* raw = &c;
     return api::dispatch(c, [raw] {
-      runtime::host::DataPath& path = raw->dataPath();
+      datapath::DataPath& path = raw->dataPath();
       try {
         path.synchronize();
         meetEveryRank(*raw, "ncclCommSuspend");  // every rank's operations have ended: no peer writes into our FIFOs
@@ -91,7 +91,7 @@ ncclResult_t pncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t
   return api::guarded("ncclCommMemStats", comm, [&]() -> ncclResult_t {
     Communicator& c = readyCommunicator(comm);
     api::requireNonNull(value, "value");
-    const runtime::host::DataPath::MemoryUse use = c.dataPath().memoryUse();
+    const datapath::DataPath::MemoryUse use = c.dataPath().memoryUse();
     switch (rawCode(stat)) {
       case ncclStatGpuMemSuspend:
         *value = use.releasable;

@@ -84,7 +84,7 @@ class Bootstrap {
   /// what that means for the user's call.
   int timedOutOn() const { return timedOutOn_.load(std::memory_order_relaxed); }
 
-  /// Inquiries, between watchdogs (runtime/host/watchdog.h): a rank whose call has waited a
+  /// Inquiries, between watchdogs (datapath/watchdog.h): a rank whose call has waited a
   /// while on a peer asks that peer what it is doing, and the peer answers with the operation
   /// it is in. Only the thread that calls serviceInquiries (the watchdog's) sends them: a
   /// question or an answer is one small message sent within half a second or not at all, and

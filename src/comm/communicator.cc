@@ -6,7 +6,7 @@
 #include "core/log.h"
 #include "core/params.h"
 #include "kernels/platform.h"
-#include "runtime/host/data_path.h"
+#include "datapath/data_path.h"
 #include "runtime/host/job_thread.h"
 #include "transport/net/one_sided_links.h"
 
@@ -133,7 +133,7 @@ bootstrap::Bootstrap& Communicator::bootstrap() {
   return *bootstrap_;
 }
 
-runtime::host::DataPath& Communicator::dataPath() {
+datapath::DataPath& Communicator::dataPath() {
   if (dataPath_ == nullptr) {
     fail(ncclInvalidUsage, "the communicator (rank %d of %d) has not completed init", identity_.rank,
          identity_.nRanks);
@@ -142,7 +142,7 @@ runtime::host::DataPath& Communicator::dataPath() {
 }
 
 void Communicator::completeInit(std::unique_ptr<bootstrap::Bootstrap> channel, const RankIdentity& identity,
-                                std::unique_ptr<runtime::host::DataPath> dataPath) {
+                                std::unique_ptr<datapath::DataPath> dataPath) {
   bootstrap_ = std::move(channel);
   identity_ = identity;
   dataPath_ = std::move(dataPath);

@@ -31,8 +31,10 @@ namespace braid {
 namespace bootstrap {
 class Bootstrap;
 }
-namespace runtime::host {
+namespace datapath {
 class DataPath;
+}
+namespace runtime::host {
 class JobThread;
 }
 namespace plugin {
@@ -93,9 +95,9 @@ class Communicator {
   bool hasBootstrap() const { return bootstrap_ != nullptr; }
   /// Completes init: the channel, the identity learnt through it, the data path.
   void completeInit(std::unique_ptr<bootstrap::Bootstrap> channel, const RankIdentity& identity,
-                    std::unique_ptr<runtime::host::DataPath> dataPath);
+                    std::unique_ptr<datapath::DataPath> dataPath);
   /// The data path; throws ncclInvalidUsage unless init has completed.
-  runtime::host::DataPath& dataPath();
+  datapath::DataPath& dataPath();
   bool hasDataPath() const { return dataPath_ != nullptr; }
   /// The profiler plugin's context, owned by the data path; null when there is none (the one
   /// test the API layer makes per call for it).
@@ -162,7 +164,7 @@ class Communicator {
   RankIdentity identity_;
   CommConfig config_;
   std::unique_ptr<bootstrap::Bootstrap> bootstrap_;
-  std::unique_ptr<runtime::host::DataPath> dataPath_;  // after bootstrap_: destroyed first
+  std::unique_ptr<datapath::DataPath> dataPath_;  // after bootstrap_: destroyed first
   plugin::ProfilerSession* profiler_ = nullptr;        // dataPath_'s
   RedOpTable redOps_;
   RegistrationTable registrations_;

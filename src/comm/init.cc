@@ -18,7 +18,7 @@
 #include "core/params.h"
 #include "core/process.h"
 #include "runtime/device.h"
-#include "runtime/host/data_path.h"
+#include "datapath/data_path.h"
 #include "topology/pci_path.h"
 #include "topology/topology.h"
 #include "transport/shm/shm_transport.h"
@@ -296,7 +296,7 @@ void initRank(Communicator& comm, const std::vector<ncclUniqueId>& uniqueIds, co
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double boot = std::chrono::duration<double>(bootstrapDone - start).count();
   const bool onDevice = identity.backend == Backend::kCuda;
-  auto dataSettings = runtime::host::DataPathSettings::fromParams(comm.config(), onDevice);
+  auto dataSettings = datapath::DataPathSettings::fromParams(comm.config(), onDevice);
   dataSettings.connector.ports = ports;
   std::unique_ptr<runtime::Device> device;
   if (onDevice) {
@@ -305,7 +305,7 @@ void initRank(Communicator& comm, const std::vector<ncclUniqueId>& uniqueIds, co
     comm.mirrorAbortTo(device->abortWord());
     reportSharedDevice(identity, peers);
   }
-  auto dataPath = std::make_unique<runtime::host::DataPath>(
+  auto dataPath = std::make_unique<datapath::DataPath>(
       *channel, identity.rank, peers, dataSettings, comm.abortWord(), identity.commHash,
       [&comm](ncclResult_t code) {
         comm.setAsyncError(code);

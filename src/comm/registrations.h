@@ -1,7 +1,7 @@
 // Buffers registered with a communicator (ncclCommRegister) and its memory windows
 // (ncclCommWindowRegister): handles are checked, and a buffer's range is looked up where it
 // matters (the CUDA backend offers registered receive buffers to senders in other processes:
-// runtime/host/offered_buffers.h).
+// datapath/offered_buffers.h).
 #pragma once
 
 #include <nccl.h>

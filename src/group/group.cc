@@ -10,8 +10,8 @@
 
 #include "comm/communicator.h"
 #include "plugin/profiler_plugin.h"
-#include "runtime/host/data_path.h"
-#include "runtime/host/profile_events.h"
+#include "datapath/data_path.h"
+#include "datapath/profile_events.h"
 
 namespace braid::group {
 
@@ -130,7 +130,7 @@ void addProfiled(Communicator* comm, plugin::ProfilerSession& profiler, const pl
   plan::Task t = task;
   const bool peer = task.func == kernels::Func::kSendRecv;
   if (profiler.wants(peer ? profile::kStartsP2pApi : profile::kStartsCollApi)) {
-    plugin::ProfileEvent e = runtime::host::describeTask(task);
+    plugin::ProfileEvent e = datapath::describeTask(task);
     e.type = peer ? profile::kP2pApi : profile::kCollApi;
     e.parent = groupApi;
     e.graphCaptured = captured;

@@ -10,7 +10,7 @@
 // and v1 get no KernelCh events; v1 gets NCCL's indices instead of names.
 //
 // Where the events come from: group/group.cc (Group API, Coll API, P2P API),
-// runtime/host/profile_events.h (Group, Coll, P2P, Kernel launch, KernelCh),
+// datapath/profile_events.h (Group, Coll, P2P, Kernel launch, KernelCh),
 // proxy/op_trace.h (ProxyOp, ProxyStep: every version has them, in the same layout),
 // proxy/control_events.h (ProxyCtrl: every version) and plugin/net_profiling.h (NetPlugin,
 // started by a net plugin through its profiler callback: v3 and later).

@@ -1,5 +1,5 @@
 // What a communicator whose kernels run on a GPU needs beside the data path it shares with the
-// host backend (src/runtime/host/data_path.h): where FIFOs, statuses, the abort word and scratch
+// host backend (src/datapath/data_path.h): where FIFOs, statuses, the abort word and scratch
 // memory live, and how kernels are enqueued on the user's stream. The CUDA backend implements
 // it (src/runtime/cuda/); this header needs no CUDA headers, so everything above it builds
 // without CUDA.

@@ -18,7 +18,7 @@
 #include "kernels/types.h"
 #include "plan/planner.h"
 #include "plan/task.h"
-#include "runtime/host/data_path.h"
+#include "datapath/data_path.h"
 #include "test_env.h"
 
 using namespace braid;
@@ -626,7 +626,7 @@ TEST_CASE("point to point: ring shift, self, uneven sizes, several messages per 
 TEST_CASE("point to point split over several connections a peer: sizes around every part boundary, exact",
           "[integration][p2p]") {
   const int n = 3;
-  constexpr size_t kPart = 128 * 1024;  // (runtime::host::kPeerPartMinBytes)
+  constexpr size_t kPart = 128 * 1024;  // (datapath::kPeerPartMinBytes)
   // Each rank sends every size below to its next rank and receives them from its previous one,
   // and one more large message the other way round; the sizes: under one part, at 2, 3 and 4
   // parts and a byte either side, and more than 4 FIFOs' worth.

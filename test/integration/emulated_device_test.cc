@@ -19,7 +19,7 @@
 #include "integration/emulated_device.h"
 #include "integration/test_env.h"
 #include "plan/algo_proto.h"
-#include "runtime/host/data_path.h"
+#include "datapath/data_path.h"
 
 using namespace braid;
 using braid::test::expect;
@@ -101,14 +101,14 @@ TEST_CASE("emulated GPU: a large send splits over the peer's connection sets, ea
           "[integration][emulated]") {
   Emulated emulated;
   const int n = 3;
-  constexpr size_t kPart = runtime::host::kPeerPartMinBytes;
+  constexpr size_t kPart = datapath::kPeerPartMinBytes;
   auto makeBody = [&] {
     ncclUniqueId id;
     REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
     return [id, n](int rank) {
       ncclComm_t comm = nullptr;
       EXPECT_OK(ncclCommInitRank(&comm, n, id, rank));
-      const runtime::host::PeerChannels channels = comm->dataPath().peerChannels();
+      const datapath::PeerChannels channels = comm->dataPath().peerChannels();
       expect(channels.perPeer == 4, "4 connections a peer on a GPU, not " + std::to_string(channels.perPeer));
       const cudaStream_t s = streamOf(rank);
       const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
@@ -342,7 +342,7 @@ TEST_CASE("emulated GPU: sends to another process go straight into its registere
           "[integration][emulated]") {
   Emulated emulated;
   // 1 MiB of floats: 8 steps of the FIFO, or one step on each of the peer's connection sets
-  // (runtime/host/data_path.h, peerChannels: 4 on a GPU, each a 256 KiB part) when direct.
+  // (datapath/data_path.h, peerChannels: 4 on a GPU, each a 256 KiB part) when direct.
   const size_t count = 1 << 18;
   const size_t bytes = count * sizeof(float);
   const uint64_t fifoSteps = bytes / (128 * 1024);

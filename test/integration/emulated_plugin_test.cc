@@ -30,7 +30,7 @@
 #include "integration/plugin_helpers.h"
 #include "integration/profiler_lines.h"
 #include "integration/test_env.h"
-#include "runtime/host/data_path.h"
+#include "datapath/data_path.h"
 
 using namespace braid;
 using braid::test::expect;

@@ -15,7 +15,7 @@
 #include "comm/peer_info.h"
 #include "core/interfaces.h"
 #include "harness/ranks.h"
-#include "runtime/host/data_path.h"
+#include "datapath/data_path.h"
 #include "test_env.h"
 
 using namespace braid;

@@ -16,7 +16,7 @@
 
 #include "comm/communicator.h"
 #include "harness/ranks.h"
-#include "runtime/host/data_path.h"
+#include "datapath/data_path.h"
 #include "test_env.h"
 #include "transport/fifo.h"
 

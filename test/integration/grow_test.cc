@@ -15,7 +15,7 @@
 #include "comm/grow.h"
 #include "harness/ranks.h"
 #include "integration/emulated_device.h"
-#include "runtime/host/data_path.h"
+#include "datapath/data_path.h"
 #include "test_env.h"
 
 using namespace braid;

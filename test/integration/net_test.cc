@@ -15,7 +15,7 @@
 #include "comm/communicator.h"
 #include "harness/ranks.h"
 #include "proxy/proxy.h"
-#include "runtime/host/data_path.h"
+#include "datapath/data_path.h"
 #include "test_env.h"
 #include "transport/net/net_end.h"
 #include "../unit/core/test_env.h"

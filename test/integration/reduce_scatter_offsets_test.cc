@@ -22,7 +22,7 @@
 #include "integration/test_env.h"
 #include "kernels/types.h"
 #include "plan/algo_proto.h"
-#include "runtime/host/data_path.h"
+#include "datapath/data_path.h"
 #include "runtime/host/kernel_table.h"
 
 using namespace braid;

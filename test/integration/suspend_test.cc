@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "harness/ranks.h"
-#include "runtime/host/data_path.h"
+#include "datapath/data_path.h"
 #include "test_env.h"
 
 using braid::test::expect;

@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <set>
 
-#include "runtime/host/algorithm_peers.h"
+#include "datapath/algorithm_peers.h"
 
 using braid::kernels::Algo;
-using braid::runtime::host::algorithmPeers;
+using braid::datapath::algorithmPeers;
 
 namespace {
 bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
@@ -56,7 +56,7 @@ TEST_CASE("algorithm peers: the partners of small cases", "[unit][runtime]") {
 }
 
 TEST_CASE("algorithm peers: only Direct and Pairwise connect every rank on every rank count", "[unit][runtime]") {
-  using braid::runtime::host::connectsEveryPeer;
+  using braid::datapath::connectsEveryPeer;
   for (int a = 0; a < static_cast<int>(Algo::kCount); ++a) {
     const Algo algo = static_cast<Algo>(a);
     if (algo == Algo::kRing || algo == Algo::kTree || algo == Algo::kHier2D) continue;  // (not peer sets)
@@ -73,7 +73,7 @@ TEST_CASE("algorithm peers: only Direct and Pairwise connect every rank on every
 
 TEST_CASE("algorithm peers: the log-n algorithms together stay within logPeersBound", "[unit][runtime]") {
   // (the host's send/recv FIFOs above 8 ranks share a budget over this many partners)
-  using braid::runtime::host::logPeersBound;
+  using braid::datapath::logPeersBound;
   for (int n : {2, 3, 8, 9, 16, 17, 100, 255, 256, 257, 1000, 1024, 4096}) {
     for (int r : {0, 1, n / 2, n - 1}) {
       std::set<int> all;

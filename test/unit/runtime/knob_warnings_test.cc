@@ -8,7 +8,7 @@
 #include "comm/init.h"
 #include "core/log.h"
 #include "core/params.h"
-#include "runtime/host/data_path.h"
+#include "datapath/data_path.h"
 #include "../core/test_env.h"
 
 using namespace braid;
@@ -47,10 +47,10 @@ TEST_CASE("clamped knobs WARN once each, naming the variable, the value given an
   env.vars["NCCL_MAX_NCHANNELS"] = "0";
   params::Store store(env.sources());
   comm::InitSettings init;
-  runtime::host::DataPathSettings path;
+  datapath::DataPathSettings path;
   for (int communicator = 0; communicator < 3; ++communicator) {  // (each communicator reads them again)
     init = comm::InitSettings::fromParams(store);
-    path = runtime::host::DataPathSettings::fromParams(store, CommConfig{}, false);
+    path = datapath::DataPathSettings::fromParams(store, CommConfig{}, false);
   }
   log::apply(log::Settings{});  // back to stdout and silence for other tests
 
@@ -74,7 +74,7 @@ TEST_CASE("clamped knobs WARN once each, naming the variable, the value given an
   fine.vars["NCCL_MAX_NCHANNELS"] = "4";
   params::Store good(fine.sources());
   comm::InitSettings::fromParams(good);
-  runtime::host::DataPathSettings::fromParams(good, CommConfig{}, false);
+  datapath::DataPathSettings::fromParams(good, CommConfig{}, false);
   log::apply(log::Settings{});
   CHECK(readAll(quietFile).find("must be") == std::string::npos);
 }

@@ -3,12 +3,12 @@
 #include <catch2/catch.hpp>
 #include <vector>
 
-#include "runtime/host/launch_batch.h"
+#include "datapath/launch_batch.h"
 
 using namespace braid;
-using runtime::host::ByteRange;
-using runtime::host::LaunchBatch;
-using runtime::host::LaunchKey;
+using datapath::ByteRange;
+using datapath::LaunchBatch;
+using datapath::LaunchKey;
 
 namespace {
 

@@ -1,14 +1,14 @@
-// How a communicator's sends and receives use channels (runtime/host/data_path.h): the
+// How a communicator's sends and receives use channels (datapath/data_path.h): the
 // connections a peer's large message splits over, from the backend, the knobs, the rank count
 // and whether the ranks span hosts; and the parts a message of each size is cut into.
 #include <catch2/catch.hpp>
 
-#include "runtime/host/data_path.h"
+#include "datapath/data_path.h"
 
-using braid::runtime::host::DataPathSettings;
-using braid::runtime::host::kPeerPartMinBytes;
-using braid::runtime::host::peerChannels;
-using braid::runtime::host::peerPartBytes;
+using braid::datapath::DataPathSettings;
+using braid::datapath::kPeerPartMinBytes;
+using braid::datapath::peerChannels;
+using braid::datapath::peerPartBytes;
 
 namespace {
 DataPathSettings withChannels(int maxChannels) {

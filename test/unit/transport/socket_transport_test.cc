@@ -18,7 +18,7 @@
 #include "kernels/algorithms/send_recv.h"
 #include "kernels/primitives.h"
 #include "proxy/proxy.h"
-#include "runtime/host/signature.h"
+#include "datapath/signature.h"
 #include "transport/net/net_end.h"
 #include "transport/net/socket/socket_transport.h"
 #include "unit/transport/step_pair.h"
@@ -279,7 +279,7 @@ TEST_CASE("socket transport: a frame declaring 8 bytes fewer, or more, than it c
     CHECK(status.badStep == 0);
     CHECK(status.badStepWanted == 1000);
     CHECK(status.badStepGot == static_cast<uint64_t>(1000 + delta));
-    CHECK_THAT(runtime::host::stepSizeText(1, status.mismatchPeer, "NET/Socket", status.badStep, status.badStepWanted,
+    CHECK_THAT(datapath::stepSizeText(1, status.mismatchPeer, "NET/Socket", status.badStep, status.badStepWanted,
                                            status.badStepGot),
                Catch::Contains("rank 1 received step 0 from rank 0 over NET/Socket with " + std::to_string(1000 + delta) +
                                " bytes where its kernel expected 1000 bytes: a protocol error"));

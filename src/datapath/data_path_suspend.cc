@@ -2,10 +2,10 @@
 // can be given back while it is idle, and giving it back. transport/suspend.h says which FIFO
 // memory that is, and why the rest stays.
 #include "core/log.h"
-#include "runtime/host/data_path.h"
+#include "datapath/data_path.h"
 #include "transport/suspend.h"
 
-namespace braid::runtime::host {
+namespace braid::datapath {
 
 DataPath::MemoryUse DataPath::memoryUse() const {
   const transport::FifoFootprint fifos = transport::fifoFootprint(connector_);
@@ -29,4 +29,4 @@ uint64_t DataPath::releaseMemory() {
   return released;
 }
 
-}  // namespace braid::runtime::host
+}  // namespace braid::datapath

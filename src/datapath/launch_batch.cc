@@ -1,8 +1,8 @@
-#include "runtime/host/launch_batch.h"
+#include "datapath/launch_batch.h"
 
 #include <cstring>
 
-namespace braid::runtime::host {
+namespace braid::datapath {
 
 ByteRange ByteRange::of(const void* p, uint64_t bytes) {
   if (p == nullptr || bytes == 0) return {};
@@ -44,4 +44,4 @@ std::vector<kernels::CollWork> LaunchBatch::take() {
   return works;
 }
 
-}  // namespace braid::runtime::host
+}  // namespace braid::datapath

@@ -30,7 +30,9 @@
 #include "runtime/device.h"
 #include "transport/fifo.h"
 
-namespace braid::runtime::host {
+namespace braid::datapath {
+
+using runtime::Device;
 
 class OfferedBuffers {
  public:
@@ -112,4 +114,4 @@ class OfferedBuffers {
   std::map<Source, Shared> shared_;                 // sender: every import mapped now
 };
 
-}  // namespace braid::runtime::host
+}  // namespace braid::datapath

@@ -13,7 +13,7 @@
 #include "comm/config.h"
 #include "kernels/work.h"
 
-namespace braid::runtime::host {
+namespace braid::datapath {
 
 /// Bytes [begin, end) of a user buffer (empty for a null buffer).
 struct ByteRange {
@@ -61,4 +61,4 @@ class LaunchBatch {
   int nWorks_ = 0;
 };
 
-}  // namespace braid::runtime::host
+}  // namespace braid::datapath

@@ -1,4 +1,4 @@
-#include "runtime/host/offered_buffers.h"
+#include "datapath/offered_buffers.h"
 
 #include <unistd.h>
 
@@ -8,7 +8,7 @@
 #include "core/log.h"
 #include "core/status.h"
 
-namespace braid::runtime::host {
+namespace braid::datapath {
 
 using kernels::kOfferKey;
 using kernels::kOfferPid;
@@ -199,4 +199,4 @@ size_t OfferedBuffers::mappedNow() const {
   return shared_.size();
 }
 
-}  // namespace braid::runtime::host
+}  // namespace braid::datapath

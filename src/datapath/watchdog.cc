@@ -1,4 +1,4 @@
-#include "runtime/host/watchdog.h"
+#include "datapath/watchdog.h"
 
 #include <signal.h>
 #include <strings.h>
@@ -11,9 +11,9 @@
 #include "bootstrap/bootstrap.h"
 #include "core/log.h"
 #include "core/params.h"
-#include "runtime/host/signature.h"
+#include "datapath/signature.h"
 
-namespace braid::runtime::host {
+namespace braid::datapath {
 
 namespace {
 
@@ -588,4 +588,4 @@ void Watchdog::checkLongWait(const OpView& op) {
        "; next report after " + std::to_string(nextWarnAfter_.count()) + " s). " + report());
 }
 
-}  // namespace braid::runtime::host
+}  // namespace braid::datapath

@@ -2,18 +2,18 @@
 // Hier2D's grid and the peer sets of the algorithms over point-to-point connections (only the
 // ranks each exchanges with: algorithm_peers.h). DataPath's members, apart from the running
 // of collectives in data_path.cc.
-#include "runtime/host/data_path.h"
+#include "datapath/data_path.h"
 
 #include <algorithm>
 #include <vector>
 
 #include "core/log.h"
 #include "plan/planner.h"
-#include "runtime/host/algorithm_peers.h"
+#include "datapath/algorithm_peers.h"
 #include "topology/grid.h"
 #include "topology/trees.h"
 
-namespace braid::runtime::host {
+namespace braid::datapath {
 
 const kernels::RingHandle* DataPath::rings(int n) {
   if (static_cast<int>(rings_.size()) < n) {
@@ -147,4 +147,4 @@ void DataPath::prepareGrid(int n, kernels::CollWork* works) {
   }
 }
 
-}  // namespace braid::runtime::host
+}  // namespace braid::datapath

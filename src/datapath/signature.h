@@ -8,7 +8,7 @@
 #include "kernels/work.h"
 #include "plan/task.h"
 
-namespace braid::runtime::host {
+namespace braid::datapath {
 
 /// The signature of `task` as the seq-th collective of its communicator (seq from 1).
 kernels::OpSignature makeSignature(uint64_t seq, const plan::Task& task);
@@ -25,4 +25,4 @@ std::string mismatchText(int myRank, const kernels::OpSignature& mine, int peer,
 /// bytes (kernels::checkStepBytes).
 std::string stepSizeText(int myRank, int peer, const char* transport, uint64_t step, uint64_t wanted, uint64_t got);
 
-}  // namespace braid::runtime::host
+}  // namespace braid::datapath

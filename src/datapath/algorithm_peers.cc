@@ -1,8 +1,8 @@
-#include "runtime/host/algorithm_peers.h"
+#include "datapath/algorithm_peers.h"
 
 #include <algorithm>
 
-namespace braid::runtime::host {
+namespace braid::datapath {
 
 namespace {
 
@@ -63,4 +63,4 @@ bool connectsEveryPeer(kernels::Algo algo) {
   return algo == kernels::Algo::kDirect || algo == kernels::Algo::kPairwise;
 }
 
-}  // namespace braid::runtime::host
+}  // namespace braid::datapath

@@ -1,9 +1,9 @@
 // The data path's part in one-sided operations: their waits. Puts and signals need no help
 // from it (comm/signals.h: one copy and a counter's release-increment by the caller).
 #include "kernels/platform.h"
-#include "runtime/host/data_path.h"
+#include "datapath/data_path.h"
 
-namespace braid::runtime::host {
+namespace braid::datapath {
 
 void DataPath::waitOneSided(const char* call, int peer, const std::function<bool()>& arrived) {
   if (arrived()) return;  // (the common case of a signal that came first: no watchdog round trip)
@@ -21,4 +21,4 @@ void DataPath::waitOneSided(const char* call, int peer, const std::function<bool
     failAborted(call);
 }
 
-}  // namespace braid::runtime::host
+}  // namespace braid::datapath

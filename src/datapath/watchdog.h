@@ -36,7 +36,7 @@ namespace braid::bootstrap {
 class Bootstrap;
 }
 
-namespace braid::runtime::host {
+namespace braid::datapath {
 
 struct WatchdogSettings {
   int timeoutSeconds = 0;  ///< NCCL_TIMEOUT (or BRAID_TIMEOUT); 0: no timeout
@@ -216,4 +216,4 @@ class Watchdog {
   std::thread thread_;
 };
 
-}  // namespace braid::runtime::host
+}  // namespace braid::datapath

@@ -1,4 +1,4 @@
-#include "runtime/host/data_path.h"
+#include "datapath/data_path.h"
 
 #include <algorithm>
 #include <atomic>
@@ -21,11 +21,16 @@
 #include "proxy/proxy.h"
 #include "kernels/algorithms/send_recv.h"
 #include "runtime/host/kernel_table.h"
-#include "runtime/host/profile_events.h"
-#include "runtime/host/signature.h"
+#include "datapath/profile_events.h"
+#include "datapath/signature.h"
 #include "transport/shm/shm_transport.h"
 
-namespace braid::runtime::host {
+namespace braid::datapath {
+
+using runtime::host::HostCollectiveFn;
+using runtime::host::kCopyFunction;
+using runtime::host::kOnlyFuncs;
+using runtime::host::kReductionTable;
 
 namespace {
 static_assert(transport::kSetChannels == kMaxChannels, "a connection set for every channel");
@@ -130,7 +135,7 @@ DataPath::DataPath(bootstrap::Bootstrap& channel, int rank, const std::vector<Pe
   setRanksPerNode(settings_.ranksPerNode);
   const bool spansHosts =
       std::any_of(peers.begin(), peers.end(), [&](const PeerInfo& p) { return p.hostHash != peers[0].hostHash; });
-  peerChannels_ = host::peerChannels(settings_, nRanks_, spansHosts, device_ != nullptr);
+  peerChannels_ = datapath::peerChannels(settings_, nRanks_, spansHosts, device_ != nullptr);
   BRAID_INFO(log::kInit | log::kP2p, "rank %d: sends and receives on up to %d channels, %d connection%s a peer", rank_,
              peerChannels_.total, peerChannels_.perPeer, peerChannels_.perPeer == 1 ? "" : "s");
   openTunerPlugin(commHash);
@@ -651,4 +656,4 @@ void DataPath::watchProxy(const std::map<const uint64_t*, proxy::OpTrace*>& trac
   if (found != traces.end()) profile_->watch(found->second, h, isSend, channel, proto, abort_, op);
 }
 
-}  // namespace braid::runtime::host
+}  // namespace braid::datapath

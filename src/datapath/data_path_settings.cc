@@ -1,15 +1,15 @@
 // DataPathSettings from NCCL's and Braid's knobs: FIFO sizes, channels, the network transports'
 // settings; and the send/recv connections' FIFO step, which depends on the rank count.
-#include "runtime/host/data_path.h"
+#include "datapath/data_path.h"
 
 #include <algorithm>
 
 #include "core/log.h"
 #include "core/params.h"
-#include "runtime/host/algorithm_peers.h"
+#include "datapath/algorithm_peers.h"
 #include "topology/paths.h"
 
-namespace braid::runtime::host {
+namespace braid::datapath {
 
 namespace {
 constexpr int kHostDefaultMaxChannels = 2;
@@ -205,4 +205,4 @@ DataPathSettings DataPathSettings::fromParams(params::Store& p, const CommConfig
   return s;
 }
 
-}  // namespace braid::runtime::host
+}  // namespace braid::datapath

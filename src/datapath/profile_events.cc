@@ -1,4 +1,4 @@
-#include "runtime/host/profile_events.h"
+#include "datapath/profile_events.h"
 
 #include <algorithm>
 
@@ -6,7 +6,7 @@
 #include "plugin/profiler_plugin.h"
 #include "proxy/op_trace.h"
 
-namespace braid::runtime::host {
+namespace braid::datapath {
 
 namespace {
 
@@ -322,4 +322,4 @@ void GroupProfile::peersDone() {
   peers_.clear();
 }
 
-}  // namespace braid::runtime::host
+}  // namespace braid::datapath

@@ -18,15 +18,15 @@
 
 #include "core/params.h"
 #include "comm/config.h"
-#include "runtime/host/launch_batch.h"
+#include "datapath/launch_batch.h"
 #include "comm/peer_info.h"
 #include "plan/planner.h"
 #include "runtime/device.h"
 #include "runtime/host/executor.h"
-#include "runtime/host/offered_buffers.h"
+#include "datapath/offered_buffers.h"
 #include "runtime/host/scratch.h"
 #include "runtime/host/slot_prefault.h"
-#include "runtime/host/watchdog.h"
+#include "datapath/watchdog.h"
 #include "transport/connector.h"
 
 namespace braid {
@@ -44,7 +44,16 @@ class OpTrace;
 class ControlWatch;
 }
 
-namespace braid::runtime::host {
+namespace braid::datapath {
+
+// The data path drives the CPU executor (the host backend's kernels; the CUDA backend's
+// host-side steps) and its memory: names from the runtime it uses as its own.
+using runtime::Device;
+using runtime::RelaxedCapture;
+using runtime::host::Executor;
+using runtime::host::HostGroup;
+using runtime::host::Scratch;
+using runtime::host::SlotPrefault;
 
 struct DataPathSettings {
   /// FIFO sizes and transport knobs; the communicator's own fields (hash, abort flag)
@@ -364,4 +373,4 @@ class DataPath {
   std::vector<PeerSet> gridSets_;   // by channel, once connected
 };
 
-}  // namespace braid::runtime::host
+}  // namespace braid::datapath

@@ -8,7 +8,7 @@
 
 #include "kernels/work.h"
 
-namespace braid::runtime::host {
+namespace braid::datapath {
 
 /// The ranks `rank` of `nRanks` sends to and receives from in algorithm `algo`, in ascending
 /// order, without `rank` itself. The relation is symmetric (each is in the other's list), so
@@ -31,4 +31,4 @@ bool connectsEveryPeer(kernels::Algo algo);
 /// Bruck) give one rank together on nRanks ranks: 3 ceil(log2 n) (me +- 2^k, me xor 2^k).
 int logPeersBound(int nRanks);
 
-}  // namespace braid::runtime::host
+}  // namespace braid::datapath

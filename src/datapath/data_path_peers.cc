@@ -2,7 +2,7 @@
 // Direct, which is sends and receives), cut into parts over a peer's connection sets, queued per
 // connection and run by the host (drivePeerQueues) or launched on a device; and the offered
 // buffers' part of deregistration.
-#include "runtime/host/data_path.h"
+#include "datapath/data_path.h"
 
 #include <algorithm>
 #include <cstring>
@@ -17,9 +17,11 @@
 #include "proxy/control_events.h"
 #include "proxy/proxy.h"
 #include "runtime/host/peer_loop.h"
-#include "runtime/host/profile_events.h"
+#include "datapath/profile_events.h"
 
-namespace braid::runtime::host {
+namespace braid::datapath {
+
+using runtime::host::drivePeerQueues;
 
 void DataPath::enqueuePeers(const std::map<PeerQueueKey, std::deque<kernels::PeerOp>>& queues, void* stream,
                             const char* call) {
@@ -220,4 +222,4 @@ void DataPath::runPeersOn(const std::vector<const plan::Task*>& ops) {
   }
 }
 
-}  // namespace braid::runtime::host
+}  // namespace braid::datapath

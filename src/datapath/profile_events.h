@@ -47,7 +47,7 @@ class ProfilerSession;
 struct ProfileEvent;
 }
 
-namespace braid::runtime::host {
+namespace braid::datapath {
 
 /// The profiler plugin's context for a communicator (NCCL_PROFILER_PLUGIN), or null when there
 /// is no plugin or its init failed. nodeOf: each rank's node.
@@ -160,4 +160,4 @@ class GroupProfile {
   std::array<uint64_t, 2 * kMaxChannels> times_{};
 };
 
-}  // namespace braid::runtime::host
+}  // namespace braid::datapath

@@ -1,10 +1,10 @@
-#include "runtime/host/signature.h"
+#include "datapath/signature.h"
 
 #include <cstdio>
 
 #include "topology/tuner.h"
 
-namespace braid::runtime::host {
+namespace braid::datapath {
 
 namespace {
 
@@ -75,4 +75,4 @@ std::string stepSizeText(int myRank, int peer, const char* transport, uint64_t s
          "data was not used";
 }
 
-}  // namespace braid::runtime::host
+}  // namespace braid::datapath
