@@ -152,7 +152,8 @@ table_line() {
   [ -f "$tmp/$1.txt" ] || return
   awk '$1 ~ /^[0-9]+$/ && NF >= 13 {if (!n++) {s0 = $1; t0 = $6} s = $1; a = $7; b = $8}
        / FAILED$/ {wrong = 1}
-       END { if (!n) { print "no table"; exit }
+       {last = $0}
+       END { if (!n) { printf "no table: %s", substr(last, 1, 240); exit }
              printf "%s B %s us .. %s B %s GB/s (busbw %s)%s", s0, t0, s, a, b, wrong ? ", WRONG RESULTS" : "" }' "$tmp/$1.txt"
 }
 
@@ -204,6 +205,13 @@ for name in one-rank threads streams errors graphs groups memalloc host-backend 
   step "gpu suite" "gpu-$name" "$out/gpu-suite.log" "${braid_env[@]}" NCCL_DEBUG=WARN "$build/test/gpu/gpu_test" "$name"
   [ "$status" = 77 ] && status="skipped by itself: $(grep -m1 skipped "$tmp/gpu-$name.txt")"
   [ "$status" = skipped ] || say "gpu suite: gpu-$name: $status"
+  # The first tests to fail: once more with every launch's work in mapped host memory instead of
+  # its parameters (kernels/launch_args.h), so that the summary tells the two apart.
+  if [[ "$status" =~ ^[0-9]+$ ]] && [ "$status" != 0 ] && [ "$status" != 77 ] && { [ "$name" = one-rank ] || [ "$name" = threads ]; }; then
+    step "gpu suite again" "gpu-$name-inline-off" "$out/gpu-suite.log" "${braid_env[@]}" NCCL_DEBUG=WARN \
+      BRAID_INLINE_LAUNCH_ARGS=0 "$build/test/gpu/gpu_test" "$name"
+    say "gpu suite: gpu-$name again with BRAID_INLINE_LAUNCH_ARGS=0: $status"
+  fi
 done
 
 # 4. PyTorch with Braid preloaded, 1 then 2 ranks on the GPU.

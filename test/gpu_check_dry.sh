@@ -8,7 +8,8 @@
 #
 #   test/gpu_check_dry.sh BUILD            # BUILD as it is (CI: the suite's own build)
 #   test/gpu_check_dry.sh BUILD --build    # meson setup and the build too (BUILD new: with CUDA
-#                                          # where nvcc is; only sum:f32's kernels, for time)
+#                                          # where nvcc is; only the float and double sums the
+#                                          # perf tools call, for time)
 set -uo pipefail
 [ $# -ge 1 ] || { echo "usage: $0 BUILD [--build]"; exit 2; }
 build=$(realpath -m "$1")
@@ -37,7 +38,7 @@ ln -s "$build/libnccl.so.2" "$fake/py/nvidia/nccl/lib/libnccl.so.2"
 
 started=$(date +%s)
 OUT="$fake/out" PATH="$fake/bin:$PATH" PYTHONPATH="$fake/py${PYTHONPATH:+:$PYTHONPATH}" \
-  BRAID_GPU_BUILD="$build" BRAID_GPU_CHECK_BUILD=$mode BRAID_GPU_CHECK_JOBS=2 BRAID_GPU_CHECK_FUNCS=sum:f32 BRAID_GPU_CHECK_MAX=64K \
+  BRAID_GPU_BUILD="$build" BRAID_GPU_CHECK_BUILD=$mode BRAID_GPU_CHECK_JOBS=2 BRAID_GPU_CHECK_FUNCS=sum:f32,sum:f64 BRAID_GPU_CHECK_MAX=64K \
   BRAID_GPU_CHECK_ITERS=2 BRAID_GPU_CHECK_RUN_SECONDS=15 BRAID_GPU_CHECK_SECONDS=${BRAID_GPU_CHECK_SECONDS:-3000} \
   BRAID_GPU_CHECK_STALL="braid alltoall" "$src/perf/gpu-check.sh" > "$fake/stdout" 2>&1
 rc=$?
@@ -66,7 +67,7 @@ expect "the gpu suite step" "^gpu suite: " "$summary"
 expect "the torch step" "^torch, 2 rank\(s\): 0; torch_check: fake torch \(dry run\), 2 rank" "$summary"
 expect "the total, one failure (the stall)" "^total: [0-9]+ s; 1 run\(s\) failed or timed out" "$summary"
 # In order: all_reduce, then sendrecv and alltoall, the gpu suite, torch.
-order=$(grep -nE '^(braid all_reduce|braid sendrecv|braid alltoall|gpu suite|torch)' "$summary" | awk -F'[:,]' '{print $2}' | uniq | tr '\n' '|')
+order=$(grep -E '^(braid all_reduce,|braid sendrecv,|braid alltoall,|gpu suite:|torch,)' "$summary" | awk -F'[:,]' '{print $1}' | uniq | tr '\n' '|')
 if [ "$order" = "braid all_reduce|braid sendrecv|braid alltoall|gpu suite|torch|" ]; then
   echo "ok: the runs in order"
 else
