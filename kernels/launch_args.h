@@ -18,9 +18,21 @@
 #include <cstdint>
 #include <cstring>
 
-#include "braid_config.h"
 #include "kernels/algorithms/send_recv.h"
 #include "kernels/work.h"
+
+// The parameter block's size, BRAID_KERNEL_PARAM_BYTES: meson.build's, in braid_config.h; a
+// compile without the build folder (perf/ptx_report.sh's) takes it from the CUDA version alone.
+#if __has_include("braid_config.h")
+#include "braid_config.h"
+#endif
+#ifndef BRAID_KERNEL_PARAM_BYTES
+#if defined(CUDART_VERSION) && CUDART_VERSION < 12010
+#define BRAID_KERNEL_PARAM_BYTES 4096
+#else
+#define BRAID_KERNEL_PARAM_BYTES 32764
+#endif
+#endif
 
 namespace braid::kernels {
 
