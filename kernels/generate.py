@@ -112,14 +112,12 @@ def cuda_type(type_name, filters):
                 "  return err != cudaSuccess ? err : preloadOne(reinterpret_cast<const void*>(&peerKernel<void>), facts);",
                 "}", "",
                 "cudaError_t launchCopy(const CollLaunch& l) {",
-                "  copyKernel<void><<<l.grid, l.block, l.sharedBytes, l.stream>>>(l.works, l.nWorks, l.rings, l.abortFlag, l.statuses, l.seq, *l.args);",
-                "  return cudaGetLastError();", "}", "",
+                "  return launchWithParams(reinterpret_cast<const void*>(&copyKernel<void>), l);", "}", "",
                 "cudaError_t peerBlocksPerSm(int threads, size_t sharedBytes, int* blocks) {",
                 "  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, peerKernel<void>, threads, sharedBytes);",
                 "}", "",
                 "cudaError_t launchPeers(const PeerLaunch& l) {",
-                "  peerKernel<void><<<l.grid, l.block, l.sharedBytes, l.stream>>>(l.ops, l.starts, l.nQueues, l.abortFlag, l.statuses, l.seq, *l.args);",
-                "  return cudaGetLastError();", "}", "",
+                "  return launchWithParams(reinterpret_cast<const void*>(&peerKernel<void>), l);", "}", "",
                 "}  // namespace braid::runtime::cuda", ""]
         return "\n".join(out)
     cty = [c for _, ty, c in TYPES if ty == type_name][0].replace("kernels::", "")
@@ -129,9 +127,8 @@ def cuda_type(type_name, filters):
     for oi, op, functor in OPS:
         if wanted(filters, op, type_name):
             out.append("    case %d:" % oi)
-            out.append("      collectiveKernel<%s, %s<%s>><<<l.grid, l.block, l.sharedBytes, l.stream>>>(l.works, l.nWorks, "
-                       "l.rings, l.abortFlag, l.statuses, l.seq, *l.args);" % (cty, functor, cty))
-            out.append("      return cudaGetLastError();")
+            out.append("      return launchWithParams(reinterpret_cast<const void*>(&collectiveKernel<%s, %s<%s>>), l);"
+                       % (cty, functor, cty))
     out += ["    default: return cudaErrorNotSupported;", "  }", "}", ""]
     out.append("cudaError_t preload_%s(KernelFacts* facts) {" % type_name)
     out.append("  (void)facts;  // (a filter may leave no kernel)")

@@ -13,6 +13,7 @@
 //               only launches without mapped receive buffers (PeerOp::mapped null).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -20,15 +21,53 @@
 #include "kernels/algorithms/send_recv.h"
 #include "kernels/work.h"
 
+// The parameter block's size, BRAID_KERNEL_PARAM_BYTES: meson.build's, in braid_config.h; a
+// compile without the build folder (perf/ptx_report.sh's) takes it from the CUDA version alone.
+#if __has_include("braid_config.h")
+#include "braid_config.h"
+#endif
+#ifndef BRAID_KERNEL_PARAM_BYTES
+#if defined(CUDART_VERSION) && CUDART_VERSION < 12010
+#define BRAID_KERNEL_PARAM_BYTES 4096
+#else
+#define BRAID_KERNEL_PARAM_BYTES 32764
+#endif
+#endif
+
 namespace braid::kernels {
 
-/// Bytes of arguments a launch may carry in its parameters: with the kernel's other
-/// parameters within the 4 KiB every CUDA device accepts.
-constexpr size_t kInlineArgBytes = 3584;
+/// The kernels' six parameters before the arguments, each in an 8-byte slot (pointers, the
+/// launch's 64-bit number; an int in the low half of its slot), as the CUDA ABI lays them out.
+constexpr size_t kParamPrefixBytes = 48;
+/// Bytes of arguments any launch may carry: with the other parameters within the 4 KiB every
+/// CUDA device and driver accepts.
+constexpr size_t kSmallInlineArgBytes = 3584;
+/// The kernels' argument block: up to BRAID_KERNEL_PARAM_BYTES of parameters in all (32,764
+/// where the build's CUDA is 12.1 or later and every -Dcuda-arch is sm_70 or newer, which a
+/// 12.1 driver then launches; 4,096 otherwise: meson.build). A launch passes only the bytes it
+/// uses (launchBytes), and only up to kSmallInlineArgBytes where the driver is older.
+constexpr size_t kInlineArgBytes =
+    BRAID_KERNEL_PARAM_BYTES > 4096 ? (BRAID_KERNEL_PARAM_BYTES - kParamPrefixBytes) / 16 * 16 : kSmallInlineArgBytes;
 
 struct alignas(16) InlineArgs {
   unsigned char bytes[kInlineArgBytes];
 };
+
+/// A launch's whole parameter block, as the kernels declare it (cuda_entry.cuh): the six first
+/// parameters, then the arguments.
+struct alignas(16) KernelParams {
+  uint64_t slot[kParamPrefixBytes / 8];
+  InlineArgs args;
+};
+static_assert(offsetof(KernelParams, args) == kParamPrefixBytes && sizeof(KernelParams) <= BRAID_KERNEL_PARAM_BYTES + 16);
+
+/// The most bytes of arguments a launch carries in its parameters: none where disabled
+/// (BRAID_INLINE_LAUNCH_ARGS=0), the whole block where the driver (cudaDriverGetVersion) is
+/// 12.1 or later and the GPU sm_70 or newer, else what fits 4 KiB.
+constexpr size_t inlineArgLimit(bool enabled, int driverVersion, int computeMajor) {
+  if (!enabled) return 0;
+  return driverVersion >= 12010 && computeMajor >= 7 ? kInlineArgBytes : kSmallInlineArgBytes;
+}
 
 BRAID_HOST_DEVICE constexpr size_t roundUp16(size_t n) { return (n + 15) / 16 * 16; }
 
@@ -39,12 +78,13 @@ BRAID_HOST_DEVICE inline size_t inlineCollectiveBytes(int n, int nChannels, int 
 }
 
 /// Host: packs n = nWorks x nChannels works (those with peerSend carry nRanks handles each
-/// way) and nChannels rings into `out`; false, nothing written, when they do not fit.
+/// way) and nChannels rings into `out`; false, nothing written, when they do not fit `limit`
+/// bytes (at most kInlineArgBytes: what this launch's driver accepts).
 inline bool packCollective(const CollWork* works, int n, const RingHandle* rings, int nChannels, int nRanks,
-                           InlineArgs* out) {
+                           InlineArgs* out, size_t limit = kInlineArgBytes) {
   int withPeers = 0;
   for (int i = 0; i < n; ++i) withPeers += works[i].peerSend != nullptr;
-  if (inlineCollectiveBytes(n, nChannels, withPeers, nRanks) > kInlineArgBytes) return false;
+  if (inlineCollectiveBytes(n, nChannels, withPeers, nRanks) > std::min(limit, kInlineArgBytes)) return false;
   auto* w = reinterpret_cast<CollWork*>(out->bytes);
   std::memcpy(w, works, static_cast<size_t>(n) * sizeof(CollWork));
   size_t at = static_cast<size_t>(n) * sizeof(CollWork);
@@ -74,12 +114,18 @@ BRAID_HOST_DEVICE inline const ConnHandle* inlinePeers(const unsigned char* byte
   return packed == nullptr ? nullptr : reinterpret_cast<const ConnHandle*>(bytes + reinterpret_cast<uintptr_t>(packed));
 }
 
+/// The bytes a launch of nQueues queues and nOps sends and receives takes inline.
+BRAID_HOST_DEVICE inline size_t inlinePeerBytes(int nQueues, int nOps) {
+  return roundUp16((static_cast<size_t>(nQueues) + 1) * sizeof(int)) + static_cast<size_t>(nOps) * sizeof(PeerOp);
+}
+
 /// Host: packs a group's sends and receives (queue q: ops[starts[q], starts[q + 1])) into
-/// `out`; false, nothing written, when they do not fit or one maps a receiver's buffer.
-inline bool packPeers(const PeerOp* ops, const int* starts, int nQueues, InlineArgs* out) {
+/// `out`; false, nothing written, when they do not fit `limit` bytes or one maps a receiver's
+/// buffer.
+inline bool packPeers(const PeerOp* ops, const int* starts, int nQueues, InlineArgs* out, size_t limit = kInlineArgBytes) {
   const int nOps = starts[nQueues];
   const size_t startBytes = roundUp16((static_cast<size_t>(nQueues) + 1) * sizeof(int));
-  if (startBytes + static_cast<size_t>(nOps) * sizeof(PeerOp) > kInlineArgBytes) return false;
+  if (inlinePeerBytes(nQueues, nOps) > std::min(limit, kInlineArgBytes)) return false;
   for (int i = 0; i < nOps; ++i)
     if (ops[i].mapped != nullptr) return false;
   std::memcpy(out->bytes, starts, (static_cast<size_t>(nQueues) + 1) * sizeof(int));

@@ -182,46 +182,30 @@ bool mpsRunning(std::string* where) {
   return stat(where->c_str(), &st) == 0 && S_ISFIFO(st.st_mode);
 }
 
-/// The hardware queues CUDA gives a process's streams per device (CUDA_DEVICE_MAX_CONNECTIONS,
-/// CUDA's variable: 8 unless set to 1..32).
-int deviceConnections() {
-  const char* text = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
-  if (text == nullptr) return 8;
-  char* end = nullptr;
-  const long v = std::strtol(text, &end, 10);
-  return end != text && *end == '\0' && v >= 1 && v <= 32 ? static_cast<int>(v) : 8;
-}
-
-/// Several ranks on one GPU: said at INFO, with two warnings (once per process) for the ways
-/// they run badly or not at all. Ranks of several processes without MPS are time-sliced: they
-/// run, correctly, but each wait between them costs a context switch (Braid does not refuse
-/// them: the gpu suite's process tests run so). Ranks of one process need a hardware queue
-/// each: beyond CUDA_DEVICE_MAX_CONNECTIONS streams share queues, and a rank's kernel queued
-/// behind another's that waits for it hangs.
+/// Several ranks on one GPU: said at INFO, with a warning (once per process) for each way they
+/// run badly or not at all (gpuSharing). Time-sliced ranks are not refused: the gpu suite's
+/// process tests run so.
 void reportSharedDevice(const RankIdentity& identity, const std::vector<PeerInfo>& peers) {
-  const PeerInfo& mine = peers[identity.rank];
-  int inProcess = 0, otherProcesses = 0;
-  for (const PeerInfo& p : peers) {
-    if (!sameGpu(p, mine) || p.rank == mine.rank) continue;
-    (sameProcess(p, mine) ? inProcess : otherProcesses) += 1;
-  }
-  if (inProcess + otherProcesses == 0) return;
-  BRAID_INFO(log::kInit, "rank %d shares CUDA device %d with %d other rank(s) of this process and %d of other processes",
-             identity.rank, identity.cudaDevice, inProcess, otherProcesses);
-  static std::atomic<bool> warnedProcesses{false}, warnedQueues{false};
   std::string pipe;
-  if (otherProcesses > 0 && !mpsRunning(&pipe) && !warnedProcesses.exchange(true)) {
+  const bool mps = mpsRunning(&pipe);
+  const int queues = deviceConnections(std::getenv("CUDA_DEVICE_MAX_CONNECTIONS"));
+  const GpuSharing s = gpuSharing(peers, identity.rank, mps, queues);
+  if (s.inProcess + s.otherProcesses == 0) return;
+  BRAID_INFO(log::kInit, "rank %d shares CUDA device %d with %d other rank(s) of this process and %d of other processes%s",
+             identity.rank, identity.cudaDevice, s.inProcess, s.otherProcesses,
+             s.otherProcesses > 0 && mps ? " (served by MPS)" : "");
+  static std::atomic<bool> warnedProcesses{false}, warnedQueues{false};
+  if (s.timeSliced && !warnedProcesses.exchange(true)) {
     BRAID_WARN("ranks of several processes share CUDA device %d and no MPS daemon serves it (no control pipe at %s): "
                "their kernels take turns on the GPU, so every collective is slow; start MPS "
                "(nvidia-cuda-mps-control -d) or run those ranks as threads of one process", identity.cudaDevice,
                pipe.c_str());
   }
-  const int queues = deviceConnections();
-  if (inProcess + 1 > queues && !warnedQueues.exchange(true)) {
+  if (s.tooFewQueues && !warnedQueues.exchange(true)) {
     BRAID_WARN("%d ranks of this process share CUDA device %d but CUDA gives its streams %d hardware queues "
                "(CUDA_DEVICE_MAX_CONNECTIONS): a rank's kernel may queue behind another's that waits for it and hang; "
-               "set CUDA_DEVICE_MAX_CONNECTIONS=%d or more before CUDA starts", inProcess + 1, identity.cudaDevice, queues,
-               std::min(32, inProcess + 1));
+               "set CUDA_DEVICE_MAX_CONNECTIONS=%d or more before CUDA starts", s.inProcess + 1, identity.cudaDevice, queues,
+               s.queuesNeeded);
   }
 }
 

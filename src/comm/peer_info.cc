@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 
@@ -69,6 +71,26 @@ void localPosition(const std::vector<PeerInfo>& peers, int rank, int* localRank,
     if (p.rank < rank) ++*localRank;
     ++*localRanks;
   }
+}
+
+GpuSharing gpuSharing(const std::vector<PeerInfo>& peers, int rank, bool mpsRunning, int queues) {
+  GpuSharing s;
+  const PeerInfo& mine = peers[rank];
+  for (const PeerInfo& p : peers) {
+    if (p.rank == mine.rank || !sameGpu(p, mine)) continue;
+    (sameProcess(p, mine) ? s.inProcess : s.otherProcesses) += 1;
+  }
+  s.timeSliced = s.otherProcesses > 0 && !mpsRunning;
+  s.queuesNeeded = std::min(32, s.inProcess + 1);
+  s.tooFewQueues = s.inProcess + 1 > queues;
+  return s;
+}
+
+int deviceConnections(const char* text) {
+  if (text == nullptr) return 8;
+  char* end = nullptr;
+  const long v = std::strtol(text, &end, 10);
+  return end != text && *end == '\0' && v >= 1 && v <= 32 ? static_cast<int>(v) : 8;
 }
 
 }  // namespace braid

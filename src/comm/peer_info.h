@@ -52,6 +52,24 @@ bool samePidNamespace(const PeerInfo& a, const PeerInfo& b);
 /// process numbers the device), or, where a bus id is unknown, one process and one ordinal.
 bool sameGpu(const PeerInfo& a, const PeerInfo& b);
 
+/// How rank `rank` shares its GPU with the communicator's other ranks, and the two ways that
+/// runs badly or not at all. Ranks of other processes without MPS are time-sliced: correct,
+/// but each wait on one costs a context switch. Ranks of one process need a hardware queue a
+/// stream: beyond `queues` (CUDA_DEVICE_MAX_CONNECTIONS) streams share queues, and a rank's
+/// kernel queued behind another's that waits for it hangs.
+struct GpuSharing {
+  int inProcess = 0;          ///< other ranks of this process on the GPU
+  int otherProcesses = 0;     ///< ranks of other processes on it
+  bool timeSliced = false;    ///< other processes share it and no MPS daemon serves it
+  bool tooFewQueues = false;  ///< this process's ranks on it outnumber the hardware queues
+  int queuesNeeded = 1;       ///< the queues this process's ranks on it need (at most 32)
+};
+GpuSharing gpuSharing(const std::vector<PeerInfo>& peers, int rank, bool mpsRunning, int queues);
+
+/// The hardware queues CUDA gives a process's streams per device, from the text of
+/// CUDA_DEVICE_MAX_CONNECTIONS (null: unset) as CUDA reads it: 8 unless it is 1..32.
+int deviceConnections(const char* text);
+
 /// This rank's index among the ranks on its host, and how many ranks that host has.
 void localPosition(const std::vector<PeerInfo>& peers, int rank, int* localRank, int* localRanks);
 

@@ -23,7 +23,7 @@ const std::vector<KnobSpec>& knobTable() {
       {"BRAID_IBVERBS_LIBRARY", KnobType::String, "libibverbs.so.1",
        "library opened with dlopen for InfiniBand/RoCE: detection and the verbs transport (tests point it at a double)", true},
       {"BRAID_INLINE_LAUNCH_ARGS", KnobType::Integer, "1",
-       "CUDA backend: 1 passes a launch's work in the kernel's parameters where it fits (3.5 KiB), as NCCL; 0 always through host memory the GPU maps", true},
+       "CUDA backend: 1 passes a launch's work in the kernel's parameters where it fits (32 KiB with CUDA 12.1+ on sm_70+, else 3.5 KiB), as NCCL; 0 always through host memory the GPU maps", true},
       {"BRAID_NVML_LIBRARY", KnobType::String, "libnvidia-ml.so.1",
        "library opened with dlopen to detect GPUs and NVLinks (tests point it at a double)", true},
       {"BRAID_ONE_SIDED_NET", KnobType::Integer, "0",

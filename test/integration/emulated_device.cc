@@ -14,6 +14,7 @@
 #include "core/fd_exchange.h"
 #include "core/status.h"
 #include "kernels/algorithms/send_recv.h"
+#include "kernels/launch_args.h"
 #include "plugin/profiler_plugin.h"
 #include "runtime/host/kernel_table.h"
 #include "runtime/host/peer_loop.h"
@@ -192,6 +193,8 @@ std::atomic<int> EmulatedDevice::works{0};
 std::atomic<uint64_t> EmulatedDevice::sendSteps{0};
 std::atomic<int> EmulatedDevice::residentBlocksAll{1024};
 std::atomic<int> EmulatedDevice::maxLaunchChannels{0};
+std::atomic<size_t> EmulatedDevice::inlineLimit{kernels::kInlineArgBytes};
+std::atomic<int> EmulatedDevice::packedLaunches{0};
 std::atomic<int> EmulatedDevice::maxPeerBlocks{0};
 std::atomic<int> EmulatedDevice::badPeerBlocks{0};
 
@@ -271,29 +274,46 @@ void EmulatedDevice::launchCollective(const kernels::CollWork* given, int nWorks
   if (fn == nullptr) fail(ncclInvalidUsage, "%s: not instantiated in this build", call);
   for (int seen = maxLaunchChannels.load(); nChannels > seen && !maxLaunchChannels.compare_exchange_weak(seen, nChannels);) {
   }
-  // The arguments are copied, the connection handles too, as a GPU launch's are.
+  // The arguments travel as a GPU launch's do: packed into the launch's parameters where they
+  // fit inlineLimit (kernels/launch_args.h), found again as the kernels find them; else copied,
+  // the connection handles too.
   const int n = nWorks * nChannels;
-  auto w = std::make_shared<std::vector<kernels::CollWork>>(given, given + n);
-  auto r = std::make_shared<std::vector<kernels::RingHandle>>(rings, rings + nChannels);
+  auto packed = std::make_shared<kernels::InlineArgs>();
+  const bool inParameters = kernels::packCollective(given, n, rings, nChannels, nRanks, packed.get(), inlineLimit.load());
+  if (inParameters) ++packedLaunches;
+  auto w = std::make_shared<std::vector<kernels::CollWork>>();
+  auto r = std::make_shared<std::vector<kernels::RingHandle>>();
   auto handles = std::make_shared<std::vector<kernels::ConnHandle>>();
-  handles->reserve(2 * static_cast<size_t>(n) * nRanks);
-  for (kernels::CollWork& work : *w) {
-    if (work.peerSend == nullptr) continue;
-    const size_t at = handles->size();
-    handles->insert(handles->end(), work.peerSend, work.peerSend + nRanks);
-    handles->insert(handles->end(), work.peerRecv, work.peerRecv + nRanks);
-    work.peerSend = handles->data() + at;
-    work.peerRecv = handles->data() + at + nRanks;
+  if (!inParameters) {
+    w->assign(given, given + n);
+    r->assign(rings, rings + nChannels);
+    handles->reserve(2 * static_cast<size_t>(n) * nRanks);
+    for (kernels::CollWork& work : *w) {
+      if (work.peerSend == nullptr) continue;
+      const size_t at = handles->size();
+      handles->insert(handles->end(), work.peerSend, work.peerSend + nRanks);
+      handles->insert(handles->end(), work.peerRecv, work.peerRecv + nRanks);
+      work.peerSend = handles->data() + at;
+      work.peerRecv = handles->data() + at + nRanks;
+    }
   }
   const uint64_t seq = ++seq_;
   ++launches;
   works += nWorks;
-  enqueue([this, fn, w, r, handles, nWorks, nChannels, seq] {
+  enqueue([this, fn, w, r, handles, packed, inParameters, n, nWorks, nChannels, seq] {
     executor_.runChannels(nChannels, [&](int c, runtime::host::HostGroup& g) {
       statuses_[c].startTime = plugin::profilerClock();  // (the GPU's clock, played by the profiler's)
       kernels::storeRelease(&statuses_[c].startedSeq, seq);
+      const unsigned char* bytes = packed->bytes;
+      const kernels::RingHandle& ring = inParameters ? kernels::inlineRings(bytes, n)[c] : (*r)[c];
       for (int i = 0; i < nWorks; ++i) {
-        if (!fn(g, (*w)[static_cast<size_t>(i) * nChannels + c], (*r)[c], abort_.get())) break;
+        const size_t at = static_cast<size_t>(i) * nChannels + c;
+        kernels::CollWork work = inParameters ? kernels::inlineWorks(bytes)[at] : (*w)[at];
+        if (inParameters) {  // (as the kernels' channelLoop: offsets into the parameters)
+          work.peerSend = kernels::inlinePeers(bytes, work.peerSend);
+          work.peerRecv = kernels::inlinePeers(bytes, work.peerRecv);
+        }
+        if (!fn(g, work, ring, abort_.get())) break;
       }
       statuses_[c].doneTime = plugin::profilerClock();
       kernels::storeRelease(&statuses_[c].doneSeq, seq);

@@ -40,6 +40,11 @@ class EmulatedDevice final : public runtime::Device {
   static std::atomic<int> residentBlocksAll;
   /// The most channels a collective launch of any emulated device has had so far.
   static std::atomic<int> maxLaunchChannels;
+  /// The most bytes of arguments a collective launch carries in its parameters (as the CUDA
+  /// device's limit: kernels::inlineArgLimit; kInlineArgBytes unless a test sets it), and how
+  /// many launches carried theirs so.
+  static std::atomic<size_t> inlineLimit;
+  static std::atomic<int> packedLaunches;
   /// The most blocks a peer launch has asked for so far, and how many asked for fewer than 1 or
   /// more than their queues.
   static std::atomic<int> maxPeerBlocks;

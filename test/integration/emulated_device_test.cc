@@ -18,6 +18,7 @@
 #include "harness/ranks.h"
 #include "integration/emulated_device.h"
 #include "integration/test_env.h"
+#include "kernels/launch_args.h"
 #include "plan/algo_proto.h"
 #include "datapath/data_path.h"
 
@@ -42,6 +43,23 @@ cudaStream_t streamOf(int rank) { return reinterpret_cast<cudaStream_t>(static_c
 void sync(ncclComm_t comm) { comm->dataPath().synchronize(); }
 
 float input(int rank, size_t i) { return static_cast<float>((rank * 7 + i) % 5); }  // exact sums in float
+
+/// n ranks of one communicator, threads of this process, their configs asking for minCTAs and
+/// maxCTAs channels (0: not set).
+std::vector<ncclComm_t> initComms(int n, int minCTAs, int maxCTAs) {
+  std::vector<ncclComm_t> comms(n);
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  REQUIRE(ncclGroupStart() == ncclSuccess);
+  for (int r = 0; r < n; ++r) {
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    if (minCTAs > 0) config.minCTAs = minCTAs;
+    if (maxCTAs > 0) config.maxCTAs = maxCTAs;
+    REQUIRE(ncclCommInitRankConfig(&comms[r], n, id, r, &config) == ncclSuccess);
+  }
+  REQUIRE(ncclGroupEnd() == ncclSuccess);
+  return comms;
+}
 
 }  // namespace
 
@@ -488,16 +506,7 @@ TEST_CASE("emulated GPU: ranks sharing a device split the blocks it keeps reside
   auto largest = [&](int resident, int minCTAs) {
     test::EmulatedDevice::residentBlocksAll = resident;
     test::EmulatedDevice::maxLaunchChannels = 0;
-    std::vector<ncclComm_t> comms(n);
-    ncclUniqueId id;
-    REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
-    REQUIRE(ncclGroupStart() == ncclSuccess);
-    for (int r = 0; r < n; ++r) {
-      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-      if (minCTAs > 0) config.minCTAs = minCTAs;
-      REQUIRE(ncclCommInitRankConfig(&comms[r], n, id, r, &config) == ncclSuccess);
-    }
-    REQUIRE(ncclGroupEnd() == ncclSuccess);
+    std::vector<ncclComm_t> comms = initComms(n, minCTAs, 0);
     std::vector<std::vector<float>> buf(n, std::vector<float>(count));
     for (int r = 0; r < n; ++r)
       for (size_t i = 0; i < count; ++i) buf[r][i] = input(r, i);
@@ -587,4 +596,45 @@ TEST_CASE("emulated GPU: suspend waits for enqueued work, gives the scratch back
     sync(comm);
     checkAlltoAll("after resume");
   }) == "");
+}
+
+TEST_CASE("emulated GPU: 8, 16 and 32 channels' work in the launch's parameters (the large block), or in memory "
+          "beyond 4 KiB on an old driver, exact either way", "[integration][emulated]") {
+  Emulated emulated;
+  const int n = 2;
+  const size_t count = size_t(1) << 20;
+  // run: the most channels a launch had and how many launches were packed, the config asking
+  // for `channels` channels exactly and the device packing up to `limit` bytes.
+  auto run = [&](int channels, size_t limit) {
+    test::EmulatedDevice::inlineLimit = limit;
+    test::EmulatedDevice::maxLaunchChannels = 0;
+    test::EmulatedDevice::packedLaunches = 0;
+    std::vector<ncclComm_t> comms = initComms(n, channels, channels);
+    std::vector<std::vector<float>> buf(n, std::vector<float>(count));
+    for (int round = 0; round < 2; ++round) {
+      for (int r = 0; r < n; ++r)
+        for (size_t i = 0; i < count; ++i) buf[r][i] = input(r + round, i);
+      REQUIRE(ncclGroupStart() == ncclSuccess);
+      for (int r = 0; r < n; ++r)
+        REQUIRE(ncclAllReduce(buf[r].data(), buf[r].data(), count, ncclFloat, ncclSum, comms[r], streamOf(r)) == ncclSuccess);
+      REQUIRE(ncclGroupEnd() == ncclSuccess);
+      for (auto comm : comms) sync(comm);
+      int wrong = 0;
+      for (int r = 0; r < n; ++r)
+        for (size_t i = 0; i < count; ++i) wrong += buf[r][i] != input(round, i) + input(1 + round, i);
+      CHECK(wrong == 0);
+    }
+    for (auto comm : comms) REQUIRE(ncclCommDestroy(comm) == ncclSuccess);
+    return std::make_pair(test::EmulatedDevice::maxLaunchChannels.load(), test::EmulatedDevice::packedLaunches.load());
+  };
+  for (int channels : {8, 16, 32}) {
+    INFO(channels << " channels");
+    const auto [large, packedLarge] = run(channels, kernels::kInlineArgBytes);
+    CHECK(large == channels);
+    CHECK(packedLarge >= 2);  // every AllReduce's launch, in the parameters
+    const auto [small, packedSmall] = run(channels, kernels::kSmallInlineArgBytes);
+    CHECK(small == channels);
+    if (channels > 8) CHECK(packedSmall == 0);  // (beyond 4 KiB: through memory, as before)
+  }
+  test::EmulatedDevice::inlineLimit = kernels::kInlineArgBytes;
 }

@@ -154,7 +154,13 @@ class CudaDevice final : public Device {
     abort_ = static_cast<uint32_t*>(allocateMapped(64, "the abort word"));
     BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&last_, cudaEventDisableTiming));
     BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
-    inlineArgs_ = params::process().integer("BRAID_INLINE_LAUNCH_ARGS") != 0;
+    int driver = 0, major = 0;
+    if (cudaDriverGetVersion(&driver) != cudaSuccess) driver = 0;
+    BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ordinal_));
+    inlineLimit_ = kernels::inlineArgLimit(params::process().integer("BRAID_INLINE_LAUNCH_ARGS") != 0, driver, major);
+    BRAID_INFO(log::kInit, "CUDA device %d: launches carry up to %zu bytes of arguments in their parameters "
+               "(driver %d.%d, sm_%d%s)", ordinal_, inlineLimit_, driver / 1000, driver % 1000 / 10, major * 10,
+               inlineLimit_ == kernels::kInlineArgBytes || inlineLimit_ == 0 ? "" : "; more needs a 12.1 driver and sm_70");
   }
 
   ~CudaDevice() override {
@@ -317,7 +323,7 @@ class CudaDevice final : public Device {
     const size_t peerBytes = 2 * static_cast<size_t>(nRanks) * sizeof(kernels::ConnHandle);
     kernels::CollWork* w = nullptr;  // (null, with r: the arguments are in the launch's parameters)
     kernels::RingHandle* r = nullptr;
-    const bool packed = inlineArgs_ && kernels::packCollective(works, n, rings, nChannels, nRanks, &packed_);
+    const bool packed = kernels::packCollective(works, n, rings, nChannels, nRanks, &params_.args, inlineLimit_);
     Args args = packed ? argsInParameters(s, call)
                        : argsFor(s, n * sizeof(kernels::CollWork) + nChannels * sizeof(kernels::RingHandle) +
                                         withPeers * peerBytes,
@@ -338,7 +344,8 @@ class CudaDevice final : public Device {
       }
     }
     const CollLaunch launch{dim3(nChannels), dim3(threads_), withPeers > 0 ? kernels::collectiveSharedBytes(nRanks) : 0,
-                            s, w, nWorks, r, abort_, statuses_, ++launchSeq_, &packed_};
+                            s, w, nWorks, r, abort_, statuses_, ++launchSeq_, &params_,
+                            packed ? kernels::inlineCollectiveBytes(n, nChannels, withPeers, nRanks) : 0};
     cudaGetLastError();  // the launch's own error only, not an earlier call's left behind
     const cudaError_t err = copy ? launchCopy(launch) : launchReduction(red, dtype, launch);
     launched(s, args, err);
@@ -361,7 +368,7 @@ class CudaDevice final : public Device {
     const cudaStream_t s = static_cast<cudaStream_t>(stream);
     kernels::PeerOp* o = nullptr;  // (null, with q: the operations are in the launch's parameters)
     int* q = nullptr;
-    const bool packed = inlineArgs_ && kernels::packPeers(ops, starts, nQueues, &packed_);
+    const bool packed = kernels::packPeers(ops, starts, nQueues, &params_.args, inlineLimit_);
     const size_t opBytes = (nOps * sizeof(kernels::PeerOp) + (nQueues + 1) * sizeof(int) + 15) / 16 * 16;
     Args args = packed ? argsInParameters(s, call) : argsFor(s, opBytes + nMapped * sizeof(kernels::MappedBuffer), call);
     if (!packed) {
@@ -377,7 +384,8 @@ class CudaDevice final : public Device {
     cudaGetLastError();
     const cudaError_t err =
         cuda::launchPeers(PeerLaunch{dim3(peerGrid(blocks, nQueues, shared)), dim3(kPeerThreads), shared, s, o, q,
-                                     nQueues, abort_, statuses_, ++launchSeq_, &packed_});
+                                     nQueues, abort_, statuses_, ++launchSeq_, &params_,
+                                     packed ? kernels::inlinePeerBytes(nQueues, nOps) : 0});
     launched(s, args, err);
     check(err, "the send/receive kernel's launch");
   }
@@ -535,7 +543,7 @@ class CudaDevice final : public Device {
     beginOn(s);
     return a;
   }
-  /// A launch whose arguments travel in its parameters (packed_): no memory to keep, but its
+  /// A launch whose arguments travel in its parameters (params_): no memory to keep, but its
   /// order after this rank's uncaptured work, as argsFor's.
   Args argsInParameters(cudaStream_t s, const char* call) {
     Args a;
@@ -583,8 +591,8 @@ class CudaDevice final : public Device {
 
   int ordinal_;
   int threads_;
-  bool inlineArgs_ = true;       // BRAID_INLINE_LAUNCH_ARGS
-  kernels::InlineArgs packed_{};  // a launch's arguments in its parameters (copied by the launch)
+  size_t inlineLimit_ = 0;          // the most bytes of arguments a launch carries in its parameters
+  kernels::KernelParams params_{};  // a launch's parameters (copied by the launch, the bytes in use)
   int residentBlocks_ = 0;
   int multiprocessors_ = 1;
   transport::FifoAllocator* allocator_;

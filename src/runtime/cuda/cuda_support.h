@@ -11,6 +11,23 @@
 
 namespace braid::runtime::cuda {
 
+/// A driver function looked up through the runtime, or null.
+template <typename F>
+F driverFunction(const char* name) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+#if CUDART_VERSION >= 12050
+  const cudaError_t err = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found);
+#else
+  const cudaError_t err = cudaGetDriverEntryPoint(name, &fn, cudaEnableDefault, &found);
+#endif
+  if (err != cudaSuccess || found != cudaDriverEntryPointSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return reinterpret_cast<F>(fn);
+}
+
 /// Throws ncclUnhandledCudaError naming the call and CUDA's error.
 inline void check(cudaError_t err, const char* call) {
   if (err == cudaSuccess) return;

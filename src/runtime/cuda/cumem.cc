@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/fd_exchange.h"
+#include "runtime/cuda/cuda_support.h"
 #include "core/log.h"
 #include "core/params.h"
 #include "core/status.h"
@@ -19,30 +20,12 @@ namespace braid::runtime::cuda {
 
 namespace {
 
-/// A driver function looked up through the runtime, or null.
-template <typename F>
-F driverFunction(const char* name) {
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult found{};
-#if CUDART_VERSION >= 12050
-  const cudaError_t err = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found);
-#else
-  const cudaError_t err = cudaGetDriverEntryPoint(name, &fn, cudaEnableDefault, &found);
-#endif
-  if (err != cudaSuccess || found != cudaDriverEntryPointSuccess) {
-    cudaGetLastError();
-    return nullptr;
-  }
-  return reinterpret_cast<F>(fn);
-}
-
 // The driver functions used here: (field, driver symbol).
 #define BRAID_CUMEM_FUNCTIONS(X)                                                                        \
   X(create, cuMemCreate) X(release, cuMemRelease) X(reserve, cuMemAddressReserve)                      \
   X(addressFree, cuMemAddressFree) X(map, cuMemMap) X(unmap, cuMemUnmap) X(setAccess, cuMemSetAccess)  \
   X(granularity, cuMemGetAllocationGranularity) X(exportHandle, cuMemExportToShareableHandle)          \
-  X(importHandle, cuMemImportFromShareableHandle) X(attribute, cuDeviceGetAttribute)                  \
-  X(handleProperties, cuMemGetAllocationPropertiesFromHandle)
+  X(importHandle, cuMemImportFromShareableHandle) X(attribute, cuDeviceGetAttribute)
 
 struct Driver {
 #define BRAID_FIELD(field, symbol) decltype(&symbol) field = nullptr;
@@ -251,23 +234,16 @@ void* cumemImport(int device, int fd, size_t bytes) {
         "cuMemImportFromShareableHandle");
   void* p = nullptr;
   try {
-    // Access goes by the memory's own device (the owner's, in this process's numbering):
-    // that device and every one that reaches it, which must include `device`.
-    CUmemAllocationProp prop{};
-    int owner = device;
-    if (d.handleProperties(&prop, handle) == CUDA_SUCCESS && prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
-      owner = prop.location.id;
-    }
-    int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess || owner < 0 || owner >= count) owner = device;  // (not ours to see)
-    int reach = owner == device ? 1 : 0;
-    if (owner != device && cudaDeviceCanAccessPeer(&reach, device, owner) != cudaSuccess) reach = 0;
-    cudaGetLastError();
-    if (!reach) {
-      fail(ncclInvalidUsage, "CUDA device %d cannot reach the memory another process shared from device %d (no peer "
-                             "access): FIFO slots in that GPU are out of this rank's reach", device, owner);
-    }
-    p = mapHandle(owner, handle, bytes, granularityOf(owner));
+    // Mapped for `device` (this rank's) and every device that reaches it, as NCCL maps what it
+    // imports. Never by the memory's own device as the handle reports it: an ordinal, which
+    // under CUDA_VISIBLE_DEVICES narrowed differently in the two processes may name another GPU
+    // here or none. The exporter's size is a multiple of its granularity; the reservation is
+    // aligned to this device's.
+    p = mapHandle(device, handle, bytes, granularityOf(device));
+  } catch (const Error& e) {
+    d.release(handle);
+    fail(ncclInvalidUsage, "CUDA device %d cannot map the memory another process shared (%s): it is on a GPU "
+                           "out of this device's reach (no peer access)", device, e.what());
   } catch (...) {
     d.release(handle);
     throw;

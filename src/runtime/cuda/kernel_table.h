@@ -12,7 +12,7 @@
 namespace braid::runtime::cuda {
 
 /// One launch of a collective: a block per channel, the channels' work and ring handles
-/// (host memory the GPU maps; both null: packed in `args`, kernels/launch_args.h), and the
+/// (host memory the GPU maps; both null: packed in params->args, kernels/launch_args.h), and the
 /// dynamic shared memory collectiveSharedBytes says.
 struct CollLaunch {
   dim3 grid, block;
@@ -24,11 +24,12 @@ struct CollLaunch {
   const uint32_t* abortFlag;
   kernels::ChannelStatus* statuses;  ///< block c marks statuses[c] started and done with seq
   uint64_t seq;                      ///< the launch's number (never 0)
-  const kernels::InlineArgs* args;   ///< passed by value with the launch (never null)
+  kernels::KernelParams* params;     ///< the parameter block the launch fills and passes (never null)
+  size_t argBytes;                   ///< the bytes of params->args in use (0: none, works and rings given)
 };
 
 /// One launch of a group's sends and receives: queue q is ops[starts[q], starts[q + 1]), run
-/// by block q mod grid.x (ops and starts null: packed in `args`).
+/// by block q mod grid.x (ops and starts null: packed in params->args).
 struct PeerLaunch {
   dim3 grid;
   dim3 block;
@@ -40,8 +41,14 @@ struct PeerLaunch {
   const uint32_t* abortFlag;
   kernels::ChannelStatus* statuses;  ///< block b marks statuses[b] started and done with seq; its progress counts the steps b moved
   uint64_t seq;                      ///< the launch's number (never 0)
-  const kernels::InlineArgs* args;   ///< passed by value with the launch (never null)
+  kernels::KernelParams* params;     ///< the parameter block the launch fills and passes (never null)
+  size_t argBytes;                   ///< the bytes of params->args in use (0: none, ops and starts given)
 };
+
+/// Launches `kernel` (a collective or the point-to-point kernel) with l's parameters written
+/// into l.params, passing only the bytes in use (kernel_launch.cc).
+cudaError_t launchWithParams(const void* kernel, const CollLaunch& l);
+cudaError_t launchWithParams(const void* kernel, const PeerLaunch& l);
 
 /// The reduction kernel of (RedKind, ncclDataType_t); cudaErrorNotSupported where
 /// -Dcuda-only-funcs left it out, else the launch's own result.

@@ -63,3 +63,57 @@ TEST_CASE("one GPU: by bus id, or one process and one ordinal when a bus id is u
   b.processId = 0xbbbb;
   CHECK(sameGpu(a, b));
 }
+
+namespace {
+/// Rank r: process `processId` of host 7, on the GPU at PCI bus `busId` (its own ordinal aside).
+PeerInfo onGpu(int r, uint64_t processId, int64_t busId, int ordinal) {
+  PeerInfo p = peer(7, 10 + static_cast<int>(processId), processId, 100, 27, 1);
+  p.rank = r;
+  p.busId = busId;
+  p.cudaDevice = ordinal;
+  return p;
+}
+}  // namespace
+
+TEST_CASE("sharing a GPU: time-sliced processes without MPS, threads beyond the hardware queues", "[unit][comm]") {
+  // Ranks 0-2 threads of process 1; rank 3 process 2 on the same GPU (bus 0x1b) under a narrowed
+  // CUDA_VISIBLE_DEVICES (its ordinal 0 where process 1 says 1); rank 4 process 2 on another GPU.
+  const std::vector<PeerInfo> peers = {onGpu(0, 1, 0x1b, 1), onGpu(1, 1, 0x1b, 1), onGpu(2, 1, 0x1b, 1),
+                                       onGpu(3, 2, 0x1b, 0), onGpu(4, 2, 0x3d, 1)};
+  GpuSharing s = gpuSharing(peers, 0, /*mpsRunning=*/false, /*queues=*/8);
+  CHECK(s.inProcess == 2);
+  CHECK(s.otherProcesses == 1);
+  CHECK(s.timeSliced);
+  CHECK_FALSE(s.tooFewQueues);
+  CHECK(s.queuesNeeded == 3);
+  CHECK_FALSE(gpuSharing(peers, 0, /*mpsRunning=*/true, 8).timeSliced);  // MPS: kernels run together
+  s = gpuSharing(peers, 1, false, /*queues=*/2);
+  CHECK(s.tooFewQueues);  // three ranks of one process, two queues
+  CHECK(s.queuesNeeded == 3);
+  CHECK_FALSE(gpuSharing(peers, 1, false, 3).tooFewQueues);
+  s = gpuSharing(peers, 3, false, 1);  // alone in its process on the GPU: one queue does
+  CHECK(s.inProcess == 0);
+  CHECK(s.otherProcesses == 3);
+  CHECK(s.timeSliced);
+  CHECK_FALSE(s.tooFewQueues);
+  s = gpuSharing(peers, 4, false, 1);  // alone on its GPU (the same ordinal as ranks 0-2: another bus)
+  CHECK(s.inProcess + s.otherProcesses == 0);
+  CHECK_FALSE(s.timeSliced);
+  // 40 threads on one GPU: CUDA gives at most 32 queues.
+  std::vector<PeerInfo> many;
+  for (int r = 0; r < 40; ++r) many.push_back(onGpu(r, 1, 0x1b, 0));
+  s = gpuSharing(many, 0, false, 32);
+  CHECK(s.tooFewQueues);
+  CHECK(s.queuesNeeded == 32);
+}
+
+TEST_CASE("CUDA_DEVICE_MAX_CONNECTIONS read as CUDA reads it: 8 unless 1..32", "[unit][comm]") {
+  CHECK(deviceConnections(nullptr) == 8);
+  CHECK(deviceConnections("") == 8);
+  CHECK(deviceConnections("1") == 1);
+  CHECK(deviceConnections("32") == 32);
+  CHECK(deviceConnections("33") == 8);
+  CHECK(deviceConnections("0") == 8);
+  CHECK(deviceConnections("16x") == 8);
+  CHECK(deviceConnections("-4") == 8);
+}

@@ -24,7 +24,7 @@ bool same(const void* a, const void* b, size_t n) { return std::memcmp(a, b, n) 
 
 TEST_CASE("launch args: a collective's works, rings and peer handles packed and found again", "[unit][kernels]") {
   for (int nRanks : {1, 2, 3, 5}) {
-    for (int nChannels : {1, 2, 4}) {
+    for (int nChannels : {1, 2, 4, 8, 16, 32}) {
       for (int nWorks : {1, 2}) {
         INFO(nRanks << " ranks, " << nChannels << " channels, " << nWorks << " works");
         const int n = nWorks * nChannels;
@@ -89,10 +89,45 @@ TEST_CASE("launch args: a launch that does not fit is refused, nothing written",
   CHECK_FALSE(packCollective(works.data(), nChannels, rings.data(), nChannels, 2, &args));
   CHECK(args.bytes[0] == 0xab);
   CHECK(packCollective(works.data(), nChannels - 1, rings.data(), nChannels - 1, 2, &args));
-  // 8 ranks' handles both ways for 2 works: 3.3 KiB of handles alone
+  // 8 ranks' handles both ways for 2 works: 3.3 KiB of handles alone, beyond a 4 KiB block
   std::vector<ConnHandle> peers(8, handle(3));
   works[0].peerSend = works[0].peerRecv = works[1].peerSend = works[1].peerRecv = peers.data();
-  CHECK_FALSE(packCollective(works.data(), 2, rings.data(), 2, 8, &args));
+  CHECK_FALSE(packCollective(works.data(), 2, rings.data(), 2, 8, &args, kSmallInlineArgBytes));
+  CHECK(packCollective(works.data(), 2, rings.data(), 2, 8, &args) == (kInlineArgBytes > kSmallInlineArgBytes));
+}
+
+TEST_CASE("launch args: 32 channels fit the large block (CUDA 12.1, sm_70), 8 the small one; older drivers get 4 KiB",
+          "[unit][kernels]") {
+  // The parameter block is what nvcc accepts: 32,764 bytes in all from CUDA 12.1 for sm_70 and
+  // later (this build's: BRAID_KERNEL_PARAM_BYTES), 4 KiB before.
+  STATIC_REQUIRE(kParamPrefixBytes + sizeof(InlineArgs) <= BRAID_KERNEL_PARAM_BYTES);
+  STATIC_REQUIRE(kParamPrefixBytes + kSmallInlineArgBytes <= 4096);
+  CHECK(inlineArgLimit(false, 13000, 9) == 0);                       // BRAID_INLINE_LAUNCH_ARGS=0
+  CHECK(inlineArgLimit(true, 13000, 9) == kInlineArgBytes);          // CUDA 13 driver, Hopper
+  CHECK(inlineArgLimit(true, 12010, 7) == kInlineArgBytes);          // the first driver and GPU that can
+  CHECK(inlineArgLimit(true, 12000, 9) == kSmallInlineArgBytes);     // a 12.0 driver
+  CHECK(inlineArgLimit(true, 13000, 6) == kSmallInlineArgBytes);     // Pascal
+  // One AllReduce work a channel (works plus rings: 408 bytes a channel, issue 39).
+  const size_t perChannel = sizeof(CollWork) + sizeof(RingHandle);
+  INFO(perChannel << " bytes a channel; block " << kInlineArgBytes);
+  for (int nChannels : {8, 16, 32}) {
+    std::vector<CollWork> works(nChannels);
+    std::vector<RingHandle> rings(nChannels);
+    for (int c = 0; c < nChannels; ++c) {
+      std::memset(&works[c], 0, sizeof(CollWork));
+      works[c].channelOffset = 10 * c;
+      std::memset(&rings[c], 0, sizeof(RingHandle));
+      rings[c].index = c;
+    }
+    InlineArgs args;
+    CHECK(packCollective(works.data(), nChannels, rings.data(), nChannels, 2, &args, kSmallInlineArgBytes) == (nChannels <= 8));
+    if (kInlineArgBytes == kSmallInlineArgBytes) continue;  // (a build whose CUDA has only the small block)
+    REQUIRE(packCollective(works.data(), nChannels, rings.data(), nChannels, 2, &args));
+    for (int c = 0; c < nChannels; ++c) {
+      CHECK(inlineWorks(args.bytes)[c].channelOffset == static_cast<size_t>(10 * c));
+      CHECK(inlineRings(args.bytes, nChannels)[c].index == c);
+    }
+  }
 }
 
 TEST_CASE("launch args: a group's sends and receives packed and found again; mapped ones not packed", "[unit][kernels]") {
