@@ -6,39 +6,37 @@
 // A unit of its own: called from here too, the element loops would get generic pointers, and
 // perf/ptx_probe.cu reports them on global ones.
 //
-// The connections are copied with a GPU peer's transport (no step sizes: only a network proxy
-// reads them) or a network's, so that the compiler drops the other's branches, as a reader of
-// the report would.
+// The connections are a GPU peer's (transport kP2p); their addresses go to the out-of-line
+// waits, so the compiler keeps the branches on their fields: the network's step-size store
+// (recordStepSize) is counted though a GPU peer's connection skips it.
 #include "kernels/cuda_entry.cuh"
 
 using namespace braid::kernels;
 
 namespace {
-__device__ ConnHandle probeConn(const ConnHandle* given, bool network) {
+__device__ ConnHandle probeConn(const ConnHandle* given) {
   ConnHandle c = *given;
-  c.transport = network ? kFirstNetworkTransport : 1;  // (transport::Kind::kP2p)
-  if (!network) c.sizes = nullptr;  // (as the connector hands a GPU peer's connection)
+  c.transport = 1;  // (transport::Kind::kP2p)
   return c;
 }
-__device__ void probeStep(Proto proto, bool network, const ConnHandle* send, const ConnHandle* recv,
+__device__ void probeStep(Proto proto, const ConnHandle* send, const ConnHandle* recv,
                           const CollWork* work, const uint32_t* abortFlag, const float* in, float* out, uint64_t n) {
   BlockGroup g;
-  const ConnHandle s = probeConn(send, network), r = probeConn(recv, network);
+  const ConnHandle s = probeConn(send), r = probeConn(recv);
   Primitives<float, FuncSum<float>, BlockGroup> p(g, &s, &r, proto, FuncSum<float>(work->opArgs), abortFlag, work);
   p.step(kRecv | kInput | kSend, in, out, n);
   p.finish();
 }
 }  // namespace
 
-#define BRAID_PROBE_STEP(name, proto, network)                                                                   \
+#define BRAID_PROBE_STEP(name, proto)                                                                   \
   extern "C" __global__ void probe_step_##name(const ConnHandle* send, const ConnHandle* recv, const CollWork* work, \
                                                const uint32_t* abortFlag, const float* in, float* out, uint64_t n) { \
-    probeStep(proto, network, send, recv, work, abortFlag, in, out, n);                                          \
+    probeStep(proto, send, recv, work, abortFlag, in, out, n);                                          \
   }
-BRAID_PROBE_STEP(simple, Proto::kSimple, false)
-BRAID_PROBE_STEP(simple_net, Proto::kSimple, true)
-BRAID_PROBE_STEP(ll, Proto::kLL, false)
-BRAID_PROBE_STEP(ll128, Proto::kLL128, false)
+BRAID_PROBE_STEP(simple, Proto::kSimple)
+BRAID_PROBE_STEP(ll, Proto::kLL)
+BRAID_PROBE_STEP(ll128, Proto::kLL128)
 
 /// Direct AllReduce's one-shot form (kernels/algorithms/all_reduce_direct.h): a step to and
 /// from every peer.
