@@ -178,6 +178,17 @@ BRAID_INLINE void fenceFull() {
 #endif
 }
 
+/// Orders this thread's earlier accesses before its later stores, as a release store would
+/// (a relaxed store after it that an acquire load reads synchronises with that load): one fence
+/// for several words published together (primitives.h, publish: head and tail).
+BRAID_INLINE void fenceRelease() {
+#if defined(__CUDACC__) || defined(BRAID_KERNELS_USE_CCCL)
+  cuda::atomic_thread_fence(BRAID_ORDER(release), cuda::thread_scope_system);
+#else
+  std::atomic_thread_fence(std::memory_order_release);
+#endif
+}
+
 /// 16 bytes at p (16-byte aligned) as two 64-bit words: on the GPU one volatile 16-byte access
 /// (polled memory, never cached stale); on the host two relaxed atomic 8-byte ones. For LL
 /// lines, whose words each carry their own flag: a reader sees each word whole either way.
@@ -199,6 +210,18 @@ BRAID_INLINE void storePair(void* p, uint64_t lo, uint64_t hi) {
   storeRelaxed(words + 1, hi);
 #endif
 }
+
+/// LL128 (primitives.h, stepLL128): whether the 16-byte volatile stores a warp issues together
+/// for one 128-byte line reach every reader whole, and a warp's 16-byte loads of it read it
+/// whole, so that a line's flag can travel in the same instruction as its data with no fence
+/// between. NCCL's LL128 rests on the same property of NVIDIA GPUs and their links (it turns
+/// LL128 off where they lack it). The host has no such thing: its lanes are threads, and a
+/// line's flag is stored with release after they all wrote, and loaded with acquire.
+#if defined(__CUDA_ARCH__)
+constexpr bool kLinesLandWhole = true;
+#else
+constexpr bool kLinesLandWhole = false;
+#endif
 
 /// Called by a thread that found nothing to do `spins` times in a row: spins at first,
 /// then yields, then sleeps briefly, so that many ranks on few cores still progress.
@@ -226,13 +249,25 @@ BRAID_INLINE void backOff(uint32_t spins) {
 /// The result of a bounded wait.
 enum class WaitResult : int { kReady = 0, kAborted = 1 };
 
+/// How many passes a waiting thread makes between looks at the abort word (a power of 2). On a
+/// GPU the word is host memory, each look a read across the bus by every waiting thread (an LL
+/// step's lines have one each), and a pass past the 64th sleeps 0.1-1 us (backOff): every
+/// 1024th pass still sees an abort within about a millisecond. The host's passes past the 64th
+/// yield or sleep for longer, and its word is local: every 64th.
+#if defined(__CUDA_ARCH__)
+constexpr uint32_t kAbortPollEvery = 1024;
+#else
+constexpr uint32_t kAbortPollEvery = 64;
+#endif
+
 /// Spins until ready() holds or *abortFlag becomes non-zero. All threads that call it see
 /// the same outcome only if they also synchronise; callers check the result.
 template <typename Ready>
 BRAID_INLINE WaitResult waitUntil(Ready ready, const uint32_t* abortFlag) {
   for (uint32_t spins = 0;; ++spins) {
     if (ready()) return WaitResult::kReady;
-    if ((spins & 63) == 63 && loadRelaxed(const_cast<uint32_t*>(abortFlag)) != 0) return WaitResult::kAborted;
+    if ((spins & (kAbortPollEvery - 1)) == kAbortPollEvery - 1 && loadRelaxed(const_cast<uint32_t*>(abortFlag)) != 0)
+      return WaitResult::kAborted;
     backOff(spins);
   }
 }

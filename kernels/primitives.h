@@ -32,15 +32,18 @@
 namespace braid::kernels {
 
 /// The slow half of waitReporting: out of line, so the step code around it stays small.
+/// Records in status (not null) that the channel waits for `kind` of `step` on conn.
+BRAID_OUTLINE void noteWait(ChannelStatus* status, uint32_t kind, const ConnHandle* conn, uint64_t step) {
+  storeRelaxed(&status->waitStep, step);
+  storeRelaxed(&status->waitPeer, conn->peer);
+  storeRelaxed(&status->waitTransport, static_cast<uint32_t>(conn->transport));
+  storeRelease(&status->waitKind, kind);
+}
+
 template <typename Ready>
 BRAID_OUTLINE WaitResult waitRecorded(ChannelStatus* status, uint32_t kind, const ConnHandle* conn, uint64_t step,
                                    Ready ready, const uint32_t* abortFlag) {
-  if (status != nullptr) {
-    storeRelaxed(&status->waitStep, step);
-    storeRelaxed(&status->waitPeer, conn->peer);
-    storeRelaxed(&status->waitTransport, static_cast<uint32_t>(conn->transport));
-    storeRelease(&status->waitKind, kind);
-  }
+  if (status != nullptr) noteWait(status, kind, conn, step);
   const WaitResult r = waitUntil(ready, abortFlag);
   if (status != nullptr) storeRelaxed(&status->waitKind, static_cast<uint32_t>(kWaitNone));
   return r;
@@ -105,6 +108,17 @@ BRAID_OUTLINE WaitResult checkSignature(const ConnHandle& conn, uint64_t firstSt
   return WaitResult::kAborted;
 }
 
+/// Thread 0 only: writes the watchdog's count of the channel's steps, `steps` past `base`, its
+/// value as the operation began (kProgressUnknown: not read yet; it is read once, as host
+/// memory on a GPU, and returned). Out of line and free of the Primitives object, whose
+/// address would otherwise be taken and its fields kept in local memory.
+constexpr uint64_t kProgressUnknown = ~uint64_t(0);
+BRAID_OUTLINE uint64_t writeProgress(ChannelStatus* status, uint64_t base, uint64_t steps) {
+  if (base == kProgressUnknown) base = loadRelaxed(&status->progress);
+  storeRelaxed(&status->progress, base + steps);
+  return base;
+}
+
 template <typename T, typename Red, typename Group>
 class Primitives {
  public:
@@ -146,6 +160,7 @@ class Primitives {
     if (g_.rank() != 0) return;
     if (send_ != nullptr) *send_->step = sendStep_;
     if (recv_ != nullptr) *recv_->step = recvStep_;
+    reportProgress();
   }
 
  private:
@@ -246,14 +261,13 @@ class Primitives {
       }
       if (r == WaitResult::kReady && needTail && (flags & kRecv)) {
         const uint64_t want = recvStep_ + 1;
-        r = waitReporting(status_, kWaitData, recv_, recvStep_, [&] { return loadAcquire(recv_->tail) >= want; }, abort_);
+        r = waitFor(kWaitData, recv_, recvStep_, [&] { return loadAcquire(recv_->tail) >= want; });
         if (r == WaitResult::kReady) r = checkStepBytes(*recv_, recvStep_, recvBytes, status_);
       }
       if (r == WaitResult::kReady && (flags & kSend) && headSeen_ + kSteps <= sendStep_) {
         // Only when the credits seen last are used up is the receiver's counter read again.
         const uint64_t step = sendStep_;
-        r = waitReporting(status_, kWaitCredits, send_, step,
-                          [&] { return (headSeen_ = loadAcquire(send_->head)) + kSteps > step; }, abort_);
+        r = waitFor(kWaitCredits, send_, step, [&] { return (headSeen_ = loadAcquire(send_->head)) + kSteps > step; });
       }
       // The operation's first send: its signature goes in that step's slot, which is free only
       // now (written any earlier, it could overwrite one the receiver has yet to read).
@@ -268,19 +282,43 @@ class Primitives {
 
   /// info: the step's stepInfo (what the send slot now holds).
   /// abortedHere: this thread's own waits saw the communicator aborted (a line protocol's).
+  /// One fence for the step, then head and tail relaxed: the group's barrier orders every
+  /// thread's reads of the received slot and writes of the send slot before thread 0's fence,
+  /// and the fence orders them before both words (a release fence before a relaxed store is
+  /// that store's release: the sender's acquire of head, the receiver's of tail, synchronise
+  /// with it). The receiver's head needs it too: without it the sender could refill the slot
+  /// before this rank's reads of it were done. The step's size (network connections only) is a
+  /// relaxed store before the fence, which carries it with tail.
   BRAID_INLINE void publish(uint32_t flags, uint64_t info, bool abortedHere = false) {
     stopped_ = g_.syncAny(abortedHere);
     if (g_.rank() == 0) {
-      if (flags & kRecv) storeRelease(recv_->head, recvStep_ + 1);
-      if (flags & kSend) publishStep(*send_, sendStep_, info);
-      if (status_ != nullptr) {  // read once: the status may be host memory across a bus (CUDA)
-        if (!progressKnown_) progress_ = loadRelaxed(&status_->progress);
-        progressKnown_ = true;
-        storeRelaxed(&status_->progress, ++progress_);
-      }
+      if (flags & kSend) recordStepSize(*send_, sendStep_, info);
+      if (flags & (kRecv | kSend)) fenceRelease();
+      if (flags & kRecv) storeRelaxed(recv_->head, recvStep_ + 1);
+      if (flags & kSend) storeRelaxed(send_->tail, sendStep_ + 1);
+      if (status_ != nullptr && (++progress_ & (kProgressEvery - 1)) == 0) reportProgress();
     }
     if (flags & kRecv) ++recvStep_;
     if (flags & kSend) ++sendStep_;
+  }
+
+  /// The watchdog's count of the channel's steps (ChannelStatus::progress) is written every
+  /// kProgressEvery steps, before a wait that is not over at once (waitFor) and at the end
+  /// (finish), not every step: on a GPU the status is host memory across the bus. It still
+  /// moves while the channel moves, and stands still exactly where it waits. Thread 0 only.
+  static constexpr uint64_t kProgressEvery = 16;
+  BRAID_INLINE void reportProgress() {
+    if (status_ == nullptr || progress_ == progressWritten_) return;
+    progressBase_ = writeProgress(status_, progressBase_, progress_);
+    progressWritten_ = progress_;
+  }
+
+  /// Thread 0: waitReporting, the steps so far reported first where ready() is not yet true.
+  template <typename Ready>
+  BRAID_INLINE WaitResult waitFor(uint32_t kind, const ConnHandle* conn, uint64_t step, Ready ready) {
+    if (ready()) return WaitResult::kReady;
+    reportProgress();
+    return waitRecorded(status_, kind, conn, step, ready, abort_);
   }
 
   BRAID_INLINE void stepSimple(uint32_t flags, const T* input, T* output, uint64_t n) {
@@ -387,9 +425,15 @@ class Primitives {
     const uint64_t dataWords = kLL128DataWords - firstWord < kLaneWords ? kLL128DataWords - firstWord : kLaneWords;
     const Share share = shareOf(lines, g_.size() / kLanes, g_.rank() / kLanes, 1);
     bool abortedHere = false;
+    constexpr bool kWhole = kLinesLandWhole && kLaneWords == 2;  // (a lane's two words: one 16-byte access)
     for (uint64_t l = share.begin; l < share.end; l += share.stride) {
       uint64_t words[kLaneWords] = {};  // (the slot's side word by word: no byte loop on a GPU)
-      if (flags & kRecv) {
+      if (kWhole && (flags & kRecv)) {
+        if (!readLineWhole(in[l].words + firstWord, lane == kLanes - 1, recvFlag, words[0], words[kLaneWords - 1])) {
+          abortedHere = true;
+          break;
+        }
+      } else if (flags & kRecv) {
         uint64_t* flag = in[l].words + kLL128FlagWord;
         const WaitResult r = waitReporting(g_.rank() == 0 ? status_ : nullptr, kWaitData, recv_, recvStep_,
                                            [flag, recvFlag] { return loadAcquire(flag) == recvFlag; }, abort_);
@@ -402,7 +446,9 @@ class Primitives {
         }
       }
       combineRun(flags, words, l * kPerLine + firstWord * 8 / sizeof(T), dataWords * 8 / sizeof(T), n, input, output);
-      if (flags & kSend) {
+      if (kWhole && (flags & kSend)) {  // the line in one store of its lanes, the last one's second word its flag
+        storePair(out[l].words + firstWord, words[0], lane == kLanes - 1 ? sendFlag : words[kLaneWords - 1]);
+      } else if (flags & kSend) {
         for (uint64_t k = 0; k < kLaneWords; ++k) {
           if (k < dataWords) out[l].words[firstWord + k] = words[k];
         }
@@ -411,6 +457,28 @@ class Primitives {
       }
     }
     publish(flags, lines * sizeof(LL128Line) | kStepLL128, abortedHere);
+  }
+
+  /// stepLL128 where lines land whole (kLinesLandWhole, a lane's two words): the line's lanes
+  /// each load their 16 bytes with one volatile access, again until the flag lane's second word
+  /// is the step's flag (then every lane's words are that step's: the warp read the line whole);
+  /// no acquire. The lanes leave together, with false when the communicator was aborted (the
+  /// flag lane looks at the abort word every kAbortPollEvery passes and tells the others, so
+  /// that they agree). Thread 0 records a wait that is not over at once in the channel's status.
+  BRAID_INLINE bool readLineWhole(const uint64_t* at, bool flagLane, uint64_t flag, uint64_t& lo, uint64_t& hi) {
+    const bool reports = g_.rank() == 0 && status_ != nullptr;
+    for (uint32_t spins = 0;; ++spins) {
+      loadPair(at, &lo, &hi);
+      if (!g_.lineAny(flagLane && hi != flag)) {
+        if (spins > 0 && reports) storeRelaxed(&status_->waitKind, static_cast<uint32_t>(kWaitNone));
+        return true;
+      }
+      if (spins == 0 && reports) noteWait(status_, kWaitData, recv_, recvStep_);
+      if ((spins & (kAbortPollEvery - 1)) == kAbortPollEvery - 1 &&
+          g_.lineAny(flagLane && loadRelaxed(const_cast<uint32_t*>(abort_)) != 0))
+        return false;
+      backOff(spins);
+    }
   }
 
   Group& g_;
@@ -426,11 +494,12 @@ class Primitives {
   uint64_t sendStep_;
   uint64_t recvStep_;
   uint64_t headSeen_ = 0;       ///< thread 0: the receiver's head as last read
-  uint64_t progress_ = 0;       ///< thread 0: the status's progress as last written
+  uint64_t progress_ = 0;       ///< thread 0: the steps this operation took
+  uint64_t progressWritten_ = 0;  ///< thread 0: progress_ as reportProgress last wrote it
+  uint64_t progressBase_ = kProgressUnknown;  ///< thread 0: the status's progress as the operation began
   /// The group agreed at a barrier that the operation stops (the same in every thread: it
   /// changes only at syncAny, never by reading a flag another thread may set meanwhile).
   bool stopped_ = false;
-  bool progressKnown_ = false;
 };
 
 /// The slice of a chain pipeline (ring Broadcast and Reduce, the tree): at most `slice` (a

@@ -139,6 +139,19 @@ struct ConnHandle {
   uint16_t slotsShared;  ///< 1: the slots are the receiver's GPU memory, mapped by a sender in another process
 };
 
+/// checkStepBytes's report of a difference: out of line, so that a step's code holds no release
+/// for it (perf/ptx_report.sh counts a step's).
+BRAID_OUTLINE void recordStepMismatch(const ConnHandle& conn, uint64_t step, uint64_t wanted, uint64_t got,
+                                      ChannelStatus* status) {
+  if (status == nullptr) return;
+  status->mismatchPeer = conn.peer;
+  status->badStep = step;
+  status->badStepWanted = wanted;
+  status->badStepGot = got;
+  status->mismatchTransport = conn.transport;
+  storeRelease(&status->mismatch, static_cast<uint32_t>(kMismatchStepSize));
+}
+
 /// Thread 0 only, once tail says Simple step `step` on `conn` is there: whether it carries
 /// exactly `bytes`, as its description in conn.sizes says (the sender's kernel writes it; a
 /// network receiver lands the frame's length there, marked kStepDirect when it read the
@@ -154,14 +167,7 @@ BRAID_INLINE WaitResult checkStepBytes(const ConnHandle& conn, uint64_t step, ui
   if (conn.transport < kFirstNetworkTransport) return WaitResult::kReady;
   const uint64_t got = loadRelaxed(conn.sizes + step % kSteps) & ~kStepDirect;  // (tail, read with acquire, was stored after it)
   if (got == bytes) return WaitResult::kReady;
-  if (status != nullptr) {
-    status->mismatchPeer = conn.peer;
-    status->badStep = step;
-    status->badStepWanted = bytes;
-    status->badStepGot = got;
-    status->mismatchTransport = conn.transport;
-    storeRelease(&status->mismatch, static_cast<uint32_t>(kMismatchStepSize));
-  }
+  recordStepMismatch(conn, step, bytes, got, status);
   return WaitResult::kAborted;
 }
 
@@ -248,6 +254,16 @@ BRAID_INLINE T* advance(T* p, uint64_t n) {
 BRAID_INLINE void publishStep(const ConnHandle& conn, uint64_t step, uint64_t info) {
   storeRelaxed(conn.sizes + step % kSteps, info);
   storeRelease(conn.tail, step + 1);
+}
+
+/// A collective's sender (primitives.h, publish), one thread, before publishing tail: records
+/// what step `step` holds where anyone reads it. A collective's steps are read by size only on
+/// a network connection (its proxy forwards each step by it; checkStepBytes checks it there);
+/// elsewhere the sizes are host memory, where each write would cost a GPU a store across the
+/// bus and hold up its next fence. (Sends and receives write theirs always: an offering
+/// receiver reads kStepDirect there, send_recv.h.) The tail's release carries it.
+BRAID_INLINE void recordStepSize(const ConnHandle& conn, uint64_t step, uint64_t info) {
+  if (conn.transport >= kFirstNetworkTransport) storeRelaxed(conn.sizes + step % kSteps, info);
 }
 
 /// Elements that fit in one FIFO step of `proto` on this connection.

@@ -7,10 +7,16 @@
 # reports ptxas's figures for the real collective kernels of that build (its generated
 # cuda_f32.cu and cuda_copy.cu units), and checks that the copying collectives' LL and LL128
 # steps keep no byte loop (primitives.h, loadRun/storeRun: 8-byte words, bytes unrolled).
+# Then, per step function (Simple, LL, LL128, Direct's one-shot exchange:
+# perf/ptx_probe_steps.cu), the system-scope releases, fences, relaxed system-scope stores (the
+# words a host or a peer reads) and acquire loads, in the step's straight-line code (once a
+# step), in its loops (once a line or a spin) and in what it calls (a wait's slow half, the
+# signature once an operation).
 #
 # Fails (exit 1) when a loop lost its 16-byte accesses, issues fewer than 4 loads per pass,
-# a 16-bit reduce lost its paired instructions, anything spills, or (with a build folder) a line
-# protocol's copy loops over single bytes. Skips (exit 77, with the
+# a 16-bit reduce lost its paired instructions, anything spills, (with a build folder) a line
+# protocol's copy loops over single bytes, or a Simple, LL or LL128 step holds more than one
+# system-scope release or fence in its straight-line code or any in its loops. Skips (exit 77, with the
 # reason) where nvcc is absent. Needs nothing but nvcc and python3; writes only to a temporary
 # folder. CI runs it where nvcc is present (test/run_all.sh).
 #
@@ -28,6 +34,7 @@ trap 'rm -rf "$tmp"' EXIT
 flags=(-std=c++20 --expt-relaxed-constexpr -arch=sm_90 -I. -Isrc)
 nvcc "${flags[@]}" -ptx perf/ptx_probe.cu -o "$tmp/probe.ptx"
 nvcc "${flags[@]}" -cubin -Xptxas -v perf/ptx_probe.cu -o "$tmp/probe.cubin" 2> "$tmp/probe.ptxas"
+nvcc "${flags[@]}" -ptx perf/ptx_probe_steps.cu -o "$tmp/steps.ptx"
 kernel_logs=()
 if [ -n "$build" ]; then
   for unit in cuda_f32.cu cuda_copy.cu; do
@@ -42,17 +49,21 @@ if [ -n "$build" ]; then
   done
 fi
 
-python3 - "$tmp/probe.ptx" "$tmp/probe.ptxas" "${kernel_logs[@]}" <<'PY'
+python3 - "$tmp/probe.ptx" "$tmp/probe.ptxas" "$tmp/steps.ptx" "${kernel_logs[@]}" <<'PY'
 import re, subprocess, sys
 
-ptx = open(sys.argv[1]).read()
 probe_log = open(sys.argv[2]).read()
-kernel_logs = sys.argv[3:]
+kernel_logs = sys.argv[4:]
 
-# Function bodies by name (.entry kernels and .func functions with a body).
-bodies = {}
-for m in re.finditer(r'^(?:\.visible |\.weak )?\.(?:entry|func)\s+(?:\([^)]*\)\s*)?(\w+)\(.*?^\{(.*?)^\}', ptx, re.S | re.M):
-    bodies[m.group(1)] = m.group(2)
+def function_bodies(ptx):
+    """Function bodies by name (.entry kernels and .func functions with a body)."""
+    found = {}
+    for m in re.finditer(r'^(?:\.visible |\.weak )?\.(?:entry|func)\s+(?:\([^)]*\)\s*)?(\w+)\(.*?^\{(.*?)^\}', ptx, re.S | re.M):
+        found[m.group(1)] = m.group(2)
+    return found
+
+bodies = function_bodies(open(sys.argv[1]).read())
+step_bodies = function_bodies(open(sys.argv[3]).read())
 
 WIDE_LOAD = re.compile(r'^\s*ld\.global(?:\.[a-z]+)*\.(?:v2\.(?:u64|b64|s64|f64)|v4\.(?:u32|b32|s32|f32))\s', re.M)
 WIDE_STORE = re.compile(r'^\s*st\.global(?:\.[a-z]+)*\.(?:v2\.(?:u64|b64|s64|f64)|v4\.(?:u32|b32|s32|f32))\s', re.M)
@@ -216,9 +227,7 @@ for log_path in kernel_logs:
     if not log_path.endswith("cuda_copy.cu.ptxas"):
         continue
     unit_ptx = open(log_path.replace(".ptxas", ".ptx")).read()
-    unit_bodies = {}
-    for m in re.finditer(r'^(?:\.visible |\.weak )?\.(?:entry|func)\s+(?:\([^)]*\)\s*)?(\w+)\(.*?^\{(.*?)^\}', unit_ptx, re.S | re.M):
-        unit_bodies[m.group(1)] = m.group(2)
+    unit_bodies = function_bodies(unit_ptx)
     print()
     print("%-26s %9s %10s" % ("copy unit line step", "8B st", "byte loops"))
     for step in ("stepLL", "stepLL128"):
@@ -235,11 +244,146 @@ for log_path in kernel_logs:
             if loops:
                 failures.append("cuda_copy.cu %s: %d loop(s) copying the user's data byte by byte" % (step, loops))
 
+# The steps' bookkeeping (perf/ptx_probe.cu's probe_step_* and probe_direct): per step
+# function, the system-scope releases (st/red/atom .release or .acq_rel .sys), fences
+# (fence.*.sys, membar.sys), acquire loads (ld.acquire.sys) and relaxed system-scope stores
+# (the words a host or a peer reads: head, tail, step sizes, the channel's status; the data
+# slots take plain or volatile stores). A release costs the GPU a system fence, which waits for
+# the thread's earlier stores to drain, over PCIe where they went to host memory. Counted
+# statically: the step's straight-line code runs once a step, its loops once a line or pack
+# (and its waits once a spin), its callees when called (the slow half of a wait, the
+# signature once an operation). Fails when a step's straight-line code holds more than one
+# release or fence, or its loops any (LL, LL128: none a line).
+def callees(body):
+    return re.findall(r'\bcall(?:\.uni)?\s*(?:\([^)]*\)\s*,)?\s*(\w+)\s*,', body, re.S)
+
+def loop_lines(body):
+    """The body's lines, and the indices of those inside a loop: in a basic block that lies on
+    a cycle of the control flow (a strongly connected set of blocks, or a block branching to
+    itself). Block order says nothing: the compiler lays cold code out after a function's end."""
+    lines = body.split("\n")
+    starts, labels = [0], {}
+    for i, line in enumerate(lines):
+        m = re.match(r'^\s*(\$\w+):', line)
+        if m:
+            labels[m.group(1)] = i
+            starts.append(i)
+        elif re.match(r'^\s*(?:@!?%\w+\s+)?(?:bra|ret|exit)\b', line):
+            starts.append(i + 1)
+    starts = sorted(set(x for x in starts if x < len(lines)))
+    spans = [(a, (starts[k + 1] if k + 1 < len(starts) else len(lines))) for k, a in enumerate(starts)]
+    block_at = {a: k for k, (a, _) in enumerate(spans)}
+    succ = []
+    for k, (a, b) in enumerate(spans):
+        out, falls = [], True
+        for line in lines[a:b]:
+            m = re.match(r'^\s*(@!?%\w+\s+)?(bra(?:\.uni)?|ret|exit)\b\s*(\$\w+)?', line)
+            if m:
+                if m.group(3) in labels:
+                    out.append(block_at[labels[m.group(3)]])
+                falls = m.group(1) is not None
+        if falls and k + 1 < len(spans):
+            out.append(k + 1)
+        succ.append(out)
+    # Tarjan's strongly connected components, iteratively.
+    index, low, on, stack, looped, counter = {}, {}, set(), [], set(), [0]
+    for root in range(len(spans)):
+        if root in index:
+            continue
+        work = [(root, 0)]
+        while work:
+            v, i = work.pop()
+            if i == 0:
+                index[v] = low[v] = counter[0]
+                counter[0] += 1
+                stack.append(v)
+                on.add(v)
+            if i < len(succ[v]):
+                work.append((v, i + 1))
+                w = succ[v][i]
+                if w not in index:
+                    work.append((w, 0))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1 or v in succ[v]:
+                    looped.update(comp)
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[v])
+    inside = set()
+    for k in looped:
+        inside.update(range(*spans[k]))
+    return lines, inside
+
+def sync_counts(lines):
+    """[releases, fences, relaxed system stores, acquire loads] among these PTX lines."""
+    c = [0, 0, 0, 0]
+    for line in lines:
+        op = line.strip().split(" ")[0].split("\t")[0]
+        sys_scope = ".sys" in op
+        if re.match(r'(?:st|red|atom)\.', op) and sys_scope:
+            c[0 if (".release" in op or ".acq_rel" in op) else 2] += 1
+        elif (op.startswith("fence.") and sys_scope) or op == "membar.sys":
+            c[1] += 1
+        elif op.startswith("ld.") and ".acquire" in op and sys_scope:
+            c[3] += 1
+    return c
+
+def step_function(probe):
+    """The probe's step code: the kernel itself (Simple: inline), else the out-of-line step."""
+    wanted = {"probe_step_ll": "6stepLLE", "probe_step_ll128": "9stepLL128E", "probe_direct": "22allReduceDirectOneShot"}
+    if probe not in wanted:
+        return probe
+    return next((n for n in callees(step_bodies.get(probe, "")) if wanted[probe] in n), None)
+
+STEPS = [("Simple", "probe_step_simple", True), ("LL", "probe_step_ll", True), ("LL128", "probe_step_ll128", True), ("Direct one-shot", "probe_direct", False)]
+print()
+print("%-16s %-34s %7s %6s %7s %7s" % ("step", "where (counted statically)", "rel.sys", "fence", "st.sys", "ld.acq"))
+for label, probe, limited in STEPS:
+    name = step_function(probe)
+    if probe not in step_bodies or name is None or name not in step_bodies:
+        failures.append("%s: no %s in the probe's PTX" % (label, probe))
+        continue
+    lines, inside = loop_lines(step_bodies[name])
+    straight = sync_counts([l for i, l in enumerate(lines) if i not in inside])
+    looped = sync_counts([l for i, l in enumerate(lines) if i in inside])
+    print("%-16s %-34s %7d %6d %7d %7d" % (label, "per step (straight-line code)", *straight))
+    print("%-16s %-34s %7d %6d %7d %7d" % ("", "in its loops (per line, per spin)", *looped))
+    seen, todo, called = set(), [c for c in callees(step_bodies[name]) if c != name], {}
+    while todo:
+        callee = todo.pop(0)
+        if callee in seen or callee not in step_bodies:
+            continue
+        seen.add(callee)
+        todo += callees(step_bodies[callee])
+        short = plainName(demangle([callee])[0])
+        if short in ("reduceCopyStrided", "copyStrided"):
+            continue  # (the element loops: no synchronisation, reported above)
+        counts = sync_counts(step_bodies[callee].split("\n"))
+        called[short] = [max(a, b) for a, b in zip(called.get(short, counts), counts)]
+    for short, counts in called.items():  # (a wait's instantiations by what they wait for: the most of any)
+        print("%-16s %-34s %7d %6d %7d %7d" % ("", "  calls " + short[:27], *counts))
+    if limited and straight[0] + straight[1] > 1:
+        failures.append("%s: %d system-scope releases and fences a step (at most 1)" % (label, straight[0] + straight[1]))
+    if limited and looped[0] + looped[1] > 0:
+        failures.append("%s: %d system-scope releases or fences in its loops (a line's or a spin's: want none)"
+                        % (label, looped[0] + looped[1]))
+
 if failures:
     print("ptx_report: FAIL")
     for f in failures:
         print("  " + f)
     sys.exit(1)
 print("ptx_report: OK (16-byte loads and stores in every loop, 4+ loads in flight, paired 16-bit arithmetic, no spills;"
-      " no byte loops in the line protocols' copies where a build was given)")
+      " at most one system-scope release or fence a step and none a line; no byte loops in the line protocols'"
+      " copies where a build was given)")
 PY

@@ -93,7 +93,8 @@ end tests
 
 begin ptx
 # The GPU's data loops read from their PTX (16-byte accesses, loads in flight, paired 16-bit
-# arithmetic, no spills) and ptxas's figures for this build's kernels: where nvcc is.
+# arithmetic, no spills), the steps' system-scope releases and fences (at most one a step, none
+# a line) and ptxas's figures for this build's kernels: where nvcc is.
 # A report's exit status counted as a test's (77: skipped, e.g. without nvcc).
 ptx_run() {
   local ptx_status=0

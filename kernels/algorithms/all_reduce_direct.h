@@ -222,12 +222,13 @@ BRAID_OUTLINE bool allReduceDirectOneShot(Group& g, const CollWork& w, const Rin
     }
   }
   if (g.syncAny(aborted)) return false;
-  if (g.rank() == 0) {  // free the slots read
+  if (g.rank() == 0) {  // free the slots read: one fence for all (the group's reads of them
+    fenceRelease();      // before it, by the barrier above), then each head relaxed
     for (int p = 0; p < n; ++p) {
       if (p == me) continue;
       const ConnHandle& c = w.peerRecv[p];
       *c.step += 1;
-      storeRelease(c.head, *c.step);
+      storeRelaxed(c.head, *c.step);
     }
   }
   g.sync();  // (the steps as thread 0 left them, for whatever the group runs next)
