@@ -1,12 +1,17 @@
 #include "transport/net/plugin/plugin_end.h"
 
+#include <algorithm>
+
 #include "topology/pci_path.h"
 
 namespace braid::transport::netplugin::detail {
 
-uint64_t extraBytes(const FifoSizes& sizes, bool isSend) {
-  return kStagingOffset + (isSend ? 0 : kernels::kSteps * stagingCapacity(sizes));
+uint64_t envelopeBytes(const FifoSizes& sizes) {
+  const uint64_t room = std::max<uint64_t>(sizes.simpleStepBytes, stagingCapacity(sizes));
+  return sizeof(FrameHeader) + (room + 63) / 64 * 64;  // (the next record, and slot, 64-byte aligned)
 }
+
+uint64_t extraBytes(const FifoSizes& sizes) { return kernels::kSteps * envelopeBytes(sizes); }
 
 int chooseDevice(const Settings& s, bool* planned) {
   const int n = s.session->devices();

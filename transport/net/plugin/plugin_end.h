@@ -27,19 +27,17 @@ constexpr int kTag = 0x42524e44;  // every message of a comm carries it ("BRND")
 constexpr int kMaxRequests = plugin::kNetMaxRequests;
 constexpr size_t kHandleScratch = 4096;  // what listen and connect get to write a handle into
 
-// A step's payload of at most kInlineBytes travels in its record's message (the record, then
-// the payload right after it): one isend / irecv pair per step. A bigger one follows as a
-// message of its own, straight from and into its slot: a copy would cost more than a message.
-constexpr uint64_t kInlineBytes = 16 * 1024;
-constexpr uint64_t kInlinePayload = 1;  // FrameHeader::reserved of a record whose payload follows it
-constexpr uint64_t kEnvelopeBytes = sizeof(FrameHeader) + kInlineBytes;
+// FrameHeader::reserved of a record whose payload follows it in the same message.
+constexpr uint64_t kInlinePayload = 1;
 
-// Each end's memory after its FIFO: per step, its envelope (a record and its inline payload:
-// the sender's source, the receiver's landing), then (receiver) the staging slots of LL and
-// LL128 steps too big to be inline.
-constexpr uint64_t kStagingOffset = kernels::kSteps * kEnvelopeBytes;
+/// Each end's memory after its FIFO: kSteps envelopes of envelopeBytes, step s's at s % kSteps:
+/// the step's record, then room for its payload (the largest of a Simple step and a staged LL
+/// or LL128 one). Where the Simple slots are in host memory they are this room (the slots are
+/// envelopeBytes apart, ConnHandle::simpleStride), so that a Simple step's record lies right in
+/// front of its payload and both travel as one message from the slot the kernel wrote.
+uint64_t envelopeBytes(const FifoSizes& sizes);
 
-uint64_t extraBytes(const FifoSizes& sizes, bool isSend);
+uint64_t extraBytes(const FifoSizes& sizes);
 
 /// The device a connection uses: the topology's (s.port, "name:port") when the plugin has it,
 /// else s.deviceHint modulo the devices; *planned says which.
@@ -66,7 +64,7 @@ struct Request {
 class PluginEnd : public EndPump {
  public:
   PluginEnd(const FifoSizes& sizes, bool isSend, const Settings& s, int peer)
-      : EndPump(sizes, extraBytes(sizes, isSend), isSend, s.rank, peer, ""),
+      : EndPump(sizes, extraBytes(sizes), isSend, s.rank, peer, ""),
         session_(s.session),
         device_(chooseDevice(s, &planned_)),
         what_(s.what) {
@@ -74,6 +72,7 @@ class PluginEnd : public EndPump {
     where_ = session_->name() + " device " + std::to_string(device_) + " (" + p.name + ":" + std::to_string(p.port) +
              (planned_ ? ", the topology's port; " : ", by number; ") + what_;
     tracesSteps_ = true;  // (profiler plugins: proxy/op_trace.h)
+    useHostSlots();
     allocateGpuSlots(s);
   }
   ~PluginEnd() override {  // (an end that was never attached, or close() ran: see there)
@@ -119,9 +118,20 @@ class PluginEnd : public EndPump {
   }
 
  protected:
-  /// Step `step`'s envelope: its record, then its payload when that is inline.
+  /// Step `step`'s envelope (envelopeBytes): its record, then its payload when that travels in
+  /// the record's message; with host slots, the payload's room is the step's Simple slot.
   FrameHeader* envelope(uint64_t step) {
-    return reinterpret_cast<FrameHeader*>(extra() + step % kernels::kSteps * kEnvelopeBytes);
+    return reinterpret_cast<FrameHeader*>(extra() + step % kernels::kSteps * envelopeBytes(sizes_));
+  }
+
+  /// Where a step's payload is (sender) or lands (receiver) when it travels in its record's
+  /// message: right after the record.
+  static char* inlinePayload(FrameHeader* record) { return reinterpret_cast<char*>(record + 1); }
+
+  /// The Simple slots in host memory: each envelope's room, envelopeBytes apart.
+  void useHostSlots() {
+    slots_ = inlinePayload(envelope(0));
+    slotStride_ = static_cast<uint32_t>(envelopeBytes(sizes_));
   }
 
   /// False when r is not ncclSuccess: the failure is reported once settled (see settle).
@@ -212,14 +222,14 @@ class PluginEnd : public EndPump {
     closeDmabuf();
     if (gpuSlots_ != nullptr) gpu_.allocator->freeData(gpuSlots_);
     gpuSlots_ = nullptr;
-    slots_ = nullptr;
+    useHostSlots();
     gpuType_ = 0;
     needsFlush_ = false;
   }
 
   uint64_t gpuBytes() const { return uint64_t(kernels::kSteps) * sizes_.simpleStepBytes; }
 
-  /// The memory handle of what a step's payload moves through: a Simple slot or a staging one.
+  /// The memory handle of what a step's payload moves through: a Simple slot or an envelope.
   /// (By where the slots are, not by the handle: a plugin may answer a registration with null.)
   void* payloadHandle(const FrameHeader& h) const {
     return (h.flags & kFrameFlagged) == 0 && gpuSlots_ != nullptr ? gpuMhandle_ : mhandle_;
@@ -292,6 +302,7 @@ class PluginEnd : public EndPump {
       return;
     }
     slots_ = gpuSlots_;
+    slotStride_ = 0;  // (back to back)
   }
 
   void closeDmabuf() {

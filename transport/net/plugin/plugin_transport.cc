@@ -31,6 +31,7 @@ class SendEnd final : public PluginEnd {
  public:
   SendEnd(const FifoSizes& sizes, const Settings& s, int peer, const Descriptor& d) : PluginEnd(sizes, true, s, peer) {
     requests_.reserve(kMaxRequests);
+    peerGpuSlots_ = d.netSlotsOnGpu != 0;
     const auto deadline = net::Clock::now() + s.timeout;
     // (connect may keep its state in the handle; a plugin writing past NCCL_NET_HANDLE_MAXSIZE
     // lands in the spare bytes, not on this stack)
@@ -160,8 +161,9 @@ class SendEnd final : public PluginEnd {
       if (stage_ == kNone) {
         if (ending()) break;  // (a step begun is finished: the receiver expects its payload)
         if (!stepHeader(next_, record, &payload_)) return true;
-        record->reserved = inlinable(*record) ? kInlinePayload : 0;
-        if (record->reserved == kInlinePayload) std::memcpy(record + 1, payload_, record->bytes);
+        record->reserved = together(*record) ? kInlinePayload : 0;
+        char* behind = inlinePayload(record);  // (a Simple step in host memory is there already)
+        if (record->reserved == kInlinePayload && payload_ != behind) std::memcpy(behind, payload_, record->bytes);
         stepParent_ = nullptr;
         if (trace_.armed()) {
           trace_.stepTaken(next_, record->bytes);  // (until the receiver says it landed)
@@ -190,16 +192,18 @@ class SendEnd final : public PluginEnd {
     return moved;
   }
 
-  /// Whether step h's payload goes inline: small enough, and in host memory at both ends (LL
-  /// and LL128 lines always are; Simple slots are unless a GPU backend may keep them on the GPU).
-  bool inlinable(const FrameHeader& h) const {
-    if (h.bytes == 0 || h.bytes > kInlineBytes) return false;
-    return (h.flags & kFrameFlagged) != 0 || (gpuSlots_ == nullptr && gpu_.allocator == nullptr);
+  /// Whether step h's payload travels in its record's message: LL and LL128 lines always
+  /// (copied behind the record: their slots have no room in front), a Simple step when its
+  /// slots are in host memory at both ends (the kernel wrote it right behind the record).
+  bool together(const FrameHeader& h) const {
+    if (h.bytes == 0) return false;
+    return (h.flags & kFrameFlagged) != 0 || (gpuSlots_ == nullptr && !peerGpuSlots_);
   }
 
   enum Stage { kNone, kRecord, kPayload };
   Stage stage_ = kNone;  // of step next_: what is to be posted next
   const char* payload_ = nullptr;
+  bool peerGpuSlots_ = false;  // the receiver's Simple slots are in GPU memory (its descriptor)
   void* stepParent_ = nullptr;  // step next_'s phandle while its trace is armed (else none)
   uint64_t next_ = 0;
   uint64_t sent_ = 0;  // steps whose messages have all left
@@ -231,6 +235,7 @@ class RecvEnd final : public PluginEnd {
   }
 
   int device() const { return device_; }
+  bool slotsOnGpu() const { return gpuSlots_ != nullptr; }
 
   void pollSet(std::vector<pollfd>* fds) override {
     if (acceptor_.listening()) return acceptor_.pollSet(fds);
@@ -358,7 +363,7 @@ class RecvEnd final : public PluginEnd {
         }
         recordPending_ = false;
         if (h.reserved == kInlinePayload) {
-          if (!landInline(h)) return true;
+          if (!inlineAllowed(h)) return true;
           arrived_.push_back(Arrival{r.step, nullptr});
         } else if (h.bytes > 0) {
           payloadDue_ = true;
@@ -368,7 +373,7 @@ class RecvEnd final : public PluginEnd {
       } else {
         void* flush = nullptr;
         if (needsFlush_ && (h.flags & kFrameFlagged) == 0) {  // (a Simple step, in GPU memory)
-          char* at = conn_.simple + r.step % kernels::kSteps * conn_.simpleStepBytes;
+          char* at = kernels::simpleSlot(conn_, r.step);
           if (!ok(session_->iflush(comm_, at, h.bytes, gpuMhandle_, &flush), "iflush")) return true;
           flushing_ += flush != nullptr ? 1 : 0;
         }
@@ -398,30 +403,25 @@ class RecvEnd final : public PluginEnd {
     return moved;
   }
 
-  /// An inline payload: a Simple step's goes to its slot now (LL and LL128 lines land from the
-  /// envelope, as from staging). False after reporting one that cannot be inline here.
-  bool landInline(const FrameHeader& h) {
-    if (h.bytes > kInlineBytes || ((h.flags & kFrameFlagged) == 0 && gpuSlots_ != nullptr)) {
-      lost("sent step " + std::to_string(h.step) + " of " + std::to_string(h.bytes) + " bytes inline through net plugin " +
-               session_->name() + ", which this end cannot take",
-           true);
-      return false;
-    }
-    if ((h.flags & kFrameFlagged) == 0) {
-      std::memcpy(conn_.simple + h.step % kernels::kSteps * conn_.simpleStepBytes, &h + 1, h.bytes);
-    }
-    return true;
+  /// A payload that came in its record's message is in place: a Simple step's in its slot (the
+  /// envelope's room), LL and LL128 lines behind the record, landed from there. False after
+  /// reporting one that cannot come so here (a Simple step, where the slots are in GPU memory).
+  bool inlineAllowed(const FrameHeader& h) {
+    if ((h.flags & kFrameFlagged) != 0 || gpuSlots_ == nullptr) return true;
+    lost("sent step " + std::to_string(h.step) + " of " + std::to_string(h.bytes) + " bytes inline through net plugin " +
+             session_->name() + ", which this end cannot take",
+         true);
+    return false;
   }
 
-  /// Step h is here: its signature, its LL lines from staging (or its envelope), then tail.
-  void land(const FrameHeader& h) {
-    landStep(h, h.reserved == kInlinePayload ? reinterpret_cast<const char*>(&h + 1) : staging(h.step));
+  /// Step h (its record, in its envelope) is here: its signature, its LL lines from behind the
+  /// record, then tail.
+  void land(FrameHeader& h) {
+    landStep(h, inlinePayload(&h));
     landed_ = h.step + 1;
     kernels::storeRelease(conn_.tail, landed_);
     if (trace_.armed()) trace_.stepLanded(h.step, h.bytes);
   }
-
-  char* staging(uint64_t step) { return extra() + kStagingOffset + step % kernels::kSteps * stagingCapacity(sizes_); }
 
   /// The next receive: a due payload, else the next record once its slot is free.
   bool post() {
@@ -430,8 +430,8 @@ class RecvEnd final : public PluginEnd {
       void* handle = nullptr;
       if (payloadDue_) {
         const uint64_t step = nextRecord_ - 1;
-        const FrameHeader& h = *envelope(step);
-        char* into = (h.flags & kFrameFlagged) ? staging(step) : conn_.simple + step % kernels::kSteps * conn_.simpleStepBytes;
+        FrameHeader& h = *envelope(step);
+        char* into = (h.flags & kFrameFlagged) ? inlinePayload(&h) : kernels::simpleSlot(conn_, step);
         if (!ok(session_->irecv(comm_, into, h.bytes, kTag, payloadHandle(h), payloadParent_, &handle), "irecv")) return true;
         if (handle == nullptr) break;
         requests_.push_back(Request{handle, step, true, true, h.bytes});
@@ -442,13 +442,21 @@ class RecvEnd final : public PluginEnd {
         const uint64_t freed = closing_.load(std::memory_order_acquire) ? landed_ : kernels::loadAcquire(conn_.head);
         if (freed + kernels::kSteps <= nextRecord_) break;
         FrameHeader* record = envelope(nextRecord_);
-        // No phandle: the step's ProxyStep begins when this record arrives, and its slot may
-        // still hold the step before it, whose end the kernel has just freed.
-        if (!ok(session_->irecv(comm_, record, kEnvelopeBytes, kTag, mhandle_, nullptr, &handle), "irecv")) {
+        // While armed, the step's ProxyStep begins with its receive (RecvWait, as NCCL's: its
+        // bytes are known when the record arrives), once the step the kernel freed in its slot
+        // has ended; the receive is its NetPlugin event's parent.
+        void* parent = nullptr;
+        if (trace_.armed()) {
+          trace_.stepsDone(freed);
+          trace_.stepTaken(nextRecord_, 0);
+          parent = trace_.netParent(nextRecord_);
+        }
+        const size_t bytes = envelopeBytes(sizes_);  // (the record, and the payload that may follow it)
+        if (!ok(session_->irecv(comm_, record, bytes, kTag, mhandle_, parent, &handle), "irecv")) {
           return true;
         }
         if (handle == nullptr) break;
-        requests_.push_back(Request{handle, nextRecord_, false, false, kEnvelopeBytes});
+        requests_.push_back(Request{handle, nextRecord_, false, false, bytes});
         recordPending_ = true;
         ++nextRecord_;
       }
@@ -483,6 +491,7 @@ std::unique_ptr<FifoMemory> createReceiver(const FifoSizes& sizes, const Setting
   net::Socket listener = netend::describeReceiver(Kind::kPlugin, sizes, settings.listenAt, 1, out);
   auto pump = std::make_unique<RecvEnd>(sizes, settings, peer, std::move(listener), out->nonce, out->netHandle);
   out->netDevice = pump->device();
+  out->netSlotsOnGpu = pump->slotsOnGpu() ? 1 : 0;
   return std::make_unique<NetFifo>(sizes, std::move(pump), false, settings.abortFlag);
 }
 
@@ -491,7 +500,7 @@ std::unique_ptr<FifoMemory> connectSender(const Descriptor& d, const Settings& s
     fail(ncclInternalError, "rank %d sent a net-plugin descriptor with %u sockets and %llu bytes", peer, d.nSockets,
          static_cast<unsigned long long>(d.bytes));
   }
-  const uint64_t biggest = std::max<uint64_t>({d.sizes.simpleStepBytes, stagingCapacity(d.sizes), kEnvelopeBytes});
+  const uint64_t biggest = envelopeBytes(d.sizes);
   const uint64_t limit = settings.session->properties(chooseDevice(settings)).maxP2pBytes;
   if (limit != 0 && limit < biggest) {
     fail(ncclInvalidUsage, "NET/Plugin: net plugin %s moves at most %llu bytes per transfer, less than a FIFO step's "
