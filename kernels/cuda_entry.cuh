@@ -208,7 +208,7 @@ __device__ inline bool blockPeerStep(PeerOp& op, ChannelStatus* status) {
   const bool ll = op.proto == Proto::kLL;
   const uint64_t lines = (n + 7) / 8;
   LLLine* llLines = op.conn.ll + slot * op.conn.llStepLines;
-  char* simple = op.conn.simple + slot * op.conn.simpleStepBytes;
+  char* simple = simpleSlot(op.conn, op.step);
   const uint32_t flag = static_cast<uint32_t>(op.step + 1);
   char* user = op.buffer + op.done;
   bool ready = true;

@@ -324,8 +324,8 @@ class Primitives {
   BRAID_INLINE void stepSimple(uint32_t flags, const T* input, T* output, uint64_t n) {
     waitCredits(flags, true, n * sizeof(T));
     if (stopped_) return;
-    const T* in = (flags & kRecv) ? reinterpret_cast<const T*>(recv_->simple + (recvStep_ % kSteps) * recv_->simpleStepBytes) : nullptr;
-    T* out = (flags & kSend) ? reinterpret_cast<T*>(send_->simple + (sendStep_ % kSteps) * send_->simpleStepBytes) : nullptr;
+    const T* in = (flags & kRecv) ? reinterpret_cast<const T*>(simpleSlot(*recv_, recvStep_)) : nullptr;
+    T* out = (flags & kSend) ? reinterpret_cast<T*>(simpleSlot(*send_, sendStep_)) : nullptr;
     if (kStridedShares) {  // the GPU: coalesced, 16 bytes at a time where aligned
       stepSimpleStrided(flags, in, out, input, output, n);
       publish(flags, stepInfo(n * sizeof(T), false));

@@ -121,7 +121,7 @@ constexpr uint16_t kFirstNetworkTransport = 3;
 /// One end of a connection as a kernel sees it. The FIFO memory lives wherever the transport
 /// put it (the receiver's heap, a shared segment, device memory); step is this rank's own.
 struct ConnHandle {
-  char* simple;          ///< kSteps slots of simpleStepBytes
+  char* simple;          ///< kSteps slots of simpleStepBytes, simpleStride apart (simpleSlot)
   LLLine* ll;            ///< kSteps slots of llStepLines lines
   LL128Line* ll128;      ///< kSteps slots of ll128StepLines lines
   uint64_t* tail;        ///< last step the sender filled (Simple); written by the sender
@@ -132,6 +132,10 @@ struct ConnHandle {
   OpSignature* announce; ///< the collective the sender is in (host code only; see watchdog.h)
   uint64_t* offer;       ///< the receiver's buffer for the operation at hand (send_recv.h's kOffer* words), written by the receiver
   uint32_t simpleStepBytes;
+  /// Bytes from one Simple slot to the next: simpleStepBytes, or more where a transport keeps
+  /// room between the slots (the net plugin transport: each step's 64-byte record right in
+  /// front of its payload, so that both travel as one message).
+  uint32_t simpleStride;
   uint32_t llStepLines;
   uint32_t ll128StepLines;
   int32_t peer;          ///< the rank at the other end
@@ -243,6 +247,11 @@ BRAID_INLINE Share shareOf(uint64_t n, int parts, int part, uint64_t align) {
 }
 
 /// p + n, or null when p is null (buffers a rank does not use may be NULL).
+/// The Simple slot of step `step` on conn (any thread).
+BRAID_INLINE char* simpleSlot(const ConnHandle& conn, uint64_t step) {
+  return conn.simple + step % kSteps * conn.simpleStride;
+}
+
 template <typename T>
 BRAID_INLINE T* advance(T* p, uint64_t n) {
   return p == nullptr ? nullptr : p + n;

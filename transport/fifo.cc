@@ -62,6 +62,7 @@ kernels::ConnHandle FifoMemory::handle(bool isSender) const {
   h.offer = reinterpret_cast<uint64_t*>(b + kOfferOffset);  // (offeredKeysOf finds the control part from it)
   h.slotsShared = slotsShared() ? 1 : 0;
   h.simpleStepBytes = sizes_.simpleStepBytes;
+  h.simpleStride = simpleStride();
   h.llStepLines = sizes_.llStepLines;
   h.ll128StepLines = sizes_.ll128StepLines;
   return h;

@@ -82,6 +82,7 @@ struct Descriptor {
   uint32_t ibSlotsRkey;               ///< kIb: their region's rkey
   int32_t netDevice;                  ///< kPlugin: the receiver's device in the net plugin (for messages)
   uint8_t netHandle[128];             ///< kPlugin: the plugin's listen handle (NCCL_NET_HANDLE_MAXSIZE)
+  uint32_t netSlotsOnGpu;             ///< kPlugin: 1 when the receiver's Simple slots are in GPU memory
 };
 static_assert(std::is_trivially_copyable_v<Descriptor>);
 
@@ -194,6 +195,9 @@ class FifoMemory {
   virtual char* base() const = 0;
   /// The slots: right after the control part, unless the transport put them elsewhere.
   virtual char* data() const { return base() + fifoControlBytes(); }
+  /// Bytes from one Simple slot to the next (ConnHandle::simpleStride): simpleStepBytes unless
+  /// the transport keeps room between them.
+  virtual uint32_t simpleStride() const { return sizes_.simpleStepBytes; }
   /// The LL and LL128 slots: after the Simple ones, unless the transport put those elsewhere.
   virtual char* lineSlots() const { return data() + uint64_t(kernels::kSteps) * sizes_.simpleStepBytes; }
   /// A network end's trace of the steps its proxy moves, for the profiler plugin

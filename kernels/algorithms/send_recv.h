@@ -213,10 +213,10 @@ BRAID_INLINE bool tryPeerStep(PeerOp& op, ChannelStatus* status) {
       publishStep(op.conn, op.step, stepInfo((n + 7) / 8 * sizeof(LLLine), true));
     } else if (op.byReference) {
       const char* from = op.buffer + op.done;
-      memcpy(op.conn.simple + slot * op.conn.simpleStepBytes, &from, sizeof from);
+      memcpy(simpleSlot(op.conn, op.step), &from, sizeof from);
       publishStep(op.conn, op.step, stepInfo(n, false) | kStepReference);
     } else {
-      memcpy(op.conn.simple + slot * op.conn.simpleStepBytes, op.buffer + op.done, n);
+      memcpy(simpleSlot(op.conn, op.step), op.buffer + op.done, n);
       publishStep(op.conn, op.step, stepInfo(n, false));
     }
   } else {
@@ -241,7 +241,7 @@ BRAID_INLINE bool tryPeerStep(PeerOp& op, ChannelStatus* status) {
       }
       if (checkStepBytes(op.conn, op.step, n, status) != WaitResult::kReady) return false;
       if (!op.byReference || (loadRelaxed(op.conn.sizes + slot) & kStepDirect) == 0) {
-        memcpy(op.buffer + op.done, op.conn.simple + slot * op.conn.simpleStepBytes, n);
+        memcpy(op.buffer + op.done, simpleSlot(op.conn, op.step), n);
       }
     }
     storeRelease(op.conn.head, op.step + 1);

@@ -3,13 +3,20 @@
 // faults, and its devices in the topology (braid-topo, the channels' ports).
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <array>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <string>
+#include <vector>
 
 #include "harness/ranks.h"
 #include "plugin_helpers.h"
 #include "test_env.h"
+#include "transport/net/net_end.h"
 #include "../unit/core/test_env.h"
 
 using namespace braid::test::plugins;
@@ -375,4 +382,82 @@ TEST_CASE("ranks on two 'hosts' put each ring channel on the net plugin device t
   CHECK(occurrences(out, ": network ports from the topology: rings in loop0:1 loop1:1, out loop0:1 loop1:1;") == 2);
   CHECK(occurrences(out, "through loopback device 0 (loop0:1, the topology's port; ring0;") == 4);
   CHECK_THAT(out, Catch::Contains("rank 0 of 2 ok") && Catch::Contains("rank 1 of 2 ok"));
+}
+
+// ---- how a step travels: one message (issue 36) ----
+
+namespace {
+
+/// What NET_LOOPBACK_SENDS recorded (test/plugins/net_loopback.c): per isend, its size and the
+/// record it begins with (zero where it is shorter than one).
+struct SentMessage {
+  size_t bytes = 0;
+  braid::transport::netend::FrameHeader record{};
+};
+
+std::vector<SentMessage> readSends(const std::string& path) {
+  std::vector<SentMessage> sent;
+  std::ifstream in(path);
+  std::string word, hex;
+  SentMessage m;
+  while (in >> word >> m.bytes >> hex) {
+    REQUIRE(word == "isend");
+    std::array<unsigned char, sizeof(m.record)> raw{};
+    for (size_t i = 0; i < raw.size() && 2 * i + 1 < hex.size(); ++i) {
+      raw[i] = static_cast<unsigned char>(std::stoul(hex.substr(2 * i, 2), nullptr, 16));
+    }
+    std::memcpy(&m.record, raw.data(), raw.size());
+    sent.push_back(m);
+  }
+  return sent;
+}
+
+}  // namespace
+
+// Each step's record (what the receiver needs to land it) and its payload are one message, one
+// isend matched by one irecv, as NCCL sends a step: the plugin records every isend, and each
+// must begin with a record and be exactly as long as that record and the payload it announces.
+// Sizes around 16 KiB (the old inline limit), a P2P slot (128 KiB) and a ring slot (512 KiB),
+// and 4 MiB + 3; bytes for the uint8 Scatter and Send/Recv, four times as many for the float
+// collectives (AllReduce, AllGather, Broadcast, Send/Recv); every protocol the tuner picks, and
+// Simple only.
+TEST_CASE("every step through a net plugin is one message: its record, then its payload", "[plugins][net]") {
+  const char* const counts = " 1 16383 16384 16385 131071 131073 524287 524289 4194307";
+  const std::string proto = GENERATE(as<std::string>(), "", "NCCL_PROTO=Simple");
+  const std::string ranks = GENERATE(as<std::string>(), "processes", "threads");
+  char path[] = "/tmp/braid-netsends-XXXXXX";
+  const int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  close(fd);
+  const std::string env = "NCCL_NET_PLUGIN=" + plugin("net-loopback") + " NET_LOOPBACK_SENDS=" + path + " " + proto;
+  const std::string out =
+      ranks == "processes"
+          ? runNetDriver(env, std::string("3 destroy") + counts)
+          : runDriver("NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1 " + env,
+                      std::string("3 threads destroy") + counts + " group");
+  const std::vector<SentMessage> sent = readSends(path);
+  unlink(path);
+  INFO(ranks << " " << proto << "\n" << out);
+  REQUIRE_THAT(out, Catch::Contains("all ranks ok"));
+  using namespace braid::transport::netend;
+  size_t steps = 0, bigSimple = 0, ends = 0;
+  for (const SentMessage& m : sent) {
+    const FrameHeader& h = m.record;
+    INFO("an isend of " << m.bytes << " bytes: magic " << std::hex << h.magic << std::dec << ", type " << h.type
+                        << ", step " << h.step << ", " << h.bytes << " payload bytes, flags " << h.flags);
+    REQUIRE(m.bytes >= sizeof(FrameHeader));
+    REQUIRE(h.magic == kFrameMagic);
+    if (h.type == kBye) {
+      ++ends;
+      CHECK(m.bytes == sizeof(FrameHeader));
+      continue;
+    }
+    REQUIRE(h.type == kData);
+    REQUIRE(m.bytes == sizeof(FrameHeader) + h.bytes);
+    ++steps;
+    if ((h.flags & kFrameFlagged) == 0 && h.bytes > 16384) ++bigSimple;
+  }
+  CHECK(steps > 0);
+  CHECK(bigSimple > 0);  // (the steps that went as two messages before)
+  CHECK(ends > 0);       // every send comm's end record, at destroy
 }

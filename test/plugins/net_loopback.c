@@ -32,6 +32,7 @@
  * before its flush (or never flushes) sees stale bytes. iflush answers a request (done at its
  * second test) for GPU memory and none for host memory. NET_LOOPBACK_RECORD=file appends a line per regMr ("regMr TYPE BYTES"),
  * regMrDmaBuf ("regMrDmaBuf TYPE BYTES") and iflush ("iflush TYPE BYTES") for the test to count.
+ * NET_LOOPBACK_SENDS=file appends a line per isend: its size and (in hex) its first 64 bytes.
  * NET_LOOPBACK_REFUSE_GPU=send (or recv) makes registrations of GPU memory on send (receive)
  * comms fail with ncclSystemError, recorded as "refused TYPE BYTES".
  *
@@ -497,6 +498,21 @@ static int inRegistered(const struct comm* c, const void* data, size_t size, con
   return 1;
 }
 
+/* NET_LOOPBACK_SENDS=file: a line per isend, "isend SIZE HEX" with the message's first (at
+ * most 64) bytes in hex, for the test to see how each step travels (Braid's record leads it). */
+static void recordSend(const void* data, size_t size) {
+  const char* path = getenv("NET_LOOPBACK_SENDS");
+  if (path == NULL) return;
+  char line[200];
+  int n = snprintf(line, sizeof line, "isend %zu ", size);
+  for (size_t i = 0; i < size && i < 64; ++i) n += snprintf(line + n, sizeof line - (size_t)n, "%02x", ((const unsigned char*)data)[i]);
+  line[n++] = '\n';
+  int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  if (write(fd, line, (size_t)n) != n) LOG(NCCL_LOG_WARN, "loopback net: cannot write %s", path);
+  close(fd);
+}
+
 /* A new request of n parts, after checking what Braid passes. */
 static ncclResult_t post(struct comm* c, int n, void** data, const size_t* sizes, const int* tags, void** mhandles,
                          void** request) {
@@ -528,6 +544,7 @@ static ncclResult_t post(struct comm* c, int n, void** data, const size_t* sizes
   }
   r->cur = c->isSend ? 0 : -1;
   if (c->isSend) {
+    recordSend(r->parts[0].data, sizes[0]);
     r->head.len = sizes[0];
     r->head.tag = tags[0];
   }

@@ -407,7 +407,7 @@ bool EndPump::stepHeader(uint64_t step, FrameHeader* h, const char** payload, bo
       lost("was to carry a step by reference, which this transport cannot (internal error)", true, ncclInternalError);
       return false;
     }
-    std::memcpy(&referenced, conn_.simple + slot * conn_.simpleStepBytes, sizeof referenced);
+    std::memcpy(&referenced, kernels::simpleSlot(conn_, step), sizeof referenced);
     referenceStepCount.fetch_add(1, std::memory_order_relaxed);
   }
   *h = frame(kData);
@@ -426,7 +426,7 @@ bool EndPump::stepHeader(uint64_t step, FrameHeader* h, const char** payload, bo
   *payload = referenced != nullptr ? referenced
              : kind == kFrameLL      ? reinterpret_cast<const char*>(conn_.ll + slot * conn_.llStepLines)
              : kind == kFrameLL128 ? reinterpret_cast<const char*>(conn_.ll128 + slot * conn_.ll128StepLines)
-                                   : conn_.simple + slot * conn_.simpleStepBytes;
+                                   : kernels::simpleSlot(conn_, step);
   return true;
 }
 

@@ -201,8 +201,11 @@ class EndPump : public proxy::Pump {
   /// The FIFO memory of this end; the transport's extra bytes follow at extra().
   char* base() const { return memory_.get(); }
   char* extra() const { return memory_.get() + extraOffset_; }
-  /// The Simple slots when the transport keeps them apart (GPU Direct RDMA), else null.
+  /// The Simple slots when the transport keeps them apart (GPU Direct RDMA; the net plugin
+  /// transport's room for records), else null.
   char* slots() const { return slots_; }
+  /// Bytes from one of those slots to the next; 0: simpleStepBytes.
+  uint32_t slotStride() const { return slotStride_; }
 
   void pollSet(std::vector<pollfd>* fds) override;
   /// The profiler plugin's view of this end's steps (proxy/op_trace.h), when this pump
@@ -291,6 +294,7 @@ class EndPump : public proxy::Pump {
 
   LocalMemory memory_;
   char* slots_ = nullptr;  // see slots()
+  uint32_t slotStride_ = 0;  // see slotStride()
   uint64_t extraOffset_;
   FifoSizes sizes_;
   bool isSend_;
@@ -342,6 +346,9 @@ class NetFifo final : public FifoMemory {
   char* base() const override { return pump_->base(); }
   char* data() const override { return pump_->slots() != nullptr ? pump_->slots() : FifoMemory::data(); }
   proxy::OpTrace* opTrace() const override { return pump_->trace(); }
+  uint32_t simpleStride() const override {
+    return pump_->slotStride() != 0 ? pump_->slotStride() : sizes_.simpleStepBytes;
+  }
   /// (where the host memory keeps them, whether or not the Simple slots moved)
   char* lineSlots() const override {
     return base() + fifoControlBytes() + uint64_t(kernels::kSteps) * sizes_.simpleStepBytes;

@@ -25,11 +25,12 @@ void populate(char* begin, uint64_t bytes) {
 
 void SlotPrefault::cover(const kernels::ConnHandle& conn, kernels::Proto proto, uint64_t bytes) {
   char* slots = nullptr;
-  uint64_t slotBytes = 0, reach = 0;
+  uint64_t slotBytes = 0, reach = 0, stride = 0;
   switch (proto) {
     case kernels::Proto::kSimple:
       slots = conn.simple;
       slotBytes = conn.simpleStepBytes;
+      stride = conn.simpleStride;
       reach = bytes;
       break;
     case kernels::Proto::kLL:  // 8 bytes of data a 16-byte line
@@ -44,13 +45,14 @@ void SlotPrefault::cover(const kernels::ConnHandle& conn, kernels::Proto proto, 
       break;
   }
   if (slots == nullptr || slotBytes == 0 || conn.slotsShared != 0) return;
+  if (stride == 0) stride = slotBytes;  // (LL, LL128: slots back to back)
   reach = std::min(reach, slotBytes);
   uint64_t& done = covered_[slots];
   if (reach <= done) return;
   if (reach == slotBytes) {
-    populate(slots, slotBytes * kernels::kSteps);
+    populate(slots, stride * (kernels::kSteps - 1) + slotBytes);
   } else {
-    for (int s = 0; s < kernels::kSteps; ++s) populate(slots + s * slotBytes + done, reach - done);
+    for (int s = 0; s < kernels::kSteps; ++s) populate(slots + s * stride + done, reach - done);
   }
   done = reach;
 }

@@ -36,6 +36,7 @@ TEST_CASE("SlotPrefault maps the part of every slot a size reaches, once", "[run
   ConnHandle conn{};
   conn.simple = base;
   conn.simpleStepBytes = static_cast<uint32_t>(slot);
+  conn.simpleStride = static_cast<uint32_t>(slot);
   braid::runtime::host::SlotPrefault prefault;
   prefault.cover(conn, Proto::kSimple, 2 * page + 1);  // three pages of each slot
   std::vector<bool> in = resident(base, total);

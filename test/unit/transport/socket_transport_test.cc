@@ -56,7 +56,7 @@ struct Pair : test::StepPair {
 
 /// The sender's side of a Simple step by reference: its slot holds `from` (send_recv.h).
 void sendByReference(test::StepPair& p, const char* from, uint32_t bytes) {
-  std::memcpy(p.s.simple + (p.sendStep % kernels::kSteps) * p.s.simpleStepBytes, &from, sizeof from);
+  std::memcpy(kernels::simpleSlot(p.s, p.sendStep), &from, sizeof from);
   kernels::publishStep(p.s, p.sendStep, kernels::stepInfo(bytes, false) | kernels::kStepReference);
   ++p.sendStep;
 }

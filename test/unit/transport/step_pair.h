@@ -45,7 +45,7 @@ struct StepPair {
 inline bool sendSimple(StepPair& p, uint32_t bytes) {
   const uint64_t step = p.sendStep;
   if (!eventually([&] { return kernels::loadAcquire(p.s.head) + kernels::kSteps > step; })) return false;
-  char* slot = p.s.simple + (step % kernels::kSteps) * p.s.simpleStepBytes;
+  char* slot = kernels::simpleSlot(p.s, step);
   for (uint32_t i = 0; i < bytes; ++i) slot[i] = static_cast<char>(step * 31 + i);
   kernels::publishStep(p.s, step, kernels::stepInfo(bytes, false));
   ++p.sendStep;
@@ -56,7 +56,7 @@ inline bool sendSimple(StepPair& p, uint32_t bytes) {
 inline std::string recvSimple(StepPair& p, uint32_t bytes) {
   const uint64_t step = p.recvStep;
   if (!eventually([&] { return kernels::loadAcquire(p.r.tail) > step; })) return "step " + std::to_string(step) + " never came";
-  const char* slot = p.r.simple + (step % kernels::kSteps) * p.r.simpleStepBytes;
+  const char* slot = kernels::simpleSlot(p.r, step);
   for (uint32_t i = 0; i < bytes; ++i) {
     if (slot[i] != static_cast<char>(step * 31 + i)) return "step " + std::to_string(step) + " byte " + std::to_string(i) + " wrong";
   }

@@ -3,17 +3,23 @@
 // the process's proxy thread moves every step the sender's kernel publishes through the
 // plugin's isend / irecv.
 //
-// A step travels as one message on the plugin's comm when its payload is at most 16 KiB (and,
-// for Simple steps, in host memory at both ends): its 64-byte record (step, size, protocol,
-// the step's signature: netend::FrameHeader), then the payload right after it, copied there by
-// the sender; the receiver posts one receive of 64 bytes + 16 KiB per step (its envelope), then
-// lands the payload from there. A bigger step is the record, then its payload as a message of
-// its own, sent from its slot and received once the record has told the receiver how many
-// bytes and where they land: the Simple slot itself, or (LL, LL128) a staging slot whose lines
-// it then stores 8 bytes at a time, flag and data together. The receiver knows every size from
-// the record: what a plugin's test reports of a size is never needed (many never write it);
-// only one beyond what was posted is a fault. Messages on a comm match in the order they were
-// posted, so the receive of step s + 1's record follows that of step s's payload. The sender
+// A step travels as one message on the plugin's comm: its 64-byte record (step, size,
+// protocol, the step's signature: netend::FrameHeader), then its payload. Each end's Simple
+// slots in host memory are spaced with 64 bytes of room in front of each (ConnHandle::
+// simpleStride: the payload capacity stays simpleStepBytes, as along the rest of a ring), so the
+// kernel writes a Simple step's payload right behind the place the proxy writes its record, and
+// the sender sends both from there with one isend; the receiver posts one irecv per step into
+// the same place of its own slots (the step's envelope: the record, then room for the largest
+// payload of any protocol), before it knows the step's size or protocol. LL and LL128 lines,
+// whose slots have no room in front, are copied behind the record by the sender, and landed
+// from there, 8 bytes at a time, flag and data together, by the receiver. Where either end's
+// Simple slots are in GPU memory (below; the receiver says so in its descriptor), a Simple step
+// is two messages: its record (from and into host memory), then its payload, from and into the
+// GPU slot once the record has told the receiver how many bytes. (A step by reference, the
+// socket transport's, never comes here.) The receiver knows every size from the record: what a
+// plugin's test reports of a size is never needed (many never write it); only one beyond what
+// was posted is a fault. Messages on a comm match in the order they were posted, so the receive
+// of step s + 1's record follows that of step s's payload. The sender
 // frees a slot when the plugin says its message(s) left (test) and the receiver has said (a
 // "ready" frame on the control socket, carrying its tail) that it landed, so a rank that ends
 // after its last send leaves nothing in the plugin's pipe. Neither end holds more than
@@ -48,16 +54,16 @@
 // NCCL_PTR_DMABUF and transport/net/gpu_direct.h's decision allows (the GPU-NIC path against the
 // device's pciPath, NCCL_NET_GDR_LEVEL, NCCL_NET_GDR_READ), an end keeps its Simple slots in GPU
 // memory registered with the plugin: by regMrDmaBuf (a dma-buf of the slots) where the device
-// reports NCCL_PTR_DMABUF, the plugin has regMrDmaBuf, NCCL_DMABUF_ENABLE is not 0 and the
-// backend can export one; else by regMr with NCCL_PTR_CUDA where it reports that. The plugin
-// then sends from and receives into those slots, no host copy in between; records and LL/LL128
-// steps stay in host memory. A receiver whose data needs a flush (before Hopper, C2C, the
-// device's forceFlush, NCCL_NET_FORCE_FLUSH) calls iflush on each Simple step with bytes once
-// its receive is done, and publishes tail only after the flush is done (test); a plugin
-// without iflush keeps such a receiver's slots in host memory. A sender whose regMr of GPU
-// memory fails stages through host memory (said at INFO); a receiver cannot, since its kernel
-// already reads the GPU slots when the plugin's comm (which regMr needs) is accepted, so there
-// the failure breaks the connection as any failed call does.
+// reports NCCL_PTR_DMABUF, the plugin has regMrDmaBuf, NCCL_DMABUF_ENABLE is not 0 and the backend
+// can export one; else by regMr with NCCL_PTR_CUDA where it reports that. The plugin then sends
+// from and receives into those slots, no host copy in between; records and LL/LL128 steps stay in
+// host memory (so a Simple step there is a record, then a payload: see above). A receiver whose
+// data needs a flush (before Hopper, C2C, the device's forceFlush, NCCL_NET_FORCE_FLUSH) calls
+// iflush on each Simple step with bytes once its receive is done, and publishes tail only after
+// the flush is done (test); a plugin without iflush keeps such a receiver's slots in host memory.
+// A sender whose regMr of GPU memory fails stages through host memory (said at INFO); a receiver
+// cannot, since its kernel already reads the GPU slots when the plugin's comm (which regMr needs)
+// is accepted, so there the failure breaks the connection as any failed call does.
 //
 // Faults: a plugin call that fails, or answers what the interface does not allow (more bytes
 // than posted, a record that is not the step due), breaks the connection with an error naming the

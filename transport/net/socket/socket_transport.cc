@@ -164,7 +164,7 @@ class RecvPump final : public EndPump {
     direct_[k] = (h.flags & kFrameFlagged) == 0 && !aborted() ? offeredPlace(h) : nullptr;
     r.payload = (h.flags & kFrameFlagged) ? staging_[k].data()
                 : direct_[k] != nullptr     ? direct_[k]
-                                            : conn_.simple + slot * conn_.simpleStepBytes;
+                                            : kernels::simpleSlot(conn_, h.step);
     if (trace_.armed()) {
       trace_.stepTaken(h.step, h.bytes);
       netEvents_.startSocket(trace_, h.step, 0, sockets_[static_cast<size_t>(k)].fd(), 1, h.bytes);
