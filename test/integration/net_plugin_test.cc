@@ -122,6 +122,28 @@ TEST_CASE("a net plugin whose test never reports sizes, between thread ranks of 
   CHECK(occurrences(out, "NCCL WARN") == 0);
 }
 
+// Google's FastSocket (v6) blocks in accept until the connection has come; under NCCL it works
+// because a setup round calls its connects first. Braid calls accept only once the sender has
+// called connect: before that, both ranks' proxy threads sat in accept while their own connect
+// waited for the proxy (a hang at the first collective).
+TEST_CASE("a v6 net plugin whose accept blocks until the connection comes: 4 processes, then 4 thread ranks",
+          "[plugins][net]") {
+  const std::string out = runNetDriver("NCCL_NET_PLUGIN=" + plugin("net-blocking"), "4 destroy 1 4099 300000");
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("all ranks ok"));
+  CHECK(occurrences(out, ": 300000 ok") == 4);
+  CHECK(occurrences(out, "NET/Plugin: Loaded net plugin loopback-blocking (v6)") == 4);
+  CHECK(occurrences(out, "via NET/Plugin") >= 8);
+  CHECK(occurrences(out, "NCCL WARN") == 0);
+  const std::string threads = runDriver("NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1 NCCL_NET_PLUGIN=" +
+                                            plugin("net-blocking"),
+                                        "4 threads destroy 1 1001 group 300000");
+  INFO(threads);
+  CHECK_THAT(threads, Catch::Contains("all ranks ok"));
+  CHECK(occurrences(threads, "NET/Plugin : Using net plugin loopback-blocking") == 4);
+  CHECK(occurrences(threads, "NCCL WARN") == 0);
+}
+
 // test/plugins/net_strict.h: a plugin that aborts the process on a call from a second thread on
 // one comm or on setup concurrent with data calls on a device, and that breaks its device (and
 // the peer's connection) when a comm is closed with requests in flight.

@@ -32,36 +32,12 @@ case $? in
   *) echo "netns setup failed: $(cat "$out/setup")"; exit 1 ;;
 esac
 rm "$out/setup"
-tag=$NETNS_TAG
 
 failures=0
 # Root ports below Linux's ephemeral range (32768 and up), where an earlier job's outgoing
 # connection (or its TIME_WAIT) cannot hold the port: 10000-29999, a few dozen jobs per run.
 port=$(( 10000 + $$ % 20000 ))
 shm_before=$(ls /dev/shm 2>/dev/null | grep -c '^braid-')
-
-# run_job NRANKS RANKS_PER_HOST TIMEOUT EXTRA_ENV -- COMMAND...: one process per rank, rank r in
-# namespace r / RANKS_PER_HOST, with @RANK@ in the command replaced by r. Output of rank r in
-# $out/r. Returns the worst exit status.
-run_job() {
-  local n=$1 per=$2 limit=$3 extra=$4
-  shift 5
-  port=$((port + 1))
-  local pids=() worst=0
-  for r in $(seq 0 $((n - 1))); do
-    local k=$((r / per))
-    ip netns exec "${tag}n$k" env $(netns_env $k) NCCL_COMM_ID="198.18.0.1:$port" RANK=$r WORLD_SIZE=$n BRAID_BOOTSTRAP_TIMEOUT=30 $extra \
-      timeout "$limit" "${@//@RANK@/$r}" >"$out/$r" 2>&1 &
-    pids+=($!)
-  done
-  for r in $(seq 0 $((n - 1))); do
-    wait "${pids[$r]}"
-    local s=$?
-    echo $s >"$out/$r.status"
-    [ $s -gt $worst ] && worst=$s
-  done
-  return $worst
-}
 
 # check NAME CONDITION...: counts a failure, with rank 0's output, unless the command succeeds.
 check() {

@@ -2,7 +2,10 @@
  * Runs collectives between processes of one host, as a plain C program linked against Braid's
  * libnccl.so.2, for the net plugin tests (NCCL_NET_PLUGIN is read once per process):
  *   net_driver NRANKS destroy|abort COUNT...
- * Forks NRANKS ranks (NCCL_COMM_ID must be set: each computes the same unique id). For each
+ *   net_driver NRANKS rank R COUNT...
+ * Forks NRANKS ranks (NCCL_COMM_ID must be set: each computes the same unique id); the second
+ * form runs rank R alone, in this process, and ends it with ncclCommDestroy (ranks on separate
+ * hosts, started one by one: test/netns/third_party_plugins.sh). For each
  * COUNT every rank runs, on floats whose results are exact whatever the order:
  *   AllReduce (sum of rank+1), AllGather (rank r's block holds r*1000 + i mod 1000),
  *   Broadcast from rank 1 % NRANKS, and a ring shift of COUNT floats by Send/Recv; then, on
@@ -167,13 +170,18 @@ static int runRank(int rank, int ncounts, char** counts) {
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    fprintf(stderr, "usage: net_driver NRANKS destroy|abort COUNT...\n");
+    fprintf(stderr, "usage: net_driver NRANKS destroy|abort COUNT... | net_driver NRANKS rank R COUNT...\n");
     return 2;
   }
   nranks = atoi(argv[1]);
   useAbort = strcmp(argv[2], "abort") == 0;
   if (nranks < 1 || nranks > 64) return 2;
   setvbuf(stdout, NULL, _IOLBF, 0);
+  if (strcmp(argv[2], "rank") == 0) {
+    const int rank = atoi(argv[3]);
+    if (argc < 5 || rank < 0 || rank >= nranks) return 2;
+    return runRank(rank, argc - 4, argv + 4);
+  }
   if (pipe(donePipe) != 0 || pipe(goPipe) != 0) return 2;
   pid_t pids[64];
   for (int r = 0; r < nranks; ++r) {

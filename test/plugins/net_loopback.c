@@ -40,6 +40,11 @@
  * receives and flushes alike, as some widely used plugins do (NCCL never reads them but to
  * decide on a flush); Braid must know each step's size without them.
  *
+ * -DNET_BLOCKING_ACCEPT (with -DNET_V6_ONLY: "loopback-blocking"): accept blocks until a
+ * connection is pending (20 s at most, then fails, saying so), as a widely used v6 plugin's
+ * does (Google's FastSocket) although the interface asks it not to: under NCCL it works, since
+ * a setup round calls its connects before its accepts.
+ *
  * -DNET_STRICT ("loopback-strict"): the rules of a widely used libfabric plugin, asserted
  * (net_strict.h): one thread per comm, setup never concurrent with data calls on a device, and
  * a comm closed with requests in flight invalidates its device's endpoint.
@@ -375,6 +380,13 @@ static ncclResult_t loopConnect(int dev, void* opaqueHandle, void** sendComm) {
 static ncclResult_t loopAccept(void* listenComm, void** recvComm) {
   struct listenComm* l = (struct listenComm*)listenComm;
   *recvComm = NULL;
+#ifdef NET_BLOCKING_ACCEPT
+  struct pollfd pending = {l->fd, POLLIN, 0};
+  if (poll(&pending, 1, 20000) != 1) {
+    LOG(NCCL_LOG_WARN, "loopback net (blocking): no connection came within 20 s of accept");
+    return ncclSystemError;
+  }
+#endif
   int fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
   if (fd < 0) return (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) ? ncclSuccess : ncclSystemError;
   uint64_t nonce = 0;
@@ -767,8 +779,10 @@ static ncclResult_t v6Irecv(void* comm, int n, void** data, int* sizes, int* tag
 }
 
 const ncclNet_v6_t ncclNetPlugin_v6 = {
-#ifdef NET_NO_SIZE
+#if defined(NET_NO_SIZE)
     "loopback-nosize",
+#elif defined(NET_BLOCKING_ACCEPT)
+    "loopback-blocking",
 #else
     "loopback6",
 #endif

@@ -38,27 +38,25 @@ class SendEnd final : public PluginEnd {
     std::array<uint8_t, kHandleScratch> handle{};
     std::memcpy(handle.data(), d.netHandle, plugin::kNetHandleBytes);
     net::AbortSource abort(s.abortFlag);
-    // (The proxy is paused around every call here: setup never runs concurrently with the
-    // data calls it makes on the plugin's devices.)
+    // The control socket's hello goes out right after the first connect call, and the receiver
+    // calls accept only once it has it (RecvEnd::progressAccept): some plugins' accept blocks
+    // until the connection has come (Google's FastSocket), which works under NCCL because a
+    // setup round calls its senders' connect before its receivers' accept. Called from the
+    // proxy thread before that, such an accept would hold the proxy, and with it the
+    // proxy::hold this connect waits for, on both ranks at once.
+    connectOnce(s, peer, handle.data());
+    const net::SocketAddress to = net::SocketAddress::unpack(d.listen);
+    net::Socket sock = net::Socket::connect(to, deadline, s.abortFlag);
+    const Hello hello{kHelloMagic, kWireVersion, d.nonce, s.commHash, s.rank, peer, 0, 1, {}};
+    sock.sendAll(&hello, sizeof(hello), deadline, s.abortFlag);
     while (comm_ == nullptr) {  // connect must not block: called until it gives a comm
-      ncclResult_t r;
-      {
-        auto paused = proxy::hold();
-        r = session_->connect(device_, handle.data(), &comm_);
-      }
-      if (r != ncclSuccess) {
-        fail(r == ncclRemoteError ? ncclRemoteError : ncclSystemError,
-             "NET/Plugin: rank %d cannot connect to rank %d through net plugin %s (device %d, %s): connect returned %s",
-             s.rank, peer, session_->name().c_str(), device_, s.what.c_str(),
-             plugin::NetSession::resultText(r).c_str());
-      }
-      if (comm_ != nullptr) break;
       if (abort.raised()) fail(ncclSystemError, "NET/Plugin: rank %d: connecting to rank %d was aborted", s.rank, peer);
       if (net::Clock::now() > deadline) {
         fail(ncclSystemError, "NET/Plugin: rank %d: net plugin %s's connect to rank %d did not complete within %lld s",
              s.rank, session_->name().c_str(), peer, static_cast<long long>(s.timeout.count()));
       }
       std::this_thread::sleep_for(std::chrono::microseconds(100));
+      connectOnce(s, peer, handle.data());
     }
     auto paused = proxy::hold();
     if (const ncclResult_t r = registerMemory(comm_); r != ncclSuccess) {
@@ -75,16 +73,27 @@ class SendEnd final : public PluginEnd {
       freeGpuSlots();
     }
     paused.unlock();
-    const net::SocketAddress to = net::SocketAddress::unpack(d.listen);
-    net::Socket sock = net::Socket::connect(to, deadline, s.abortFlag);
-    const Hello hello{kHelloMagic, kWireVersion, d.nonce, s.commHash, s.rank, peer, 0, 1, {}};
-    sock.sendAll(&hello, sizeof(hello), deadline, s.abortFlag);
     peerName_ = to.toString();
     std::vector<net::Socket> sockets;
     sockets.push_back(std::move(sock));
     adoptSockets(std::move(sockets));
     BRAID_INFO(log::kNet, "NET/Plugin: rank %d -> rank %d through %s; control %s)%s", s.rank, peer, where_.c_str(),
                peerName_.c_str(), slotsText().c_str());
+  }
+
+  /// One call of the plugin's connect, with the proxy paused (setup never runs concurrently
+  /// with the data calls it makes on the plugin's devices); throws when it fails.
+  void connectOnce(const Settings& s, int peer, void* handle) {
+    ncclResult_t r;
+    {
+      auto paused = proxy::hold();
+      r = session_->connect(device_, handle, &comm_);
+    }
+    if (r != ncclSuccess) {
+      fail(r == ncclRemoteError ? ncclRemoteError : ncclSystemError,
+           "NET/Plugin: rank %d cannot connect to rank %d through net plugin %s (device %d, %s): connect returned %s",
+           s.rank, peer, session_->name().c_str(), device_, s.what.c_str(), plugin::NetSession::resultText(r).c_str());
+    }
   }
 
   bool progress(const pollfd* polled) override {
@@ -296,7 +305,9 @@ class RecvEnd final : public PluginEnd {
     acceptor_.orphan();
   }
 
-  /// The control socket's hello and the plugin's accept, in either order.
+  /// The control socket's hello, then the plugin's accept: the hello says the sender has
+  /// called connect (see SendEnd), so an accept that blocks until the connection comes (as
+  /// some plugins' does) blocks only while it comes.
   bool progressAccept() {
     bool moved = false;
     if (acceptor_.listening()) {
@@ -310,7 +321,7 @@ class RecvEnd final : public PluginEnd {
         peerName_ = sockets_[0].peerAddress().toString();
       }
     }
-    if (comm_ == nullptr) {
+    if (comm_ == nullptr && !acceptor_.listening()) {
       if (!ok(session_->accept(listenComm_, &comm_), "accept")) return true;
       if (comm_ != nullptr) {
         moved = true;

@@ -40,9 +40,12 @@
 // verbs transports (transport/net/net_end.h): the steps landed, the announcement, fault
 // notices, the goodbye, and the end of a peer that dies (a loss that waits while the plugin
 // still delivers: an aborting peer says no goodbye, and its last steps may be on their way). Setup: the receiver calls listen and sends the plugin's handle
-// with its control address and nonce over the bootstrap channel; the sender calls connect until
-// the plugin gives a comm, then connects the control socket; the receiver's proxy calls accept
-// until it gives one (on the proxy thread).
+// with its control address and nonce over the bootstrap channel; the sender calls connect once,
+// connects the control socket and says hello, then calls connect until the plugin gives a comm;
+// the receiver's proxy calls accept, once the hello is in, until it gives one (on the proxy
+// thread). (NCCL calls a setup round's connects before its accepts, and some plugins' accept
+// blocks until the connection has come: called before the peer's connect, it would hold the
+// proxy thread, and the proxy::hold around this rank's own connect with it.)
 //
 // Profiling: while the end's trace is armed, each isend of a step, and the irecv of its
 // payload, passes the step's phandle (proxy/op_trace.h netParent): a net plugin's NetPlugin
