@@ -351,6 +351,28 @@ void Connector::connectEveryPeer(int set) {
   if (!created.empty()) logMemory(set < treeSet(0) ? "point-to-point connections" : "tree or grid connections");
 }
 
+bool Connector::sendsPendingTo(int peer) const {
+  if (peer < 0 || peer >= nRanks_) return false;
+  std::lock_guard<std::mutex> lock(endsMutex_);
+  for (int set = 0; set < kSetChannels; ++set) {
+    const auto it = peerSend_.find(set * nRanks_ + peer);
+    if (it == peerSend_.end()) continue;
+    const FifoMemory& memory = *it->second->memory;
+    // (counters in a GPU's memory are the kernels' alone: such an end is not judged here)
+    if (memory.countersOnDevice()) continue;
+    const kernels::ConnHandle h = memory.handle(/*isSender=*/true);
+    const uint64_t head = kernels::loadAcquire(h.head);
+    if (kernels::loadAcquire(h.tail) <= head) continue;
+    // The oldest step the peer has not freed: a collective's first step carries its signature
+    // (stamped with the step), a send's none. A collective of this rank that the peer has not
+    // joined starts there; data that a send left before it would come first.
+    const kernels::SigSlot& slot = h.sigs[head % kernels::kSteps];
+    if (kernels::loadAcquire(&slot.stamp) == head + 1 && kernels::loadRelaxed(&slot.sig.seq) != 0) continue;
+    return true;
+  }
+  return false;
+}
+
 int Connector::setupWaitingOn() const { return channel_.waitingOn(); }
 
 int Connector::setupTimedOutOn() const { return channel_.timedOutOn(); }

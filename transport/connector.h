@@ -110,6 +110,14 @@ class Connector {
   /// of them, for a watchdog's tick on a rank with thousands); returns how many there are.
   size_t visitEnds(size_t first, size_t count, const std::function<void(const End&)>& visit) const;
 
+  /// Whether this rank's sends still owe `peer` data: an end of the send/recv sets (peerSet)
+  /// holds steps posted (tail) that the peer has not freed (head), which for a network end
+  /// includes steps its proxy has not sent yet, and the oldest of them is not the first step
+  /// of a collective (a collective of this rank that the peer has not joined posts there too).
+  /// Ring, tree and grid ends carry collectives only. For the watchdog, which must not call a
+  /// peer whose data is still on its way deadlocked.
+  bool sendsPendingTo(int peer) const;
+
   /// The rank connection setup is waiting on now (-1: none), for the watchdog.
   int setupWaitingOn() const;
   /// The rank whose message the last timed-out wait of connection setup waited for (-1: none

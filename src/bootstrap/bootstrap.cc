@@ -211,7 +211,7 @@ void Bootstrap::queueUnexpected(Message m) {
   unexpected_.push_back(std::move(m));
 }
 
-void Bootstrap::setAnswerer(std::function<Answer()> answerer) {
+void Bootstrap::setAnswerer(std::function<Answer(int asker)> answerer) {
   std::lock_guard<std::mutex> lock(inquiryMutex_);
   answerer_ = std::move(answerer);
 }
@@ -224,15 +224,14 @@ void Bootstrap::serviceInquiries() {
       if (m.header.rank >= 0 && m.header.rank < nRanks()) queueUnexpected(std::move(m));
     }
   }
-  std::vector<int> asked;
-  Answer answer{};
+  std::vector<std::pair<int, Answer>> answers;
   {
     std::lock_guard<std::mutex> lock(inquiryMutex_);
-    asked.swap(askedBy_);
-    if (asked.empty() || !answerer_) return;
-    answer = answerer_();
+    if (!answerer_) askedBy_.clear();
+    for (const int peer : askedBy_) answers.emplace_back(peer, answerer_(peer));
+    askedBy_.clear();
   }
-  for (const int peer : asked) (void)note(peer, kAnswerTag, answer.data(), answer.size());
+  for (const auto& [peer, answer] : answers) (void)note(peer, kAnswerTag, answer.data(), answer.size());
 }
 
 bool Bootstrap::inquire(int peer) { return note(peer, kInquiryTag, nullptr, 0); }

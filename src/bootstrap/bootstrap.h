@@ -91,8 +91,9 @@ class Bootstrap {
   /// whichever thread reads the listener files the ones that come in.
   static constexpr size_t kAnswerBytes = 64;
   using Answer = std::array<char, kAnswerBytes>;
-  /// What this rank answers (called by serviceInquiries).
-  void setAnswerer(std::function<Answer()> answerer);
+  /// What this rank answers the rank that asked (called by serviceInquiries, once per asker:
+  /// the answer may depend on who asks).
+  void setAnswerer(std::function<Answer(int asker)> answerer);
   /// Reads this rank's listener when no other thread does, and answers the peers that asked.
   void serviceInquiries();
   /// Asks `peer` what it is doing; false when it could not be reached.
@@ -142,7 +143,7 @@ class Bootstrap {
   std::atomic<int> waitingOn_{-1};
   std::atomic<int> timedOutOn_{-1};
   std::mutex inquiryMutex_;  // (the three below)
-  std::function<Answer()> answerer_;
+  std::function<Answer(int asker)> answerer_;
   std::vector<int> askedBy_;        ///< ranks whose question waits for an answer
   std::map<int, Answer> answers_;   ///< the answers that came, by rank
 };

@@ -37,12 +37,16 @@ struct InquiryAnswer {
   uint32_t magic;
   uint32_t inFlight;
   int32_t waitingOn;  ///< the rank it waits on, or -1
-  uint32_t reserved;
+  uint32_t flags;     ///< kOwesAsker, or 0 (other bits: not an answer of ours)
   kernels::OpSignature sig;
   char name[24];
 };
 static_assert(sizeof(InquiryAnswer) == bootstrap::Bootstrap::kAnswerBytes);
 constexpr uint32_t kAnswerMagic = 0x57444131;  // "WDA1"
+/// The answering rank still has send/recv data on its way to the rank that asked (its sends
+/// completed locally, the steps not yet freed by the asker): the asker is not deadlocked on it
+/// (a net plugin that finishes connecting in its first send stalls it for seconds).
+constexpr uint32_t kOwesAsker = 1;
 
 std::atomic<unsigned> gDumpRequests{0};
 
@@ -141,12 +145,13 @@ Watchdog::Watchdog(int rank, int nRanks, uint64_t commHash, std::vector<PeerProc
       channel_(channel) {
   if (settings_.dumpSignal > 0) installDumpHandler(settings_.dumpSignal);
   if (channel_ != nullptr) {
-    channel_->setAnswerer([this] {
+    channel_->setAnswerer([this](int asker) {
       const OpView op = currentOp();
       InquiryAnswer a{};
       a.magic = kAnswerMagic;
       a.inFlight = op.inFlight ? 1 : 0;
       a.waitingOn = op.inFlight ? waitedPeer() : -1;
+      a.flags = connector_.sendsPendingTo(asker) ? kOwesAsker : 0;
       a.sig = op.sig;
       snprintf(a.name, sizeof a.name, "%s", op.name);
       bootstrap::Bootstrap::Answer bytes;
@@ -333,6 +338,7 @@ void Watchdog::tick() {
   // would otherwise meet clocks that observe() had not restarted.
   const OpView op = currentOp();
   observe(op);
+  neighbourSuspect_ = -1;  // (checkNeighbour names it again while it holds)
   const unsigned dumps = gDumpRequests.load(std::memory_order_relaxed);
   if (dumps != dumpsSeen_) {
     dumpsSeen_ = dumps;
@@ -417,8 +423,14 @@ void Watchdog::checkNeighbour(const OpView& op) {
   if (!transport::readAnnouncement(from, &theirs)) return;  // none yet, or being rewritten: next time
   if (mine.seq == 0) {
     // A point-to-point call, stuck on the previous rank, which is in a collective this rank
-    // has not called (every rank takes part in it, so it cannot end before this call does).
+    // has not called (every rank takes part in it, so it cannot end before this call does)...
     if (theirs.seq != nextCollective_.load(std::memory_order_relaxed) || !stuckOn(prev)) return;
+    // ...unless that rank's sends to this one are still on their way (it moved on once they
+    // completed locally): the inquiry path asks it, and fails only when it owes nothing.
+    if (channel_ != nullptr) {
+      neighbourSuspect_ = prev;
+      return;
+    }
     fail(ncclInvalidUsage, pointToPointMismatch(op, prev, theirs));
     return;
   }
@@ -460,7 +472,8 @@ void Watchdog::checkWaitedPeers(const OpView& op) {
   // straggler (the usual wait) would otherwise all ask it every few seconds.
   const bool follow = settings_.timeoutSeconds > 0;
   if (!follow && op.sig.seq != 0) return;
-  const int peer = waitedPeer();
+  // The previous rank, when checkNeighbour saw it in the next collective: ask it first.
+  const int peer = op.sig.seq == 0 && neighbourSuspect_ >= 0 ? neighbourSuspect_ : waitedPeer();
   if (peer < 0) return;
   if (chainToken_ != op.token || chain_.empty() || chain_[0] != peer) {
     chainToken_ = op.token;
@@ -472,11 +485,13 @@ void Watchdog::checkWaitedPeers(const OpView& op) {
   bootstrap::Bootstrap::Answer bytes;
   InquiryAnswer a{};
   if (channel_->takeAnswer(chain_.back(), &bytes)) std::memcpy(&a, bytes.data(), sizeof a);
-  if (a.magic == kAnswerMagic) {
+  if (a.magic == kAnswerMagic && (a.flags & ~kOwesAsker) == 0) {
     headAnswered_ = true;
     headIdle_ = a.inFlight == 0;
     const uint64_t next = nextCollective_.load(std::memory_order_relaxed);
-    if (chain_.size() == 1 && op.sig.seq == 0 && a.inFlight != 0 && a.sig.seq != 0 && a.sig.seq == next) {
+    // (a peer whose sends to this rank are still on their way is asked again later)
+    if (chain_.size() == 1 && op.sig.seq == 0 && a.inFlight != 0 && a.sig.seq != 0 && a.sig.seq == next &&
+        (a.flags & kOwesAsker) == 0) {
       fail(ncclInvalidUsage, pointToPointMismatch(op, peer, a.sig));
       return;
     }

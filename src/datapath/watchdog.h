@@ -127,7 +127,8 @@ class Watchdog {
   /// follows the answers: a peer that waits on a third rank is followed to it, and so on.
   /// - A point-to-point call whose peer is in the next collective, which this rank has not
   ///   called, waits for a rank that waits for it: a mismatch, whatever the peer's place on the
-  ///   ring.
+  ///   ring, unless the peer answers that its sends to this rank are still on their way (they
+  ///   completed on its side, so it moved on): then it is asked again later.
   /// - The last rank of the chain, when it does not answer, is the one that stopped (its
   ///   process stopped, or its host is unreachable): NCCL_TIMEOUT's report names it, wherever
   ///   it runs (blamedByInquiry). Collectives ask, and answers are followed, only under
@@ -210,6 +211,9 @@ class Watchdog {
   std::chrono::steady_clock::time_point askedAt_, headSince_;
   bool headAnswered_ = false;
   bool headIdle_ = false;  ///< its answer: it is in no call on this communicator
+  /// This tick: the previous rank, which checkNeighbour saw in the collective a point-to-point
+  /// call of this rank waits before (-1: none); checkWaitedPeers asks it whether it owes data.
+  int neighbourSuspect_ = -1;
 
   std::condition_variable wake_;
   bool stop_ = false;

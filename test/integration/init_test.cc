@@ -419,9 +419,10 @@ TEST_CASE("bootstrap inquiries: a question gets the answerer's bytes once, malfo
   REQUIRE(test::runThreads(n, [&](int rank) {
             channels[rank] = bootstrap::Bootstrap::join(bootstrap::UniqueId::decode(id), rank, n, settings.net, nullptr);
           }) == "");
-  std::atomic<int> answered{0};
-  channels[0]->setAnswerer([&] {
+  std::atomic<int> answered{0}, askedBy{-1};
+  channels[0]->setAnswerer([&](int asker) {
     ++answered;
+    askedBy = asker;  // (the answer may depend on who asks: what this rank still owes it)
     bootstrap::Bootstrap::Answer a{};
     a.fill('A');
     return a;
@@ -443,6 +444,7 @@ TEST_CASE("bootstrap inquiries: a question gets the answerer's bytes once, malfo
   REQUIRE(arrived);
   CHECK(std::count(got.begin(), got.end(), 'A') == bootstrap::Bootstrap::kAnswerBytes);
   CHECK(answered == 1);
+  CHECK(askedBy == 2);
   CHECK_FALSE(channels[2]->takeAnswer(0, &got));  // taken
   // Rank 1 sends an "answer" of the wrong size under the answers' tag: dropped, never filed or
   // queued for a receive.

@@ -27,13 +27,13 @@
 # Exits 77 with the reason when no plugin is given or a given one is missing, or namespaces
 # cannot be made; 1 when a job failed.
 #
-# Known, not fixed yet: FastSocket's flow placement (its default) makes each connection in up
-# to 1000 tries a socket where the machine has under 4 CPUs, and completes it inside the
-# sender's first isend, on the proxy thread: that proxy moves nothing for a second or more. A
-# receiver then waiting on that sender, which has gone on into the next collective, is told
-# "... they wait for each other" by Braid's watchdog (a point-to-point mismatch it infers after
-# 1 s without progress), though the data is on its way: 1 of 20 'mixed' jobs on a 2-core VM.
-# NCCL_FLOW_PLACEMENT_ENABLE=0 (exported before the script) connects at once (2 s a job, was 5).
+# FastSocket's flow placement (its default) makes each connection in up to 1000 tries a socket
+# where the machine has under 4 CPUs, and completes it inside the sender's first isend, on the
+# proxy thread: that proxy moves nothing for a second or more. A receiver then waiting on that
+# sender, which has gone on into the next collective, was told "... they wait for each other"
+# by Braid's watchdog (1 of 20 'mixed' jobs on a 2-core VM); the watchdog now asks whether the
+# sender still owes it data and keeps waiting. NCCL_FLOW_PLACEMENT_ENABLE=0 (exported before
+# the script) connects at once (2 s a job, was 5).
 set -u
 build=$(cd "${1:?usage: third_party_plugins.sh BUILD_DIR}" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)

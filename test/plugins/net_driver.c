@@ -17,6 +17,11 @@
  * "rank R: <op> of COUNT failed: <result>: <last error>", aborts the communicator, prints
  * "rank R: aborted" and exits 3. Exits 0 when every rank did all.
  * Set NCCL_SHM_DISABLE=1 NCCL_P2P_DISABLE=1 to put every pair of ranks on the network path.
+ * NET_DRIVER_LONE_SEND=N: first an AllReduce of one float (the ring connects), then rank 0
+ * sends N floats to rank 1 alone and goes on to the counts' first AllReduce while rank 1 may
+ * still be receiving (with NET_LOOPBACK_FIRST_SEND_STALL_MS, a send that completed locally
+ * and is still on its way: the watchdog must not call it a deadlock); prints "rank R: lone
+ * send ok".
  */
 #define _POSIX_C_SOURCE 200809L
 #include <nccl.h>
@@ -139,6 +144,27 @@ done:
   return rc;
 }
 
+/* NET_DRIVER_LONE_SEND: see the top. */
+static int loneSend(ncclComm_t comm, int rank, size_t n) {
+  float one = 1.0f;
+  ncclResult_t r = ncclAllReduce(&one, &one, 1, ncclFloat, ncclSum, comm, NULL);
+  if (r != ncclSuccess) return failed(comm, rank, "AllReduce", 1, r);
+  if (one != (float)nranks) return wrong(comm, rank, "AllReduce", 1, 0, one, (float)nranks);
+  float* a = malloc((n > 0 ? n : 1) * sizeof(float));
+  int rc = 0;
+  if (rank == 0) {
+    for (size_t k = 0; k < n; ++k) a[k] = (float)(k % 1000);
+    if ((r = ncclSend(a, n, ncclFloat, 1, comm, NULL)) != ncclSuccess) rc = failed(comm, rank, "Send", n, r);
+  } else if (rank == 1) {
+    if ((r = ncclRecv(a, n, ncclFloat, 0, comm, NULL)) != ncclSuccess) rc = failed(comm, rank, "Recv", n, r);
+    for (size_t k = 0; k < n && rc == 0; ++k)
+      if (a[k] != (float)(k % 1000)) rc = wrong(comm, rank, "Recv", n, k, a[k], (float)(k % 1000));
+  }
+  free(a);
+  if (rc == 0) printf("rank %d: lone send ok\n", rank);
+  return rc;
+}
+
 static int runRank(int rank, int ncounts, char** counts) {
   ncclUniqueId id;
   if (ncclGetUniqueId(&id) != ncclSuccess) return 1; /* the same id on every rank: NCCL_COMM_ID */
@@ -147,6 +173,11 @@ static int runRank(int rank, int ncounts, char** counts) {
   if (r != ncclSuccess) {
     printf("rank %d: init failed: %s: %s\n", rank, ncclGetErrorString(r), ncclGetLastError(NULL));
     return 1;
+  }
+  const char* lone = getenv("NET_DRIVER_LONE_SEND");
+  if (lone != NULL && nranks >= 2) {
+    const int rc = loneSend(comm, rank, (size_t)strtoull(lone, NULL, 10));
+    if (rc != 0) return rc;
   }
   for (int i = 0; i < ncounts; ++i) {
     const int rc = runCount(comm, rank, (size_t)strtoull(counts[i], NULL, 10));

@@ -33,6 +33,9 @@
  * second test) for GPU memory and none for host memory. NET_LOOPBACK_RECORD=file appends a line per regMr ("regMr TYPE BYTES"),
  * regMrDmaBuf ("regMrDmaBuf TYPE BYTES") and iflush ("iflush TYPE BYTES") for the test to count.
  * NET_LOOPBACK_SENDS=file appends a line per isend: its size and (in hex) its first 64 bytes.
+ * NET_LOOPBACK_FIRST_SEND_STALL_MS=N: the first isend on each send comm answers no request
+ * (not now) for N ms after its first try, as a plugin that finishes its connection setup in
+ * its first send stalls it (Google's FastSocket); later isends are not held.
  * NET_LOOPBACK_REFUSE_GPU=send (or recv) makes registrations of GPU memory on send (receive)
  * comms fail with ncclSystemError, recorded as "refused TYPE BYTES".
  *
@@ -68,6 +71,7 @@
 #include <stdio.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "nccl_net.h"
@@ -175,6 +179,8 @@ struct comm {
   int order[MAX_REQUESTS]; /* indexes in posting order, of requests still moving */
   int nOrder;
   int broken;
+  int sends;                /* isends posted */
+  long long firstTryMs;     /* NET_LOOPBACK_FIRST_SEND_STALL_MS: when the first isend was tried (0: not yet) */
   struct late { /* received into GPU memory, waiting for an iflush (forceFlush) */
     char* target;
     char* shadow;
@@ -565,6 +571,25 @@ static ncclResult_t post(struct comm* c, int n, void** data, const size_t* sizes
   return ncclSuccess;
 }
 
+static long long monotonicMs(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* NET_LOOPBACK_FIRST_SEND_STALL_MS: whether c's first isend must still wait. */
+static int firstSendStalled(struct comm* c) {
+  const char* text = getenv("NET_LOOPBACK_FIRST_SEND_STALL_MS");
+  const long long stall = text != NULL ? atoll(text) : 0;
+  if (stall <= 0) return 0;
+  const long long now = monotonicMs();
+  if (c->firstTryMs == 0) {
+    c->firstTryMs = now;
+    LOG(NCCL_LOG_INFO, "loopback net: the first isend on this comm waits %lld ms", stall);
+  }
+  return now - c->firstTryMs < stall;
+}
+
 static ncclResult_t isendAny(void* sendComm, void* data, size_t size, int tag, void* mhandle, void** request) {
 #ifdef NET_FAIL_ISEND
   static int calls = 0;
@@ -575,7 +600,13 @@ static ncclResult_t isendAny(void* sendComm, void* data, size_t size, int tag, v
 #endif
   struct comm* c = (struct comm*)sendComm;
   if (c == NULL || !c->isSend) return ncclInternalError;
-  return post(c, 1, &data, &size, &tag, &mhandle, request);
+  if (c->sends == 0 && firstSendStalled(c)) {
+    *request = NULL;
+    return ncclSuccess;
+  }
+  const ncclResult_t r = post(c, 1, &data, &size, &tag, &mhandle, request);
+  if (r == ncclSuccess && *request != NULL) ++c->sends;
+  return r;
 }
 
 static ncclResult_t irecvAny(void* recvComm, int n, void** data, const size_t* sizes, const int* tags, void** mhandles,
