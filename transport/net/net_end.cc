@@ -64,7 +64,9 @@ LocalMemory::LocalMemory(uint64_t bytes) : bytes_((bytes + 4095) / 4096 * 4096) 
   std::memset(memory_, 0, bytes_);
 }
 
-LocalMemory::~LocalMemory() { std::free(memory_); }
+LocalMemory::~LocalMemory() {
+  if (!abandoned_) std::free(memory_);
+}
 
 void FrameWriter::start(const FrameHeader& h, const char* payload) {
   header_ = h;

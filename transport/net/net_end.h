@@ -109,11 +109,13 @@ class LocalMemory {
   char* get() const { return memory_; }
   uint64_t bytes() const { return bytes_; }
   /// Never freed: a net plugin may still write into it (a comm left open with a receive posted).
-  void abandon() { memory_ = nullptr; }
+  /// The memory stays where it is, so addresses into it (an end's records) stay valid.
+  void abandon() { abandoned_ = true; }
 
  private:
   uint64_t bytes_;
   char* memory_;
+  bool abandoned_ = false;
 };
 
 /// Writes one frame (header, then payload) to a non-blocking socket, as far as it goes.
