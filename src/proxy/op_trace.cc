@@ -73,6 +73,9 @@ void OpTrace::openStep(uint64_t s, int state, uint64_t bytes) {
     opEvent_ = op_.session->start(e);
   }
   if (!op_.wantSteps) return;
+  // A step kSteps before still open in this slot (its report of being done has not come yet:
+  // the slot was freed and refilled first) stops now; overwritten, its event would never stop.
+  if (open_[slot] != 0 && open_[slot] != s + 1) stopStep(open_[slot] - 1);
   plugin::ProfileEvent e;
   e.type = profile::kProxyStep;
   e.parent = opEvent_;
