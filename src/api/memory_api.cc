@@ -126,7 +126,7 @@ std::vector<bool> linkPeers(Communicator& c, const std::vector<WindowClaim>& cla
   const int n = c.identity().nRanks, me = c.identity().rank;
   std::vector<bool> linked(n, false);
   if (c.dataPath().onDevice()) return linked;  // (the one-sided calls refuse on the CUDA backend)
-  if (transport::onesided::Links* links = c.oneSidedLinks()) {
+  if (transport::onesided::Carrier* links = c.oneSidedLinks()) {
     for (int r = 0; r < n; ++r) linked[r] = links->linked(r);
     return linked;
   }
@@ -246,7 +246,7 @@ void registerWindow(Communicator& c, void* buff, size_t size, int flags, int32_t
   entry.id = mine.windowId;
   for (const WindowClaim& claim : claims) entry.peerIds.push_back(claim.windowId);
   reachPeers(c, claims, linkPeers(c, claims), entry);
-  transport::onesided::Links* links = c.oneSidedLinks();
+  transport::onesided::Carrier* links = c.oneSidedLinks();
   if (links != nullptr) links->publishWindow(entry.id, buff, size);
   try {
     c.bootstrap().barrier();  // (every peer has mapped this rank's offers, and published its window: puts may come)
@@ -313,7 +313,7 @@ ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
     const uint64_t id = c.windows().find(win).id;
     c.windows().remove(win);
     // (on return no put over a link writes into the memory any more)
-    if (transport::onesided::Links* links = c.oneSidedLinks()) links->withdrawWindow(id);
+    if (transport::onesided::Carrier* links = c.oneSidedLinks()) links->withdrawWindow(id);
     return ncclSuccess;
   });
 }

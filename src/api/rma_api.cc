@@ -53,8 +53,8 @@ void checkSignal(const Communicator& c, int sigIdx, int ctx) {
 
 /// The link that carries one-sided operations to `peer` (another host), or null when this rank
 /// addresses the peer's memory.
-transport::onesided::Links* linkTo(Communicator& c, int peer) {
-  transport::onesided::Links* links = c.oneSidedLinks();
+transport::onesided::Carrier* linkTo(Communicator& c, int peer) {
+  transport::onesided::Carrier* links = c.oneSidedLinks();
   return links != nullptr && links->linked(peer) ? links : nullptr;
 }
 
@@ -125,7 +125,7 @@ ncclResult_t pncclPutSignal(const void* localbuff, size_t count, ncclDataType_t 
            bytes, count, peerWinOffset, window.size);
     }
     comm::SignalBoard& board = boardFor(c, peer);
-    if (transport::onesided::Links* link = linkTo(c, peer)) {
+    if (transport::onesided::Carrier* link = linkTo(c, peer)) {
       const uint64_t id = window.peerIds[peer];
       return runOrDefer(c, "ncclPutSignal", [link, peer, id, peerWinOffset, localbuff, bytes, ctx] {
         link->put(peer, id, peerWinOffset, localbuff, bytes, ctx);
@@ -162,7 +162,7 @@ ncclResult_t pncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, nccl
     checkSignal(c, sigIdx, ctx);
     checkFlags(flags);
     comm::SignalBoard& board = boardFor(c, peer);
-    if (transport::onesided::Links* link = linkTo(c, peer)) {
+    if (transport::onesided::Carrier* link = linkTo(c, peer)) {
       return runOrDefer(c, "ncclSignal", [link, peer, ctx] { link->signal(peer, ctx); });
     }
     return runOrDefer(c, "ncclSignal", [&board, peer, ctx] { board.bump(peer, ctx); });
@@ -194,7 +194,7 @@ ncclResult_t pncclWaitSignal(int nDesc, ncclWaitSignalDesc_t* signalDescs, ncclC
                           const uint64_t target = board.expect(d.peer, d.ctx, d.opCnt);
                           // A link that ended (the peer's process, or its communicator) ends the
                           // wait too; what arrived before it still counts.
-                          transport::onesided::Links* link = linkTo(*raw, d.peer);
+                          transport::onesided::Carrier* link = linkTo(*raw, d.peer);
                           raw->dataPath().waitOneSided("ncclWaitSignal", d.peer, [&] {
                             return board.arrived(d.peer, d.ctx, target) || (link != nullptr && link->lost(d.peer));
                           });

@@ -160,7 +160,7 @@ comm::SignalBoard& Communicator::signals() {
   return *signals_;
 }
 
-void Communicator::adoptOneSidedLinks(std::unique_ptr<transport::onesided::Links> links) {
+void Communicator::adoptOneSidedLinks(std::unique_ptr<transport::onesided::Carrier> links) {
   std::lock_guard<std::mutex> lock(mutex_);
   oneSidedLinksOwned_ = std::move(links);
   oneSidedLinks_.store(oneSidedLinksOwned_.get(), std::memory_order_release);

@@ -41,7 +41,7 @@ namespace plugin {
 class ProfilerSession;
 }
 namespace transport::onesided {
-class Links;
+class Carrier;
 }
 
 /// Who a communicator's rank is. rank and nRanks are known at creation; the rest once
@@ -112,9 +112,9 @@ class Communicator {
   comm::SignalBoard* signalsIfMade();
   /// The links that carry one-sided operations to ranks this rank cannot address (other
   /// hosts: transport/net/one_sided_links.h), once a window registration made them; else null.
-  transport::onesided::Links* oneSidedLinks() const { return oneSidedLinks_.load(std::memory_order_acquire); }
+  transport::onesided::Carrier* oneSidedLinks() const { return oneSidedLinks_.load(std::memory_order_acquire); }
   /// Keeps `links` (made by a window registration) until the communicator ends.
-  void adoptOneSidedLinks(std::unique_ptr<transport::onesided::Links> links);
+  void adoptOneSidedLinks(std::unique_ptr<transport::onesided::Carrier> links);
   /// BRAID_ONE_SIDED_NET for this communicator: one-sided operations to every other rank go
   /// over links. Read at each window registration (every rank's claim says it); tests set it.
   bool oneSidedOverNetwork() const { return oneSidedOverNetwork_; }
@@ -172,8 +172,8 @@ class Communicator {
   std::unique_ptr<comm::SignalBoard> signals_;  // guarded by mutex_ while made; lives to the end (peers address it)
   std::atomic<comm::SignalBoard*> signalsMade_{nullptr};
   // After signals_: ends first (its proxy side adds to the board's counters).
-  std::unique_ptr<transport::onesided::Links> oneSidedLinksOwned_;
-  std::atomic<transport::onesided::Links*> oneSidedLinks_{nullptr};
+  std::unique_ptr<transport::onesided::Carrier> oneSidedLinksOwned_;
+  std::atomic<transport::onesided::Carrier*> oneSidedLinks_{nullptr};
   bool oneSidedOverNetwork_ = false;  // set from BRAID_ONE_SIDED_NET at init
   std::atomic<ncclResult_t> state_{ncclSuccess};
   std::atomic<bool> abort_{false};

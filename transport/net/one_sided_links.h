@@ -65,12 +65,36 @@ struct WindowSpan {
   uint64_t size;
 };
 
+/// What the one-sided calls need of whatever carries their operations to peers they cannot
+/// address (TCP links here; other transports implement the same): the API layer
+/// (src/api/rma_api.cc, memory_api.cc) sees only this.
+class Carrier {
+ public:
+  virtual ~Carrier() = default;
+  /// Whether operations to `peer` go through this carrier.
+  virtual bool linked(int peer) const = 0;
+  /// A window of this rank that peers' puts may name by `id`; withdrawWindow ends that, and on
+  /// return no byte lands in it any more (a put then arriving is dropped and reported).
+  virtual void publishWindow(uint64_t id, void* buffer, uint64_t size) = 0;
+  virtual void withdrawWindow(uint64_t id) = 0;
+  /// A put of `bytes` from `data` into `peer`'s window `window` at `offset`, then its signal
+  /// (ctx); returns once the caller may reuse `data`. Throws ncclRemoteError when the path to
+  /// the peer is broken, ncclInvalidUsage on abort.
+  virtual void put(int peer, uint64_t window, uint64_t offset, const void* data, uint64_t bytes, int ctx) = 0;
+  virtual void signal(int peer, int ctx) = 0;
+  /// Whether the path from `peer` has ended (cheap); then lostReason says why.
+  virtual bool lost(int peer) const = 0;
+  virtual std::string lostReason(int peer) const = 0;
+  /// Puts and signals that arrived, and frames refused (tests, logs).
+  virtual uint64_t arrivals() const = 0;
+};
+
 /// The target's check of a frame from rank `from`, before anything lands: "" when it may be
 /// applied, else why not (naming the fields). `window` is the span the frame's id names (null:
 /// no such window); `contexts` the communicator's count.
 std::string checkFrame(const FrameHeader& h, int from, int contexts, const WindowSpan* window);
 
-class Links final : public proxy::Pump {
+class Links final : public Carrier, public proxy::Pump {
  public:
   /// `arrive(from, ctx)` adds one to this rank's counter of (ctx, from) with release order (the
   /// signal board's); the proxy thread calls it after a put's data has landed.
@@ -85,25 +109,15 @@ class Links final : public proxy::Pump {
   /// `listenAt` (any port); throws when a peer does not connect within `timeout`.
   void connect(bootstrap::Bootstrap& channel, const std::vector<bool>& linked, net::SocketAddress listenAt,
                std::chrono::seconds timeout);
-  /// Whether operations to `peer` go over a link.
-  bool linked(int peer) const { return peer >= 0 && peer < nRanks_ && out_[peer] != nullptr; }
-
-  /// A window of this rank that peers' puts may name by `id`; withdrawWindow ends that, and on
-  /// return no byte lands in it any more (a put then arriving is dropped and reported).
-  void publishWindow(uint64_t id, void* buffer, uint64_t size);
-  void withdrawWindow(uint64_t id);
-
-  /// Writes a put of `bytes` from `data` into `peer`'s window `window` at `offset`, then its
-  /// signal (ctx), on the calling thread; returns once the data is in the socket. Throws
-  /// ncclRemoteError when the link is broken, ncclInvalidUsage on abort.
-  void put(int peer, uint64_t window, uint64_t offset, const void* data, uint64_t bytes, int ctx);
-  void signal(int peer, int ctx);
-
-  /// Whether the link from `peer` has ended (cheap); then lostReason says why.
-  bool lost(int peer) const { return lost_[peer].load(std::memory_order_acquire); }
-  std::string lostReason(int peer) const;
-  /// Puts and signals that arrived over links, and frames refused (tests, logs).
-  uint64_t arrivals() const { return arrivals_.load(std::memory_order_relaxed); }
+  // Carrier. A put is written on the calling thread and returns once the data is in the socket.
+  bool linked(int peer) const override { return peer >= 0 && peer < nRanks_ && out_[peer] != nullptr; }
+  void publishWindow(uint64_t id, void* buffer, uint64_t size) override;
+  void withdrawWindow(uint64_t id) override;
+  void put(int peer, uint64_t window, uint64_t offset, const void* data, uint64_t bytes, int ctx) override;
+  void signal(int peer, int ctx) override;
+  bool lost(int peer) const override { return lost_[peer].load(std::memory_order_acquire); }
+  std::string lostReason(int peer) const override;
+  uint64_t arrivals() const override { return arrivals_.load(std::memory_order_relaxed); }
 
   // proxy::Pump (the proxy thread): reads every incoming link.
   void pollSet(std::vector<pollfd>* fds) override;
