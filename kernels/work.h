@@ -225,6 +225,11 @@ struct CollWork {
 /// The element range [offset, offset+count) of `part` out of `parts` near-equal pieces of
 /// `total`, each a multiple of `align` elements except the last.
 BRAID_INLINE void partition(uint64_t total, int parts, int part, uint64_t align, uint64_t* offset, uint64_t* count) {
+  if (parts == 1) {  // (a small collective's one channel: no 64-bit divisions on its path)
+    *offset = 0;
+    *count = total;
+    return;
+  }
   uint64_t each = (total + parts - 1) / parts;
   each = (each + align - 1) / align * align;
   const uint64_t begin = each * part;

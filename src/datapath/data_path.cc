@@ -224,7 +224,7 @@ void DataPath::setRanksPerNode(int k) {
     nodeOf_.push_back(k > 0 ? r / k : hostIndex.emplace(hostOf_[r], static_cast<int>(hostIndex.size())).first->second);
   }
   trees_.clear();  // (before any Tree or Hier2D collective: their connections stay where they were made)
-  choices_.clear();
+  forgetChoices();
   gridSets_.clear();
   describeShape();
 }
@@ -427,9 +427,16 @@ void DataPath::runCollective(const plan::Task& given) {
   if (task.scalarAtRun != nullptr) std::memcpy(&task.opArgs.scalarBits, task.scalarAtRun, plan::typeSize(task.dtype));
   const uint64_t key = (static_cast<uint64_t>(task.func) << 56) | (task.count * plan::typeSize(task.dtype));
   // (a tuner plugin is asked every time: no cache; a group's aggregate once, askTunerTogether)
-  auto known = tunerPlugin_ != nullptr ? choices_.end() : choices_.find(key);
-  const auto together = aggregated_.find(&given);
+  // (the last size looked up first: a loop of one size finds it without hashing)
+  const bool repeated = tunerPlugin_ == nullptr && lastChoice_ != nullptr && lastChoiceKey_ == key;
+  auto known = tunerPlugin_ != nullptr || repeated ? choices_.end() : choices_.find(key);
+  if (known != choices_.end()) {
+    lastChoiceKey_ = key;
+    lastChoice_ = &known->second;
+  }
+  const auto together = aggregated_.empty() ? aggregated_.end() : aggregated_.find(&given);
   const topo::Choice* decided = together != aggregated_.end()   ? &together->second
+                                : repeated                      ? lastChoice_
                                 : known != choices_.end()       ? &known->second
                                                                 : nullptr;
   // The most a step of this call can carry: a rank's whole buffer (every rank's block for the
@@ -438,10 +445,11 @@ void DataPath::runCollective(const plan::Task& given) {
                            task.func == kernels::Func::kAlltoAll;
   const uint64_t stepReach = task.count * plan::typeSize(task.dtype) * (wholeBuffer ? nRanks_ : 1);
   plan::CollPlan plan = plan::planCollective(task, nRanks_, settings_.limits, decided, pluginInputs(task), &ledger_);
-  const bool firstOfSize = known == choices_.end();  // (with a tuner plugin: every call)
-  if (known == choices_.end() && tunerPlugin_ == nullptr) {
-    if (choices_.size() >= 4096) choices_.clear();  // many sizes: start again rather than grow
-    choices_.emplace(key, plan.tuned);
+  const bool firstOfSize = !repeated && known == choices_.end();  // (with a tuner plugin: every call)
+  if (firstOfSize && tunerPlugin_ == nullptr) {
+    if (choices_.size() >= 4096) forgetChoices();  // many sizes: start again rather than grow
+    lastChoiceKey_ = key;
+    lastChoice_ = &choices_.emplace(key, plan.tuned).first->second;
   }
   if (profile_ != nullptr) profile_->collStart(task, plan);
   std::vector<char> staged;

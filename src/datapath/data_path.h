@@ -165,7 +165,7 @@ class DataPath {
 
   /// The planner's bounds (channels, protocols); tests narrow them to force a choice.
   plan::PlanLimits& limits() {
-    choices_.clear();
+    forgetChoices();
     return settings_.limits;
   }
   /// The connector's options; tests change them before the first collective (networkOnly).
@@ -188,7 +188,7 @@ class DataPath {
   /// alike, to run sends and receives of a given size with LL or Simple.
   void setPeerLLThreshold(int64_t bytes) {
     settings_.limits.shape.peerLLMaxBytes = bytes;
-    choices_.clear();  // (AlltoAll's Direct is modelled with its sends' protocol)
+    forgetChoices();  // (AlltoAll's Direct is modelled with its sends' protocol)
   }
   /// NCCL_P2P_DIRECT_DISABLE's opposite for this communicator; tests set it, every rank
   /// alike, to run sends and receives between threads through the FIFO or directly.
@@ -353,6 +353,12 @@ class DataPath {
   // an 8-byte AllReduce on 2 ranks about as much as the operation. Not with a tuner plugin,
   // which is asked about every collective.
   std::unordered_map<uint64_t, topo::Choice> choices_;
+  uint64_t lastChoiceKey_ = 0;                // the key of the last choice looked up or made,
+  const topo::Choice* lastChoice_ = nullptr;  // and that choice in choices_ (null: none)
+  void forgetChoices() {
+    choices_.clear();
+    lastChoice_ = nullptr;
+  }
   // What each algorithm's connections have cost so far and the time it would have saved: an
   // algorithm whose connections are not made runs once that time pays for them (setup_ledger.h).
   plan::SetupLedger ledger_;
