@@ -387,12 +387,12 @@ bool Links::readHello(Pending& p) {
   if (h.index == kProbeHello) return true;  // (it only checked that this listener answers)
   const int from = h.from;
   if (in_[from] != nullptr && !in_[from]->closed) return false;  // its previous link still drains
-  Verdict verdict{kVerdictMagic, 0, incomingOpen_, bound_};
+  Verdict verdict{kVerdictMagic, 0, incomingOpen_.load(), bound_};
   if (incomingOpen_ >= bound_) {
     verdict.refused = 1;
     BRAID_WARN("one-sided links: rank %d refused rank %d's link: %d incoming links are open, the most maxP2pPeers "
                "(%d) allows",
-               rank_, from, incomingOpen_, bound_);
+               rank_, from, incomingOpen_.load(), bound_);
   }
   if (p.socket.writeSome(&verdict, sizeof verdict) != static_cast<ssize_t>(sizeof verdict) || verdict.refused) {
     return true;  // (a fresh socket takes 16 bytes at once; else its origin went away)
@@ -568,7 +568,7 @@ void Links::probe(int peer) const {
     if (e.code() != ncclRemoteError) return;  // (aborted, or no answer in time: nothing learnt)
     char why[240];
     std::snprintf(why, sizeof why,
-                  "rank %d's communicator ended (its one-sided listener refuses connections) with no link open to "
+                  "rank %d's communicator or process ended (its one-sided listener refuses connections) with no link open to "
                   "this rank",
                   peer);
     markLost(peer, why);

@@ -142,8 +142,9 @@ class Links final : public Carrier, public proxy::Pump {
   net::SocketAddress listenAddress() const { return listener_.localAddress(); }
   /// The bound on open links each way (maxP2pPeers: the largest of the ranks'; else nRanks - 1).
   int bound() const { return bound_; }
-  /// Outgoing links open now (tests, logs).
+  /// Outgoing links open now, and incoming ones (tests, logs).
   int outgoingOpen() const;
+  int incomingOpen() const { return incomingOpen_.load(std::memory_order_acquire); }
 
   // Carrier. A put is written on the calling thread and returns once the data is in the socket;
   // the first one to a peer connects to it.
@@ -235,7 +236,7 @@ class Links final : public Carrier, public proxy::Pump {
   // The proxy thread's (once attached):
   std::vector<std::unique_ptr<Incoming>> in_;  // by rank: null while no link from it is open
   std::vector<Pending> pending_;
-  int incomingOpen_ = 0;
+  std::atomic<int> incomingOpen_{0};  // (written by the proxy thread only)
   std::vector<int> polledAt_;  // by rank: its entry among this pump's of the pass, or -1
   int listenerPolledAt_ = -1;
   std::vector<int> pendingPolledAt_;
