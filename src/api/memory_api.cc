@@ -120,8 +120,9 @@ struct WindowClaim {
 
 /// Which ranks this rank's one-sided operations reach over links (every rank computes the same
 /// pairs from the claims): ranks on other hosts, and with BRAID_ONE_SIDED_NET on either side
-/// every other rank. Makes the links at the first registration that needs any (a collective
-/// step: every rank sees the same claims, so all of them take it or none).
+/// every other rank. Opens the links' listeners at the first registration that needs any (a
+/// collective step: every rank sees the same claims, so all of them take it or none); each
+/// link is connected on its first use.
 std::vector<bool> linkPeers(Communicator& c, const std::vector<WindowClaim>& claims) {
   const int n = c.identity().nRanks, me = c.identity().rank;
   std::vector<bool> linked(n, false);
@@ -143,7 +144,7 @@ std::vector<bool> linkPeers(Communicator& c, const std::vector<WindowClaim>& cla
   auto links = std::make_unique<transport::onesided::Links>(
       me, n, std::max(1, c.config().numRmaCtx), c.identity().commHash, c.abortWord(),
       [&board](int from, int ctx) { board.arrive(from, ctx); });
-  links->connect(c.bootstrap(), linked, c.bootstrap().peerAddress(me), c.bootstrap().timeout());
+  links->open(c.bootstrap(), linked, c.bootstrap().peerAddress(me), c.config().maxP2pPeers, c.bootstrap().timeout());
   c.adoptOneSidedLinks(std::move(links));
   return linked;
 }

@@ -1,8 +1,10 @@
 // One-sided operations on windows (NCCL 2.29): ncclPutSignal, ncclSignal, ncclWaitSignal.
 //
-// On the host backend every call completes before it returns (the stream is not used); inside
-// a group it runs at ncclGroupEnd, after the communicator's collectives and sends/receives of
-// the group, in call order (group::enqueueAfter). A wait polls this rank's counters
+// On the host backend every call completes before it returns (the stream is not used), except
+// on a nonblocking communicator, where it returns ncclInProgress and completes on the
+// communicator's job thread (NCCL's implicit group); inside a group it runs at ncclGroupEnd,
+// after the communicator's collectives and sends/receives of the group, in call order
+// (group::enqueueAfter). A wait polls this rank's counters
 // (comm/signals.h). What reaches a peer:
 // - ranks that are threads of one process and the other processes of the host (window memory
 //   from ncclMemAlloc and the counters are memory files each rank maps at
@@ -31,6 +33,10 @@ namespace {
 Communicator& readyForOneSided(ncclComm_t comm, const char* call) {
   Communicator& c = communicatorFrom(comm);
   if (!c.hasBootstrap()) fail(ncclInvalidUsage, "the communicator has not completed init");
+  if (c.asyncError() == ncclInProgress) {  // (a nonblocking communicator's earlier call still runs)
+    fail(ncclInvalidUsage, "an earlier nonblocking call on this communicator is still in progress; wait until "
+                           "ncclCommGetAsyncError no longer reports ncclInProgress");
+  }
   if (c.revoked()) fail(ncclInvalidUsage, "the communicator was revoked");
   c.refuseIfSuspended(call);
   return c;
@@ -85,11 +91,19 @@ comm::SignalBoard& boardFor(Communicator& c, int peer) {
 }
 
 /// Runs a checked call's work now, or, inside a group, at its end after the communicator's
-/// other operations (group::enqueueAfter), as the group's collectives wait for its end.
+/// other operations (group::enqueueAfter), as the group's collectives wait for its end. On a
+/// nonblocking communicator a lone call is a group of its own, as in NCCL (ncclEnqueueCheck):
+/// its work runs on the communicator's job thread and the call returns ncclInProgress;
+/// ncclCommGetAsyncError then says when it ended, and how.
 ncclResult_t runOrDefer(Communicator& c, const char* call, std::function<void()> work) {
   if (group::active()) {
     group::enqueueAfter(&c, call, std::move(work));
     return ncclSuccess;
+  }
+  if (!c.config().blocking) {
+    group::start(/*implicit=*/true);
+    group::enqueueAfter(&c, call, std::move(work));
+    return group::end();
   }
   work();
   return ncclSuccess;

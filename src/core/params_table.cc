@@ -137,7 +137,7 @@ const std::vector<KnobSpec>& knobTable() {
       {"NCCL_P2P_LL_THRESHOLD", KnobType::Integer, "-1",
        "sends and receives up to this many bytes move with the LL protocol, larger ones with Simple (-1: the backend's, 16384 on GPUs as NCCL's, 64 on the host); must be the same on all ranks", true},
       {"NCCL_P2P_MAX_PEERS", KnobType::Integer, "-1",
-       "peers a rank sends to or receives from at most, overriding config.maxP2pPeers (-1: the config's); NCCL sizes p2p resources by it, Braid connects each peer on first use and sizes nothing by it", false},
+       "peers a rank exchanges point-to-point with at most, overriding config.maxP2pPeers (-1: the config's; the largest of the ranks' applies): bounds the one-sided links a rank keeps open each way (an idle outgoing one is closed to make room; an incoming one beyond it is refused); NCCL also sizes p2p channels by it", true},
       {"NCCL_PARAM_DUMP_ALL", KnobType::String, "false",
        "true: ncclParamGetAllParameterKeys and ncclParamDumpAll (and braid-info) also list the NCCL variables Braid recognises but does not read", true},
       {"NCCL_PROFILER_PLUGIN", KnobType::String, "",

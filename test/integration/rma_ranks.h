@@ -19,6 +19,7 @@ struct WindowSetup {
   size_t bytes;              ///< of each rank's window, zeroed
   bool plainMemory = false;  ///< from posix_memalign (other processes cannot map it), not ncclMemAlloc
   bool overLinks = false;    ///< every peer over the one-sided links (BRAID_ONE_SIDED_NET's switch)
+  int maxP2pPeers = 0;       ///< config.maxP2pPeers (0: not set)
 };
 
 /// n ranks (threads, or processes), each with a communicator and a window as `setup` says; the
@@ -30,6 +31,7 @@ inline std::string withWindows(int n, bool threads, const WindowSetup& setup,
   auto rankBody = [id, n, body, setup](int rank) {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.numRmaCtx = setup.contexts;
+    if (setup.maxP2pPeers > 0) config.maxP2pPeers = setup.maxP2pPeers;
     ncclComm_t comm = nullptr;
     EXPECT_OK(ncclCommInitRankConfig(&comm, n, id, rank, &config));
     if (setup.overLinks) braid::communicatorFrom(comm).setOneSidedOverNetwork(true);
