@@ -1,0 +1,284 @@
+// One-sided operations through a net plugin (transport/net/plugin/one_sided_plugin.h): Braid's
+// loopback test plugin (test/plugins/net_loopback.c) in its v11 build, its maxRecvs-8 build, the
+// v6 build whose test never reports sizes, and the strict build (one thread per comm, no close
+// in flight, setup never beside data calls). A plugin is loaded once per process, so each
+// visible case runs hidden cases in a new process of this binary with NCCL_NET_PLUGIN set; there
+// every peer is forced onto the network (BRAID_ONE_SIDED_NET's switch) with ranks as threads and
+// as processes. Two rma_main programs that tell each other apart as hosts (NCCL_HOSTID) do the
+// same with the plugin carrying their collectives, and one of them dies.
+#include <limits.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "harness/ranks.h"
+#include "plugin_helpers.h"
+#include "rma_ranks.h"
+#include "test_env.h"
+#include "transport/net/plugin/one_sided_plugin.h"
+
+using braid::test::expect;
+using braid::test::plugins::occurrences;
+using braid::test::plugins::plugin;
+using braid::transport::onesided::PluginCarrier;
+
+namespace {
+
+std::string lastError() { return ncclGetLastError(nullptr); }
+
+std::string selfPath() {
+  char path[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+  return n > 0 ? std::string(path, static_cast<size_t>(n)) : "";
+}
+
+/// Whether a hidden case runs in the process runHidden started.
+bool startedByVisibleCase() {
+  if (std::getenv("BRAID_RMA_PLUGIN_CHILD") != nullptr) return true;
+  WARN("skipped: a hidden case, run by its visible case in a process of its own");
+  return false;
+}
+
+/// Runs the hidden cases `tags` in a new process of this binary with net plugin `name`
+/// (test/plugins); returns what it printed.
+std::string runHidden(const std::string& name, const std::string& tags) {
+  return braid::test::runCommand(
+      "unset NCCL_NET NCCL_NET_PLUGIN BRAID_ONE_SIDED_NET; export NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 "
+      "BRAID_BOOTSTRAP_TIMEOUT=20 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=NET BRAID_RMA_PLUGIN_CHILD=1 NCCL_NET_PLUGIN=" +
+      plugin(name) + "; timeout 300 " + selfPath() + " '" + tags + "' 2>&1");
+}
+
+bool noPluginDir() {
+  if (std::getenv("BRAID_PLUGIN_DIR") != nullptr) return false;
+  WARN("skipped: BRAID_PLUGIN_DIR is not set (the plugin tests' environment)");
+  return true;
+}
+
+/// n ranks (threads or processes), two RMA contexts, every peer over the plugin carrier, a
+/// window of `bytes` from ncclMemAlloc.
+std::string withPluginWindows(int n, bool threads, size_t bytes,
+                              const std::function<void(int, ncclComm_t, ncclWindow_t, unsigned char*)>& body) {
+  return braid::test::rma::withWindows(
+      n, threads, {2, bytes, false, true}, [&body](int rank, ncclComm_t comm, ncclWindow_t win, char* window) {
+        expect(dynamic_cast<PluginCarrier*>(braid::communicatorFrom(comm).oneSidedLinks()) != nullptr,
+               "the one-sided operations do not go through the net plugin");
+        body(rank, comm, win, reinterpret_cast<unsigned char*>(window));
+      });
+}
+
+unsigned char pattern(int from, int k, size_t i) {
+  return static_cast<unsigned char>(from * 31 + k * 17 + i * 7 + (i >> 12) * 3 + 1);
+}
+
+using braid::test::rma::waitFor;
+
+}  // namespace
+
+// ---- hidden: the ranks, in a process with the plugin ----
+
+TEST_CASE("(hidden) one-sided through a net plugin: exact data before its signal", "[.rma-plugin-exact]") {
+  if (!startedByVisibleCase()) return;
+  // Each rank puts to every other rank, on ctx 1, pieces of 0, 1, 4099 bytes and one larger
+  // than all of a comm's bounce slots, each in its own part of the peer's window, then signals
+  // ctx 0 once. The receiver waits for that signal only, finds every byte there (and none past
+  // a piece), then consumes the puts' signals on ctx 1.
+  const std::vector<size_t> sizes = {0, 1, 4099, PluginCarrier::kSlots * PluginCarrier::kChunkBytes + 3};
+  const size_t part = size_t{4} << 20;
+  for (const int n : {2, 3}) {
+    for (const bool threads : {true, false}) {
+      INFO(n << " ranks as " << (threads ? "threads" : "processes"));
+      CHECK(withPluginWindows(n, threads, part * n, [&](int rank, ncclComm_t comm, ncclWindow_t win,
+                                                        unsigned char* window) {
+              std::vector<unsigned char> source(part);
+              for (int peer = 0; peer < n; ++peer) {
+                if (peer == rank) continue;
+                size_t offset = rank * part;
+                for (size_t k = 0; k < sizes.size(); ++k) {
+                  for (size_t i = 0; i < sizes[k]; ++i) source[i] = pattern(rank, k, i);
+                  EXPECT_OK(ncclPutSignal(source.data(), sizes[k], ncclUint8, peer, win, offset, 0, 1, 0, comm, nullptr));
+                  offset += sizes[k] + 1;
+                }
+                EXPECT_OK(ncclSignal(peer, 0, 0, 0, comm, nullptr));
+              }
+              for (int from = 0; from < n; ++from) {
+                if (from == rank) continue;
+                waitFor(comm, from, 0, 1);
+                size_t offset = from * part;
+                for (size_t k = 0; k < sizes.size(); ++k) {
+                  for (size_t i = 0; i < sizes[k]; ++i) {
+                    if (window[offset + i] != pattern(from, k, i)) {
+                      expect(false, "byte " + std::to_string(i) + " of piece " + std::to_string(k) + " from rank " +
+                                        std::to_string(from) + " was not there when its signal came");
+                      return;
+                    }
+                  }
+                  expect(window[offset + sizes[k]] == 0, "the byte after piece " + std::to_string(k) + " was written");
+                  offset += sizes[k] + 1;
+                }
+                waitFor(comm, from, 1, static_cast<int>(sizes.size()));
+              }
+              // A ping-pong: each put's signal is the only news of it.
+              const int peer = rank ^ 1;
+              for (int round = 0; round < 50 && peer < n; ++round) {
+                const int value = round * 2 + rank;
+                if ((round + rank) % 2 == 0) {
+                  EXPECT_OK(ncclPutSignal(&value, 1, ncclInt32, peer, win, part * n - 8, 0, 0, 0, comm, nullptr));
+                } else {
+                  waitFor(comm, peer, 0, 1);
+                  int got;
+                  std::memcpy(&got, window + part * n - 8, sizeof got);  // (past every piece)
+                  expect(got == round * 2 + peer, "round " + std::to_string(round) + ": " + std::to_string(got));
+                }
+              }
+              // All ranks end together: each one's goodbyes find its peers' receives posted, and
+              // every comm closes with nothing in flight (no "left open" below).
+              float x = 1;
+              EXPECT_OK(ncclAllReduce(&x, &x, 1, ncclFloat, ncclSum, comm, nullptr));
+            }) == "");
+    }
+  }
+  std::printf("rma plugin: exact\n");
+}
+
+TEST_CASE("(hidden) one-sided through a net plugin: a forged put outside the target's window is refused",
+          "[.rma-plugin-forged]") {
+  if (!startedByVisibleCase()) return;
+  // Rank 0 hands its carrier puts the API would refuse (as a hostile peer would send them):
+  // offset + size past the window, an unknown window id, an offset that wraps.
+  for (int variant = 0; variant < 3; ++variant) {
+    INFO("variant " << variant);
+    CHECK(withPluginWindows(2, variant != 1, 4096, [variant](int rank, ncclComm_t comm, ncclWindow_t win,
+                                                             unsigned char* window) {
+            braid::Communicator& c = braid::communicatorFrom(comm);
+            const braid::WindowEntry entry = c.windows().find(win);
+            std::vector<unsigned char> junk(64, 0xab);
+            if (rank == 0) {
+              if (variant == 0) c.oneSidedLinks()->put(1, entry.peerIds[1], 4090, junk.data(), 16, 0);
+              if (variant == 1) c.oneSidedLinks()->put(1, entry.peerIds[1] ^ 1, 0, junk.data(), 16, 0);
+              if (variant == 2) c.oneSidedLinks()->put(1, entry.peerIds[1], UINT64_MAX - 7, junk.data(), 16, 0);
+              return;
+            }
+            ncclWaitSignalDesc_t d = {1, 0, 0, 0};
+            const ncclResult_t r = ncclWaitSignal(1, &d, comm, nullptr);
+            const char* named[] = {"put of 16 bytes at offset 4090 does not fit this rank's window of 4096 bytes",
+                                   "which this rank has not registered", "at offset 18446744073709551608 does not fit"};
+            expect(r == ncclRemoteError && lastError().find(named[variant]) != std::string::npos,
+                   "the wait: " + std::to_string(r) + ": " + lastError());
+            for (int i = 0; i < 4096; ++i) {
+              if (window[i] != 0) {
+                expect(false, "byte " + std::to_string(i) + " was written");
+                break;
+              }
+            }
+          }) == "");
+  }
+  std::printf("rma plugin: forged refused\n");
+}
+
+TEST_CASE("(hidden) one-sided through a net plugin: a peer that ends fails a wait on it, naming it",
+          "[.rma-plugin-lost]") {
+  if (!startedByVisibleCase()) return;
+  // Rank 1 destroys its communicator at once (its goodbye), or its process ends without a word.
+  for (const bool dies : {false, true}) {
+    INFO((dies ? "rank 1 dies" : "rank 1 destroys its communicator"));
+    CHECK(withPluginWindows(2, false, 4096, [dies](int rank, ncclComm_t comm, ncclWindow_t, unsigned char*) {
+            if (rank == 1) {
+              if (dies) _exit(0);
+              return;
+            }
+            const auto start = std::chrono::steady_clock::now();
+            ncclWaitSignalDesc_t d = {1, 1, 0, 0};
+            const ncclResult_t r = ncclWaitSignal(1, &d, comm, nullptr);
+            const auto waited = std::chrono::steady_clock::now() - start;
+            expect(r != ncclSuccess && lastError().find("rank 1") != std::string::npos,
+                   "the wait: " + std::to_string(r) + ": " + lastError());
+            expect(waited < std::chrono::seconds(20), "the wait took too long");
+          }) == "");
+  }
+  // Rank 1 leaves; rank 0 puts 1 MiB until a put fails, which must happen within seconds.
+  CHECK(withPluginWindows(2, false, 1 << 20, [](int rank, ncclComm_t comm, ncclWindow_t win, unsigned char*) {
+          if (rank == 1) _exit(0);
+          std::vector<char> source(1 << 20, 7);
+          const auto start = std::chrono::steady_clock::now();
+          ncclResult_t r = ncclSuccess;
+          while (r == ncclSuccess && std::chrono::steady_clock::now() - start < std::chrono::seconds(20)) {
+            r = ncclPutSignal(source.data(), source.size(), ncclInt8, 1, win, 0, 0, 0, 0, comm, nullptr);
+          }
+          expect(r == ncclRemoteError && lastError().find("the one-sided path to rank 1 broke") != std::string::npos,
+                 "the last put: " + std::to_string(r) + ": " + lastError());
+        }) == "");
+  std::printf("rma plugin: lost peers\n");
+}
+
+// ---- visible ----
+
+TEST_CASE("one-sided through net plugins (v11, maxRecvs 8, v6 without sizes, strict): threads and processes, 2 and 3 "
+          "ranks, exact data before signal",
+          "[integration][rma][plugins]") {
+  if (noPluginDir()) return;
+  for (const std::string name : {"net-loopback", "net-recvs8", "net-nosize", "net-strict"}) {
+    const std::string out = runHidden(name, "[.rma-plugin-exact]");
+    INFO(name << ":\n" << out);
+    CHECK(occurrences(out, "rma plugin: exact") == 1);
+    CHECK(occurrences(out, "reaches its linked peers through net plugin") >= 10);
+    CHECK(occurrences(out, "loopback net (strict)") == 0);
+    CHECK(occurrences(out, "NCCL WARN") == 0);
+    CHECK(occurrences(out, "left open") == 0);  // (every comm closed with nothing in flight)
+  }
+}
+
+TEST_CASE("one-sided through a net plugin: a put outside the target's window is refused there, nothing written; a "
+          "peer that ends fails waits and puts",
+          "[integration][rma][plugins]") {
+  if (noPluginDir()) return;
+  for (const std::string name : {"net-loopback", "net-strict"}) {
+    const std::string out = runHidden(name, "[.rma-plugin-forged],[.rma-plugin-lost]");
+    INFO(name << ":\n" << out);
+    CHECK(occurrences(out, "rma plugin: forged refused") == 1);
+    CHECK(occurrences(out, "rma plugin: lost peers") == 1);
+    CHECK(occurrences(out, "loopback net (strict)") == 0);
+  }
+}
+
+TEST_CASE("one-sided across hosts (NCCL_HOSTID) through a net plugin: two programs put, signal and wait, and a death "
+          "ends a wait",
+          "[integration][rma][plugins]") {
+  const char* rankMain = std::getenv("BRAID_RANK_MAIN_EXE");
+  if (rankMain == nullptr || noPluginDir()) {
+    WARN("skipped: BRAID_RANK_MAIN_EXE is not set (run the tests through meson test)");
+    return;
+  }
+  std::string program = rankMain;
+  program = program.substr(0, program.rfind('/') + 1) + "rma_main";
+  for (const std::string mode : {"check 4194304", "check 65536 strict", "die"}) {
+    INFO(mode);
+    const int port = braid::test::freeLoopbackPort();
+    std::string command = "unset NCCL_NET BRAID_ONE_SIDED_NET; export NCCL_COMM_ID=127.0.0.1:" + std::to_string(port) +
+                          " NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 BRAID_BOOTSTRAP_TIMEOUT=20 NCCL_DEBUG=INFO "
+                          "NCCL_DEBUG_SUBSYS=NET NCCL_NET_PLUGIN=" +
+                          plugin("net-loopback") + "; ";
+    for (int r = 0; r < 2; ++r) {
+      command += "NCCL_HOSTID=host" + std::to_string(r) + " timeout 60 " + program + " 2 " + std::to_string(r) + " " +
+                 mode + " & ";
+    }
+    const std::string out = braid::test::runCommand(command + "wait");
+    INFO(out);
+    CHECK(occurrences(out, "reaches its linked peers through net plugin loopback") >= 1);
+    if (mode == "die") {
+      CHECK(out.find("rank 0: wait on the dead rank -> 6 after") != std::string::npos);
+      CHECK(out.find("the one-sided path from rank 1 failed") != std::string::npos);
+      continue;
+    }
+    CHECK(occurrences(out, "reaches its linked peers through net plugin loopback") == 2);
+    CHECK(occurrences(out, "NCCL WARN one-sided") == 0);  // (the refused put's WARN is the API's)
+    for (int r = 0; r < 2; ++r) {
+      CHECK(out.find("rank " + std::to_string(r) + ": rma ok (2 ranks") != std::string::npos);
+    }
+  }
+}
