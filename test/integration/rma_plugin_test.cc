@@ -1,7 +1,8 @@
 // One-sided operations through a net plugin (transport/net/plugin/one_sided_plugin.h): Braid's
 // loopback test plugin (test/plugins/net_loopback.c) in its v11 build, its maxRecvs-8 build, the
-// v6 build whose test never reports sizes, and the strict build (one thread per comm, no close
-// in flight, setup never beside data calls). A plugin is loaded once per process, so each
+// v6 build whose test never reports sizes, the v6 build whose accept blocks until the connection
+// has come, and the strict build (one thread per comm, no close in flight, setup never beside
+// data calls). A plugin is loaded once per process, so each
 // visible case runs hidden cases in a new process of this binary with NCCL_NET_PLUGIN set; there
 // every peer is forced onto the network (BRAID_ONE_SIDED_NET's switch) with ranks as threads and
 // as processes. Two rma_main programs that tell each other apart as hosts (NCCL_HOSTID) do the
@@ -218,11 +219,11 @@ TEST_CASE("(hidden) one-sided through a net plugin: a peer that ends fails a wai
 
 // ---- visible ----
 
-TEST_CASE("one-sided through net plugins (v11, maxRecvs 8, v6 without sizes, strict): threads and processes, 2 and 3 "
-          "ranks, exact data before signal",
+TEST_CASE("one-sided through net plugins (v11, maxRecvs 8, v6 without sizes, blocking accept, strict): threads and "
+          "processes, 2 and 3 ranks, exact data before signal",
           "[integration][rma][plugins]") {
   if (noPluginDir()) return;
-  for (const std::string name : {"net-loopback", "net-recvs8", "net-nosize", "net-strict"}) {
+  for (const std::string name : {"net-loopback", "net-recvs8", "net-nosize", "net-blocking", "net-strict"}) {
     const std::string out = runHidden(name, "[.rma-plugin-exact]");
     INFO(name << ":\n" << out);
     CHECK(occurrences(out, "rma plugin: exact") == 1);

@@ -95,27 +95,35 @@ void PluginCarrier::connect(bootstrap::Bootstrap& channel, const std::vector<boo
   }
   channel.allGather(handles.data(), size_t(n) * hb);
 
-  // Connect and accept, each call alone with the proxy held (a plugin's connect may need the
-  // peer's accept to progress, and thread ranks of one process share the proxy), until every
-  // comm exists.
+  // Connect and accept, each call alone with the proxy held (thread ranks of one process share
+  // it), until every comm exists. Every rank calls connect once for each peer before any rank
+  // calls accept (the barrier): as in NCCL's setup rounds, since some plugins' accept blocks
+  // until the connection has come. Connect is then tried again beside accept, as a plugin's
+  // connect may need the peer's accept to progress.
   std::vector<std::vector<char>> connecting(n);  // (a plugin may keep its connect's state in the handle)
   for (int r = 0; r < n; ++r) {
     if (!linked[r]) continue;
     connecting[r].assign(kHandleScratch, 0);
     std::memcpy(connecting[r].data(), &handles[(size_t(r) * n + rank_) * hb], hb);
   }
+  auto tryConnect = [&](int r) {
+    ncclResult_t res;
+    {
+      auto held = proxy::hold();
+      res = session_->connect(dev, connecting[r].data(), &send_[r]->comm);
+    }
+    if (res != ncclSuccess) fail(ncclSystemError, "one-sided: %s connecting to rank %d", callFailed("connect", res).c_str(), r);
+    return send_[r]->comm != nullptr;
+  };
+  for (int r = 0; r < n; ++r) {
+    if (linked[r]) tryConnect(r);
+  }
+  channel.barrier();
   const auto deadline = net::Clock::now() + timeout;
   for (;;) {
     bool pending = false;
     for (int r = 0; r < n; ++r) {
-      if (!linked[r] || send_[r]->comm != nullptr) continue;
-      ncclResult_t res;
-      {
-        auto held = proxy::hold();
-        res = session_->connect(dev, connecting[r].data(), &send_[r]->comm);
-      }
-      if (res != ncclSuccess) fail(ncclSystemError, "one-sided: %s connecting to rank %d", callFailed("connect", res).c_str(), r);
-      pending |= send_[r]->comm == nullptr;
+      if (linked[r] && send_[r]->comm == nullptr) pending |= !tryConnect(r);
     }
     for (int r = 0; r < n; ++r) {
       if (!linked[r] || recv_[r]->comm != nullptr) continue;
