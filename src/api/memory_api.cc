@@ -160,9 +160,14 @@ std::vector<bool> linkPeers(Communicator& c, const std::vector<WindowClaim>& cla
 }
 
 /// Whether this rank's network is a net plugin (WindowClaim::overPlugin), asked only until its
-/// one-sided carrier is made; a network that cannot be chosen (NCCL_NET naming none here) is none.
+/// one-sided carrier is made and where it may need one (peers on other hosts, or
+/// BRAID_ONE_SIDED_NET), so that a communicator of one host loads no plugin for its windows; a
+/// network that cannot be chosen (NCCL_NET naming none here) is none.
 int32_t overPlugin(Communicator& c) {
   if (c.oneSidedLinks() != nullptr || c.dataPath().onDevice()) return 0;
+  bool otherHosts = false;
+  for (int r = 0; r < c.identity().nRanks; ++r) otherHosts |= c.dataPath().hostOf(r) != c.dataPath().hostOf(c.identity().rank);
+  if (!otherHosts && !c.oneSidedOverNetwork()) return 0;
   try {
     return c.dataPath().netPlugin() != nullptr ? 1 : 0;
   } catch (const Error&) {

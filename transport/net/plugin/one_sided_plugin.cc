@@ -179,7 +179,8 @@ PluginCarrier::~PluginCarrier() {
   for (auto& s : send_) {
     if (s == nullptr) continue;
     std::lock_guard<std::mutex> lock(s->mutex);
-    while (!s->broken.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until) {
+    // (not after an operation cut short by an abort: the peer would take it for payload)
+    while (!s->midFrame && !s->broken.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until) {
       const uint64_t m = s->filled.load(std::memory_order_relaxed);
       if (m - s->freed.load(std::memory_order_acquire) < kSlots) {
         std::memcpy(s->bounce.slot(m), &bye, sizeof bye);
@@ -248,9 +249,11 @@ void PluginCarrier::write(int peer, const FrameHeader& h, const void* payload) {
     s.filled.store(m + 1, std::memory_order_release);
     proxy::kick();
   };
+  s.midFrame = true;  // (until its last message is in a slot: a throw below leaves it so)
   push(&h, sizeof h);
   const char* bytes = static_cast<const char*>(payload);
   for (uint64_t done = 0; done < h.bytes; done += kChunkBytes) push(bytes + done, std::min(kChunkBytes, h.bytes - done));
+  s.midFrame = false;
 }
 
 void PluginCarrier::waitForSlot(int peer, Sending& s) {

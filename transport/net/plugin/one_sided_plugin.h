@@ -114,6 +114,7 @@ class PluginCarrier final : public Carrier, public proxy::Pump {
     std::atomic<uint64_t> filled{0};
     uint64_t posted = 0;  // (proxy thread)
     std::atomic<uint64_t> freed{0};
+    bool midFrame = false;  // an operation's messages are being written (mutex)
     std::atomic<bool> broken{false};
     std::string why;  // once broken (reasonMutex_)
     bool closed = false;
