@@ -31,8 +31,6 @@ using braid::transport::onesided::PluginCarrier;
 
 namespace {
 
-std::string lastError() { return ncclGetLastError(nullptr); }
-
 std::string selfPath() {
   char path[PATH_MAX];
   const ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
@@ -73,10 +71,6 @@ std::string withPluginWindows(int n, bool threads, size_t bytes,
       });
 }
 
-unsigned char pattern(int from, int k, size_t i) {
-  return static_cast<unsigned char>(from * 31 + k * 17 + i * 7 + (i >> 12) * 3 + 1);
-}
-
 using braid::test::rma::waitFor;
 
 }  // namespace
@@ -85,10 +79,8 @@ using braid::test::rma::waitFor;
 
 TEST_CASE("(hidden) one-sided through a net plugin: exact data before its signal", "[.rma-plugin-exact]") {
   if (!startedByVisibleCase()) return;
-  // Each rank puts to every other rank, on ctx 1, pieces of 0, 1, 4099 bytes and one larger
-  // than all of a comm's bounce slots, each in its own part of the peer's window, then signals
-  // ctx 0 once. The receiver waits for that signal only, finds every byte there (and none past
-  // a piece), then consumes the puts' signals on ctx 1.
+  // rma_ranks.h's exchange, with pieces of 0, 1, 4099 bytes and one larger than all of a comm's
+  // bounce slots; then a ping-pong.
   const std::vector<size_t> sizes = {0, 1, 4099, PluginCarrier::kSlots * PluginCarrier::kChunkBytes + 3};
   const size_t part = size_t{4} << 20;
   for (const int n : {2, 3}) {
@@ -96,34 +88,7 @@ TEST_CASE("(hidden) one-sided through a net plugin: exact data before its signal
       INFO(n << " ranks as " << (threads ? "threads" : "processes"));
       CHECK(withPluginWindows(n, threads, part * n, [&](int rank, ncclComm_t comm, ncclWindow_t win,
                                                         unsigned char* window) {
-              std::vector<unsigned char> source(part);
-              for (int peer = 0; peer < n; ++peer) {
-                if (peer == rank) continue;
-                size_t offset = rank * part;
-                for (size_t k = 0; k < sizes.size(); ++k) {
-                  for (size_t i = 0; i < sizes[k]; ++i) source[i] = pattern(rank, k, i);
-                  EXPECT_OK(ncclPutSignal(source.data(), sizes[k], ncclUint8, peer, win, offset, 0, 1, 0, comm, nullptr));
-                  offset += sizes[k] + 1;
-                }
-                EXPECT_OK(ncclSignal(peer, 0, 0, 0, comm, nullptr));
-              }
-              for (int from = 0; from < n; ++from) {
-                if (from == rank) continue;
-                waitFor(comm, from, 0, 1);
-                size_t offset = from * part;
-                for (size_t k = 0; k < sizes.size(); ++k) {
-                  for (size_t i = 0; i < sizes[k]; ++i) {
-                    if (window[offset + i] != pattern(from, k, i)) {
-                      expect(false, "byte " + std::to_string(i) + " of piece " + std::to_string(k) + " from rank " +
-                                        std::to_string(from) + " was not there when its signal came");
-                      return;
-                    }
-                  }
-                  expect(window[offset + sizes[k]] == 0, "the byte after piece " + std::to_string(k) + " was written");
-                  offset += sizes[k] + 1;
-                }
-                waitFor(comm, from, 1, static_cast<int>(sizes.size()));
-              }
+              braid::test::rma::exchangePieces(rank, n, comm, win, window, sizes, part);
               // A ping-pong: each put's signal is the only news of it.
               const int peer = rank ^ 1;
               for (int round = 0; round < 50 && peer < n; ++round) {
@@ -150,70 +115,21 @@ TEST_CASE("(hidden) one-sided through a net plugin: exact data before its signal
 TEST_CASE("(hidden) one-sided through a net plugin: a forged put outside the target's window is refused",
           "[.rma-plugin-forged]") {
   if (!startedByVisibleCase()) return;
-  // Rank 0 hands its carrier puts the API would refuse (as a hostile peer would send them):
-  // offset + size past the window, an unknown window id, an offset that wraps.
   for (int variant = 0; variant < 3; ++variant) {
     INFO("variant " << variant);
-    CHECK(withPluginWindows(2, variant != 1, 4096, [variant](int rank, ncclComm_t comm, ncclWindow_t win,
-                                                             unsigned char* window) {
-            braid::Communicator& c = braid::communicatorFrom(comm);
-            const braid::WindowEntry entry = c.windows().find(win);
-            std::vector<unsigned char> junk(64, 0xab);
-            if (rank == 0) {
-              if (variant == 0) c.oneSidedLinks()->put(1, entry.peerIds[1], 4090, junk.data(), 16, 0);
-              if (variant == 1) c.oneSidedLinks()->put(1, entry.peerIds[1] ^ 1, 0, junk.data(), 16, 0);
-              if (variant == 2) c.oneSidedLinks()->put(1, entry.peerIds[1], UINT64_MAX - 7, junk.data(), 16, 0);
-              return;
-            }
-            ncclWaitSignalDesc_t d = {1, 0, 0, 0};
-            const ncclResult_t r = ncclWaitSignal(1, &d, comm, nullptr);
-            const char* named[] = {"put of 16 bytes at offset 4090 does not fit this rank's window of 4096 bytes",
-                                   "which this rank has not registered", "at offset 18446744073709551608 does not fit"};
-            expect(r == ncclRemoteError && lastError().find(named[variant]) != std::string::npos,
-                   "the wait: " + std::to_string(r) + ": " + lastError());
-            for (int i = 0; i < 4096; ++i) {
-              if (window[i] != 0) {
-                expect(false, "byte " + std::to_string(i) + " was written");
-                break;
-              }
-            }
-          }) == "");
+    CHECK(braid::test::rma::forgedPutRefused(withPluginWindows, variant, variant != 1) == "");
   }
   std::printf("rma plugin: forged refused\n");
 }
 
-TEST_CASE("(hidden) one-sided through a net plugin: a peer that ends fails a wait on it, naming it",
+TEST_CASE("(hidden) one-sided through a net plugin: a peer that ends fails a wait on it, naming it, and puts to it",
           "[.rma-plugin-lost]") {
   if (!startedByVisibleCase()) return;
-  // Rank 1 destroys its communicator at once (its goodbye), or its process ends without a word.
   for (const bool dies : {false, true}) {
     INFO((dies ? "rank 1 dies" : "rank 1 destroys its communicator"));
-    CHECK(withPluginWindows(2, false, 4096, [dies](int rank, ncclComm_t comm, ncclWindow_t, unsigned char*) {
-            if (rank == 1) {
-              if (dies) _exit(0);
-              return;
-            }
-            const auto start = std::chrono::steady_clock::now();
-            ncclWaitSignalDesc_t d = {1, 1, 0, 0};
-            const ncclResult_t r = ncclWaitSignal(1, &d, comm, nullptr);
-            const auto waited = std::chrono::steady_clock::now() - start;
-            expect(r != ncclSuccess && lastError().find("rank 1") != std::string::npos,
-                   "the wait: " + std::to_string(r) + ": " + lastError());
-            expect(waited < std::chrono::seconds(20), "the wait took too long");
-          }) == "");
+    CHECK(braid::test::rma::endedPeerFailsWait(withPluginWindows, dies) == "");
   }
-  // Rank 1 leaves; rank 0 puts 1 MiB until a put fails, which must happen within seconds.
-  CHECK(withPluginWindows(2, false, 1 << 20, [](int rank, ncclComm_t comm, ncclWindow_t win, unsigned char*) {
-          if (rank == 1) _exit(0);
-          std::vector<char> source(1 << 20, 7);
-          const auto start = std::chrono::steady_clock::now();
-          ncclResult_t r = ncclSuccess;
-          while (r == ncclSuccess && std::chrono::steady_clock::now() - start < std::chrono::seconds(20)) {
-            r = ncclPutSignal(source.data(), source.size(), ncclInt8, 1, win, 0, 0, 0, 0, comm, nullptr);
-          }
-          expect(r == ncclRemoteError && lastError().find("the one-sided path to rank 1 broke") != std::string::npos,
-                 "the last put: " + std::to_string(r) + ": " + lastError());
-        }) == "");
+  CHECK(braid::test::rma::leftPeerFailsPuts(withPluginWindows) == "");
   std::printf("rma plugin: lost peers\n");
 }
 
