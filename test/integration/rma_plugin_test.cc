@@ -133,6 +133,39 @@ TEST_CASE("(hidden) one-sided through a net plugin: a peer that ends fails a wai
   std::printf("rma plugin: lost peers\n");
 }
 
+TEST_CASE("(hidden) one-sided through a net plugin: ranks that abort after their puts end cleanly",
+          "[.rma-plugin-abort]") {
+  if (!startedByVisibleCase()) return;
+  // Both ranks put and signal, wait for each other, then abort with their windows still
+  // registered: each carrier says goodbye and closes its comms with nothing in flight (the
+  // strict plugin would end the process otherwise), and nothing hangs.
+  for (const bool threads : {true, false}) {
+    INFO((threads ? "threads" : "processes"));
+    ncclUniqueId id;
+    REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+    auto rank = [id](int r) {
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      ncclComm_t comm = nullptr;
+      EXPECT_OK(ncclCommInitRankConfig(&comm, 2, id, r, &config));
+      braid::communicatorFrom(comm).setOneSidedOverNetwork(true);
+      void* buffer = nullptr;
+      EXPECT_OK(ncclMemAlloc(&buffer, 1 << 20));
+      ncclWindow_t win = nullptr;
+      EXPECT_OK(ncclCommWindowRegister(comm, buffer, 1 << 20, &win, NCCL_WIN_DEFAULT));
+      std::vector<char> source(1 << 20, static_cast<char>(r + 1));
+      EXPECT_OK(ncclPutSignal(source.data(), source.size(), ncclInt8, 1 - r, win, 0, 0, 0, 0, comm, nullptr));
+      braid::test::rma::waitFor(comm, 1 - r, 0, 1);
+      expect(static_cast<char*>(buffer)[(1 << 20) - 1] == 2 - r, "the put did not land");
+      const auto start = std::chrono::steady_clock::now();
+      EXPECT_OK(ncclCommAbort(comm));
+      expect(std::chrono::steady_clock::now() - start < std::chrono::seconds(5), "the abort took too long");
+      EXPECT_OK(ncclMemFree(buffer));
+    };
+    CHECK((threads ? braid::test::runThreads(2, rank) : braid::test::runProcesses(2, rank)) == "");
+  }
+  std::printf("rma plugin: aborted\n");
+}
+
 // ---- visible ----
 
 TEST_CASE("one-sided through net plugins (v11, maxRecvs 8, v6 without sizes, blocking accept, strict): threads and "
@@ -151,12 +184,13 @@ TEST_CASE("one-sided through net plugins (v11, maxRecvs 8, v6 without sizes, blo
 }
 
 TEST_CASE("one-sided through a net plugin: a put outside the target's window is refused there, nothing written; a "
-          "peer that ends fails waits and puts",
+          "peer that ends fails waits and puts; an abort ends cleanly",
           "[integration][rma][plugins]") {
   if (noPluginDir()) return;
   for (const std::string name : {"net-loopback", "net-strict"}) {
-    const std::string out = runHidden(name, "[.rma-plugin-forged],[.rma-plugin-lost]");
+    const std::string out = runHidden(name, "[.rma-plugin-forged],[.rma-plugin-lost],[.rma-plugin-abort]");
     INFO(name << ":\n" << out);
+    CHECK(occurrences(out, "rma plugin: aborted") == 1);
     CHECK(occurrences(out, "rma plugin: forged refused") == 1);
     CHECK(occurrences(out, "rma plugin: lost peers") == 1);
     CHECK(occurrences(out, "loopback net (strict)") == 0);
