@@ -126,23 +126,11 @@ TEST_CASE("one-sided over links: a peer that destroys its communicator ends a wa
 
 TEST_CASE("one-sided across hosts (NCCL_HOSTID): two programs put, signal and wait, and a death ends a wait",
           "[integration][rma]") {
-  const char* rankMain = std::getenv("BRAID_RANK_MAIN_EXE");
-  if (rankMain == nullptr) {
-    WARN("skipped: BRAID_RANK_MAIN_EXE is not set (run the tests through meson test)");
-    return;
-  }
-  std::string program = rankMain;
-  program = program.substr(0, program.rfind('/') + 1) + "rma_main";
+  const std::string program = braid::test::rma::rmaMainProgram();
+  if (program.empty()) return;
   for (const std::string mode : {"check 4194304", "check 65536 strict", "die"}) {
     INFO(mode);
-    const int port = braid::test::freeLoopbackPort();
-    std::string command = "export NCCL_COMM_ID=127.0.0.1:" + std::to_string(port) +
-                          " NCCL_SOCKET_IFNAME=lo BRAID_BOOTSTRAP_TIMEOUT=20; ";
-    for (int r = 0; r < 2; ++r) {
-      command += "NCCL_HOSTID=host" + std::to_string(r) + " timeout 60 " + program + " 2 " +
-                 std::to_string(r) + " " + mode + " & ";
-    }
-    const std::string out = braid::test::runCommand(command + "wait");
+    const std::string out = braid::test::rma::runRmaMainHosts(program, "true", mode);
     INFO(out);
     if (mode == "die") {
       CHECK(out.find("rank 0: wait on the dead rank -> 6 after") != std::string::npos);

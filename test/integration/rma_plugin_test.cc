@@ -200,25 +200,16 @@ TEST_CASE("one-sided through a net plugin: a put outside the target's window is 
 TEST_CASE("one-sided across hosts (NCCL_HOSTID) through a net plugin: two programs put, signal and wait, and a death "
           "ends a wait",
           "[integration][rma][plugins]") {
-  const char* rankMain = std::getenv("BRAID_RANK_MAIN_EXE");
-  if (rankMain == nullptr || noPluginDir()) {
-    WARN("skipped: BRAID_RANK_MAIN_EXE is not set (run the tests through meson test)");
-    return;
-  }
-  std::string program = rankMain;
-  program = program.substr(0, program.rfind('/') + 1) + "rma_main";
+  if (noPluginDir()) return;
+  const std::string program = braid::test::rma::rmaMainProgram();
+  if (program.empty()) return;
   for (const std::string mode : {"check 4194304", "check 65536 strict", "die"}) {
     INFO(mode);
-    const int port = braid::test::freeLoopbackPort();
-    std::string command = "unset NCCL_NET BRAID_ONE_SIDED_NET; export NCCL_COMM_ID=127.0.0.1:" + std::to_string(port) +
-                          " NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 BRAID_BOOTSTRAP_TIMEOUT=20 NCCL_DEBUG=INFO "
-                          "NCCL_DEBUG_SUBSYS=NET NCCL_NET_PLUGIN=" +
-                          plugin("net-loopback") + "; ";
-    for (int r = 0; r < 2; ++r) {
-      command += "NCCL_HOSTID=host" + std::to_string(r) + " timeout 60 " + program + " 2 " + std::to_string(r) + " " +
-                 mode + " & ";
-    }
-    const std::string out = braid::test::runCommand(command + "wait");
+    const std::string out = braid::test::rma::runRmaMainHosts(
+        program,
+        "unset NCCL_NET BRAID_ONE_SIDED_NET; export NCCL_IB_DISABLE=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=NET "
+        "NCCL_NET_PLUGIN=" + plugin("net-loopback"),
+        mode);
     INFO(out);
     CHECK(occurrences(out, "reaches its linked peers through net plugin loopback") >= 1);
     if (mode == "die") {

@@ -182,4 +182,28 @@ inline std::string leftPeerFailsPuts(const CarrierRanks& ranks) {
   });
 }
 
+/// rma_main (test/integration/rma_main.c, built beside BRAID_RANK_MAIN_EXE), or "" (with a
+/// warning) when the tests' environment does not name it.
+inline std::string rmaMainProgram() {
+  const char* rankMain = std::getenv("BRAID_RANK_MAIN_EXE");
+  if (rankMain == nullptr) {
+    WARN("skipped: BRAID_RANK_MAIN_EXE is not set (run the tests through meson test)");
+    return "";
+  }
+  const std::string program = rankMain;
+  return program.substr(0, program.rfind('/') + 1) + "rma_main";
+}
+
+/// Runs two rma_main `program`s in `mode` ("check BIG [strict]", "die") that tell each other
+/// apart as hosts (NCCL_HOSTID), after the shell words `env`; returns what they printed.
+inline std::string runRmaMainHosts(const std::string& program, const std::string& env, const std::string& mode) {
+  std::string command = env + "; export NCCL_COMM_ID=127.0.0.1:" + std::to_string(freeLoopbackPort()) +
+                        " NCCL_SOCKET_IFNAME=lo BRAID_BOOTSTRAP_TIMEOUT=20; ";
+  for (int r = 0; r < 2; ++r) {
+    command += "NCCL_HOSTID=host" + std::to_string(r) + " timeout 60 " + program + " 2 " + std::to_string(r) + " " +
+               mode + " & ";
+  }
+  return runCommand(command + "wait");
+}
+
 }  // namespace braid::test::rma
