@@ -130,6 +130,9 @@ class Connector {
 
   /// The options; tests change them before the first connection (networkOnly, say).
   ConnectorOptions& options() { return options_; }
+  /// The net plugin when it carries this communicator's network (NCCL_NET's rule, chosen now if
+  /// no network connection has chosen yet), else null. Throws as networkKind does.
+  std::shared_ptr<plugin::NetSession> netPlugin() { return networkKind() == Kind::kPlugin ? netSession_ : nullptr; }
 
  private:
   /// A connection's name for the log ("ring3", "p2p0") and the RDMA port it prefers: the

@@ -1,4 +1,5 @@
 // Memory allocation, buffer registration and symmetric windows.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -17,6 +18,7 @@
 #include "core/process.h"
 #include "runtime/device.h"
 #include "transport/net/one_sided_links.h"
+#include "transport/net/plugin/one_sided_plugin.h"
 
 using namespace braid;
 
@@ -115,7 +117,7 @@ struct WindowClaim {
   fds::Offer signalsOffer;  ///< its counters' memory file
   uint64_t windowId;        ///< its id of the window, which puts over a link name (random)
   int32_t oneSidedNet;      ///< its BRAID_ONE_SIDED_NET
-  int32_t pad;
+  int32_t overPlugin;       ///< 1: its network is a net plugin, which may carry its one-sided operations
 };
 
 /// Which ranks this rank's one-sided operations reach over links (every rank computes the same
@@ -141,12 +143,37 @@ std::vector<bool> linkPeers(Communicator& c, const std::vector<WindowClaim>& cla
   if (!anyPair) return linked;
   for (int r = 0; r < n; ++r) linked[r] = needsLink(me, r);
   comm::SignalBoard& board = c.signals();
-  auto links = std::make_unique<transport::onesided::Links>(
-      me, n, std::max(1, c.config().numRmaCtx), c.identity().commHash, c.abortWord(),
-      [&board](int from, int ctx) { board.arrive(from, ctx); });
+  auto arrive = [&board](int from, int ctx) { board.arrive(from, ctx); };
+  const int contexts = std::max(1, c.config().numRmaCtx);
+  // The net plugin carries them where every rank's network is one; else TCP links.
+  const bool overPlugin = std::all_of(claims.begin(), claims.end(), [](const WindowClaim& w) { return w.overPlugin != 0; });
+  if (overPlugin) {
+    auto carrier = std::make_unique<transport::onesided::PluginCarrier>(me, n, contexts, c.abortWord(),
+                                                                        c.dataPath().netPlugin(), arrive);
+    carrier->connect(c.bootstrap(), linked, c.bootstrap().timeout());
+    c.adoptOneSidedLinks(std::move(carrier));
+    return linked;
+  }
+  auto links = std::make_unique<transport::onesided::Links>(me, n, contexts, c.identity().commHash, c.abortWord(), arrive);
   links->open(c.bootstrap(), linked, c.bootstrap().peerAddress(me), c.config().maxP2pPeers, c.bootstrap().timeout());
   c.adoptOneSidedLinks(std::move(links));
   return linked;
+}
+
+/// Whether this rank's network is a net plugin (WindowClaim::overPlugin), asked only until its
+/// one-sided carrier is made and where it may need one (peers on other hosts, or
+/// BRAID_ONE_SIDED_NET), so that a communicator of one host loads no plugin for its windows; a
+/// network that cannot be chosen (NCCL_NET naming none here) is none.
+int32_t overPlugin(Communicator& c) {
+  if (c.oneSidedLinks() != nullptr || c.dataPath().onDevice()) return 0;
+  bool otherHosts = false;
+  for (int r = 0; r < c.identity().nRanks; ++r) otherHosts |= c.dataPath().hostOf(r) != c.dataPath().hostOf(c.identity().rank);
+  if (!otherHosts && !c.oneSidedOverNetwork()) return 0;
+  try {
+    return c.dataPath().netPlugin() != nullptr ? 1 : 0;
+  } catch (const Error&) {
+    return 0;
+  }
 }
 
 /// Makes peers' parts of a window (and their signal counters) reachable from this rank: the
@@ -213,6 +240,7 @@ void registerWindow(Communicator& c, void* buff, size_t size, int flags, int32_t
                      c.signals().address(), c.dataPath().hostOf(me), {}, 0, c.signals().offer(),
                      process::random64(), 0, 0};
   mine.oneSidedNet = c.oneSidedOverNetwork() ? 1 : 0;
+  mine.overPlugin = problem == kWindowOk ? overPlugin(c) : 0;
   size_t offset = 0;
   if (problem == kWindowOk && !c.dataPath().onDevice() && memfiles::offer(buff, size, &mine.memory, &offset)) {
     mine.memoryOffset = offset;

@@ -10,9 +10,10 @@
 //   from ncclMemAlloc and the counters are memory files each rank maps at
 //   ncclCommWindowRegister): a put is one copy into the peer's window and a release-increment
 //   of the peer's counter for (ctx, this rank);
-// - ranks on other hosts (and every peer with BRAID_ONE_SIDED_NET=1): the put goes over this
-//   rank's link to the peer, whose proxy thread lands the data and then increments the counter
-//   (transport/net/one_sided_links.h).
+// - ranks on other hosts (and every peer with BRAID_ONE_SIDED_NET=1): the put goes through the
+//   communicator's carrier to the peer, whose proxy thread lands the data and then increments
+//   the counter: TCP links (transport/net/one_sided_links.h), or the net plugin when one carries
+//   every rank's network (transport/net/plugin/one_sided_plugin.h).
 // Either way puts from one rank land in the order they were called, whatever the window's
 // flags: NCCL_WIN_STRICT_ORDERING asks for nothing more.
 #include <cstring>

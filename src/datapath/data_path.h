@@ -170,6 +170,8 @@ class DataPath {
   }
   /// The connector's options; tests change them before the first collective (networkOnly).
   transport::ConnectorOptions& connectorOptions() { return connector_.options(); }
+  /// The net plugin that carries this communicator's network, or null (transport::Connector).
+  std::shared_ptr<plugin::NetSession> netPlugin() { return connector_.netPlugin(); }
   /// Connection ends this rank holds now (sends and receives, every set): what its FIFO memory
   /// grows with (tests of scale).
   int connectionEnds() const {

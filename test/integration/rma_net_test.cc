@@ -39,10 +39,6 @@ std::string withLinkedWindows(
                                        });
 }
 
-unsigned char pattern(int from, int k, size_t i) {
-  return static_cast<unsigned char>(from * 31 + k * 17 + i * 7 + 1);
-}
-
 using braid::test::rma::waitFor;
 
 }  // namespace
@@ -52,44 +48,13 @@ TEST_CASE("one-sided over links: puts land exactly, before the signal that follo
   for (const int n : {2, 3}) {
     for (const bool threads : {true, false}) {
       INFO(n << " ranks as " << (threads ? "threads" : "processes"));
-      // Each rank puts to every other rank, on ctx 1, pieces of 0, 1, 4099 and 1 MiB + 3 bytes
-      // in its own part of the peer's window, then signals ctx 0 once. The receiver waits for
-      // that signal only, finds every byte there, then consumes the puts' signals on ctx 1.
+      // (pieces of 0, 1, 4099 and 1 MiB + 3 bytes: rma_ranks.h)
       const std::vector<size_t> sizes = {0, 1, 4099, (size_t{1} << 20) + 3};
       const size_t part = size_t{2} << 20;
-      CHECK(
-          withLinkedWindows(
-              n, threads, part * n, [&](int rank, ncclComm_t comm, ncclWindow_t win, unsigned char* window) {
-                std::vector<unsigned char> source(part);
-                for (int peer = 0; peer < n; ++peer) {
-                  if (peer == rank) continue;
-                  size_t offset = rank * part;
-                  for (size_t k = 0; k < sizes.size(); ++k) {
-                    for (size_t i = 0; i < sizes[k]; ++i) source[i] = pattern(rank, k, i);
-                    EXPECT_OK(ncclPutSignal(source.data(), sizes[k], ncclUint8, peer, win, offset, 0, 1, 0,
-                                            comm, nullptr));
-                    offset += sizes[k] + 1;
-                  }
-                  EXPECT_OK(ncclSignal(peer, 0, 0, 0, comm, nullptr));
-                }
-                for (int from = 0; from < n; ++from) {
-                  if (from == rank) continue;
-                  waitFor(comm, from, 0, 1);
-                  size_t offset = from * part;
-                  for (size_t k = 0; k < sizes.size(); ++k) {
-                    for (size_t i = 0; i < sizes[k]; ++i) {
-                      if (window[offset + i] != pattern(from, k, i)) {
-                        expect(false, "byte " + std::to_string(i) + " of rank " + std::to_string(from) +
-                                          "'s piece " + std::to_string(k) + " is wrong when its signal came");
-                        break;
-                      }
-                    }
-                    expect(window[offset + sizes[k]] == 0, "the byte after a piece was written");
-                    offset += sizes[k] + 1;
-                  }
-                  waitFor(comm, from, 1, static_cast<int>(sizes.size()));
-                }
-              }) == "");
+      CHECK(withLinkedWindows(n, threads, part * n,
+                              [&](int rank, ncclComm_t comm, ncclWindow_t win, unsigned char* window) {
+                                braid::test::rma::exchangePieces(rank, n, comm, win, window, sizes, part);
+                              }) == "");
     }
   }
 }
@@ -120,36 +85,10 @@ TEST_CASE("one-sided over links: a ping-pong, bad offsets refused at the origin"
 
 TEST_CASE("one-sided over links: a forged frame outside the target's window is refused, nothing written",
           "[integration][rma]") {
-  // Rank 0 writes frames straight onto its link (past the API's checks, as a hostile peer
-  // would): offset + size past the window, an unknown window id, an offset that wraps.
+  // (Rank 0 writes the frames straight onto its link.)
   for (int variant = 0; variant < 3; ++variant) {
     INFO("variant " << variant);
-    CHECK(withLinkedWindows(
-              2, true, 4096, [variant](int rank, ncclComm_t comm, ncclWindow_t win, unsigned char* window) {
-                braid::Communicator& c = braid::communicatorFrom(comm);
-                const braid::WindowEntry entry = c.windows().find(win);
-                std::vector<unsigned char> junk(64, 0xab);
-                if (rank == 0) {
-                  if (variant == 0) c.oneSidedLinks()->put(1, entry.peerIds[1], 4090, junk.data(), 16, 0);
-                  if (variant == 1) c.oneSidedLinks()->put(1, entry.peerIds[1] ^ 1, 0, junk.data(), 16, 0);
-                  if (variant == 2)
-                    c.oneSidedLinks()->put(1, entry.peerIds[1], UINT64_MAX - 7, junk.data(), 16, 0);
-                  return;
-                }
-                ncclWaitSignalDesc_t d = {1, 0, 0, 0};
-                const ncclResult_t r = ncclWaitSignal(1, &d, comm, nullptr);
-                const char* named[] = {
-                    "put of 16 bytes at offset 4090 does not fit this rank's window of 4096 bytes",
-                    "which this rank has not registered", "at offset 18446744073709551608 does not fit"};
-                expect(r == ncclRemoteError && lastError().find(named[variant]) != std::string::npos,
-                       "the wait: " + std::to_string(r) + ": " + lastError());
-                for (int i = 0; i < 4096; ++i) {
-                  if (window[i] != 0) {
-                    expect(false, "byte " + std::to_string(i) + " was written");
-                    break;
-                  }
-                }
-              }) == "");
+    CHECK(braid::test::rma::forgedPutRefused(withLinkedWindows, variant, true) == "");
   }
 }
 
@@ -182,37 +121,16 @@ TEST_CASE("one-sided over links: checkFrame names what it refuses", "[integratio
 
 TEST_CASE("one-sided over links: a peer that destroys its communicator ends a wait on it",
           "[integration][rma]") {
-  CHECK(withLinkedWindows(2, false, 4096, [](int rank, ncclComm_t comm, ncclWindow_t, unsigned char*) {
-          if (rank == 1) return;  // (deregisters and destroys at once: its link says goodbye)
-          const auto start = std::chrono::steady_clock::now();
-          ncclWaitSignalDesc_t d = {1, 1, 0, 0};
-          const ncclResult_t r = ncclWaitSignal(1, &d, comm, nullptr);
-          const auto waited = std::chrono::steady_clock::now() - start;
-          expect(r != ncclSuccess && lastError().find("rank 1") != std::string::npos,
-                 "the wait: " + std::to_string(r) + ": " + lastError());
-          expect(waited < std::chrono::seconds(20), "the wait took too long");
-        }) == "");
+  CHECK(braid::test::rma::endedPeerFailsWait(withLinkedWindows, false) == "");  // (its link says goodbye)
 }
 
 TEST_CASE("one-sided across hosts (NCCL_HOSTID): two programs put, signal and wait, and a death ends a wait",
           "[integration][rma]") {
-  const char* rankMain = std::getenv("BRAID_RANK_MAIN_EXE");
-  if (rankMain == nullptr) {
-    WARN("skipped: BRAID_RANK_MAIN_EXE is not set (run the tests through meson test)");
-    return;
-  }
-  std::string program = rankMain;
-  program = program.substr(0, program.rfind('/') + 1) + "rma_main";
+  const std::string program = braid::test::rma::rmaMainProgram();
+  if (program.empty()) return;
   for (const std::string mode : {"check 4194304", "check 65536 strict", "die"}) {
     INFO(mode);
-    const int port = braid::test::freeLoopbackPort();
-    std::string command = "export NCCL_COMM_ID=127.0.0.1:" + std::to_string(port) +
-                          " NCCL_SOCKET_IFNAME=lo BRAID_BOOTSTRAP_TIMEOUT=20; ";
-    for (int r = 0; r < 2; ++r) {
-      command += "NCCL_HOSTID=host" + std::to_string(r) + " timeout 60 " + program + " 2 " +
-                 std::to_string(r) + " " + mode + " & ";
-    }
-    const std::string out = braid::test::runCommand(command + "wait");
+    const std::string out = braid::test::rma::runRmaMainHosts(program, "true", mode);
     INFO(out);
     if (mode == "die") {
       CHECK(out.find("rank 0: wait on the dead rank -> 6 after") != std::string::npos);
@@ -230,22 +148,7 @@ TEST_CASE("one-sided across hosts (NCCL_HOSTID): two programs put, signal and wa
 
 TEST_CASE("one-sided over links: a peer that ends with puts in flight fails the puts, and nothing leaks",
           "[integration][rma]") {
-  // Rank 1 leaves at once; rank 0 keeps putting 1 MiB until a put fails (the link broke), which
-  // must happen within seconds.
-  CHECK(withLinkedWindows(2, false, 1 << 20, [](int rank, ncclComm_t comm, ncclWindow_t win, unsigned char*) {
-          if (rank == 1) return;
-          std::vector<char> source(1 << 20, 7);
-          const auto start = std::chrono::steady_clock::now();
-          ncclResult_t r = ncclSuccess;
-          while (r == ncclSuccess && std::chrono::steady_clock::now() - start < std::chrono::seconds(20)) {
-            r = ncclPutSignal(source.data(), source.size(), ncclInt8, 1, win, 0, 0, 0, 0, comm, nullptr);
-          }
-          // (the link is made on first use: it broke, or rank 1 left before it could be made)
-          expect(r == ncclRemoteError && (lastError().find("the one-sided link to rank 1 broke") != std::string::npos ||
-                                          lastError().find("cannot open the one-sided link to rank 1") !=
-                                              std::string::npos),
-                 "the last put: " + std::to_string(r) + ": " + lastError());
-        }) == "");
+  CHECK(braid::test::rma::leftPeerFailsPuts(withLinkedWindows) == "");
   // Threads: a second round of links leaves the descriptors as the first did (sockets,
   // listeners, the proxy's wake-up pipe: all closed).
   int before = 0;

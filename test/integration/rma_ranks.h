@@ -1,16 +1,20 @@
-// What the one-sided tests share (rma_test.cc, rma_net_test.cc): ranks with a window each, and
-// a wait of one descriptor.
+// What the one-sided tests share (rma_test.cc, rma_net_test.cc, rma_plugin_test.cc): ranks with
+// a window each, a wait of one descriptor, and the cases every cross-host carrier must pass.
 #pragma once
 
 #include <stdlib.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "harness/ranks.h"
 #include "test_env.h"
+#include "transport/net/one_sided_links.h"
 
 namespace braid::test::rma {
 
@@ -64,6 +68,146 @@ inline std::string withWindows(int n, bool threads, const WindowSetup& setup,
 inline void waitFor(ncclComm_t comm, int peer, int ctx, int opCnt) {
   ncclWaitSignalDesc_t d = {opCnt, peer, 0, ctx};
   EXPECT_OK(ncclWaitSignal(1, &d, comm, nullptr));
+}
+
+/// The byte rank `from` puts at position i of piece k (exchangePieces).
+inline unsigned char piecePattern(int from, size_t k, size_t i) {
+  return static_cast<unsigned char>(from * 31 + k * 17 + i * 7 + (i >> 12) * 3 + 1);
+}
+
+/// One rank's part of an exchange over a carrier: it puts to every other rank, on ctx 1, pieces
+/// of `sizes` bytes in its own `part` of the peer's window (rank r's part at r * part), then
+/// signals ctx 0 once. It waits for each peer's ctx 0 signal only, finds every byte of the
+/// peer's pieces there (and none past a piece: data before signal, in call order), then
+/// consumes the puts' signals on ctx 1.
+inline void exchangePieces(int rank, int n, ncclComm_t comm, ncclWindow_t win, unsigned char* window,
+                           const std::vector<size_t>& sizes, size_t part) {
+  std::vector<unsigned char> source(part);
+  for (int peer = 0; peer < n; ++peer) {
+    if (peer == rank) continue;
+    size_t offset = rank * part;
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      for (size_t i = 0; i < sizes[k]; ++i) source[i] = piecePattern(rank, k, i);
+      EXPECT_OK(ncclPutSignal(source.data(), sizes[k], ncclUint8, peer, win, offset, 0, 1, 0, comm, nullptr));
+      offset += sizes[k] + 1;
+    }
+    EXPECT_OK(ncclSignal(peer, 0, 0, 0, comm, nullptr));
+  }
+  for (int from = 0; from < n; ++from) {
+    if (from == rank) continue;
+    waitFor(comm, from, 0, 1);
+    size_t offset = from * part;
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      for (size_t i = 0; i < sizes[k]; ++i) {
+        if (window[offset + i] != piecePattern(from, k, i)) {
+          expect(false, "byte " + std::to_string(i) + " of rank " + std::to_string(from) + "'s piece " +
+                            std::to_string(k) + " is wrong when its signal came");
+          break;
+        }
+      }
+      expect(window[offset + sizes[k]] == 0, "the byte after a piece was written");
+      offset += sizes[k] + 1;
+    }
+    waitFor(comm, from, 1, static_cast<int>(sizes.size()));
+  }
+}
+
+/// Runs ranks with windows over one cross-host carrier (the TCP links, a net plugin): n ranks,
+/// threads or processes, windows of `bytes`; returns the ranks' failures.
+using RankWindowBody = std::function<void(int, ncclComm_t, ncclWindow_t, unsigned char*)>;
+using CarrierRanks = std::function<std::string(int n, bool threads, size_t bytes, const RankWindowBody&)>;
+
+/// Rank 0 hands its carrier a put the API would refuse (as a hostile peer would send it):
+/// variant 0, offset + size past the window; 1, an unknown window id; 2, an offset that wraps.
+/// Rank 1's wait fails naming the refusal, and nothing was written.
+inline std::string forgedPutRefused(const CarrierRanks& ranks, int variant, bool threads) {
+  return ranks(2, threads, 4096, [variant](int rank, ncclComm_t comm, ncclWindow_t win, unsigned char* window) {
+    braid::Communicator& c = braid::communicatorFrom(comm);
+    const braid::WindowEntry entry = c.windows().find(win);
+    std::vector<unsigned char> junk(64, 0xab);
+    if (rank == 0) {
+      if (variant == 0) c.oneSidedLinks()->put(1, entry.peerIds[1], 4090, junk.data(), 16, 0);
+      if (variant == 1) c.oneSidedLinks()->put(1, entry.peerIds[1] ^ 1, 0, junk.data(), 16, 0);
+      if (variant == 2) c.oneSidedLinks()->put(1, entry.peerIds[1], UINT64_MAX - 7, junk.data(), 16, 0);
+      return;
+    }
+    ncclWaitSignalDesc_t d = {1, 0, 0, 0};
+    const ncclResult_t r = ncclWaitSignal(1, &d, comm, nullptr);
+    const char* named[] = {"put of 16 bytes at offset 4090 does not fit this rank's window of 4096 bytes",
+                           "which this rank has not registered", "at offset 18446744073709551608 does not fit"};
+    const std::string error = ncclGetLastError(nullptr);
+    expect(r == ncclRemoteError && error.find(named[variant]) != std::string::npos,
+           "the wait: " + std::to_string(r) + ": " + error);
+    for (int i = 0; i < 4096; ++i) {
+      if (window[i] != 0) {
+        expect(false, "byte " + std::to_string(i) + " was written");
+        break;
+      }
+    }
+  });
+}
+
+/// Two processes; rank 1 ends at once (`dies`: its process exits without a word, else it
+/// destroys its communicator): rank 0's wait on it fails within 20 s, naming it.
+inline std::string endedPeerFailsWait(const CarrierRanks& ranks, bool dies) {
+  return ranks(2, false, 4096, [dies](int rank, ncclComm_t comm, ncclWindow_t, unsigned char*) {
+    if (rank == 1) {
+      if (dies) _exit(0);
+      return;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    ncclWaitSignalDesc_t d = {1, 1, 0, 0};
+    const ncclResult_t r = ncclWaitSignal(1, &d, comm, nullptr);
+    const auto waited = std::chrono::steady_clock::now() - start;
+    const std::string error = ncclGetLastError(nullptr);
+    expect(r != ncclSuccess && error.find("rank 1") != std::string::npos,
+           "the wait: " + std::to_string(r) + ": " + error);
+    expect(waited < std::chrono::seconds(20), "the wait took too long");
+  });
+}
+
+/// Two processes; rank 1 leaves at once (destroys its communicator, and its process ends), rank 0
+/// puts 1 MiB until a put fails, which must happen within seconds, with ncclRemoteError saying
+/// the path to rank 1 broke.
+inline std::string leftPeerFailsPuts(const CarrierRanks& ranks) {
+  return ranks(2, false, 1 << 20, [](int rank, ncclComm_t comm, ncclWindow_t win, unsigned char*) {
+    if (rank == 1) return;
+    std::vector<char> source(1 << 20, 7);
+    const auto start = std::chrono::steady_clock::now();
+    ncclResult_t r = ncclSuccess;
+    while (r == ncclSuccess && std::chrono::steady_clock::now() - start < std::chrono::seconds(20)) {
+      r = ncclPutSignal(source.data(), source.size(), ncclInt8, 1, win, 0, 0, 0, 0, comm, nullptr);
+    }
+    const std::string error = ncclGetLastError(nullptr);
+    // (TCP links are made on first use: the link broke, or rank 1 left before it could be made)
+    expect(r == ncclRemoteError && (error.find("to rank 1 broke") != std::string::npos ||
+                                    error.find("cannot open the one-sided link to rank 1") != std::string::npos),
+           "the last put: " + std::to_string(r) + ": " + error);
+  });
+}
+
+/// rma_main (test/integration/rma_main.c, built beside BRAID_RANK_MAIN_EXE), or "" (with a
+/// warning) when the tests' environment does not name it.
+inline std::string rmaMainProgram() {
+  const char* rankMain = std::getenv("BRAID_RANK_MAIN_EXE");
+  if (rankMain == nullptr) {
+    WARN("skipped: BRAID_RANK_MAIN_EXE is not set (run the tests through meson test)");
+    return "";
+  }
+  const std::string program = rankMain;
+  return program.substr(0, program.rfind('/') + 1) + "rma_main";
+}
+
+/// Runs two rma_main `program`s in `mode` ("check BIG [strict]", "die") that tell each other
+/// apart as hosts (NCCL_HOSTID), after the shell words `env`; returns what they printed.
+inline std::string runRmaMainHosts(const std::string& program, const std::string& env, const std::string& mode) {
+  std::string command = env + "; export NCCL_COMM_ID=127.0.0.1:" + std::to_string(freeLoopbackPort()) +
+                        " NCCL_SOCKET_IFNAME=lo BRAID_BOOTSTRAP_TIMEOUT=20; ";
+  for (int r = 0; r < 2; ++r) {
+    command += "NCCL_HOSTID=host" + std::to_string(r) + " timeout 60 " + program + " 2 " + std::to_string(r) + " " +
+               mode + " & ";
+  }
+  return runCommand(command + "wait");
 }
 
 }  // namespace braid::test::rma

@@ -133,7 +133,8 @@ fi
 # byte; a put to every other rank; a put past the window's end refused, naming the offset.
 # 2 hosts x 2 ranks (shared memory inside a host, the one-sided links between hosts), 4 x 1,
 # 8 ranks on 4 hosts, NCCL_WIN_STRICT_ORDERING, and communicators whose collectives go over the
-# verbs double or a net plugin (the one-sided links are TCP whatever NCCL_NET says).
+# verbs double (the one-sided operations on TCP links) or a net plugin (the one-sided operations
+# through the plugin too: transport/net/plugin/one_sided_plugin.h).
 rma_main="$build/test/rma_main"
 every_rank_says() {  # every_rank_says N TEXT
   local r
@@ -153,8 +154,11 @@ if [ -f "$verbs" ]; then
   check "one-sided: 2 hosts x 2 ranks, collectives over IB (verbs double)" every_rank_says 4 "rma ok (4 ranks"
 fi
 if [ -f "$plugins/libnccl-net-loopback.so" ]; then
-  run_job 4 2 120 "NCCL_NET_PLUGIN=$plugins/libnccl-net-loopback.so" -- "$rma_main" 4 @RANK@ check 4194304
+  run_job 4 2 120 "NCCL_NET_PLUGIN=$plugins/libnccl-net-loopback.so NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=NET" -- \
+    "$rma_main" 4 @RANK@ check 4194304
   check "one-sided: 2 hosts x 2 ranks, collectives over the loopback net plugin" every_rank_says 4 "rma ok (4 ranks"
+  check "one-sided: 2 hosts x 2 ranks, puts and signals through the loopback net plugin" \
+    every_rank_says 4 "one-sided: rank [0-9] reaches its linked peers through net plugin loopback"
 fi
 run_job 2 1 60 "" -- "$rma_main" 2 @RANK@ die
 check "one-sided: a wait on a rank whose host lost it fails with a remote error naming it" \
