@@ -26,6 +26,7 @@
 #include "kernels/launch_sizes.h"
 #include "runtime/cuda/kernel_table.h"
 #include "runtime/cuda/one_sided_launch.h"
+#include "runtime/cuda/pinned_host.h"
 #include "runtime/device.h"
 
 namespace braid::runtime {
@@ -176,7 +177,7 @@ class CudaDevice final : public Device {
       for (Block& b : inFlight_) release(b);
       if (scratch_ != nullptr) cudaFree(scratch_);
       for (void* p : retired_) cudaFree(p);
-      for (void* p : pinned_) cudaHostUnregister(p);
+      for (const auto& [host, view] : hostViews_) unpinHost(host);
       cudaEventDestroy(last_);
       cudaEventDestroy(join_);
       cudaFreeHost(statuses_);
@@ -472,16 +473,13 @@ class CudaDevice final : public Device {
     auto known = hostViews_.find(p);
     if (known != hostViews_.end()) return known->second;
     DeviceGuard guard(ordinal_);
-    // (Portable: another rank of this process, on another device, may have pinned it first)
-    const cudaError_t err = cudaHostRegister(p, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped);
-    if (err == cudaErrorHostMemoryAlreadyRegistered) {
-      cudaGetLastError();
-    } else {
-      check(err, "cudaHostRegister (one-sided signal counters)");
-      pinned_.push_back(p);
-    }
+    pinHost(p, bytes);  // (counted: other ranks of this process may pin the same board)
     void* view = nullptr;
-    check(cudaHostGetDevicePointer(&view, p, 0), "cudaHostGetDevicePointer (one-sided signal counters)");
+    const cudaError_t err = cudaHostGetDevicePointer(&view, p, 0);
+    if (err != cudaSuccess) {
+      unpinHost(p);
+      check(err, "cudaHostGetDevicePointer (one-sided signal counters)");
+    }
     hostViews_[p] = view;
     return view;
   }
@@ -663,9 +661,8 @@ class CudaDevice final : public Device {
   uint64_t launchSeq_ = 0;  // kernels launched (their statuses' marks)
   uint64_t eagerSeq_ = 0;   // the latest of them not captured into a graph
   cudaStream_t lastStream_ = nullptr;
-  std::mutex hostMutex_;                  // guards hostViews_ and pinned_
-  std::map<void*, void*> hostViews_;      // reachHost's: host memory -> the kernels' address of it
-  std::vector<void*> pinned_;             // what reachHost registered (unregistered with the device)
+  std::mutex hostMutex_;              // guards hostViews_
+  std::map<void*, void*> hostViews_;  // reachHost's: host memory (pinned, one hold) -> the kernels' address of it
   std::deque<Block> inFlight_;
   std::vector<Block> free_;
 };
