@@ -23,6 +23,9 @@
 #include "integration/emulated_device.h"
 #include "integration/test_env.h"
 
+// (declared in NCCL's device-API header, nccl_device.h, which Braid does not ship)
+extern "C" ncclResult_t ncclGetPeerDevicePointer(ncclWindow_t window, size_t offset, int peer, void** outPtr);
+
 using namespace braid;
 using braid::test::expect;
 
@@ -92,6 +95,11 @@ TEST_CASE("emulated GPU: one-sided puts of 0, 1, odd and large sizes land exactl
               const cudaStream_t stream = streamOf(rank);
               std::vector<unsigned char> source(slot);
               for (size_t i = 0; i < slot; ++i) source[i] = pattern(rank, i);
+              for (int peer = 0; peer < n; ++peer) {  // (where Braid maps peers' windows: every rank here)
+                void* p = nullptr;
+                EXPECT_OK(ncclGetPeerDevicePointer(win, 0, peer, &p));
+                expect(p != nullptr && (peer != rank || p == window), "rank " + std::to_string(peer) + "'s pointer");
+              }
               int ctx = 0;
               for (size_t bytes : sizes) {
                 const std::string at = " (" + std::to_string(bytes) + " bytes)";
