@@ -170,6 +170,18 @@ TEST_CASE("emulated GPU: a put carries what a kernel before it wrote; a wait hol
             wrong += out[i] != n * ranksSum * (i % 17);
           }
           expect(wrong == 0, std::to_string(wrong) + " elements wrong");
+          // In a group the put is enqueued at ncclGroupEnd after the group's collective: it
+          // carries the collective's result too.
+          for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((rank + 1) * (i % 13));
+          EXPECT_OK(ncclGroupStart());
+          EXPECT_OK(ncclPutSignal(sum.data(), count, ncclFloat, (rank + 1) % n, win, 0, 0, 1, 0, comm, stream));
+          EXPECT_OK(ncclAllReduce(in.data(), sum.data(), count, ncclFloat, ncclSum, comm, stream));
+          EXPECT_OK(ncclWaitSignal(1, &d, comm, stream));
+          EXPECT_OK(ncclGroupEnd());
+          sync(comm);
+          wrong = 0;
+          for (size_t i = 0; i < count; ++i) wrong += reinterpret_cast<const float*>(window)[i] != ranksSum * (i % 13);
+          expect(wrong == 0, std::to_string(wrong) + " elements wrong after the group");
           // Rank 0's wait for a signal that rank 1 sends only once that wait has returned to
           // the host: a host that blocked until the signal came would never return.
           if (rank == 0) {
