@@ -12,37 +12,9 @@
 #include <thread>
 #include <vector>
 
+#include "gpu_checks.h"
+
 namespace {
-
-int failures = 0;
-
-#define EXPECT(cond, ...)                                             \
-  do {                                                                \
-    if (!(cond)) {                                                    \
-      std::fprintf(stderr, "%s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      std::fprintf(stderr, __VA_ARGS__);                              \
-      std::fprintf(stderr, "\n");                                     \
-      ++failures;                                                     \
-    }                                                                 \
-  } while (0)
-
-#define CHECK_OK(call, ok, text)                                                           \
-  do {                                                                                     \
-    if (!(ok)) {                                                                           \
-      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, (text));   \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
-#define CUDA_OK(call)                                               \
-  do {                                                              \
-    const cudaError_t e_ = (call);                                  \
-    CHECK_OK(call, e_ == cudaSuccess, cudaGetErrorString(e_));      \
-  } while (0)
-#define NCCL_OK(call)                                               \
-  do {                                                              \
-    const ncclResult_t r_ = (call);                                 \
-    CHECK_OK(call, r_ == ncclSuccess, ncclGetLastError(nullptr));   \
-  } while (0)
 
 unsigned char pattern(int from, size_t i) { return static_cast<unsigned char>(from * 37 + i * 7 + 1); }
 

@@ -21,6 +21,7 @@
 #include "datapath/data_path.h"
 #include "harness/ranks.h"
 #include "integration/emulated_device.h"
+#include "integration/emulated_scope.h"
 #include "integration/test_env.h"
 
 // (declared in NCCL's device-API header, nccl_device.h, which Braid does not ship)
@@ -31,18 +32,9 @@ using braid::test::expect;
 
 namespace {
 
-/// The emulated device for every communicator created while it lives.
-struct Emulated {
-  Emulated() {
-    comm::setTestDeviceFactory([](int) { return std::make_unique<test::EmulatedDevice>(); });
-  }
-  ~Emulated() { comm::setTestDeviceFactory(nullptr); }
-};
-
-cudaStream_t streamOf(int rank) { return reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(0x2000 + 16 * rank)); }
-
-/// What cudaStreamSynchronize would do: waits for what the rank has enqueued.
-void sync(ncclComm_t comm) { comm->dataPath().synchronize(); }
+using test::Emulated;
+using test::streamOf;
+using test::sync;
 
 constexpr int kContexts = 2;
 
