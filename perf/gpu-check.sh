@@ -88,7 +88,7 @@ say "# tools: ${meson[*]}, ninja ${NINJA:-$(command -v ninja)}, ${why:-$nvcc ($(
 # (the perf tools sum floats and, in their setup, a double; the gpu suite sums floats; the
 # copying and point-to-point kernels serve every type: nvcc's longest units are left out)
 funcs=${BRAID_GPU_CHECK_FUNCS:-sum:f32,sum:f64}
-targets=(nccl:shared_library gpu_test all_reduce_perf sendrecv_perf alltoall_perf)
+targets=(nccl:shared_library gpu_test gpu_one_sided all_reduce_perf sendrecv_perf alltoall_perf)
 if [ "${BRAID_GPU_CHECK_BUILD:-}" = skip ]; then
   say "build: skipped (BRAID_GPU_CHECK_BUILD=skip: $build as it is)"
 else
@@ -220,6 +220,11 @@ for name in one-rank threads streams errors graphs groups memalloc host-backend 
     say "gpu suite: gpu-$name again with BRAID_INLINE_LAUNCH_ARGS=0: $status"
   fi
 done
+if [ -x "$build/test/gpu/gpu_one_sided" ]; then  # (one-sided operations: their own program)
+  step "gpu suite" "gpu-one-sided" "$out/gpu-suite.log" "${braid_env[@]}" NCCL_DEBUG=WARN "$build/test/gpu/gpu_one_sided"
+  [ "$status" = 77 ] && status="skipped by itself: $(grep -m1 skipped "$tmp/gpu-one-sided.txt")"
+  [ "$status" = skipped ] || say "gpu suite: gpu-one-sided: $status"
+fi
 
 # 4. PyTorch with Braid preloaded, 1 then 2 ranks on the GPU.
 if python3 -c 'import torch, torch.distributed' 2> /dev/null; then

@@ -7,6 +7,8 @@
 # reports ptxas's figures for the real collective kernels of that build (its generated
 # cuda_f32.cu and cuda_copy.cu units), and checks that the copying collectives' LL and LL128
 # steps keep no byte loop (primitives.h, loadRun/storeRun: 8-byte words, bytes unrolled).
+# Always, the figures of the one-sided kernels (kernels/cuda_one_sided.cu): any stack or spill
+# there fails the report.
 # Then, per step function (Simple, LL, LL128, Direct's one-shot exchange:
 # perf/ptx_probe_steps.cu), the system-scope releases, fences, relaxed system-scope stores (the
 # words a host or a peer reads) and acquire loads, in the step's straight-line code (once a
@@ -48,6 +50,12 @@ if [ -n "$build" ]; then
     kernel_logs+=("$tmp/$unit.ptxas")
   done
 fi
+
+# The one-sided operations' kernels (a source unit, in every CUDA build): one thread each, they
+# may keep no stack (the wait's descriptors are read where the launch's parameters lie).
+nvcc "${flags[@]}" -ptx kernels/cuda_one_sided.cu -o "$tmp/one_sided.ptx"
+ptxas -arch=sm_90 -v "$tmp/one_sided.ptx" -o "$tmp/one_sided.cubin" 2> "$tmp/cuda_one_sided.cu.ptxas"
+kernel_logs+=("$tmp/cuda_one_sided.cu.ptxas")
 
 python3 - "$tmp/probe.ptx" "$tmp/probe.ptxas" "$tmp/steps.ptx" "${kernel_logs[@]}" <<'PY'
 import re, subprocess, sys
@@ -194,6 +202,8 @@ for log_path in kernel_logs:
         hot = short.split("::")[-1] in HOT
         if spills and hot:
             failures.append("%s (%s): %d bytes of spills in a data loop" % (short, unit, spills))
+        if unit == "cuda_one_sided.cu" and (stack or spills):
+            failures.append("%s (%s): %d bytes of stack, %d of spills" % (short, unit, stack, spills))
 
 # The copying collectives' line protocols (the copy unit's Primitives<unsigned char> stepLL and
 # stepLL128) copy the user's bytes in 8-byte words where the buffer is aligned, and byte by

@@ -112,8 +112,10 @@ struct WindowClaim {
   uint64_t processId; ///< process::randomId() of the rank's process
   uint64_t signals;   ///< its one-sided counters (comm/signals.h), for ranks of the same process
   uint64_t host;      ///< its host (hostHash)
-  fds::Offer memory;  ///< its buffer's memory file for processes of its host (token 0: not shareable)
+  fds::Offer memory;  ///< its buffer's memory file for processes of its host (token 0: not shareable);
+                      ///< on the CUDA backend its ncclMemAlloc allocation (Device::exportBuffer)
   uint64_t memoryOffset;  ///< the buffer's offset in that file
+  uint64_t memoryBytes;   ///< the allocation's size (the CUDA backend's: the whole of it is mapped)
   fds::Offer signalsOffer;  ///< its counters' memory file
   uint64_t windowId;        ///< its id of the window, which puts over a link name (random)
   int32_t oneSidedNet;      ///< its BRAID_ONE_SIDED_NET
@@ -128,7 +130,7 @@ struct WindowClaim {
 std::vector<bool> linkPeers(Communicator& c, const std::vector<WindowClaim>& claims) {
   const int n = c.identity().nRanks, me = c.identity().rank;
   std::vector<bool> linked(n, false);
-  if (c.dataPath().onDevice()) return linked;  // (the one-sided calls refuse on the CUDA backend)
+  if (c.dataPath().onDevice()) return linked;  // (the CUDA backend refuses peers on other hosts)
   if (transport::onesided::Carrier* links = c.oneSidedLinks()) {
     for (int r = 0; r < n; ++r) linked[r] = links->linked(r);
     return linked;
@@ -176,6 +178,27 @@ int32_t overPlugin(Communicator& c) {
   }
 }
 
+/// What a window maps of other processes' memory, unmapped when the window's last entry goes.
+struct PeerMappings {
+  std::vector<std::unique_ptr<memfiles::Mapping>> files;  // the host backend's
+  struct Imported {  // the CUDA backend's: a peer's allocation, mapped whole
+    runtime::Device* device;
+    void* base;
+  };
+  std::vector<Imported> allocations;
+  ~PeerMappings() {
+    for (const Imported& a : allocations) a.device->closeBuffer(a.base);
+  }
+};
+
+/// Maps the peer's ncclMemAlloc allocation that `claim` offers (the CUDA backend) and returns the
+/// address of its window there. (The windows of a communicator go before its device.)
+void* importDeviceWindow(runtime::Device& device, const WindowClaim& claim, PeerMappings& mappings) {
+  void* base = device.importBuffer(claim.memory, claim.memoryBytes);
+  mappings.allocations.push_back({&device, base});
+  return static_cast<char*>(base) + claim.memoryOffset;
+}
+
 /// Makes peers' parts of a window (and their signal counters) reachable from this rank: the
 /// addresses of ranks of this process, mappings of the other processes of this host. A mapping
 /// that fails leaves that peer unreached (its calls say so) rather than failing the
@@ -183,7 +206,7 @@ int32_t overPlugin(Communicator& c) {
 void reachPeers(Communicator& c, const std::vector<WindowClaim>& claims, const std::vector<bool>& linked,
                 WindowEntry& entry) {
   const int n = c.identity().nRanks, me = c.identity().rank;
-  auto mappings = std::make_shared<std::vector<std::unique_ptr<memfiles::Mapping>>>();
+  auto mappings = std::make_shared<PeerMappings>();
   entry.peerBuffers.assign(n, nullptr);
   entry.peerReach.assign(n, WindowReach::kMapped);
   for (int r = 0; r < n; ++r) {
@@ -206,8 +229,13 @@ void reachPeers(Communicator& c, const std::vector<WindowClaim>& claims, const s
         entry.peerReach[r] = WindowReach::kNotShareable;
         continue;
       }
-      mappings->push_back(std::make_unique<memfiles::Mapping>(claims[r].memory, claims[r].memoryOffset, entry.size));
-      entry.peerBuffers[r] = mappings->back()->data();
+      if (c.dataPath().onDevice()) {
+        entry.peerBuffers[r] = importDeviceWindow(c.dataPath().device(), claims[r], *mappings);
+      } else {
+        mappings->files.push_back(
+            std::make_unique<memfiles::Mapping>(claims[r].memory, claims[r].memoryOffset, entry.size));
+        entry.peerBuffers[r] = mappings->files.back()->data();
+      }
     } catch (const Error& e) {
       BRAID_WARN("ncclCommWindowRegister: rank %d cannot map rank %d's memory (%s); one-sided calls to it will fail",
                  me, r, e.what());
@@ -237,7 +265,7 @@ void registerWindow(Communicator& c, void* buff, size_t size, int flags, int32_t
   std::vector<WindowClaim> claims(n);
   WindowClaim& mine = claims[me];
   mine = WindowClaim{size, flags, problem, reinterpret_cast<uint64_t>(buff), process::randomId(),
-                     c.signals().address(), c.dataPath().hostOf(me), {}, 0, c.signals().offer(),
+                     c.signals().address(), c.dataPath().hostOf(me), {}, 0, 0, c.signals().offer(),
                      process::random64(), 0, 0};
   mine.oneSidedNet = c.oneSidedOverNetwork() ? 1 : 0;
   mine.overPlugin = problem == kWindowOk ? overPlugin(c) : 0;
@@ -245,13 +273,23 @@ void registerWindow(Communicator& c, void* buff, size_t size, int flags, int32_t
   if (problem == kWindowOk && !c.dataPath().onDevice() && memfiles::offer(buff, size, &mine.memory, &offset)) {
     mine.memoryOffset = offset;
   }
+  // The CUDA backend offers the allocation holding the window (once per allocation, for as long
+  // as it lives: not withdrawn below). Memory not from ncclMemAlloc has no such offer.
+  runtime::Device::BufferExport exported{};
+  const bool deviceOffer =
+      problem == kWindowOk && c.dataPath().onDevice() && c.dataPath().device().exportBuffer(buff, size, &exported);
+  if (deviceOffer) {
+    mine.memory = exported.offer;
+    mine.memoryOffset = static_cast<uint64_t>(static_cast<const char*>(buff) - exported.base);
+    mine.memoryBytes = exported.bytes;
+  }
   struct Withdraw {  // this rank's offers, once every peer has mapped them (the barrier below)
     fds::Token memory, signals;
     ~Withdraw() {
       if (!memory.empty()) fds::withdraw(memory);
       if (!signals.empty()) fds::withdraw(signals);
     }
-  } withdraw{mine.memory.token, mine.signalsOffer.token};
+  } withdraw{deviceOffer ? fds::Token{} : mine.memory.token, mine.signalsOffer.token};
   c.bootstrap().allGather(claims.data(), sizeof(WindowClaim));
   if (problem != kWindowOk) fail(ncclInvalidArgument, "%s", why.c_str());
   for (int r = 0; r < n; ++r) {

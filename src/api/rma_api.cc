@@ -1,5 +1,13 @@
 // One-sided operations on windows (NCCL 2.29): ncclPutSignal, ncclSignal, ncclWaitSignal.
 //
+// On the CUDA backend all three are enqueued on the call's stream after the rank's earlier work
+// and the host returns at once (kernels/one_sided.h): a put is a device copy into the peer's
+// window (the address of a rank of this process, or the peer process's ncclMemAlloc memory
+// mapped at ncclCommWindowRegister) followed by the signal's release-add to the peer's
+// counter; a wait makes the stream wait for the counts it needs, which are known when it is
+// enqueued (counting is cumulative), until they arrive or the communicator is aborted. Peers on
+// other hosts are refused there.
+//
 // On the host backend every call completes before it returns (the stream is not used), except
 // on a nonblocking communicator, where it returns ncclInProgress and completes on the
 // communicator's job thread (NCCL's implicit group); inside a group it runs at ncclGroupEnd,
@@ -21,6 +29,7 @@
 #include <vector>
 
 #include "api/api.h"
+#include "runtime/device.h"
 #include "comm/registrations.h"
 #include "group/group.h"
 #include "plan/task.h"
@@ -72,23 +81,33 @@ void checkFlags(unsigned int flags) {
 /// The communicator's counters, once a window made them; and what limits the calls here.
 /// (Texts start after the call's name, which api::guarded puts first.)
 comm::SignalBoard& boardFor(Communicator& c, int peer) {
-  if (c.dataPath().onDevice()) {
-    fail(ncclInvalidUsage,
-         "one-sided calls on the CUDA backend are not implemented yet (the host backend runs them)");
-  }
   comm::SignalBoard* board = c.signalsIfMade();
   if (board == nullptr) {
     fail(ncclInvalidUsage,
          "no window was registered on this communicator; signals are counted in memory the "
          "ranks exchange at ncclCommWindowRegister, so register a window first");
   }
-  if (!board->reaches(peer) && linkTo(c, peer) == nullptr) {
+  const int me = c.identity().rank;
+  if (c.dataPath().onDevice() && peer != me && c.dataPath().hostOf(peer) != c.dataPath().hostOf(me)) {
+    fail(ncclInvalidUsage,
+         "rank %d is on another host; one-sided calls across hosts are not implemented on the CUDA backend (it "
+         "reaches ranks of this host only; the host backend carries them over the network)",
+         peer);
+  }
+  if (peer != me && !board->reaches(peer) && linkTo(c, peer) == nullptr) {
     fail(ncclInvalidUsage,
          "rank %d's signal counters are out of this rank's reach (mapping them failed at "
          "ncclCommWindowRegister: see its warning)",
          peer);
   }
   return *board;
+}
+
+/// The CUDA backend's address of `rank`'s counter of (ctx, source): its board pinned for the
+/// device (Device::reachHost, once).
+uint64_t* deviceCounter(runtime::Device& device, const comm::SignalBoard& board, int rank, int ctx, int source) {
+  void* words = device.reachHost(board.wordsOf(rank), board.bytes());
+  return static_cast<uint64_t*>(words) + board.indexOf(ctx, source);
 }
 
 /// Runs a checked call's work now, or, inside a group, at its end after the communicator's
@@ -117,7 +136,7 @@ BRAID_API(ncclResult_t, ncclPutSignal, const void* localbuff, size_t count, nccl
           ncclComm_t comm, cudaStream_t stream);
 ncclResult_t pncclPutSignal(const void* localbuff, size_t count, ncclDataType_t datatype, int peer,
                             ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx,
-                            unsigned int flags, ncclComm_t comm, cudaStream_t) {
+                            unsigned int flags, ncclComm_t comm, cudaStream_t stream) {
   return api::guarded("ncclPutSignal", comm, [&]() -> ncclResult_t {
     Communicator& c = readyForOneSided(comm, "ncclPutSignal");
     if (count > 0) api::requireNonNull(localbuff, "localbuff");
@@ -160,6 +179,14 @@ ncclResult_t pncclPutSignal(const void* localbuff, size_t count, ncclDataType_t 
            peer, static_cast<void*>(peerWin));
     }
     char* target = static_cast<char*>(window.peerBuffers[peer]) + peerWinOffset;
+    if (c.dataPath().onDevice()) {
+      if (bytes > 0) c.dataPath().checkBuffer(localbuff, "localbuff", "ncclPutSignal");
+      runtime::Device& device = c.dataPath().oneSidedDevice(stream, "ncclPutSignal");
+      uint64_t* counter = deviceCounter(device, board, peer, ctx, c.identity().rank);
+      return runOrDefer(c, "ncclPutSignal", [window, &device, target, localbuff, bytes, counter, stream] {
+        device.putSignal(target, localbuff, bytes, counter, stream, "ncclPutSignal");
+      });
+    }
     // (the entry's copy keeps the peer's mapping until the work has run)
     return runOrDefer(c, "ncclPutSignal", [window, target, localbuff, bytes, &board, peer, ctx] {
       if (bytes > 0) std::memmove(target, localbuff, bytes);  // (a put to itself may overlap its source)
@@ -170,7 +197,7 @@ ncclResult_t pncclPutSignal(const void* localbuff, size_t count, ncclDataType_t 
 
 BRAID_API(ncclResult_t, ncclSignal, int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,
           cudaStream_t stream);
-ncclResult_t pncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t) {
+ncclResult_t pncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream) {
   return api::guarded("ncclSignal", comm, [&]() -> ncclResult_t {
     Communicator& c = readyForOneSided(comm, "ncclSignal");
     checkPeer(c, peer, "peer");
@@ -180,13 +207,20 @@ ncclResult_t pncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, nccl
     if (transport::onesided::Carrier* link = linkTo(c, peer)) {
       return runOrDefer(c, "ncclSignal", [link, peer, ctx] { link->signal(peer, ctx); });
     }
+    if (c.dataPath().onDevice()) {
+      runtime::Device& device = c.dataPath().oneSidedDevice(stream, "ncclSignal");
+      uint64_t* counter = deviceCounter(device, board, peer, ctx, c.identity().rank);
+      return runOrDefer(c, "ncclSignal", [&device, counter, stream] {
+        device.putSignal(nullptr, nullptr, 0, counter, stream, "ncclSignal");
+      });
+    }
     return runOrDefer(c, "ncclSignal", [&board, peer, ctx] { board.bump(peer, ctx); });
   });
 }
 
 BRAID_API(ncclResult_t, ncclWaitSignal, int nDesc, ncclWaitSignalDesc_t* signalDescs, ncclComm_t comm,
           cudaStream_t stream);
-ncclResult_t pncclWaitSignal(int nDesc, ncclWaitSignalDesc_t* signalDescs, ncclComm_t comm, cudaStream_t) {
+ncclResult_t pncclWaitSignal(int nDesc, ncclWaitSignalDesc_t* signalDescs, ncclComm_t comm, cudaStream_t stream) {
   return api::guarded("ncclWaitSignal", comm, [&]() -> ncclResult_t {
     Communicator& c = readyForOneSided(comm, "ncclWaitSignal");
     if (nDesc < 0) fail(ncclInvalidArgument, "nDesc is %d; it must be >= 0", nDesc);
@@ -202,6 +236,21 @@ ncclResult_t pncclWaitSignal(int nDesc, ncclWaitSignalDesc_t* signalDescs, ncclC
       boardFor(c, d.peer);
     }
     Communicator* raw = &c;
+    if (c.dataPath().onDevice()) {
+      runtime::Device& device = c.dataPath().oneSidedDevice(stream, "ncclWaitSignal");
+      return runOrDefer(c, "ncclWaitSignal", [raw, &device, stream,
+                                               descs = std::vector<ncclWaitSignalDesc_t>(signalDescs, signalDescs + nDesc)] {
+        // The counts are taken now, in the order the waits are enqueued: the stream waits for
+        // this many signals in all, as the host backend's wait would.
+        comm::SignalBoard& board = *raw->signalsIfMade();
+        const int me = raw->identity().rank;
+        std::vector<kernels::SignalWait> waits;
+        for (const ncclWaitSignalDesc_t& d : descs) {
+          waits.push_back({deviceCounter(device, board, me, d.ctx, d.peer), board.expect(d.peer, d.ctx, d.opCnt)});
+        }
+        if (!waits.empty()) device.waitSignals(waits.data(), static_cast<int>(waits.size()), stream, "ncclWaitSignal");
+      });
+    }
     return runOrDefer(c, "ncclWaitSignal",
                       [raw, descs = std::vector<ncclWaitSignalDesc_t>(signalDescs, signalDescs + nDesc)] {
                         comm::SignalBoard& board = *raw->signalsIfMade();

@@ -60,6 +60,15 @@ class SignalBoard {
     return counters_[slot(ctx, peer)].load(std::memory_order_acquire);
   }
   uint64_t consumed(int peer, int ctx) const;
+  /// The CUDA backend's view (kernels/one_sided.h): the words of `rank`'s board as this process
+  /// addresses them (this rank's own, or a reached peer's), the board's size, and where the
+  /// counter of (ctx, source) lies in a board.
+  uint64_t* wordsOf(int rank) const {
+    std::atomic<uint64_t>* words = rank == rank_ ? counters_ : peers_[rank].load(std::memory_order_acquire);
+    return reinterpret_cast<uint64_t*>(words);
+  }
+  size_t bytes() const { return bytes_; }
+  size_t indexOf(int ctx, int source) const { return slot(ctx, source); }
 
  private:
   size_t slot(int ctx, int rank) const { return static_cast<size_t>(ctx) * nRanks_ + rank; }

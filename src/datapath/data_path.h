@@ -149,6 +149,11 @@ class DataPath {
   /// throws the watchdog's reason, or that the communicator was aborted, when the abort flag
   /// ends the wait (data_path_one_sided.cc).
   void waitOneSided(const char* call, int peer, const std::function<bool()>& arrived);
+  /// The device of a one-sided call on the CUDA backend (onDevice()), once `stream` is checked
+  /// as a launch's is (Device::checkStream; data_path_one_sided.cc).
+  runtime::Device& oneSidedDevice(void* stream, const char* call);
+  /// The device, for a window's memory (export, import); onDevice() only.
+  runtime::Device& device() { return *device_; }
   /// The host of `rank` (its hostHash): ranks alike share one.
   uint64_t hostOf(int rank) const { return hostOf_[rank]; }
   /// Whether the kernels run on a device (enqueued on the user's stream).

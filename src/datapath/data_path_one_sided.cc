@@ -1,7 +1,9 @@
-// The data path's part in one-sided operations: their waits. Puts and signals need no help
-// from it (comm/signals.h: one copy and a counter's release-increment by the caller).
+// The data path's part in one-sided operations: their waits on the host backend (puts and
+// signals need no help from it there: comm/signals.h, one copy and a counter's release-increment
+// by the caller), and the device that runs all three on the CUDA backend.
 #include "kernels/platform.h"
 #include "datapath/data_path.h"
+#include "core/status.h"
 
 namespace braid::datapath {
 
@@ -19,6 +21,13 @@ void DataPath::waitOneSided(const char* call, int peer, const std::function<bool
   } done{status};
   if (kernels::waitUntil([&] { return arrived(); }, abort_) == kernels::WaitResult::kAborted)
     failAborted(call);
+}
+
+runtime::Device& DataPath::oneSidedDevice(void* stream, const char* call) {
+  if (device_ == nullptr) fail(ncclInternalError, "%s: a one-sided call on the device of a host-backend rank", call);
+  RelaxedCapture relaxed(device_.get());
+  device_->checkStream(stream, localDeviceRanks_, call);
+  return *device_;
 }
 
 }  // namespace braid::datapath

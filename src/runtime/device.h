@@ -13,6 +13,7 @@
 
 #include "core/fd_exchange.h"
 #include "kernels/algorithms/send_recv.h"
+#include "kernels/one_sided.h"
 #include "kernels/work.h"
 #include "transport/fifo.h"
 
@@ -109,6 +110,19 @@ class Device {
   virtual void* importBuffer(const fds::Offer& from, uint64_t bytes) = 0;
   /// Unmaps what importBuffer returned.
   virtual void closeBuffer(void* p) = 0;
+  /// Host memory [p, p + bytes) (a signal board's memory file, comm/signals.h) as the device's
+  /// kernels address it: pinned and mapped at the first call for p (and kept until the device
+  /// goes), the same address afterwards. Throws ncclUnhandledCudaError when CUDA refuses.
+  virtual void* reachHost(void* p, size_t bytes) = 0;
+  /// ncclPutSignal and ncclSignal on `stream`, after this rank's earlier work (as every launch):
+  /// copies `bytes` from src to dst (0: none), then adds one to *counter (a reachHost address)
+  /// with release order after the copy's data (kernels/one_sided.h).
+  virtual void putSignal(void* dst, const void* src, size_t bytes, uint64_t* counter, void* stream,
+                         const char* call) = 0;
+  /// ncclWaitSignal on `stream`: what is enqueued on it later runs once every counter of
+  /// waits[0, n) (reachHost addresses) has reached its target, or the abort word was raised.
+  /// Returns at once.
+  virtual void waitSignals(const kernels::SignalWait* waits, int n, void* stream, const char* call) = 0;
   /// The number of this rank's latest launch not captured into a graph (0: none yet).
   virtual uint64_t launchMark() = 0;
   /// Whether every uncaptured launch up to `mark` (launchMark's) has finished running.

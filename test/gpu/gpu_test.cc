@@ -18,38 +18,9 @@
 #include <thread>
 #include <vector>
 
+#include "gpu_checks.h"
+
 namespace {
-
-int failures = 0;
-
-#define EXPECT(cond, ...)                                        \
-  do {                                                           \
-    if (!(cond)) {                                               \
-      std::fprintf(stderr, "%s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      std::fprintf(stderr, __VA_ARGS__);                         \
-      std::fprintf(stderr, "\n");                                \
-      ++failures;                                                \
-    }                                                            \
-  } while (0)
-
-#define CUDA_OK(call)                                                                            \
-  do {                                                                                           \
-    const cudaError_t e_ = (call);                                                               \
-    if (e_ != cudaSuccess) {                                                                     \
-      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
-
-#define NCCL_OK(call)                                                                                          \
-  do {                                                                                                         \
-    const ncclResult_t r_ = (call);                                                                            \
-    if (r_ != ncclSuccess) {                                                                                   \
-      std::fprintf(stderr, "%s:%d: %s failed: %s: %s\n", __FILE__, __LINE__, #call, ncclGetErrorString(r_),   \
-                   ncclGetLastError(nullptr));                                                                 \
-      std::exit(1);                                                                                            \
-    }                                                                                                          \
-  } while (0)
 
 /// Ranks of one process on device 0, each with a stream of its own.
 struct Ranks {

@@ -197,6 +197,7 @@ std::atomic<size_t> EmulatedDevice::inlineLimit{kernels::kInlineArgBytes};
 std::atomic<int> EmulatedDevice::packedLaunches{0};
 std::atomic<int> EmulatedDevice::maxPeerBlocks{0};
 std::atomic<int> EmulatedDevice::badPeerBlocks{0};
+std::atomic<int> EmulatedDevice::oneSidedRuns{0};
 
 void* EmulatedDevice::allocateShareable(size_t bytes) { return MemoryFiles::process().allocate(bytes); }
 void EmulatedDevice::freeShareable(void* p) { MemoryFiles::process().release(p); }
@@ -360,6 +361,23 @@ void EmulatedDevice::releaseStreams(void*, const std::vector<void*>&) {}
 
 void EmulatedDevice::copy(void* dst, const void* src, size_t bytes, void*) {
   enqueue([dst, src, bytes] { std::memmove(dst, src, bytes); });
+}
+
+void EmulatedDevice::putSignal(void* dst, const void* src, size_t bytes, uint64_t* counter, void*, const char*) {
+  // (one job, as the copy and the signal's kernel follow each other on a stream)
+  enqueue([dst, src, bytes, counter] {
+    if (bytes > 0) std::memmove(dst, src, bytes);  // (a put to itself may overlap its source)
+    kernels::signalArrive(counter);
+    ++oneSidedRuns;
+  });
+}
+
+void EmulatedDevice::waitSignals(const kernels::SignalWait* waits, int n, void*, const char*) {
+  // The worker spins as the wait kernel does: later jobs of this device run after it.
+  enqueue([this, copied = std::vector<kernels::SignalWait>(waits, waits + n)] {
+    kernels::waitSignals(copied.data(), static_cast<int>(copied.size()), abort_.get());
+    ++oneSidedRuns;
+  });
 }
 
 bool EmulatedDevice::hostFunction(void* stream, std::function<void()> fn) {

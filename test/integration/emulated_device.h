@@ -81,6 +81,11 @@ class EmulatedDevice final : public runtime::Device {
   bool exportBuffer(const void* p, uint64_t bytes, BufferExport* out) override;
   void* importBuffer(const fds::Offer& from, uint64_t bytes) override;
   void closeBuffer(void* p) override;
+  void* reachHost(void* p, size_t) override { return p; }  // (the "device" is the host)
+  void putSignal(void* dst, const void* src, size_t bytes, uint64_t* counter, void* stream, const char* call) override;
+  void waitSignals(const kernels::SignalWait* waits, int n, void* stream, const char* call) override;
+  /// One-sided operations (putSignal, waitSignals) run so far by every emulated device.
+  static std::atomic<int> oneSidedRuns;
   uint64_t launchMark() override { return seq_; }
   bool launchesDone(uint64_t mark) override;
   void joinStreams(void* main, const std::vector<void*>& others) override;

@@ -17,6 +17,7 @@
 #include "comm/init.h"
 #include "harness/ranks.h"
 #include "integration/emulated_device.h"
+#include "integration/emulated_scope.h"
 #include "integration/test_env.h"
 #include "kernels/launch_args.h"
 #include "plan/algo_proto.h"
@@ -27,20 +28,9 @@ using braid::test::expect;
 
 namespace {
 
-/// The emulated device for every communicator created while it lives.
-struct Emulated {
-  Emulated() {
-    comm::setTestDeviceFactory([](int) { return std::make_unique<test::EmulatedDevice>(); });
-  }
-  ~Emulated() { comm::setTestDeviceFactory(nullptr); }
-};
-
-/// A stream of the rank's own (the emulated device orders launches itself; the pointer only
-/// has to differ between ranks of one process, as real streams would).
-cudaStream_t streamOf(int rank) { return reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(0x1000 + 16 * rank)); }
-
-/// Waits for what the rank has enqueued (what cudaStreamSynchronize would do).
-void sync(ncclComm_t comm) { comm->dataPath().synchronize(); }
+using test::Emulated;
+using test::streamOf;
+using test::sync;
 
 float input(int rank, size_t i) { return static_cast<float>((rank * 7 + i) % 5); }  // exact sums in float
 

@@ -25,6 +25,8 @@
 #include "kernels/launch_args.h"
 #include "kernels/launch_sizes.h"
 #include "runtime/cuda/kernel_table.h"
+#include "runtime/cuda/one_sided_launch.h"
+#include "runtime/cuda/pinned_host.h"
 #include "runtime/device.h"
 
 namespace braid::runtime {
@@ -122,6 +124,7 @@ int prepareDevice(int device) {
   if ((*resident)[device] != 0) return std::max(0, (*resident)[device]);
   KernelFacts facts;
   check(preloadKernels(&facts), "loading Braid's kernels (cudaFuncGetAttributes, cudaOccupancy...)");
+  check(preloadOneSided(&facts.maxLocalBytes), "loading the one-sided kernels (cudaFuncGetAttributes)");
   size_t stack = 0;
   check(cudaDeviceGetLimit(&stack, cudaLimitStackSize), "cudaDeviceGetLimit(cudaLimitStackSize)");
   if (facts.maxLocalBytes > stack) {
@@ -174,6 +177,7 @@ class CudaDevice final : public Device {
       for (Block& b : inFlight_) release(b);
       if (scratch_ != nullptr) cudaFree(scratch_);
       for (void* p : retired_) cudaFree(p);
+      for (const auto& [host, view] : hostViews_) unpinHost(host);
       cudaEventDestroy(last_);
       cudaEventDestroy(join_);
       cudaFreeHost(statuses_);
@@ -464,6 +468,44 @@ class CudaDevice final : public Device {
   void closeBuffer(void* p) override {
     quietlyOn(ordinal_, [p] { cumemFree(p); });
   }
+  void* reachHost(void* p, size_t bytes) override {
+    std::lock_guard<std::mutex> lock(hostMutex_);
+    auto known = hostViews_.find(p);
+    if (known != hostViews_.end()) return known->second;
+    DeviceGuard guard(ordinal_);
+    pinHost(p, bytes);  // (counted: other ranks of this process may pin the same board)
+    void* view = nullptr;
+    const cudaError_t err = cudaHostGetDevicePointer(&view, p, 0);
+    if (err != cudaSuccess) {
+      unpinHost(p);
+      check(err, "cudaHostGetDevicePointer (one-sided signal counters)");
+    }
+    hostViews_[p] = view;
+    return view;
+  }
+
+  void putSignal(void* dst, const void* src, size_t bytes, uint64_t* counter, void* stream, const char* call) override {
+    DeviceGuard guard(ordinal_);
+    const cudaStream_t s = streamForOneSided(stream, call);
+    beginOn(s);
+    if (bytes > 0) BRAID_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s));
+    check(launchSignal(counter, s), "the signal kernel's launch");
+    endOn(s, nullptr);
+  }
+
+  void waitSignals(const kernels::SignalWait* waits, int n, void* stream, const char* call) override {
+    DeviceGuard guard(ordinal_);
+    const cudaStream_t s = streamForOneSided(stream, call);
+    beginOn(s);
+    for (int first = 0; first < n; first += kernels::kMaxSignalWaits) {  // (in turn: each must be reached)
+      kernels::SignalWaits chunk{};
+      chunk.count = std::min(n - first, kernels::kMaxSignalWaits);
+      std::copy(waits + first, waits + first + chunk.count, chunk.waits);
+      check(launchWaitSignals(chunk, abort_, s), "the signal wait kernel's launch");
+    }
+    endOn(s, nullptr);
+  }
+
   uint64_t launchMark() override { return eagerSeq_; }
   bool launchesDone(uint64_t mark) override {
     reclaim();
@@ -576,6 +618,17 @@ class CudaDevice final : public Device {
     }
   }
 
+  /// The stream of a one-sided call; throws ncclInvalidUsage when it is being captured: a
+  /// replay would signal again, and a wait's count is fixed when it is enqueued.
+  cudaStream_t streamForOneSided(void* stream, const char* call) {
+    const cudaStream_t s = static_cast<cudaStream_t>(stream);
+    if (capturingGraph(s, call) != nullptr) {
+      fail(ncclInvalidUsage, "%s: the stream is being captured into a CUDA graph; one-sided calls in a graph are not "
+                             "implemented on Braid's CUDA backend (call them outside the capture)", call);
+    }
+    return s;
+  }
+
   /// Before enqueuing on s: this rank's previous work (on whatever stream) comes first, as
   /// NCCL orders a communicator's operations.
   void beginOn(cudaStream_t s) {
@@ -608,6 +661,8 @@ class CudaDevice final : public Device {
   uint64_t launchSeq_ = 0;  // kernels launched (their statuses' marks)
   uint64_t eagerSeq_ = 0;   // the latest of them not captured into a graph
   cudaStream_t lastStream_ = nullptr;
+  std::mutex hostMutex_;              // guards hostViews_
+  std::map<void*, void*> hostViews_;  // reachHost's: host memory (pinned, one hold) -> the kernels' address of it
   std::deque<Block> inFlight_;
   std::vector<Block> free_;
 };
