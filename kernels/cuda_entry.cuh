@@ -46,28 +46,23 @@ __device__ inline void copyWords(void* dst, const void* src, size_t bytes) {
 static_assert(sizeof(CollWork) % 8 == 0 && sizeof(RingHandle) % 8 == 0 && sizeof(ConnHandle) % 8 == 0 &&
               sizeof(PeerOp) % 8 == 0);
 
-/// The GPU's global timer, in nanoseconds.
-__device__ inline uint64_t globalTimer() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
 /// Thread 0 of the block marks its channel's status as running launch `seq` (the watchdog's
-/// view of kernels in flight: src/runtime/cuda, CudaDevice::busy), with the time.
+/// view of kernels in flight: src/runtime/cuda, CudaDevice::busy), with the time, in one
+/// 16-byte store with no fence: the status is host memory, and nothing the host reads depends
+/// on the mark's order against the kernel's other stores (busy() only keeps the watchdog's
+/// clocks going; the times are read once the launch is done). It also clears the block's
+/// AbortWatch (the barrier before the block's first wait follows).
 __device__ inline void markStarted(ChannelStatus* status, uint64_t seq) {
   if (threadIdx.x == 0) {
-    storeRelaxed(&status->startTime, globalTimer());
-    storeRelease(&status->startedSeq, seq);
+    resetAbortWatch();
+    storePair(&status->startedSeq, seq, globalTimer());
   }
 }
-/// All threads: the block has ended launch `seq` on its channel (called on every way out).
+/// All threads: the block has ended launch `seq` on its channel (called on every way out), the
+/// same way: one 16-byte store, no fence.
 __device__ inline void markDone(ChannelStatus* status, uint64_t seq) {
   __syncthreads();
-  if (threadIdx.x == 0) {
-    storeRelaxed(&status->doneTime, globalTimer());
-    storeRelease(&status->doneSeq, seq);
-  }
+  if (threadIdx.x == 0) storePair(&status->doneSeq, seq, globalTimer());
 }
 
 /// One block per channel, looping over that channel's work items (works[i * gridDim.x +
@@ -312,7 +307,7 @@ __device__ inline void peerLoop(const PeerOp* given, const int* givenStarts, int
     spins = moved ? 0 : spins + 1;
     if (threadIdx.x == 0) reportPeerPass(status, moved, spins, firstPending >= 0 ? &ops[firstPending] : nullptr);
     // Every thread leaves together (the next pass syncs again).
-    if (__syncthreads_or(threadIdx.x == 0 && loadRelaxed(const_cast<uint32_t*>(abortFlag)) != 0)) return;
+    if (__syncthreads_or(threadIdx.x == 0 && abortRaised(abortFlag))) return;
     backOff(spins);
   }
 }

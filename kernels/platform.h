@@ -249,16 +249,76 @@ BRAID_INLINE void backOff(uint32_t spins) {
 /// The result of a bounded wait.
 enum class WaitResult : int { kReady = 0, kAborted = 1 };
 
-/// How many passes a waiting thread makes between looks at the abort word (a power of 2). On a
-/// GPU the word is host memory, each look a read across the bus by every waiting thread (an LL
-/// step's lines have one each), and a pass past the 64th sleeps 0.1-1 us (backOff): every
-/// 1024th pass still sees an abort within about a millisecond. The host's passes past the 64th
-/// yield or sleep for longer, and its word is local: every 64th.
-#if defined(__CUDA_ARCH__)
-constexpr uint32_t kAbortPollEvery = 1024;
-#else
+/// How many passes a waiting thread makes between polls of the abort word (a power of 2): on
+/// the host a look at the word itself, which is local; on a GPU a look at the block's
+/// AbortWatch in shared memory, and at the word only when the watch says it is the block's
+/// turn (blockAbortRaised). Either way a pass past the 64th sleeps (backOff), so every 64th
+/// pass sees an abort within about 100 us on a GPU.
 constexpr uint32_t kAbortPollEvery = 64;
+
+/// A thread block's shared view of the abort word, so that its waiting threads do not each
+/// read host memory across the bus (the word is host memory on a GPU): `seen` is set once any
+/// of them read the word raised, and `nextLook` is the time (ns) from which the next thread to
+/// poll reads the word, claimed by a compare-and-swap so that one thread a period reads it,
+/// whichever threads wait then. An abort is seen by every polling thread at most `period`
+/// after it is raised, plus its poll interval. Zeroed by thread 0 before the block's first wait.
+struct AbortWatch {
+  uint32_t seen;
+  uint64_t nextLook;
+};
+
+#if defined(__CUDACC__) || defined(BRAID_KERNELS_USE_CCCL)
+#define BRAID_BLOCK_ATOMIC_REF(T) cuda::atomic_ref<T, cuda::thread_scope_block>
+#else
+#define BRAID_BLOCK_ATOMIC_REF(T) std::atomic_ref<T>
 #endif
+
+/// Any thread of the group that owns `watch`, in a wait, every kAbortPollEvery passes: whether
+/// the communicator was aborted, reading *abortFlag only when `now` has reached the watch's
+/// next look and this thread won it (the next one is then `period` later).
+BRAID_INLINE bool pollAbortWatch(AbortWatch& watch, const uint32_t* abortFlag, uint64_t now, uint64_t period) {
+  if (BRAID_BLOCK_ATOMIC_REF(uint32_t)(watch.seen).load(BRAID_ORDER(relaxed)) != 0) return true;
+  BRAID_BLOCK_ATOMIC_REF(uint64_t) next(watch.nextLook);
+  uint64_t due = next.load(BRAID_ORDER(relaxed));
+  if (now < due || !next.compare_exchange_strong(due, now + period, BRAID_ORDER(relaxed))) return false;
+  if (loadRelaxed(const_cast<uint32_t*>(abortFlag)) == 0) return false;
+  BRAID_BLOCK_ATOMIC_REF(uint32_t)(watch.seen).store(1, BRAID_ORDER(relaxed));
+  return true;
+}
+
+#if defined(__CUDA_ARCH__)
+/// The GPU's global timer, in nanoseconds.
+__device__ inline uint64_t globalTimer() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+/// The block's AbortWatch (one per block: shared memory), and how often its threads read the
+/// abort word between them: once in 20 us, where each waiting thread had read it (a few
+/// hundred threads of an LL step a block, every 1024 passes).
+static __shared__ AbortWatch blockAbortWatch;
+constexpr uint64_t kAbortLookNs = 20000;
+#endif
+
+/// Thread 0, as a kernel's block starts (before the barrier that precedes any wait): clears
+/// the block's AbortWatch. Nothing on the host, whose waits read the word themselves.
+BRAID_INLINE void resetAbortWatch() {
+#if defined(__CUDA_ARCH__)
+  blockAbortWatch.seen = 0;
+  blockAbortWatch.nextLook = 0;
+#endif
+}
+
+/// Any waiting thread, every kAbortPollEvery passes: whether the communicator was aborted. On a
+/// GPU through the block's AbortWatch (one read of host memory a block in kAbortLookNs); on the
+/// host the word itself.
+BRAID_INLINE bool abortRaised(const uint32_t* abortFlag) {
+#if defined(__CUDA_ARCH__)
+  return pollAbortWatch(blockAbortWatch, abortFlag, globalTimer(), kAbortLookNs);
+#else
+  return loadRelaxed(const_cast<uint32_t*>(abortFlag)) != 0;
+#endif
+}
 
 /// Spins until ready() holds or *abortFlag becomes non-zero. All threads that call it see
 /// the same outcome only if they also synchronise; callers check the result.
@@ -266,8 +326,7 @@ template <typename Ready>
 BRAID_INLINE WaitResult waitUntil(Ready ready, const uint32_t* abortFlag) {
   for (uint32_t spins = 0;; ++spins) {
     if (ready()) return WaitResult::kReady;
-    if ((spins & (kAbortPollEvery - 1)) == kAbortPollEvery - 1 && loadRelaxed(const_cast<uint32_t*>(abortFlag)) != 0)
-      return WaitResult::kAborted;
+    if ((spins & (kAbortPollEvery - 1)) == kAbortPollEvery - 1 && abortRaised(abortFlag)) return WaitResult::kAborted;
     backOff(spins);
   }
 }

@@ -463,7 +463,7 @@ class Primitives {
   /// each load their 16 bytes with one volatile access, again until the flag lane's second word
   /// is the step's flag (then every lane's words are that step's: the warp read the line whole);
   /// no acquire. The lanes leave together, with false when the communicator was aborted (the
-  /// flag lane looks at the abort word every kAbortPollEvery passes and tells the others, so
+  /// flag lane polls it every kAbortPollEvery passes, abortRaised, and tells the others, so
   /// that they agree). Thread 0 records a wait that is not over at once in the channel's status.
   BRAID_INLINE bool readLineWhole(const uint64_t* at, bool flagLane, uint64_t flag, uint64_t& lo, uint64_t& hi) {
     const bool reports = g_.rank() == 0 && status_ != nullptr;
@@ -474,8 +474,7 @@ class Primitives {
         return true;
       }
       if (spins == 0 && reports) noteWait(status_, kWaitData, recv_, recvStep_);
-      if ((spins & (kAbortPollEvery - 1)) == kAbortPollEvery - 1 &&
-          g_.lineAny(flagLane && loadRelaxed(const_cast<uint32_t*>(abort_)) != 0))
+      if ((spins & (kAbortPollEvery - 1)) == kAbortPollEvery - 1 && g_.lineAny(flagLane && abortRaised(abort_)))
         return false;
       backOff(spins);
     }

@@ -90,10 +90,12 @@ struct ChannelStatus {
   uint64_t badStep;     ///< kMismatchStepSize: the step, the bytes this rank's kernel expected and
   uint64_t badStepWanted;  ///< its description as it arrived (stepInfo)
   uint64_t badStepGot;
-  uint64_t startedSeq;  ///< a GPU kernel's launch number, written as its block of this channel starts
-  uint64_t doneSeq;     ///< the same, written as it ends (however): unequal while one runs here
-  uint64_t startTime;   ///< the GPU's global timer (ns) as that block started, before startedSeq
-  uint64_t doneTime;    ///< and as it ended, before doneSeq (the profiler's KernelCh events)
+  // A GPU block writes each number with its time in one 16-byte store (cuda_entry.cuh,
+  // markStarted/markDone): they are pairs, 16 bytes aligned.
+  alignas(16) uint64_t startedSeq;  ///< a GPU kernel's launch number, written as its block of this channel starts
+  uint64_t startTime;   ///< the GPU's global timer (ns) as that block started
+  uint64_t doneSeq;     ///< the launch number, written as the block ends (however): unequal while one runs here
+  uint64_t doneTime;    ///< and the time it ended (the profiler's KernelCh events, read once the launch is done)
 };
 enum WaitKind : uint32_t { kWaitNone = 0, kWaitData = 1, kWaitCredits = 2, kWaitSignature = 3 };
 enum Mismatch : uint32_t { kMismatchNone = 0, kMismatchSignature = 1, kMismatchStepSize = 2 };

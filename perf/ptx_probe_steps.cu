@@ -2,7 +2,8 @@
 // collectives take it (receive, reduce with the input, send), and Direct AllReduce's one-shot
 // exchange, so that perf/ptx_report.sh can count the system-scope releases, fences and stores
 // each pays: those of a step's straight-line code once a step, those in its loops once a line
-// (LL, LL128) or a spin. Never launched: compiled by that script alone (nvcc -arch=sm_90 -ptx).
+// (LL, LL128) or a spin; and a block's marks at a launch's start and end (probe_marks). Never
+// launched: compiled by that script alone (nvcc -arch=sm_90 -ptx).
 // A unit of its own: called from here too, the element loops would get generic pointers, and
 // perf/ptx_probe.cu reports them on global ones.
 //
@@ -43,4 +44,11 @@ BRAID_PROBE_STEP(ll128, Proto::kLL128)
 extern "C" __global__ void probe_direct(const CollWork* work, const RingHandle* ring, const uint32_t* abortFlag) {
   BlockGroup g;
   allReduceDirectOneShot<float, FuncSum<float>, BlockGroup>(g, *work, *ring, abortFlag);
+}
+
+/// A block's marks around a launch (kernels/cuda_entry.cuh): the host stores every operation
+/// pays whatever it moves.
+extern "C" __global__ void probe_marks(ChannelStatus* status, uint64_t seq) {
+  markStarted(status, seq);
+  markDone(status, seq);
 }

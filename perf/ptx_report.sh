@@ -11,16 +11,19 @@
 # there fails the report.
 # Then, per step function (Simple, LL, LL128, Direct's one-shot exchange:
 # perf/ptx_probe_steps.cu), the system-scope releases, fences, relaxed system-scope stores (the
-# words a host or a peer reads) and acquire loads, in the step's straight-line code (once a
-# step), in its loops (once a line or a spin) and in what it calls (a wait's slow half, the
-# signature once an operation).
+# words a host or a peer reads), acquire loads and loads of the abort word (direct, or behind
+# the block's abort watch), in the step's straight-line code (once a step), in its loops (once
+# a line or a spin) and in what it calls (a wait's slow half, the signature once an
+# operation); and a block's host stores, releases and fences around each launch (its marks).
 #
 # Fails (exit 1) when a loop lost its 16-byte accesses, issues fewer than 4 loads per pass,
 # a 16-bit reduce lost its paired instructions, anything spills, (with a build folder) a line
 # protocol's copy loops over single bytes, or a Simple, LL or LL128 step holds more than one
-# system-scope release or fence in its straight-line code or any in its loops. Skips (exit 77, with the
-# reason) where nvcc is absent. Needs nothing but nvcc and python3; writes only to a temporary
-# folder. CI runs it where nvcc is present (test/run_all.sh).
+# system-scope release or fence in its straight-line code (Direct's one-shot: two) or any in
+# its loops, a wait reads the
+# abort word other than behind the block's watch, or a block's marks take more than two host
+# stores or any release or fence. Skips (exit 77, with the reason) where nvcc is absent.
+# Needs nothing but nvcc and python3; writes only to a temporary folder. CI runs it where nvcc is present (test/run_all.sh).
 #
 #   perf/ptx_report.sh [BUILD_DIR]
 set -euo pipefail
@@ -334,6 +337,21 @@ def loop_lines(body):
         inside.update(range(*spans[k]))
     return lines, inside
 
+# The abort word (host memory on a GPU): a waiting thread's 4-byte relaxed system-scope (or
+# volatile) load; the FIFO's flags are 8 or 16 bytes, head and tail 8. "Watched" when the
+# block's abort watch guards it (platform.h, pollAbortWatch: the load follows its block-scope
+# compare-and-swap, which one thread of the block wins a period), "direct" otherwise (every
+# waiting thread reads host memory at every poll).
+ABORT_LOAD = re.compile(r'^\s*ld\.(?:relaxed\.sys|volatile)(?:\.global)?\.(?:b32|u32)\s')
+
+def abort_loads(lines, among=None):
+    """[direct, watched] loads of the abort word among lines (indices in `among`, or all)."""
+    c = [0, 0]
+    for i, line in enumerate(lines):
+        if (among is None or i in among) and ABORT_LOAD.match(line):
+            c[1 if any("atom.cas" in x and ".cta" in x for x in lines[max(0, i - 12):i]) else 0] += 1
+    return c
+
 def sync_counts(lines):
     """[releases, fences, relaxed system stores, acquire loads] among these PTX lines."""
     c = [0, 0, 0, 0]
@@ -355,9 +373,13 @@ def step_function(probe):
         return probe
     return next((n for n in callees(step_bodies.get(probe, "")) if wanted[probe] in n), None)
 
-STEPS = [("Simple", "probe_step_simple", True), ("LL", "probe_step_ll", True), ("LL128", "probe_step_ll128", True), ("Direct one-shot", "probe_direct", False)]
+# (the most releases and fences a step's straight-line code may hold: one a posted step; Direct's
+# one-shot posts two, its sends to every peer and the frees of their slots, each with one fence
+# in every thread that serves a peer, together)
+STEPS = [("Simple", "probe_step_simple", 1), ("LL", "probe_step_ll", 1), ("LL128", "probe_step_ll128", 1), ("Direct one-shot", "probe_direct", 2)]
 print()
-print("%-16s %-34s %7s %6s %7s %7s" % ("step", "where (counted statically)", "rel.sys", "fence", "st.sys", "ld.acq"))
+print("%-16s %-34s %7s %6s %7s %7s %7s %7s" % ("step", "where (counted statically)", "rel.sys", "fence", "st.sys", "ld.acq",
+                                              "abort", "watched"))
 for label, probe, limited in STEPS:
     name = step_function(probe)
     if probe not in step_bodies or name is None or name not in step_bodies:
@@ -366,8 +388,10 @@ for label, probe, limited in STEPS:
     lines, inside = loop_lines(step_bodies[name])
     straight = sync_counts([l for i, l in enumerate(lines) if i not in inside])
     looped = sync_counts([l for i, l in enumerate(lines) if i in inside])
+    looped_abort = abort_loads(lines, inside)
     print("%-16s %-34s %7d %6d %7d %7d" % (label, "per step (straight-line code)", *straight))
-    print("%-16s %-34s %7d %6d %7d %7d" % ("", "in its loops (per line, per spin)", *looped))
+    print("%-16s %-34s %7d %6d %7d %7d %7d %7d" % ("", "in its loops (per line, per spin)", *looped, *looped_abort))
+    direct_abort = looped_abort[0]
     seen, todo, called = set(), [c for c in callees(step_bodies[name]) if c != name], {}
     while todo:
         callee = todo.pop(0)
@@ -378,15 +402,39 @@ for label, probe, limited in STEPS:
         short = plainName(demangle([callee])[0])
         if short in ("reduceCopyStrided", "copyStrided"):
             continue  # (the element loops: no synchronisation, reported above)
-        counts = sync_counts(step_bodies[callee].split("\n"))
+        counts = sync_counts(step_bodies[callee].split("\n")) + abort_loads(step_bodies[callee].split("\n"))
         called[short] = [max(a, b) for a, b in zip(called.get(short, counts), counts)]
     for short, counts in called.items():  # (a wait's instantiations by what they wait for: the most of any)
-        print("%-16s %-34s %7d %6d %7d %7d" % ("", "  calls " + short[:27], *counts))
-    if limited and straight[0] + straight[1] > 1:
-        failures.append("%s: %d system-scope releases and fences a step (at most 1)" % (label, straight[0] + straight[1]))
-    if limited and looped[0] + looped[1] > 0:
+        print("%-16s %-34s %7d %6d %7d %7d %7d %7d" % ("", "  calls " + short[:27], *counts))
+        direct_abort += counts[4]
+    if direct_abort:
+        failures.append("%s: %d load(s) of the abort word in a wait not behind the block's abort watch"
+                        " (every waiting thread would read host memory)" % (label, direct_abort))
+    if straight[0] + straight[1] > limited:
+        failures.append("%s: %d system-scope releases and fences a step (at most %d)" % (label, straight[0] + straight[1], limited))
+    if looped[0] + looped[1] > 0:
         failures.append("%s: %d system-scope releases or fences in its loops (a line's or a spin's: want none)"
                         % (label, looped[0] + looped[1]))
+
+# A kernel's fixed cost per operation (perf/ptx_probe_steps.cu's probe_marks: cuda_entry.cuh's
+# markStarted and markDone, which every block runs once a launch): its stores to the channel's
+# status (host memory: global stores of any kind, a 16-byte one counting once) and the
+# system-scope releases and fences among them. Fails beyond one store each and any release or
+# fence (the host reads the marks for the watchdog and the profiler, neither needing their order).
+marks = step_bodies.get("probe_marks")
+if marks is None:
+    failures.append("no probe_marks in the probe's PTX")
+else:
+    mark_lines = marks.split("\n")
+    stores = sum(1 for l in mark_lines if re.match(r'^\s*st\.(?:global\.|volatile\.|relaxed\.|release\.|weak\.)?', l.strip())
+                 and not l.strip().startswith("st.param") and not l.strip().startswith("st.shared"))
+    c = sync_counts(mark_lines)
+    print()
+    print("%-34s %7s %7s %6s" % ("per operation (a block's marks)", "stores", "rel.sys", "fence"))
+    print("%-34s %7d %7d %6d" % ("markStarted + markDone", stores, c[0], c[1]))
+    if stores > 2 or c[0] + c[1] > 0:
+        failures.append("markStarted + markDone: %d stores to host memory, %d releases or fences (at most 2 and 0)"
+                        % (stores, c[0] + c[1]))
 
 if failures:
     print("ptx_report: FAIL")
@@ -394,6 +442,7 @@ if failures:
         print("  " + f)
     sys.exit(1)
 print("ptx_report: OK (16-byte loads and stores in every loop, 4+ loads in flight, paired 16-bit arithmetic, no spills;"
-      " at most one system-scope release or fence a step and none a line; no byte loops in the line protocols'"
-      " copies where a build was given)")
+      " at most one system-scope release or fence a step and none a line; the abort word read behind the block's"
+      " watch only; two fence-free host stores an operation; no byte loops in the line protocols' copies where a"
+      " build was given)")
 PY

@@ -125,13 +125,21 @@ BRAID_OUTLINE bool allReduceDirectOneShot(Group& g, const CollWork& w, const Rin
     }
   }
   g.sync();  // (every line written before tail, which the network proxy forwards on)
-  // Thread k again for the k-th rank after me: publishes the step sent to it, then checks the
+  // Thread k again for the k-th rank after me: publishes the step sent to it (its size where a
+  // proxy reads it, then one fence for the group's lines, then tail relaxed: the peers' tails
+  // go out from their own threads together, not one release after another), then checks the
   // signature that came with its data (every peer called the same collective?), recording
   // nothing. Where any differs (or the communicator was aborted), thread 0 checks them again
   // in rank order, recording the first difference in the channel's status.
+  const bool servesPeer = g.rank() < n - 1;
   for (int k = g.rank(); k < n - 1; k += g.size()) {
     const ConnHandle& c = w.peerSend[(me + 1 + k) % n];
-    publishStep(c, *c.step, stepInfo(lines * sizeof(LLLine), true));
+    recordStepSize(c, *c.step, stepInfo(lines * sizeof(LLLine), true));
+  }
+  if (servesPeer) fenceRelease();
+  for (int k = g.rank(); k < n - 1; k += g.size()) {
+    const ConnHandle& c = w.peerSend[(me + 1 + k) % n];
+    storeRelaxed(c.tail, *c.step + 1);
     *c.step += 1;
   }
   for (int k = g.rank(); k < n - 1 && w.checkSig != 0 && !aborted; k += g.size()) {
@@ -222,16 +230,15 @@ BRAID_OUTLINE bool allReduceDirectOneShot(Group& g, const CollWork& w, const Rin
     }
   }
   if (g.syncAny(aborted)) return false;
-  if (g.rank() == 0) {  // free the slots read: one fence for all (the group's reads of them
-    fenceRelease();      // before it, by the barrier above), then each head relaxed
-    for (int p = 0; p < n; ++p) {
-      if (p == me) continue;
-      const ConnHandle& c = w.peerRecv[p];
-      *c.step += 1;
-      storeRelaxed(c.head, *c.step);
-    }
+  // Free the slots read, thread k the k-th rank after me's, all at once: a fence (the group's
+  // reads of them before it, by the barrier above), then the head relaxed.
+  if (servesPeer) fenceRelease();
+  for (int k = g.rank(); k < n - 1; k += g.size()) {
+    const ConnHandle& c = w.peerRecv[(me + 1 + k) % n];
+    *c.step += 1;
+    storeRelaxed(c.head, *c.step);
   }
-  g.sync();  // (the steps as thread 0 left them, for whatever the group runs next)
+  g.sync();  // (the steps as their threads left them, for whatever the group runs next)
   return true;
 }
 
