@@ -53,6 +53,10 @@ class EmulatedDevice final : public runtime::Device {
   /// Its launches run as any other (as if the graph were launched at once), but host
   /// functions are refused on it, as on a GPU.
   static std::atomic<void*> capturedStream;
+  /// Bytes of "device memory" this process's emulated devices hold now: the FIFO slots they
+  /// allocated (not those mapped from another process) and their scratch, as a GPU driver
+  /// counts its physical allocations; a suspend's unmapped slots and freed scratch drop out.
+  static std::atomic<int64_t> physicalBytes;
   /// Memory other processes can map (what ncclMemAlloc gives on a GPU): a memory file.
   static void* allocateShareable(size_t bytes);
   static void freeShareable(void* p);
@@ -109,6 +113,15 @@ class EmulatedDevice final : public runtime::Device {
   uint64_t enqueued_ = 0, done_ = 0;
   bool stop_ = false;
   std::thread worker_;  // last: started when everything above exists
+};
+
+/// Installs the emulated device for every communicator created while it lives.
+class EmulatedDeviceScope {
+ public:
+  EmulatedDeviceScope();
+  ~EmulatedDeviceScope();
+  EmulatedDeviceScope(const EmulatedDeviceScope&) = delete;
+  EmulatedDeviceScope& operator=(const EmulatedDeviceScope&) = delete;
 };
 
 }  // namespace braid::test
