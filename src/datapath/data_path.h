@@ -227,8 +227,8 @@ class DataPath {
   /// brings pages back); on a device, restoreMemory maps the FIFOs' memory again.
   uint64_t releaseMemory();
   /// ncclCommResume's work, before it meets the other ranks: the device memory releaseMemory
-  /// gave back of the FIFOs, at the same addresses (transport::restoreSlots); scratch comes
-  /// back with the next operation that needs it.
+  /// gave back of the FIFOs and scratch, at the same addresses (transport::restoreSlots,
+  /// Device::restoreScratch); the host backend's scratch comes back with the next operation.
   void restoreMemory();
 
  private:

@@ -39,6 +39,7 @@ uint64_t DataPath::releaseMemory() {
 }
 
 void DataPath::restoreMemory() {
+  if (device_ != nullptr) device_->restoreScratch();
   if (suspendedFifos_.empty()) return;
   const size_t count = suspendedFifos_.size();
   transport::restoreSlots(deviceAllocator(device_.get()), &suspendedFifos_);

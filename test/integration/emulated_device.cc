@@ -252,6 +252,12 @@ class HostFifoAllocator final : public transport::FifoAllocator {
   }
 };
 
+/// The process's emulated device memory (every emulated device's FIFOs and scratch).
+HostFifoAllocator& deviceMemory() {
+  static HostFifoAllocator* allocator = new HostFifoAllocator();
+  return *allocator;
+}
+
 }  // namespace
 
 std::atomic<void*> EmulatedDevice::capturedStream{nullptr};
@@ -305,36 +311,35 @@ EmulatedDevice::~EmulatedDevice() {
   }
   changed_.notify_all();
   worker_.join();
-  physicalBytes -= scratchBytes();
+  for (void* p : scratch_) deviceMemory().freeData(p);
 }
 
-transport::FifoAllocator* EmulatedDevice::fifoAllocator() {
-  static HostFifoAllocator* allocator = new HostFifoAllocator();
-  return allocator;
-}
+transport::FifoAllocator* EmulatedDevice::fifoAllocator() { return &deviceMemory(); }
 
 void* EmulatedDevice::scratch(uint64_t bytes) {
   if (bytes > scratchBytes_) {  // (older blocks are kept: a queued launch may still use one)
-    scratch_.emplace_back(new char[bytes]());
-    scratchSizes_.push_back(bytes);
+    scratch_.push_back(deviceMemory().allocateData(bytes, false));
     scratchBytes_ = bytes;
-    physicalBytes += bytes;
   }
-  return scratch_.empty() ? nullptr : scratch_.back().get();
+  return scratch_.empty() ? nullptr : scratch_.back();
 }
 
 uint64_t EmulatedDevice::scratchBytes() const {
   uint64_t bytes = 0;
-  for (size_t i = 0; i < scratch_.size(); ++i) bytes += scratchSizes_[i];
+  for (void* p : scratch_) bytes += deviceMemory().dataUse(p, 0).bytes;
   return bytes;
 }
 
 void EmulatedDevice::releaseScratch() {
   synchronize();
-  physicalBytes -= scratchBytes();
-  scratch_.clear();
-  scratchSizes_.clear();
-  scratchBytes_ = 0;
+  for (void* p : scratch_) deviceMemory().suspendData(p, 0);  // (contents need not survive: see restoreScratch)
+  scratchSuspended_ = true;
+}
+
+void EmulatedDevice::restoreScratch() {
+  if (!scratchSuspended_) return;
+  for (void* p : scratch_) deviceMemory().resumeData(p);
+  scratchSuspended_ = false;
 }
 
 void EmulatedDevice::checkStream(void* stream, int localDeviceRanks, const char* call) {

@@ -55,7 +55,7 @@ class EmulatedDevice final : public runtime::Device {
   static std::atomic<void*> capturedStream;
   /// Bytes of "device memory" this process's emulated devices hold now: the FIFO slots they
   /// allocated (not those mapped from another process) and their scratch, as a GPU driver
-  /// counts its physical allocations; a suspend's unmapped slots and freed scratch drop out.
+  /// counts its physical allocations; a suspend's unmapped slots and scratch drop out.
   static std::atomic<int64_t> physicalBytes;
   /// Memory other processes can map (what ncclMemAlloc gives on a GPU): a memory file.
   static void* allocateShareable(size_t bytes);
@@ -69,6 +69,7 @@ class EmulatedDevice final : public runtime::Device {
   void* scratch(uint64_t bytes) override;
   uint64_t scratchBytes() const override;
   void releaseScratch() override;
+  void restoreScratch() override;
   void reachDevice(int) override {}
   bool reachableFrom(int64_t) override { return true; }  // (every process's emulated device is the same "GPU")
   void checkBuffer(const void*, const char*, const char*) override {}
@@ -100,9 +101,11 @@ class EmulatedDevice final : public runtime::Device {
 
   std::unique_ptr<kernels::ChannelStatus[]> statuses_;
   std::unique_ptr<uint32_t> abort_;
-  std::vector<std::unique_ptr<char[]>> scratch_;  // the current block last (older ones kept, as on a GPU)
-  std::vector<uint64_t> scratchSizes_;  // scratch_'s, block by block
+  // The scratch blocks, the current one last (older ones kept, as on a GPU): the allocator's
+  // unshared "device memory", whose address a suspend keeps (releaseScratch) as cuMem's.
+  std::vector<void*> scratch_;
   uint64_t scratchBytes_ = 0;
+  bool scratchSuspended_ = false;
   uint64_t seq_ = 0;  // launches made (the statuses' marks)
   std::atomic<uint64_t> doneLaunch_{0};  // the last launch that ran (they run in order)
   std::unique_ptr<transport::FifoAllocator> allocator_;

@@ -1,7 +1,8 @@
 // ncclCommSuspend, ncclCommResume and ncclCommMemStats on the CUDA backend's path, on a GPU
 // played by the CPU (emulated_device.h): the device memory MemStats counts is what a suspend
 // gives back (the emulated device's count of live "physical" bytes drops by exactly that), the
-// FIFOs come back at the same addresses with their counters, and collectives and sends after
+// FIFOs and scratch come back at the same addresses, the FIFOs with their counters (a resume
+// that lost them hangs the next operation), and collectives and sends after
 // each of repeated cycles are exact, with LL and Simple. 1, 2 and 3 ranks, as threads (whose
 // FIFOs are this process's own, all given back) and as processes (whose FIFO slots the peer
 // process maps: they stay, as MemStats says).
@@ -126,7 +127,7 @@ TEST_CASE("emulated GPU: a suspend gives back the device memory MemStats says, r
   for (int n : {1, 2, 3}) {
     INFO(n << " ranks");
     static LocalBarrier barrier;
-    static std::atomic<int64_t> suspendableHere{0}, scratchHere{0};
+    static std::atomic<int64_t> suspendableHere{0};
     CHECK(test::withCommunicators(n, [n](int rank, ncclComm_t comm, bool threads) {
       const int here = threads ? n : 1;  // this process's ranks
       runExact(comm, rank, n, "before any suspend");
@@ -146,17 +147,16 @@ TEST_CASE("emulated GPU: a suspend gives back the device memory MemStats says, r
         barrier.wait(here);
         EXPECT_OK(ncclCommSuspend(comm, NCCL_SUSPEND_MEM));
         expect(stat(comm, ncclStatGpuMemSuspended) == 1, "suspended");
-        // (As NCCL's, the FIFOs count as suspendable while given back; the scratch, given back
-        // for good until an operation needs it again, does not.)
+        // (As NCCL's: what was given back still counts as suspendable, to come back at resume.)
         expect(stat(comm, ncclStatGpuMemPersist) == persistent, "what stays is unchanged while suspended");
-        expect(stat(comm, ncclStatGpuMemSuspend) <= releasable, "the suspendable bytes do not grow while suspended");
+        expect(stat(comm, ncclStatGpuMemSuspend) == releasable, "the suspendable bytes are unchanged while suspended");
         barrier.wait(here);
         const int64_t after = test::EmulatedDevice::physicalBytes.load();
         barrier.wait(here);  // (a resume maps memory again)
         if (cycle == 0 && rank == 0) {
-          std::fprintf(stderr, "emulated suspend, %d ranks as %s: %.1f MiB of device memory given back; %.1f MiB "
-                       "stay a rank\n", n, threads ? "threads" : "processes", (before - after) / 1048576.0,
-                       persistent / 1048576.0);
+          std::fprintf(stderr, "emulated suspend, %d ranks as %s: %lld bytes of device memory given back (%.1f MiB); "
+                       "%.1f MiB stay a rank\n", n, threads ? "threads" : "processes",
+                       static_cast<long long>(before - after), (before - after) / 1048576.0, persistent / 1048576.0);
         }
         expect(before - after == suspendableHere.load(),
                "device memory given back: " + std::to_string(before - after) + " bytes; MemStats said " +
@@ -169,16 +169,16 @@ TEST_CASE("emulated GPU: a suspend gives back the device memory MemStats says, r
                "a send while suspended is refused");
         EXPECT_OK(ncclCommResume(comm));
         expect(stat(comm, ncclStatGpuMemSuspended) == 0, "resumed");
-        // The FIFOs are mapped again; the scratch comes back with the next AlltoAll.
-        scratchHere += static_cast<int64_t>(releasable - stat(comm, ncclStatGpuMemSuspend));
+        // The FIFOs and the scratch are mapped again, at their addresses (a graph captured
+        // before would find them).
         barrier.wait(here);
         const int64_t resumed = test::EmulatedDevice::physicalBytes.load();
-        expect(resumed == before - scratchHere.load(),
-               "after resume " + std::to_string(resumed) + " bytes; before the suspend " + std::to_string(before) +
-                   ", of which scratch " + std::to_string(scratchHere.load()));
+        expect(resumed == before, "after resume " + std::to_string(resumed) + " bytes of device memory; before the "
+                                  "suspend " + std::to_string(before));
+        expect(stat(comm, ncclStatGpuMemSuspend) == releasable, "the suspendable bytes are unchanged after resume");
         expect(stat(comm, ncclStatGpuMemPersist) == persistent, "what stays is unchanged after resume");
         barrier.wait(here);
-        if (rank == 0 || !threads) suspendableHere = 0, scratchHere = 0;
+        if (rank == 0 || !threads) suspendableHere = 0;
         barrier.wait(here);
         runExact(comm, rank, n, ("after resume " + std::to_string(cycle + 1)).c_str());
       }
