@@ -28,8 +28,7 @@ bool owns(const Connector::End& end) {
   }
 }
 
-/// `end`'s device allocation when this rank owns it and it holds the kernels' counters and the
-/// slots of a connection within the host (what the allocator may give back); at == null else.
+/// `end`'s device allocation (FifoMemory::deviceData) when this rank owns it; at == null else.
 FifoMemory::DeviceData ownedDeviceData(const Connector::End& end) {
   if (!owns(end)) return {};
   return end.memory->deviceData();
