@@ -128,4 +128,17 @@ bool FifoAllocator::ordersRemoteWrites() { return false; }
 
 bool FifoAllocator::nicReadsWell() { return false; }
 
+FifoAllocator::DataUse FifoAllocator::dataUse(void*, uint64_t requested) { return DataUse{requested, false}; }
+
+bool FifoAllocator::suspendData(void*, uint64_t) { return false; }
+
+void FifoAllocator::resumeData(void* p) {
+  fail(ncclInternalError, "FIFO memory at %p was never given back, so it cannot be given again", p);
+}
+
+FifoMemory::DeviceData FifoMemory::deviceData() const {
+  if (!countersOnDevice()) return {};
+  return DeviceData{reinterpret_cast<char*>(counters()), deviceDataBytes(sizes_)};
+}
+
 }  // namespace braid::transport

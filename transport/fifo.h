@@ -169,6 +169,24 @@ class FifoAllocator {
   /// Whether a NIC reading this device's memory (a sender's GPU Direct RDMA) is fast enough to
   /// be the default (NCCL_NET_GDR_READ unset).
   virtual bool nicReadsWell();
+
+  /// Suspend (transport/suspend.h): the device memory behind data memory p (allocateData's,
+  /// `requested` bytes asked for): its bytes as allocated, and whether suspendData can give it
+  /// back and keep its address (or gave it back: p is suspended). Not memory another process
+  /// or a NIC was given (exportData, dmabufFd: it maps the pages themselves), nor memory
+  /// without an address reserved apart from its pages (cudaMalloc's).
+  struct DataUse {
+    uint64_t bytes = 0;
+    bool suspendable = false;
+  };
+  virtual DataUse dataUse(void* p, uint64_t requested);
+  /// Gives back the device memory behind p (dataUse: suspendable), keeping its address and a
+  /// copy of its first keepBytes bytes; false, nothing changed, when it cannot. Only while no
+  /// kernel and no peer touches it (suspend's barrier).
+  virtual bool suspendData(void* p, uint64_t keepBytes);
+  /// Gives p (suspendData's) memory again at the same address, reachable by the same devices:
+  /// zeroed but for the first keepBytes, which are as they were; throws when it cannot.
+  virtual void resumeData(void* p);
 };
 
 /// Bytes of a FIFO's control part (counters, signatures, fault boxes, step counters): the
@@ -214,6 +232,14 @@ class FifoMemory {
   virtual uint64_t* counters() const { return reinterpret_cast<uint64_t*>(base()); }
   /// Whether the kernels' words are in device memory with the counters (see counters()).
   bool countersOnDevice() const { return reinterpret_cast<char*>(counters()) != base(); }
+  /// The device memory (FifoAllocator::allocateData's) behind this end, if any, and the bytes
+  /// asked for: the counters' allocation (countersOnDevice; the importer's view of it for a
+  /// sender), or a network end's slots for GPU Direct RDMA.
+  struct DeviceData {
+    char* at = nullptr;
+    uint64_t bytes = 0;
+  };
+  virtual DeviceData deviceData() const;
   /// The keys of the buffers the receiver offers now.
   OfferedKeys* offeredKeys() const;
   const FifoSizes& sizes() const { return sizes_; }

@@ -28,6 +28,44 @@ bool owns(const Connector::End& end) {
   }
 }
 
+/// `end`'s device allocation (FifoMemory::deviceData) when this rank owns it; at == null else.
+FifoMemory::DeviceData ownedDeviceData(const Connector::End& end) {
+  if (!owns(end)) return {};
+  return end.memory->deviceData();
+}
+
+/// Whether suspend may give `end`'s device allocation back: a thread's or a process's receiver
+/// whose slots no other process maps, in memory whose address the allocator keeps.
+bool deviceReleasable(const Connector::End& end, FifoAllocator* device, const FifoMemory::DeviceData& d) {
+  const bool kindReleases = end.kind == Kind::kP2p || end.kind == Kind::kShm;
+  return kindReleases && end.memory->countersOnDevice() && !end.memory->slotsShared() &&
+         device->dataUse(d.at, d.bytes).suspendable;
+}
+
+FifoFootprint deviceFootprint(const Connector& connector, FifoAllocator* device) {
+  FifoFootprint f;
+  connector.forEachEnd([&](const Connector::End& end) {
+    const FifoMemory::DeviceData d = ownedDeviceData(end);
+    if (d.at == nullptr) return;
+    const uint64_t bytes = device->dataUse(d.at, d.bytes).bytes;
+    (deviceReleasable(end, device, d) ? f.releasable : f.persistent) += bytes;
+  });
+  return f;
+}
+
+uint64_t releaseDeviceSlots(const Connector& connector, FifoAllocator* device, std::vector<char*>* suspended) {
+  uint64_t released = 0;
+  connector.forEachEnd([&](const Connector::End& end) {
+    const FifoMemory::DeviceData d = ownedDeviceData(end);
+    if (d.at == nullptr || !deviceReleasable(end, device, d)) return;
+    const uint64_t bytes = device->dataUse(d.at, d.bytes).bytes;
+    if (!device->suspendData(d.at, kDeviceCounterBytes)) return;  // (the counters carry over)
+    suspended->push_back(d.at);
+    released += bytes;
+  });
+  return released;
+}
+
 }  // namespace
 
 SlotPages releasablePages(const Connector::End& end) {
@@ -50,7 +88,8 @@ bool releasePages(const SlotPages& pages) {
   return pages.bytes == 0 || madvise(pages.begin, pages.bytes, pages.shared ? MADV_REMOVE : MADV_DONTNEED) == 0;
 }
 
-FifoFootprint fifoFootprint(const Connector& connector) {
+FifoFootprint fifoFootprint(const Connector& connector, FifoAllocator* device) {
+  if (device != nullptr) return deviceFootprint(connector, device);
   FifoFootprint f;
   connector.forEachEnd([&](const Connector::End& end) {
     if (!owns(end)) return;
@@ -61,7 +100,8 @@ FifoFootprint fifoFootprint(const Connector& connector) {
   return f;
 }
 
-uint64_t releaseSlots(const Connector& connector) {
+uint64_t releaseSlots(const Connector& connector, FifoAllocator* device, std::vector<char*>* suspended) {
+  if (device != nullptr) return releaseDeviceSlots(connector, device, suspended);
   uint64_t released = 0;
   connector.forEachEnd([&](const Connector::End& end) {
     const SlotPages pages = releasablePages(end);
@@ -74,6 +114,13 @@ uint64_t releaseSlots(const Connector& connector) {
     released += pages.bytes;
   });
   return released;
+}
+
+void restoreSlots(FifoAllocator* device, std::vector<char*>* suspended) {
+  while (!suspended->empty()) {
+    device->resumeData(suspended->back());
+    suspended->pop_back();
+  }
 }
 
 }  // namespace braid::transport

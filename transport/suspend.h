@@ -9,9 +9,18 @@
 // part (counters, step counters, signatures, fault boxes: they carry state from one operation
 // to the next) and every slot that the process cannot give back without the peer's or the
 // device's part in it.
+// With a device (the CUDA backend), what counts is its memory: the allocations that hold the
+// counters the kernels poll and the slots (FifoMemory::deviceData), and a network end's slots
+// for GPU Direct RDMA. The allocator gives an allocation's physical memory back and keeps its
+// address (cuMem), as NCCL 2.30's memory manager does; the counters in front of the slots are
+// kept aside and written back at resume, the rest comes back zeroed. Only allocations no other
+// process and no NIC maps are given back: those map the physical pages themselves, so they
+// would neither be freed nor see the new ones (NCCL re-imports them on every peer at resume;
+// Braid keeps them). Pinned host memory (the control part) is not the device's and not counted.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "transport/connector.h"
 
@@ -42,14 +51,21 @@ bool releasePages(const SlotPages& pages);
 
 /// Bytes of FIFO memory this rank's connections allocated (the receiver's FIFO for threads and
 /// processes, each end's own copy across a network): what suspend may give back and what stays.
+/// With `device` (the allocator of a device backend), the device memory only.
 struct FifoFootprint {
   uint64_t releasable = 0;
   uint64_t persistent = 0;
 };
-FifoFootprint fifoFootprint(const Connector& connector);
+FifoFootprint fifoFootprint(const Connector& connector, FifoAllocator* device);
 
 /// Gives every releasable page back; returns the bytes. Only while no operation runs on any
-/// connection of the communicator, on this rank or a peer (suspend's barrier).
-uint64_t releaseSlots(const Connector& connector);
+/// connection of the communicator, on this rank or a peer (suspend's barrier). With `device`,
+/// the device allocations given back are appended to `suspended`, for restoreSlots.
+uint64_t releaseSlots(const Connector& connector, FifoAllocator* device, std::vector<char*>* suspended);
+
+/// Resume: gives each of `suspended` (releaseSlots') device memory again at its address, the
+/// counters as they were and the slots zeroed, removing it from the list; throws, leaving the
+/// rest listed, when the device cannot.
+void restoreSlots(FifoAllocator* device, std::vector<char*>* suspended);
 
 }  // namespace braid::transport

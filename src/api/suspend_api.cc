@@ -4,9 +4,10 @@
 // waits for its own operations (a device's stream work) and then meets the others at a bootstrap
 // barrier, inside a group at the group's end. Only after that barrier is it safe to give back
 // memory a peer writes into (a receiver's FIFO slots): no rank has an operation running. What is
-// given back is transport/suspend.h's and the scratch memory; resume has nothing to re-create
-// (the mappings stay, the pages come back on first touch) but meets the others again, so that
-// no rank's next operation starts while a peer is still suspended. NCCL does not check for use
+// given back is transport/suspend.h's and the scratch memory. Resume maps a device's FIFO
+// memory again at the addresses it had (on the host backend the mappings stayed: the pages
+// come back on first touch), then meets the others again, so that no rank's next operation
+// starts, nor writes into a peer's FIFO, while that peer is still suspended. NCCL does not check for use
 // while suspended (its memory is unmapped); Braid refuses the operation with ncclInvalidUsage.
 #include <cstdio>
 #include <string>
@@ -80,6 +81,7 @@ ncclResult_t pncclCommResume(ncclComm_t comm) {
     if (!c.suspended()) fail(ncclInvalidUsage, "%s is not suspended (ncclCommSuspend first)", named(c).c_str());
     Communicator* raw = &c;
     return api::dispatch(c, [raw] {
+      raw->dataPath().restoreMemory();  // (before the barrier: after it, peers write into our FIFOs)
       meetEveryRank(*raw, "ncclCommResume");  // (a peer's next operation must not find this rank still suspended)
       raw->setSuspended(false);
     });

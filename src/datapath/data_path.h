@@ -221,16 +221,22 @@ class DataPath {
   size_t mappedBuffers() const { return offered_ != nullptr ? offered_->mappedNow() : 0; }
 
   /// Memory this rank's data path allocated (host memory on the host backend; on a device,
-  /// its scratch and the FIFOs): what a suspend gives back, and what stays (data_path_suspend.cc).
+  /// the device memory of its scratch and FIFOs): what a suspend gives back, and what stays
+  /// (data_path_suspend.cc).
   struct MemoryUse {
     uint64_t releasable = 0;
     uint64_t persistent = 0;
   };
   MemoryUse memoryUse() const;
   /// ncclCommSuspend's work, once every rank has finished its operations (the caller's barrier):
-  /// gives back the FIFO slots and the scratch memory; returns the bytes. Nothing to undo at
-  /// resume: the mappings stay, and the next operation's first touch brings pages back.
+  /// gives back the FIFO slots and the scratch memory; returns the bytes. On the host backend
+  /// nothing is to be undone at resume (the mappings stay, the next operation's first touch
+  /// brings pages back); on a device, restoreMemory maps the FIFOs' memory again.
   uint64_t releaseMemory();
+  /// ncclCommResume's work, before it meets the other ranks: the device memory releaseMemory
+  /// gave back of the FIFOs and scratch, at the same addresses (transport::restoreSlots,
+  /// Device::restoreScratch); the host backend's scratch comes back with the next operation.
+  void restoreMemory();
 
  private:
   /// The CUDA backend, every rank at init: caps the channels (blocks) of every rank at the
@@ -350,6 +356,7 @@ class DataPath {
   std::unique_ptr<Watchdog> watchdog_;  // after connector_ and statuses_: stopped before them
   std::string departure_;               // the notice the destructor leaves for peers ("": none)
   Scratch scratch_;  ///< the host kernels' scratch memory (CollPlan::scratchBytes)
+  std::vector<char*> suspendedFifos_;  ///< device FIFO memory a suspend gave back (restoreMemory)
   Executor executor_;
   std::vector<kernels::RingHandle> rings_;  // cached handles of the connected ring channels
   std::vector<PeerSet> peerSets_;  // by channel: every point-to-point connection made so far

@@ -7,8 +7,17 @@
 
 namespace braid::datapath {
 
+namespace {
+
+/// The allocator of the device's FIFO memory, or null on the host backend.
+transport::FifoAllocator* deviceAllocator(runtime::Device* device) {
+  return device != nullptr ? device->fifoAllocator() : nullptr;
+}
+
+}  // namespace
+
 DataPath::MemoryUse DataPath::memoryUse() const {
-  const transport::FifoFootprint fifos = transport::fifoFootprint(connector_);
+  const transport::FifoFootprint fifos = transport::fifoFootprint(connector_, deviceAllocator(device_.get()));
   MemoryUse use;
   use.releasable = fifos.releasable + (device_ != nullptr ? device_->scratchBytes() : scratch_.mappedBytes());
   use.persistent = fifos.persistent;
@@ -16,7 +25,7 @@ DataPath::MemoryUse DataPath::memoryUse() const {
 }
 
 uint64_t DataPath::releaseMemory() {
-  uint64_t released = transport::releaseSlots(connector_);
+  uint64_t released = transport::releaseSlots(connector_, deviceAllocator(device_.get()), &suspendedFifos_);
   if (device_ != nullptr) {
     released += device_->scratchBytes();
     device_->releaseScratch();
@@ -27,6 +36,14 @@ uint64_t DataPath::releaseMemory() {
   BRAID_INFO(log::kAlloc, "rank %d: suspended: %llu bytes of FIFO slots and scratch given back", rank_,
              static_cast<unsigned long long>(released));
   return released;
+}
+
+void DataPath::restoreMemory() {
+  if (device_ != nullptr) device_->restoreScratch();
+  if (suspendedFifos_.empty()) return;
+  const size_t count = suspendedFifos_.size();
+  transport::restoreSlots(deviceAllocator(device_.get()), &suspendedFifos_);
+  BRAID_INFO(log::kAlloc, "rank %d: resumed: %zu FIFO allocations of device memory mapped again", rank_, count);
 }
 
 }  // namespace braid::datapath

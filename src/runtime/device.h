@@ -38,11 +38,17 @@ class Device {
   /// Device memory of at least `bytes` for the kernels' scratch; growing it first waits for
   /// this rank's enqueued work.
   virtual void* scratch(uint64_t bytes) = 0;
-  /// Bytes of device memory scratch() holds now (outgrown blocks included).
+  /// Bytes of device memory scratch() holds now (outgrown blocks included; while suspended,
+  /// those releaseScratch kept the address of).
   virtual uint64_t scratchBytes() const { return 0; }
-  /// Frees every scratch block (a suspended communicator's; after synchronize, so no kernel
-  /// uses one); the next scratch() allocates anew.
+  /// Gives back every scratch block's memory (a suspended communicator's; after synchronize, so
+  /// no kernel uses one). Blocks whose address can be kept (cuMem) keep it, so that a CUDA graph
+  /// captured before the suspend still finds its scratch after restoreScratch; the others are
+  /// freed, and the next scratch() allocates anew.
   virtual void releaseScratch() {}
+  /// Resume: maps the blocks releaseScratch kept the address of again (contents undefined: a
+  /// kernel's scratch lives within its launch).
+  virtual void restoreScratch() {}
   /// Lets this device's kernels reach device `other`'s memory (another rank of this process
   /// there keeps FIFO slots this rank writes); throws ncclInvalidUsage when they cannot.
   virtual void reachDevice(int other) = 0;

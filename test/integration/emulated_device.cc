@@ -11,6 +11,7 @@
 #include <map>
 
 #include "comm/config.h"
+#include "comm/init.h"
 #include "core/fd_exchange.h"
 #include "core/status.h"
 #include "kernels/algorithms/send_recv.h"
@@ -138,17 +139,74 @@ struct FileHandle {
 
 /// The "device memory": host memory, zeroed, the slots apart from the counters as on a GPU;
 /// shareable slots in memory files that the peer process maps. Process-wide and never
-/// destroyed, as the CUDA backend's (FIFOs outlive communicators).
+/// destroyed, as the CUDA backend's (FIFOs outlive communicators). Slots no other process maps
+/// play cuMem memory (as the CUDA backend allocates them): pages at an address of their own,
+/// which suspendData unmaps (the address stays reserved, inaccessible, as a GPU's unmapped
+/// range) and resumeData maps again, zeroed. EmulatedDevice::physicalBytes counts the pages.
 class HostFifoAllocator final : public transport::FifoAllocator {
  public:
   void* allocateControl(size_t bytes) override { return zeroed(bytes); }
   void freeControl(void* p) override { std::free(p); }
   void* allocateData(size_t bytes, bool shareable) override {
-    return shareable ? MemoryFiles::process().allocate(bytes) : zeroed(bytes);
+    if (shareable) {
+      void* p = MemoryFiles::process().allocate(bytes);
+      EmulatedDevice::physicalBytes += bytes;
+      return p;
+    }
+    const size_t size = (bytes + kPage - 1) / kPage * kPage;
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) fail(ncclSystemError, "emulated device: cannot allocate %zu bytes: %s", bytes, strerror(errno));
+    std::lock_guard<std::mutex> lock(mutex_);
+    regions_[p] = Region{size, false, {}};
+    EmulatedDevice::physicalBytes += size;
+    return p;
   }
   void freeData(void* p) override {
-    if (MemoryFiles::process().owns(p)) return MemoryFiles::process().release(p);
-    std::free(p);
+    if (MemoryFiles::process().owns(p)) {
+      size_t bytes = 0;
+      MemoryFiles::process().find(p, 1, &p, &bytes);
+      EmulatedDevice::physicalBytes -= bytes;
+      return MemoryFiles::process().release(p);
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = regions_.find(p);
+    if (it == regions_.end()) return;
+    if (!it->second.suspended) EmulatedDevice::physicalBytes -= it->second.bytes;
+    munmap(p, it->second.bytes);
+    regions_.erase(it);
+  }
+  DataUse dataUse(void* p, uint64_t requested) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = regions_.find(p);
+    if (it == regions_.end()) return DataUse{requested, false};  // (a memory file: another process maps it)
+    return DataUse{it->second.bytes, true};
+  }
+  bool suspendData(void* p, uint64_t keepBytes) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = regions_.find(p);
+    if (it == regions_.end() || it->second.suspended) return false;
+    Region& r = it->second;
+    r.kept.assign(static_cast<char*>(p), static_cast<char*>(p) + std::min<uint64_t>(keepBytes, r.bytes));
+    // The pages go; the address stays reserved, and touching it faults as an unmapped GPU range.
+    if (mmap(p, r.bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) == MAP_FAILED) {
+      fail(ncclSystemError, "emulated device: cannot unmap %zu bytes at %p: %s", r.bytes, p, strerror(errno));
+    }
+    r.suspended = true;
+    EmulatedDevice::physicalBytes -= r.bytes;
+    return true;
+  }
+  void resumeData(void* p) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = regions_.find(p);
+    if (it == regions_.end() || !it->second.suspended) fail(ncclInternalError, "emulated device: %p is not suspended", p);
+    Region& r = it->second;
+    if (mmap(p, r.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED) {
+      fail(ncclSystemError, "emulated device: cannot map %zu bytes at %p again: %s", r.bytes, p, strerror(errno));
+    }
+    std::memcpy(p, r.kept.data(), r.kept.size());
+    r.kept.clear();
+    r.suspended = false;
+    EmulatedDevice::physicalBytes += r.bytes;
   }
   void registerHost(void*, size_t) override {}
   void unregisterHost(void*) override {}
@@ -177,6 +235,15 @@ class HostFifoAllocator final : public transport::FifoAllocator {
   bool nicReadsWell() override { return true; }
 
  private:
+  static constexpr size_t kPage = 4096;
+  struct Region {
+    size_t bytes;
+    bool suspended;
+    std::vector<char> kept;  // suspendData's copy of the first bytes
+  };
+  std::mutex mutex_;
+  std::map<void*, Region> regions_;  // the slots that play cuMem memory, by address
+
   static void* zeroed(size_t bytes) {
     void* p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
     if (p == nullptr) fail(ncclSystemError, "emulated device: cannot allocate %zu bytes", bytes);
@@ -184,6 +251,12 @@ class HostFifoAllocator final : public transport::FifoAllocator {
     return p;
   }
 };
+
+/// The process's emulated device memory (every emulated device's FIFOs and scratch).
+HostFifoAllocator& deviceMemory() {
+  static HostFifoAllocator* allocator = new HostFifoAllocator();
+  return *allocator;
+}
 
 }  // namespace
 
@@ -198,6 +271,7 @@ std::atomic<int> EmulatedDevice::packedLaunches{0};
 std::atomic<int> EmulatedDevice::maxPeerBlocks{0};
 std::atomic<int> EmulatedDevice::badPeerBlocks{0};
 std::atomic<int> EmulatedDevice::oneSidedRuns{0};
+std::atomic<int64_t> EmulatedDevice::physicalBytes{0};
 
 void* EmulatedDevice::allocateShareable(size_t bytes) { return MemoryFiles::process().allocate(bytes); }
 void EmulatedDevice::freeShareable(void* p) { MemoryFiles::process().release(p); }
@@ -218,6 +292,12 @@ void* EmulatedDevice::importBuffer(const fds::Offer& from, uint64_t bytes) {
 
 void EmulatedDevice::closeBuffer(void* p) { MemoryFiles::process().release(p); }
 
+EmulatedDeviceScope::EmulatedDeviceScope() {
+  comm::setTestDeviceFactory([](int) { return std::make_unique<EmulatedDevice>(); });
+}
+
+EmulatedDeviceScope::~EmulatedDeviceScope() { comm::setTestDeviceFactory(nullptr); }
+
 bool EmulatedDevice::launchesDone(uint64_t mark) { return doneLaunch_.load(std::memory_order_acquire) >= mark; }
 
 EmulatedDevice::EmulatedDevice()
@@ -232,33 +312,35 @@ EmulatedDevice::~EmulatedDevice() {
   }
   changed_.notify_all();
   worker_.join();
+  for (void* p : scratch_) deviceMemory().freeData(p);
 }
 
-transport::FifoAllocator* EmulatedDevice::fifoAllocator() {
-  static HostFifoAllocator* allocator = new HostFifoAllocator();
-  return allocator;
-}
+transport::FifoAllocator* EmulatedDevice::fifoAllocator() { return &deviceMemory(); }
 
 void* EmulatedDevice::scratch(uint64_t bytes) {
   if (bytes > scratchBytes_) {  // (older blocks are kept: a queued launch may still use one)
-    scratch_.emplace_back(new char[bytes]());
-    scratchSizes_.push_back(bytes);
+    scratch_.push_back(deviceMemory().allocateData(bytes, false));
     scratchBytes_ = bytes;
   }
-  return scratch_.empty() ? nullptr : scratch_.back().get();
+  return scratch_.empty() ? nullptr : scratch_.back();
 }
 
 uint64_t EmulatedDevice::scratchBytes() const {
   uint64_t bytes = 0;
-  for (size_t i = 0; i < scratch_.size(); ++i) bytes += scratchSizes_[i];
+  for (void* p : scratch_) bytes += deviceMemory().dataUse(p, 0).bytes;
   return bytes;
 }
 
 void EmulatedDevice::releaseScratch() {
   synchronize();
-  scratch_.clear();
-  scratchSizes_.clear();
-  scratchBytes_ = 0;
+  for (void* p : scratch_) deviceMemory().suspendData(p, 0);  // (contents need not survive: see restoreScratch)
+  scratchSuspended_ = true;
+}
+
+void EmulatedDevice::restoreScratch() {
+  if (!scratchSuspended_) return;
+  for (void* p : scratch_) deviceMemory().resumeData(p);
+  scratchSuspended_ = false;
 }
 
 void EmulatedDevice::checkStream(void* stream, int localDeviceRanks, const char* call) {

@@ -53,6 +53,10 @@ class EmulatedDevice final : public runtime::Device {
   /// Its launches run as any other (as if the graph were launched at once), but host
   /// functions are refused on it, as on a GPU.
   static std::atomic<void*> capturedStream;
+  /// Bytes of "device memory" this process's emulated devices hold now: the FIFO slots they
+  /// allocated (not those mapped from another process) and their scratch, as a GPU driver
+  /// counts its physical allocations; a suspend's unmapped slots and scratch drop out.
+  static std::atomic<int64_t> physicalBytes;
   /// Memory other processes can map (what ncclMemAlloc gives on a GPU): a memory file.
   static void* allocateShareable(size_t bytes);
   static void freeShareable(void* p);
@@ -65,6 +69,7 @@ class EmulatedDevice final : public runtime::Device {
   void* scratch(uint64_t bytes) override;
   uint64_t scratchBytes() const override;
   void releaseScratch() override;
+  void restoreScratch() override;
   void reachDevice(int) override {}
   bool reachableFrom(int64_t) override { return true; }  // (every process's emulated device is the same "GPU")
   void checkBuffer(const void*, const char*, const char*) override {}
@@ -101,9 +106,11 @@ class EmulatedDevice final : public runtime::Device {
 
   std::unique_ptr<kernels::ChannelStatus[]> statuses_;
   std::unique_ptr<uint32_t> abort_;
-  std::vector<std::unique_ptr<char[]>> scratch_;  // the current block last (older ones kept, as on a GPU)
-  std::vector<uint64_t> scratchSizes_;  // scratch_'s, block by block
+  // The scratch blocks, the current one last (older ones kept, as on a GPU): the allocator's
+  // unshared "device memory", whose address a suspend keeps (releaseScratch) as cuMem's.
+  std::vector<void*> scratch_;
   uint64_t scratchBytes_ = 0;
+  bool scratchSuspended_ = false;
   uint64_t seq_ = 0;  // launches made (the statuses' marks)
   std::atomic<uint64_t> doneLaunch_{0};  // the last launch that ran (they run in order)
   std::unique_ptr<transport::FifoAllocator> allocator_;
@@ -114,6 +121,15 @@ class EmulatedDevice final : public runtime::Device {
   uint64_t enqueued_ = 0, done_ = 0;
   bool stop_ = false;
   std::thread worker_;  // last: started when everything above exists
+};
+
+/// Installs the emulated device for every communicator created while it lives.
+class EmulatedDeviceScope {
+ public:
+  EmulatedDeviceScope();
+  ~EmulatedDeviceScope();
+  EmulatedDeviceScope(const EmulatedDeviceScope&) = delete;
+  EmulatedDeviceScope& operator=(const EmulatedDeviceScope&) = delete;
 };
 
 }  // namespace braid::test

@@ -552,42 +552,6 @@ TEST_CASE("emulated GPU: ranks sharing a device split the blocks it keeps reside
   test::EmulatedDevice::residentBlocksAll = 1024;
 }
 
-TEST_CASE("emulated GPU: suspend waits for enqueued work, gives the scratch back, and resume runs exact again",
-          "[integration][emulated][suspend]") {
-  Emulated emulated;
-  const int n = 3;
-  CHECK(test::withCommunicators(n, [n](int rank, ncclComm_t comm, bool) {
-    const cudaStream_t s = streamOf(rank);
-    const size_t count = 1000;
-    std::vector<float> in(count * n), out(count * n, -1.0f);
-    for (size_t i = 0; i < in.size(); ++i) in[i] = input(rank, i);
-    auto checkAlltoAll = [&](const char* when) {
-      for (size_t i = 0; i < count * n; ++i) {
-        expect(out[i] == input(static_cast<int>(i / count), rank * count + i % count), std::string("AlltoAll ") + when);
-      }
-    };
-    for (auto& a : comm->dataPath().limits().mask.algos) a = 1u << static_cast<int>(plan::EnvAlgo::kBruck);
-    // Enqueued, not waited for: the suspend must wait for it before giving anything back.
-    EXPECT_OK(ncclAlltoAll(in.data(), out.data(), count, ncclFloat, comm, s));
-    uint64_t scratch = 0, persist = 0, suspended = 0;
-    EXPECT_OK(ncclCommMemStats(comm, ncclStatGpuMemSuspend, &scratch));
-    EXPECT_OK(ncclCommMemStats(comm, ncclStatGpuMemPersist, &persist));
-    expect(scratch > 0 && persist > 0, "Bruck's scratch and the FIFOs counted: " + std::to_string(scratch) + ", " +
-                                           std::to_string(persist));
-    EXPECT_OK(ncclCommSuspend(comm, NCCL_SUSPEND_MEM));
-    checkAlltoAll("enqueued before the suspend");
-    EXPECT_OK(ncclCommMemStats(comm, ncclStatGpuMemSuspend, &scratch));
-    EXPECT_OK(ncclCommMemStats(comm, ncclStatGpuMemSuspended, &suspended));
-    expect(scratch == 0 && suspended == 1, "the scratch is given back (the device's FIFO slots stay)");
-    expect(ncclAlltoAll(in.data(), out.data(), count, ncclFloat, comm, s) == ncclInvalidUsage, "refused");
-    EXPECT_OK(ncclCommResume(comm));
-    std::fill(out.begin(), out.end(), -1.0f);
-    EXPECT_OK(ncclAlltoAll(in.data(), out.data(), count, ncclFloat, comm, s));
-    sync(comm);
-    checkAlltoAll("after resume");
-  }) == "");
-}
-
 TEST_CASE("emulated GPU: 8, 16 and 32 channels' work in the launch's parameters (the large block), or in memory "
           "beyond 4 KiB on an old driver, exact either way", "[integration][emulated]") {
   Emulated emulated;

@@ -14,12 +14,7 @@
 namespace braid::test {
 
 /// The emulated device for every communicator created while it lives.
-struct Emulated {
-  Emulated() {
-    comm::setTestDeviceFactory([](int) { return std::make_unique<EmulatedDevice>(); });
-  }
-  ~Emulated() { comm::setTestDeviceFactory(nullptr); }
-};
+using Emulated = EmulatedDeviceScope;
 
 /// A stream of the rank's own (the emulated device orders launches itself; the pointer only
 /// has to differ between ranks of one process, as real streams would).

@@ -208,6 +208,8 @@ class EndPump : public proxy::Pump {
   char* slots() const { return slots_; }
   /// Bytes from one of those slots to the next; 0: simpleStepBytes.
   uint32_t slotStride() const { return slotStride_; }
+  /// The Simple slots' device memory (GPU Direct RDMA), if this end keeps them there.
+  virtual FifoMemory::DeviceData gpuSlots() const { return {}; }
 
   void pollSet(std::vector<pollfd>* fds) override;
   /// The profiler plugin's view of this end's steps (proxy/op_trace.h), when this pump
@@ -348,6 +350,7 @@ class NetFifo final : public FifoMemory {
   char* base() const override { return pump_->base(); }
   char* data() const override { return pump_->slots() != nullptr ? pump_->slots() : FifoMemory::data(); }
   proxy::OpTrace* opTrace() const override { return pump_->trace(); }
+  DeviceData deviceData() const override { return pump_->gpuSlots(); }
   uint32_t simpleStride() const override {
     return pump_->slotStride() != 0 ? pump_->slotStride() : sizes_.simpleStepBytes;
   }

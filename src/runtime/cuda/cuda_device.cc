@@ -34,6 +34,15 @@ namespace braid::runtime {
 namespace cuda {
 namespace {
 
+/// Frees a scratch block (cuMem's or cudaMalloc's), suspended or not.
+void freeScratchBlock(void* p) {
+  if (cumemOwns(p)) {
+    cumemFree(p);
+  } else {
+    cudaFree(p);
+  }
+}
+
 /// Launch arguments that a captured graph owns: taken when a launch is captured, handed back
 /// by the graph's destruction (a CUDA user object's destructor, which may not call CUDA, so
 /// blocks are kept for later captures rather than freed). Process-wide and never destroyed:
@@ -175,8 +184,8 @@ class CudaDevice final : public Device {
     quietlyOn(ordinal_, [this] {
       for (Block& b : free_) release(b);
       for (Block& b : inFlight_) release(b);
-      if (scratch_ != nullptr) cudaFree(scratch_);
-      for (void* p : retired_) cudaFree(p);
+      if (scratch_ != nullptr) freeScratchBlock(scratch_);
+      for (const auto& [p, bytes] : retired_) freeScratchBlock(p);
       for (const auto& [host, view] : hostViews_) unpinHost(host);
       cudaEventDestroy(last_);
       cudaEventDestroy(join_);
@@ -214,11 +223,18 @@ class CudaDevice final : public Device {
     // kernel on the GPU, other ranks' too, which may be waiting for this rank's next one.
     DeviceGuard guard(ordinal_);
     void* grown = nullptr;
-    BRAID_CUDA_CHECK(cudaMalloc(&grown, bytes));
-    if (scratch_ != nullptr) retired_.push_back(scratch_);
+    if (cumemEnabled(ordinal_)) {  // (a suspend then keeps its address: see releaseScratch)
+      try {
+        grown = cumemAllocate(ordinal_, bytes);
+      } catch (const Error& e) {
+        BRAID_INFO(log::kAlloc, "CUDA device %d: scratch from cudaMalloc (%s)", ordinal_, e.what());
+      }
+    }
+    if (grown == nullptr) BRAID_CUDA_CHECK(cudaMalloc(&grown, bytes));
+    if (scratch_ != nullptr) retired_.emplace_back(scratch_, scratchBytes_);
     retiredBytes_ += scratchBytes_;
     scratch_ = grown;
-    scratchBytes_ = bytes;
+    scratchBytes_ = cumemOwns(grown) ? cumemSize(grown) : bytes;  // (cuMem's: the granularity's multiple)
     return scratch_;
   }
   uint64_t scratchBytes() const override { return scratchBytes_ + retiredBytes_; }
@@ -227,11 +243,34 @@ class CudaDevice final : public Device {
     // cudaFree's wait for the device's kernels waits for none of theirs)
     synchronize();
     DeviceGuard guard(ordinal_);
-    for (void* p : retired_) BRAID_CUDA_CHECK(cudaFree(p));
-    if (scratch_ != nullptr) BRAID_CUDA_CHECK(cudaFree(scratch_));
-    retired_.clear();
-    scratch_ = nullptr;
-    scratchBytes_ = retiredBytes_ = 0;
+    // cuMem blocks give their memory back and keep their address (a graph captured before the
+    // suspend holds it); cudaMalloc's are freed.
+    std::vector<std::pair<void*, uint64_t>> kept;
+    for (const auto& [p, bytes] : retired_) {
+      if (cumemSuspendable(p) > 0) {
+        cumemSuspend(p);
+        kept.emplace_back(p, bytes);
+      } else {
+        retiredBytes_ -= bytes;
+        BRAID_CUDA_CHECK(cudaFree(p));
+      }
+    }
+    retired_ = std::move(kept);
+    if (scratch_ != nullptr && cumemSuspendable(scratch_) > 0) {
+      cumemSuspend(scratch_);
+    } else if (scratch_ != nullptr) {
+      BRAID_CUDA_CHECK(cudaFree(scratch_));
+      scratch_ = nullptr;
+      scratchBytes_ = 0;
+    }
+    scratchSuspended_ = true;
+  }
+  void restoreScratch() override {
+    if (!scratchSuspended_) return;
+    DeviceGuard guard(ordinal_);
+    for (const auto& [p, bytes] : retired_) cumemResume(p);
+    if (scratch_ != nullptr) cumemResume(scratch_);
+    scratchSuspended_ = false;
   }
 
   void reachDevice(int other) override {
@@ -654,7 +693,8 @@ class CudaDevice final : public Device {
   void* scratch_ = nullptr;
   uint64_t scratchBytes_ = 0;
   uint64_t retiredBytes_ = 0;  // retired_'s
-  std::vector<void*> retired_;  // scratch blocks outgrown (freed with the device)
+  std::vector<std::pair<void*, uint64_t>> retired_;  // scratch blocks outgrown and their bytes (freed with the device)
+  bool scratchSuspended_ = false;  // releaseScratch kept the blocks' addresses, not their memory
   cudaEvent_t last_ = nullptr;
   cudaEvent_t join_ = nullptr;  // joins a group's streams (joinStreams, releaseStreams)
   std::atomic<bool> hasLast_{false};

@@ -63,7 +63,10 @@ void check(CUresult r, const char* call) {
 struct Mapping {
   CUmemGenericAllocationHandle handle;
   size_t bytes;
+  int device = -1;        ///< where the physical memory is (cumemAllocate's device)
   bool imported = false;  ///< cumemImport's (another process's memory)
+  bool exported = false;  ///< a descriptor or dma-buf of it was made: someone else may map its pages
+  bool suspended = false; ///< cumemSuspend gave its physical memory back (handle 0); the address stays
   fds::Offer offer{};     ///< cumemShare's (an empty token: not shared), withdrawn when freed
 };
 struct Mappings {
@@ -96,17 +99,11 @@ size_t granularityOf(int device) {
   return g > 0 ? g : size_t(2) << 20;
 }
 
-/// Reserves an address for `handle`'s `bytes`, maps it there and lets `device` and every
-/// device that can reach it read and write it; releases nothing on failure but what it made.
-void* mapHandle(int device, CUmemGenericAllocationHandle handle, size_t bytes, size_t granularity) {
+/// Maps `handle`'s `bytes` at the reserved address ptr and lets `device` and every device that
+/// can reach it read and write them; on failure unmaps what it mapped and throws.
+void mapAt(CUdeviceptr ptr, int device, CUmemGenericAllocationHandle handle, size_t bytes) {
   const Driver& d = Driver::get();
-  CUdeviceptr ptr = 0;
-  check(d.reserve(&ptr, bytes, granularity, 0, 0), "cuMemAddressReserve");
-  CUresult r = d.map(ptr, bytes, 0, handle, 0);
-  if (r != CUDA_SUCCESS) {
-    d.addressFree(ptr, bytes);
-    check(r, "cuMemMap");
-  }
+  check(d.map(ptr, bytes, 0, handle, 0), "cuMemMap");
   int count = 0;
   cudaGetDeviceCount(&count);
   std::vector<CUmemAccessDesc> access;
@@ -121,16 +118,42 @@ void* mapHandle(int device, CUmemGenericAllocationHandle handle, size_t bytes, s
     access.push_back(a);
   }
   cudaGetLastError();
-  r = d.setAccess(ptr, bytes, access.data(), access.size());
+  const CUresult r = d.setAccess(ptr, bytes, access.data(), access.size());
   if (r != CUDA_SUCCESS) {
     d.unmap(ptr, bytes);
-    d.addressFree(ptr, bytes);
     check(r, "cuMemSetAccess");
+  }
+}
+
+/// Reserves an address for `handle`'s `bytes` and maps it there (mapAt); releases nothing on
+/// failure but what it made.
+void* mapHandle(int device, CUmemGenericAllocationHandle handle, size_t bytes, size_t granularity) {
+  const Driver& d = Driver::get();
+  CUdeviceptr ptr = 0;
+  check(d.reserve(&ptr, bytes, granularity, 0, 0), "cuMemAddressReserve");
+  try {
+    mapAt(ptr, device, handle, bytes);
+  } catch (...) {
+    d.addressFree(ptr, bytes);
+    throw;
   }
   void* p = reinterpret_cast<void*>(static_cast<uintptr_t>(ptr));
   std::lock_guard<std::mutex> lock(mappings().mutex);
-  mappings().live[p] = Mapping{handle, bytes};
+  Mapping& m = mappings().live[p];
+  m.handle = handle;
+  m.bytes = bytes;
+  m.device = device;
   return p;
+}
+
+/// Marks the mapping of this process's own memory that holds p as exported (a NIC or another
+/// process maps its pages), if there is one.
+void markExported(const void* p) {
+  std::lock_guard<std::mutex> lock(mappings().mutex);
+  auto it = mappings().live.upper_bound(p);
+  if (it == mappings().live.begin()) return;
+  --it;
+  if (static_cast<const char*>(p) < static_cast<const char*>(it->first) + it->second.bytes) it->second.exported = true;
 }
 
 }  // namespace
@@ -206,9 +229,62 @@ void cumemFree(void* p) {
   if (!m.offer.token.empty()) fds::withdraw(m.offer.token);
   const Driver& d = Driver::get();
   const CUdeviceptr ptr = static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p));
-  d.unmap(ptr, m.bytes);
+  if (!m.suspended) d.unmap(ptr, m.bytes);
   d.addressFree(ptr, m.bytes);
-  d.release(m.handle);
+  if (!m.suspended) d.release(m.handle);
+}
+
+size_t cumemSuspendable(const void* p) {
+  std::lock_guard<std::mutex> lock(mappings().mutex);
+  auto it = mappings().live.find(p);
+  if (it == mappings().live.end()) return 0;
+  const Mapping& m = it->second;
+  return m.imported || m.exported ? 0 : m.bytes;
+}
+
+size_t cumemSize(const void* p) {
+  std::lock_guard<std::mutex> lock(mappings().mutex);
+  auto it = mappings().live.find(p);
+  return it == mappings().live.end() ? 0 : it->second.bytes;
+}
+
+void cumemSuspend(void* p) {
+  std::lock_guard<std::mutex> lock(mappings().mutex);
+  auto it = mappings().live.find(p);
+  if (it == mappings().live.end() || it->second.imported || it->second.exported || it->second.suspended) {
+    fail(ncclInternalError, "cuMem suspend of %p, which is no mapping of this process's own unshared memory", p);
+  }
+  Mapping& m = it->second;
+  const Driver& d = Driver::get();
+  const CUdeviceptr ptr = static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p));
+  check(d.unmap(ptr, m.bytes), "cuMemUnmap");
+  d.release(m.handle);  // (unmapped, the handle was the last reference: the physical memory goes)
+  m.handle = 0;
+  m.suspended = true;
+}
+
+void cumemResume(void* p) {
+  Mapping m{};
+  {
+    std::lock_guard<std::mutex> lock(mappings().mutex);
+    auto it = mappings().live.find(p);
+    if (it == mappings().live.end() || !it->second.suspended) fail(ncclInternalError, "cuMem resume of %p, which is not suspended", p);
+    m = it->second;
+  }
+  const Driver& d = Driver::get();
+  const CUmemAllocationProp prop = propertiesFor(m.device);
+  CUmemGenericAllocationHandle handle = 0;
+  check(d.create(&handle, m.bytes, &prop, 0), "cuMemCreate");
+  try {
+    mapAt(static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p)), m.device, handle, m.bytes);
+  } catch (...) {
+    d.release(handle);
+    throw;
+  }
+  std::lock_guard<std::mutex> lock(mappings().mutex);
+  Mapping& live = mappings().live[p];
+  live.handle = handle;
+  live.suspended = false;
 }
 
 int cumemExport(void* p, size_t* bytes) {
@@ -217,6 +293,8 @@ int cumemExport(void* p, size_t* bytes) {
     std::lock_guard<std::mutex> lock(mappings().mutex);
     auto it = mappings().live.find(p);
     if (it == mappings().live.end()) fail(ncclInternalError, "cuMem export of %p, which Braid did not map", p);
+    if (it->second.suspended) fail(ncclInternalError, "cuMem export of %p, whose memory is suspended", p);
+    it->second.exported = true;  // (another process may map these pages from now on: suspend keeps them)
     m = it->second;
   }
   int fd = -1;
@@ -268,6 +346,7 @@ int dmabufFd(int device, void* p, size_t bytes, uint64_t* offset, std::string* w
     int fd = -1;
     const CUresult r = d.rangeHandle(&fd, static_cast<CUdeviceptr>(begin), end - begin, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
     if (r == CUDA_SUCCESS) {
+      markExported(p);  // (a NIC maps these pages: suspend keeps them)
       *offset = reinterpret_cast<uintptr_t>(p) - begin;
       return fd;
     }

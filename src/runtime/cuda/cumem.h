@@ -24,6 +24,21 @@ void* cumemAllocate(int device, size_t bytes);
 bool cumemOwns(const void* p);
 /// Unmaps and releases what cumemAllocate or cumemImport returned.
 void cumemFree(void* p);
+/// Bytes of the mapping at p (granularity-rounded), 0 when it is none of cumemAllocate's or
+/// cumemImport's.
+size_t cumemSize(const void* p);
+
+/// Suspend (as NCCL 2.30's memory manager gives back dynamic memory): the bytes cumemSuspend(p)
+/// gives back (or gave back: p suspended), 0 when p is no mapping of cumemAllocate's or was ever
+/// exported (cumemExport, cumemShare, dmabufFd: another process or a NIC maps its physical
+/// memory, which releasing this handle would not free and a new one would not replace).
+size_t cumemSuspendable(const void* p);
+/// Unmaps and releases the physical memory at p (cumemSuspendable, not suspended), keeping the
+/// address reserved; only while no kernel, peer or copy touches it. Throws when the driver refuses.
+void cumemSuspend(void* p);
+/// Creates physical memory for p (cumemSuspend's) again on its device and maps it at the same
+/// address for the same devices as before; its contents are undefined. Throws when it cannot.
+void cumemResume(void* p);
 /// A new file descriptor for the memory at p (from cumemAllocate) and its mapped size.
 int cumemExport(void* p, size_t* bytes);
 /// Maps on `device` the `bytes` another process exported as `fd` (the caller closes fd).

@@ -30,12 +30,14 @@ class FifoAllocator final : public transport::FifoAllocator {
   void* allocateData(size_t bytes, bool shareable) override {
     DeviceGuard guard(device_);
     void* p = nullptr;
-    if (shareable && cumemEnabled(device_)) {
+    // cuMem also where no other process will map them: a suspended communicator then gives
+    // their physical memory back and keeps the address its peers and kernels hold.
+    if (cumemEnabled(device_)) {
       try {
         p = cumemAllocate(device_, bytes);
       } catch (const Error& e) {  // (containers and sandboxes may refuse cuMem's shareable memory)
-        BRAID_INFO(log::kInit | log::kAlloc, "CUDA device %d: no cuMem memory for FIFO slots (%s); legacy CUDA IPC "
-                   "instead", device_, e.what());
+        BRAID_INFO(log::kInit | log::kAlloc, "CUDA device %d: no cuMem memory for FIFO slots (%s); cudaMalloc%s "
+                   "instead", device_, e.what(), shareable ? " and legacy CUDA IPC" : "");
       }
     }
     if (p == nullptr) BRAID_CUDA_CHECK(cudaMalloc(&p, bytes));
@@ -60,6 +62,7 @@ class FifoAllocator final : public transport::FifoAllocator {
         fds::withdraw(it->second);
         offered_.erase(it);
       }
+      kept_.erase(p);  // (freed while suspended: a communicator destroyed before its resume)
     }
     quietlyOn(device_, [this, p] { releaseData(p); });
   }
@@ -174,6 +177,41 @@ class FifoAllocator final : public transport::FifoAllocator {
     cudaGetLastError();
     return known && major >= 8;
   }
+  DataUse dataUse(void* p, uint64_t requested) override {
+    if (!cumemOwns(p)) return DataUse{requested, false};  // (cudaMalloc: no address apart from the pages)
+    return DataUse{cumemSize(p), cumemSuspendable(p) > 0};
+  }
+  bool suspendData(void* p, uint64_t keepBytes) override {
+    if (cumemSuspendable(p) == 0) return false;  // (cumemSuspend refuses one suspended already)
+    DeviceGuard guard(device_);
+    std::vector<char> kept(keepBytes);
+    if (keepBytes > 0) BRAID_CUDA_CHECK(cudaMemcpy(kept.data(), p, keepBytes, cudaMemcpyDeviceToHost));
+    cumemSuspend(p);
+    std::lock_guard<std::mutex> lock(mutex_);
+    kept_[p] = std::move(kept);
+    return true;
+  }
+  void resumeData(void* p) override {
+    DeviceGuard guard(device_);
+    std::vector<char> kept;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = kept_.find(p);
+      if (it == kept_.end()) fail(ncclInternalError, "FIFO memory at %p was not suspended", p);
+      kept = it->second;
+    }
+    cumemResume(p);
+    // Zeroed as at allocation (stale LL flags would read as data), the kept words written back.
+    std::lock_guard<std::mutex> lock(mutex_);
+    cudaError_t err = stream_ == nullptr ? cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking) : cudaSuccess;
+    if (err == cudaSuccess) err = cudaMemsetAsync(p, 0, cumemSize(p), stream_);
+    if (err == cudaSuccess && !kept.empty()) {
+      err = cudaMemcpyAsync(p, kept.data(), kept.size(), cudaMemcpyHostToDevice, stream_);
+    }
+    if (err == cudaSuccess) err = cudaStreamSynchronize(stream_);
+    check(err, "restoring suspended FIFO slots (cudaMemsetAsync, cudaMemcpyAsync)");
+    kept_.erase(p);
+  }
   void closeData(void* p) override {
     quietlyOn(device_, [p] {
       if (cumemOwns(p)) {
@@ -197,6 +235,7 @@ class FifoAllocator final : public transport::FifoAllocator {
   std::mutex mutex_;
   cudaStream_t stream_ = nullptr;  // for zeroing slots (never destroyed, as the allocator)
   std::map<void*, fds::Token> offered_;  // exported cuMem slots: their descriptors' tokens (fds::offer)
+  std::map<void*, std::vector<char>> kept_;  // suspended slots: the bytes suspendData kept
 };
 
 }  // namespace

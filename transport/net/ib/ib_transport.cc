@@ -149,6 +149,10 @@ class IbEnd : public EndPump {
     return reinterpret_cast<uint64_t>(gpuSlots_ != nullptr ? gpuSlots_ : base() + fifoControlBytes());
   }
   uint32_t slotsRkey() const { return gpuMr_ != nullptr ? gpuMr_->rkey : mr_->rkey; }
+  FifoMemory::DeviceData gpuSlots() const override {
+    if (gpuSlots_ == nullptr) return {};
+    return {gpuSlots_, uint64_t(kernels::kSteps) * sizes_.simpleStepBytes};
+  }
 
  protected:
   /// This end's queue pair, with `addr` (the memory the peer writes to) and the region's rkey.

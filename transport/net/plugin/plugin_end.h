@@ -228,6 +228,10 @@ class PluginEnd : public EndPump {
   }
 
   uint64_t gpuBytes() const { return uint64_t(kernels::kSteps) * sizes_.simpleStepBytes; }
+  FifoMemory::DeviceData gpuSlots() const override {
+    if (gpuSlots_ == nullptr) return {};
+    return {gpuSlots_, gpuBytes()};
+  }
 
   /// The memory handle of what a step's payload moves through: a Simple slot or an envelope.
   /// (By where the slots are, not by the handle: a plugin may answer a registration with null.)
