@@ -1,4 +1,5 @@
 // Memory allocation, buffer registration and symmetric windows.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -16,6 +17,7 @@
 #include "core/memory_files.h"
 #include "core/process.h"
 #include "runtime/device.h"
+#include "transport/net/ib/one_sided_verbs.h"
 #include "transport/net/one_sided_links.h"
 
 using namespace braid;
@@ -115,7 +117,7 @@ struct WindowClaim {
   fds::Offer signalsOffer;  ///< its counters' memory file
   uint64_t windowId;        ///< its id of the window, which puts over a link name (random)
   int32_t oneSidedNet;      ///< its BRAID_ONE_SIDED_NET
-  int32_t pad;
+  int32_t interHost;        ///< its network transport (transport::Kind) where it may need links, else -1
 };
 
 /// Which ranks this rank's one-sided operations reach over links (every rank computes the same
@@ -140,9 +142,21 @@ std::vector<bool> linkPeers(Communicator& c, const std::vector<WindowClaim>& cla
   if (!anyPair) return linked;
   for (int r = 0; r < n; ++r) linked[r] = needsLink(me, r);
   comm::SignalBoard& board = c.signals();
-  auto links = std::make_unique<transport::onesided::Links>(
-      me, n, std::max(1, c.config().numRmaCtx), c.identity().commHash, c.abortWord(),
-      [&board](int from, int ctx) { board.arrive(from, ctx); });
+  auto arrive = [&board](int from, int ctx) { board.arrive(from, ctx); };
+  const int contexts = std::max(1, c.config().numRmaCtx);
+  // Verbs (RDMA into the peers' windows) where every rank's network transport is verbs, as
+  // its FIFO connections' would be; else the TCP links.
+  const bool verbs = std::all_of(claims.begin(), claims.end(), [](const WindowClaim& w) {
+    return w.interHost == static_cast<int32_t>(transport::Kind::kIb);
+  });
+  if (verbs) {
+    transport::onesided::VerbsSetup setup{me, n, contexts, c.identity().commHash, c.abortWord(),
+                                          c.dataPath().oneSidedIbSettings(), arrive};
+    c.adoptOneSidedLinks(transport::onesided::connectVerbs(setup, c.bootstrap(), linked, c.bootstrap().peerAddress(me),
+                                                           c.bootstrap().timeout()));
+    return linked;
+  }
+  auto links = std::make_unique<transport::onesided::Links>(me, n, contexts, c.identity().commHash, c.abortWord(), arrive);
   links->connect(c.bootstrap(), linked, c.bootstrap().peerAddress(me), c.bootstrap().timeout());
   c.adoptOneSidedLinks(std::move(links));
   return linked;
@@ -189,6 +203,21 @@ void reachPeers(Communicator& c, const std::vector<WindowClaim>& claims, const s
   entry.peerMappings = mappings;
 }
 
+/// This rank's network transport when its one-sided calls may need a carrier (peers on other
+/// hosts, or BRAID_ONE_SIDED_NET) and none was made yet; else -1. One whose NCCL_NET cannot
+/// run counts as -1: its FIFO connections say why.
+int32_t interHostKind(Communicator& c) {
+  if (c.oneSidedLinks() != nullptr || c.dataPath().onDevice()) return -1;
+  bool spans = c.oneSidedOverNetwork();
+  for (int r = 0; r < c.identity().nRanks && !spans; ++r) spans = c.dataPath().hostOf(r) != c.dataPath().hostOf(c.identity().rank);
+  if (!spans) return -1;
+  try {
+    return static_cast<int32_t>(c.dataPath().interHostKind());
+  } catch (const Error&) {
+    return -1;
+  }
+}
+
 enum WindowProblem : int32_t { kWindowOk = 0, kWindowNull, kWindowMisaligned, kWindowFlags, kWindowUnreachable };
 
 const char* windowProblemText(int32_t problem) {
@@ -210,8 +239,9 @@ void registerWindow(Communicator& c, void* buff, size_t size, int flags, int32_t
   WindowClaim& mine = claims[me];
   mine = WindowClaim{size, flags, problem, reinterpret_cast<uint64_t>(buff), process::randomId(),
                      c.signals().address(), c.dataPath().hostOf(me), {}, 0, c.signals().offer(),
-                     process::random64(), 0, 0};
+                     process::random64(), 0, -1};
   mine.oneSidedNet = c.oneSidedOverNetwork() ? 1 : 0;
+  mine.interHost = interHostKind(c);
   size_t offset = 0;
   if (problem == kWindowOk && !c.dataPath().onDevice() && memfiles::offer(buff, size, &mine.memory, &offset)) {
     mine.memoryOffset = offset;

@@ -170,6 +170,10 @@ class DataPath {
   }
   /// The connector's options; tests change them before the first collective (networkOnly).
   transport::ConnectorOptions& connectorOptions() { return connector_.options(); }
+  /// The communicator's network transport and its verbs settings (Connector::interHostKind):
+  /// what carries one-sided operations between hosts.
+  transport::Kind interHostKind() { return connector_.interHostKind(); }
+  transport::ib::Settings oneSidedIbSettings() const { return connector_.oneSidedIbSettings(); }
   /// Connection ends this rank holds now (sends and receives, every set): what its FIFO memory
   /// grows with (tests of scale).
   int connectionEnds() const {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "comm/communicator.h"
+#include "datapath/data_path.h"
 #include "harness/ranks.h"
 #include "test_env.h"
 
@@ -19,6 +20,7 @@ struct WindowSetup {
   size_t bytes;              ///< of each rank's window, zeroed
   bool plainMemory = false;  ///< from posix_memalign (other processes cannot map it), not ncclMemAlloc
   bool overLinks = false;    ///< every peer over the one-sided links (BRAID_ONE_SIDED_NET's switch)
+  bool overVerbs = false;    ///< with overLinks: the verbs carrier, on the verbs double (verbsDouble())
 };
 
 /// n ranks (threads, or processes), each with a communicator and a window as `setup` says; the
@@ -33,6 +35,11 @@ inline std::string withWindows(int n, bool threads, const WindowSetup& setup,
     ncclComm_t comm = nullptr;
     EXPECT_OK(ncclCommInitRankConfig(&comm, n, id, rank, &config));
     if (setup.overLinks) braid::communicatorFrom(comm).setOneSidedOverNetwork(true);
+    if (setup.overVerbs) {  // (before anything chose the communicator's network transport)
+      transport::ConnectorOptions& o = braid::communicatorFrom(comm).dataPath().connectorOptions();
+      o.net = "IB";
+      o.ib.library = verbsDouble();
+    }
     void* buffer = nullptr;
     if (setup.plainMemory) {
       expect(posix_memalign(&buffer, NCCL_WIN_REQUIRED_ALIGNMENT, setup.bytes) == 0, "posix_memalign");
