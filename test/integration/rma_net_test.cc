@@ -39,10 +39,7 @@ std::string withLinkedWindows(
                                        });
 }
 
-unsigned char pattern(int from, int k, size_t i) {
-  return static_cast<unsigned char>(from * 31 + k * 17 + i * 7 + 1);
-}
-
+using braid::test::rma::pattern;
 using braid::test::rma::waitFor;
 
 }  // namespace
@@ -75,18 +72,7 @@ TEST_CASE("one-sided over links: puts land exactly, before the signal that follo
                 for (int from = 0; from < n; ++from) {
                   if (from == rank) continue;
                   waitFor(comm, from, 0, 1);
-                  size_t offset = from * part;
-                  for (size_t k = 0; k < sizes.size(); ++k) {
-                    for (size_t i = 0; i < sizes[k]; ++i) {
-                      if (window[offset + i] != pattern(from, k, i)) {
-                        expect(false, "byte " + std::to_string(i) + " of rank " + std::to_string(from) +
-                                          "'s piece " + std::to_string(k) + " is wrong when its signal came");
-                        break;
-                      }
-                    }
-                    expect(window[offset + sizes[k]] == 0, "the byte after a piece was written");
-                    offset += sizes[k] + 1;
-                  }
+                  braid::test::rma::expectPieces(window, from * part, sizes, from);
                   waitFor(comm, from, 1, static_cast<int>(sizes.size()));
                 }
               }) == "");

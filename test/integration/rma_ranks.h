@@ -7,6 +7,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "datapath/data_path.h"
@@ -63,6 +64,33 @@ inline std::string withWindows(int n, bool threads, const WindowSetup& setup,
     }
   };
   return threads ? runThreads(n, rankBody) : runProcesses(n, rankBody);
+}
+
+/// Byte i of piece k that rank `from` puts (exactly predictable, differs by rank and piece).
+inline unsigned char pattern(int from, int k, size_t i) {
+  return static_cast<unsigned char>(from * 31 + k * 17 + i * 7 + 1);
+}
+
+/// Whether `count` bytes at `at` hold piece k of rank `from`; else says which byte is wrong.
+inline bool holdsPiece(const unsigned char* at, size_t count, int from, int k) {
+  for (size_t i = 0; i < count; ++i) {
+    if (at[i] != pattern(from, k, i)) {
+      expect(false, "byte " + std::to_string(i) + " of rank " + std::to_string(from) + "'s piece " +
+                        std::to_string(k) + " is wrong when its signal came");
+      return false;
+    }
+  }
+  return true;
+}
+
+/// Rank `from`'s pieces of `sizes`, one after another from `offset` with a byte left untouched
+/// (0) after each, as the one-sided tests put them.
+inline void expectPieces(const unsigned char* window, size_t offset, const std::vector<size_t>& sizes, int from) {
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    if (!holdsPiece(window + offset, sizes[k], from, static_cast<int>(k))) return;
+    expect(window[offset + sizes[k]] == 0, "the byte after a piece was written");
+    offset += sizes[k] + 1;
+  }
 }
 
 /// ncclWaitSignal for opCnt signals of (ctx, peer), expected to succeed.

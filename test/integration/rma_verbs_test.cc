@@ -23,6 +23,8 @@
 #include "transport/net/ib/one_sided_verbs.h"
 
 using braid::test::expect;
+using braid::test::rma::holdsPiece;
+using braid::test::rma::pattern;
 using braid::test::rma::waitFor;
 
 namespace {
@@ -49,22 +51,6 @@ std::string withVerbsWindows(int n, bool threads, size_t bytes,
     WARN("skipped: this build has no verbs double (libibverbs-dev missing)"); \
     return;                                                                  \
   }
-
-unsigned char pattern(int from, int k, size_t i) {
-  return static_cast<unsigned char>(from * 31 + k * 17 + i * 7 + 1);
-}
-
-/// Whether `count` bytes at `at` hold piece k of rank `from`; else says which byte is wrong.
-bool holds(const unsigned char* at, size_t count, int from, int k) {
-  for (size_t i = 0; i < count; ++i) {
-    if (at[i] != pattern(from, k, i)) {
-      expect(false, "byte " + std::to_string(i) + " of rank " + std::to_string(from) + "'s piece " +
-                        std::to_string(k) + " is wrong when its signal came");
-      return false;
-    }
-  }
-  return true;
-}
 
 }  // namespace
 
@@ -101,12 +87,7 @@ TEST_CASE("one-sided over verbs: puts land exactly, before the signal that follo
               for (int from = 0; from < n; ++from) {
                 if (from == rank) continue;
                 waitFor(comm, from, 0, 1);
-                size_t offset = from * part;
-                for (int k = 0; k < static_cast<int>(sizes.size()); ++k) {
-                  if (!holds(window + offset, sizes[k], from, k)) break;
-                  expect(window[offset + sizes[k]] == 0, "the byte after a piece was written");
-                  offset += sizes[k] + 1;
-                }
+                braid::test::rma::expectPieces(window, from * part, sizes, from);
                 waitFor(comm, from, 1, static_cast<int>(sizes.size()));
               }
             }) == "");
@@ -143,8 +124,8 @@ TEST_CASE("one-sided over verbs: many puts then one wait sees them all, in order
             }
             waitFor(comm, 0, 0, 1);
             for (int k = 0; k < kSmall; ++k)
-              if (!holds(window + k * kSmallBytes, kSmallBytes, 0, k)) break;
-            holds(window + kSmall * kSmallBytes, kLargeBytes, 1, kLarge - 1);
+              if (!holdsPiece(window + k * kSmallBytes, kSmallBytes, 0, k)) break;
+            holdsPiece(window + kSmall * kSmallBytes, kLargeBytes, 1, kLarge - 1);
             waitFor(comm, 0, 1, kSmall + kLarge);
             EXPECT_OK(ncclSignal(0, 0, 0, 0, comm, nullptr));
           }) == "");
@@ -320,23 +301,32 @@ TEST_CASE("one-sided over verbs across hosts (NCCL_HOSTID): two programs choose 
   }
   std::string program = rankMain;
   program = program.substr(0, program.rfind('/') + 1) + "rma_main";
-  for (const std::string mode : {"check 4194304", "die"}) {
-    INFO(mode);
+  // 2 hosts x 1 rank, then 2 x 2 (the ranks of a host share memory, only pairs across hosts
+  // are linked), then a death.
+  const struct {
+    int ranks, perHost;
+    std::string mode;
+  } runs[] = {{2, 1, "check 4194304"}, {4, 2, "check 1048579 strict"}, {2, 1, "die"}};
+  for (const auto& run : runs) {
+    INFO(run.ranks << " ranks, " << run.mode);
     const int port = braid::test::freeLoopbackPort();
     std::string command = "export NCCL_COMM_ID=127.0.0.1:" + std::to_string(port) +
                           " NCCL_SOCKET_IFNAME=lo BRAID_BOOTSTRAP_TIMEOUT=20 NCCL_NET=IB BRAID_IBVERBS_LIBRARY=" +
                           braid::test::verbsDouble() + " NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET; ";
-    for (int r = 0; r < 2; ++r) {
-      command += "NCCL_HOSTID=host" + std::to_string(r) + " timeout 60 " + program + " 2 " + std::to_string(r) + " " +
-                 mode + " & ";
+    for (int r = 0; r < run.ranks; ++r) {
+      command += "NCCL_HOSTID=host" + std::to_string(r / run.perHost) + " timeout 60 " + program + " " +
+                 std::to_string(run.ranks) + " " + std::to_string(r) + " " + run.mode + " & ";
     }
     const std::string out = braid::test::runCommand(command + "wait");
     INFO(out);
     CHECK(out.find("reaches its linked peers by RDMA over mlx5_0 port 1") != std::string::npos);
-    if (mode == "die") {
+    if (run.mode == "die") {
       CHECK(out.find("rank 0: wait on the dead rank -> 6 after") != std::string::npos);
       continue;
     }
-    for (int r = 0; r < 2; ++r) CHECK(out.find("rank " + std::to_string(r) + ": rma ok (2 ranks") != std::string::npos);
+    for (int r = 0; r < run.ranks; ++r) {
+      CHECK(out.find("rank " + std::to_string(r) + ": rma ok (" + std::to_string(run.ranks) + " ranks") !=
+            std::string::npos);
+    }
   }
 }
