@@ -39,7 +39,6 @@ std::string withLinkedWindows(
                                        });
 }
 
-using braid::test::rma::pattern;
 using braid::test::rma::waitFor;
 
 }  // namespace
@@ -57,24 +56,7 @@ TEST_CASE("one-sided over links: puts land exactly, before the signal that follo
       CHECK(
           withLinkedWindows(
               n, threads, part * n, [&](int rank, ncclComm_t comm, ncclWindow_t win, unsigned char* window) {
-                std::vector<unsigned char> source(part);
-                for (int peer = 0; peer < n; ++peer) {
-                  if (peer == rank) continue;
-                  size_t offset = rank * part;
-                  for (size_t k = 0; k < sizes.size(); ++k) {
-                    for (size_t i = 0; i < sizes[k]; ++i) source[i] = pattern(rank, k, i);
-                    EXPECT_OK(ncclPutSignal(source.data(), sizes[k], ncclUint8, peer, win, offset, 0, 1, 0,
-                                            comm, nullptr));
-                    offset += sizes[k] + 1;
-                  }
-                  EXPECT_OK(ncclSignal(peer, 0, 0, 0, comm, nullptr));
-                }
-                for (int from = 0; from < n; ++from) {
-                  if (from == rank) continue;
-                  waitFor(comm, from, 0, 1);
-                  braid::test::rma::expectPieces(window, from * part, sizes, from);
-                  waitFor(comm, from, 1, static_cast<int>(sizes.size()));
-                }
+                braid::test::rma::exchangePieces(rank, n, comm, win, window, sizes, part, false);
               }) == "");
     }
   }

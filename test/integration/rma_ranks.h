@@ -99,4 +99,39 @@ inline void waitFor(ncclComm_t comm, int peer, int ctx, int opCnt) {
   EXPECT_OK(ncclWaitSignal(1, &d, comm, nullptr));
 }
 
+/// One rank's part of the exchange of the one-sided tests: it puts, on ctx 1, pieces of `sizes`
+/// to every other rank, in its own part (`part` bytes from rank x part) of the peer's window,
+/// then signals ctx 0 once; it then waits for each peer's ctx-0 signal only, finds every byte
+/// of the peer's pieces there (none past a piece), and consumes their signals on ctx 1. With
+/// `lastFromWindow` the last piece comes from this rank's own part of its window (a source the
+/// network may read in place), the others from plain memory.
+inline void exchangePieces(int rank, int n, ncclComm_t comm, ncclWindow_t win, unsigned char* window,
+                           const std::vector<size_t>& sizes, size_t part, bool lastFromWindow) {
+  std::vector<unsigned char> source(part);
+  const int last = static_cast<int>(sizes.size()) - 1;
+  unsigned char* own = window + rank * part;  // (no peer writes into this rank's own part)
+  if (lastFromWindow)
+    for (size_t i = 0; i < sizes[last]; ++i) own[i] = pattern(rank, last, i);
+  for (int peer = 0; peer < n; ++peer) {
+    if (peer == rank) continue;
+    size_t offset = rank * part;
+    for (int k = 0; k <= last; ++k) {
+      const void* from = own;
+      if (k != last || !lastFromWindow) {
+        for (size_t i = 0; i < sizes[k]; ++i) source[i] = pattern(rank, k, i);
+        from = source.data();
+      }
+      EXPECT_OK(ncclPutSignal(from, sizes[k], ncclUint8, peer, win, offset, 0, 1, 0, comm, nullptr));
+      offset += sizes[k] + 1;
+    }
+    EXPECT_OK(ncclSignal(peer, 0, 0, 0, comm, nullptr));
+  }
+  for (int from = 0; from < n; ++from) {
+    if (from == rank) continue;
+    waitFor(comm, from, 0, 1);
+    expectPieces(window, from * part, sizes, from);
+    waitFor(comm, from, 1, static_cast<int>(sizes.size()));
+  }
+}
+
 }  // namespace braid::test::rma

@@ -66,30 +66,7 @@ TEST_CASE("one-sided over verbs: puts land exactly, before the signal that follo
       const std::vector<size_t> sizes = {0, 1, 4099, (size_t{3} << 20) + 5, (size_t{1} << 20) + 1};
       const size_t part = size_t{6} << 20;
       CHECK(withVerbsWindows(n, threads, part * n, [&](int rank, ncclComm_t comm, ncclWindow_t win, unsigned char* window) {
-              std::vector<unsigned char> source(part);
-              const int zeroCopy = static_cast<int>(sizes.size()) - 1;
-              unsigned char* own = window + rank * part;  // (no peer writes into this rank's own part)
-              for (size_t i = 0; i < sizes[zeroCopy]; ++i) own[i] = pattern(rank, zeroCopy, i);
-              for (int peer = 0; peer < n; ++peer) {
-                if (peer == rank) continue;
-                size_t offset = rank * part;
-                for (int k = 0; k < static_cast<int>(sizes.size()); ++k) {
-                  const void* from = own;
-                  if (k != zeroCopy) {
-                    for (size_t i = 0; i < sizes[k]; ++i) source[i] = pattern(rank, k, i);
-                    from = source.data();
-                  }
-                  EXPECT_OK(ncclPutSignal(from, sizes[k], ncclUint8, peer, win, offset, 0, 1, 0, comm, nullptr));
-                  offset += sizes[k] + 1;
-                }
-                EXPECT_OK(ncclSignal(peer, 0, 0, 0, comm, nullptr));
-              }
-              for (int from = 0; from < n; ++from) {
-                if (from == rank) continue;
-                waitFor(comm, from, 0, 1);
-                braid::test::rma::expectPieces(window, from * part, sizes, from);
-                waitFor(comm, from, 1, static_cast<int>(sizes.size()));
-              }
+              braid::test::rma::exchangePieces(rank, n, comm, win, window, sizes, part, true);
             }) == "");
     }
   }
