@@ -164,13 +164,11 @@ TEST_CASE("one-sided over links: a peer that destroys its communicator ends a wa
 
 TEST_CASE("one-sided across hosts (NCCL_HOSTID): two programs put, signal and wait, and a death ends a wait",
           "[integration][rma]") {
-  const char* rankMain = std::getenv("BRAID_RANK_MAIN_EXE");
-  if (rankMain == nullptr) {
+  const std::string program = braid::test::rma::rmaMainProgram();
+  if (program.empty()) {
     WARN("skipped: BRAID_RANK_MAIN_EXE is not set (run the tests through meson test)");
     return;
   }
-  std::string program = rankMain;
-  program = program.substr(0, program.rfind('/') + 1) + "rma_main";
   for (const std::string mode : {"check 4194304", "check 65536 strict", "die"}) {
     INFO(mode);
     const int port = braid::test::freeLoopbackPort();

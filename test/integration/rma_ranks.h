@@ -1,9 +1,10 @@
-// What the one-sided tests share (rma_test.cc, rma_net_test.cc): ranks with a window each, and
-// a wait of one descriptor.
+// What the one-sided tests share (rma_test.cc, rma_net_test.cc, rma_verbs_test.cc): ranks with
+// a window each, a wait of one descriptor, the exchange of predictable pieces, rma_main's path.
 #pragma once
 
 #include <stdlib.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -91,6 +92,15 @@ inline void expectPieces(const unsigned char* window, size_t offset, const std::
     expect(window[offset + sizes[k]] == 0, "the byte after a piece was written");
     offset += sizes[k] + 1;
   }
+}
+
+/// test/integration/rma_main.c's program, beside rank_main (BRAID_RANK_MAIN_EXE); "" when
+/// that is not set.
+inline std::string rmaMainProgram() {
+  const char* rankMain = std::getenv("BRAID_RANK_MAIN_EXE");
+  if (rankMain == nullptr) return "";
+  const std::string path = rankMain;
+  return path.substr(0, path.rfind('/') + 1) + "rma_main";
 }
 
 /// ncclWaitSignal for opCnt signals of (ctx, peer), expected to succeed.

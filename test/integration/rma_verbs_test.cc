@@ -271,13 +271,11 @@ TEST_CASE("one-sided over verbs: rounds of carriers leave no descriptors behind"
 TEST_CASE("one-sided over verbs across hosts (NCCL_HOSTID): two programs choose verbs by NCCL_NET=IB",
           "[integration][rma][verbs]") {
   SKIP_WITHOUT_VERBS_DOUBLE();
-  const char* rankMain = std::getenv("BRAID_RANK_MAIN_EXE");
-  if (rankMain == nullptr) {
+  const std::string program = braid::test::rma::rmaMainProgram();
+  if (program.empty()) {
     WARN("skipped: BRAID_RANK_MAIN_EXE is not set (run the tests through meson test)");
     return;
   }
-  std::string program = rankMain;
-  program = program.substr(0, program.rfind('/') + 1) + "rma_main";
   // 2 hosts x 1 rank, then 2 x 2 (the ranks of a host share memory, only pairs across hosts
   // are linked), then a death.
   const struct {
