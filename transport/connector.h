@@ -125,6 +125,11 @@ class Connector {
   int setupTimedOutOn() const;
   long long setupTimeoutSeconds() const;
 
+  /// The network transport (as networkKind chooses it for the FIFO connections), for the
+  /// one-sided carrier between hosts, and the verbs settings that carrier uses.
+  Kind interHostKind() { return networkKind(); }
+  ib::Settings oneSidedIbSettings() const { return ibSettings(Lane{"one-sided", rank_, ""}); }
+
   /// Whether any connection goes through the network (so the proxy thread carries it).
   bool usesNetwork() const { return usesNetwork_; }
 

@@ -17,6 +17,7 @@
 #include "core/memory_files.h"
 #include "core/process.h"
 #include "runtime/device.h"
+#include "transport/net/ib/one_sided_verbs.h"
 #include "transport/net/one_sided_links.h"
 #include "transport/net/plugin/one_sided_plugin.h"
 
@@ -119,7 +120,7 @@ struct WindowClaim {
   fds::Offer signalsOffer;  ///< its counters' memory file
   uint64_t windowId;        ///< its id of the window, which puts over a link name (random)
   int32_t oneSidedNet;      ///< its BRAID_ONE_SIDED_NET
-  int32_t overPlugin;       ///< 1: its network is a net plugin, which may carry its one-sided operations
+  int32_t interHost;        ///< its network transport (transport::Kind) where it may need links, else -1
 };
 
 /// Which ranks this rank's one-sided operations reach over links (every rank computes the same
@@ -147,35 +148,30 @@ std::vector<bool> linkPeers(Communicator& c, const std::vector<WindowClaim>& cla
   comm::SignalBoard& board = c.signals();
   auto arrive = [&board](int from, int ctx) { board.arrive(from, ctx); };
   const int contexts = std::max(1, c.config().numRmaCtx);
-  // The net plugin carries them where every rank's network is one; else TCP links.
-  const bool overPlugin = std::all_of(claims.begin(), claims.end(), [](const WindowClaim& w) { return w.overPlugin != 0; });
-  if (overPlugin) {
+  // The net plugin where every rank's network is one; verbs (RDMA into the peers' windows)
+  // where every rank's is verbs, as their FIFO connections' would be; else TCP links.
+  auto everyRankOver = [&claims](transport::Kind kind) {
+    return std::all_of(claims.begin(), claims.end(),
+                       [kind](const WindowClaim& w) { return w.interHost == static_cast<int32_t>(kind); });
+  };
+  if (everyRankOver(transport::Kind::kPlugin)) {
     auto carrier = std::make_unique<transport::onesided::PluginCarrier>(me, n, contexts, c.abortWord(),
                                                                         c.dataPath().netPlugin(), arrive);
     carrier->connect(c.bootstrap(), linked, c.bootstrap().timeout());
     c.adoptOneSidedLinks(std::move(carrier));
     return linked;
   }
+  if (everyRankOver(transport::Kind::kIb)) {
+    transport::onesided::VerbsSetup setup{me, n, contexts, c.identity().commHash, c.abortWord(),
+                                          c.dataPath().oneSidedIbSettings(), arrive};
+    c.adoptOneSidedLinks(transport::onesided::connectVerbs(setup, c.bootstrap(), linked, c.bootstrap().peerAddress(me),
+                                                           c.bootstrap().timeout()));
+    return linked;
+  }
   auto links = std::make_unique<transport::onesided::Links>(me, n, contexts, c.identity().commHash, c.abortWord(), arrive);
   links->open(c.bootstrap(), linked, c.bootstrap().peerAddress(me), c.config().maxP2pPeers, c.bootstrap().timeout());
   c.adoptOneSidedLinks(std::move(links));
   return linked;
-}
-
-/// Whether this rank's network is a net plugin (WindowClaim::overPlugin), asked only until its
-/// one-sided carrier is made and where it may need one (peers on other hosts, or
-/// BRAID_ONE_SIDED_NET), so that a communicator of one host loads no plugin for its windows; a
-/// network that cannot be chosen (NCCL_NET naming none here) is none.
-int32_t overPlugin(Communicator& c) {
-  if (c.oneSidedLinks() != nullptr || c.dataPath().onDevice()) return 0;
-  bool otherHosts = false;
-  for (int r = 0; r < c.identity().nRanks; ++r) otherHosts |= c.dataPath().hostOf(r) != c.dataPath().hostOf(c.identity().rank);
-  if (!otherHosts && !c.oneSidedOverNetwork()) return 0;
-  try {
-    return c.dataPath().netPlugin() != nullptr ? 1 : 0;
-  } catch (const Error&) {
-    return 0;
-  }
 }
 
 /// What a window maps of other processes' memory, unmapped when the window's last entry goes.
@@ -245,6 +241,21 @@ void reachPeers(Communicator& c, const std::vector<WindowClaim>& claims, const s
   entry.peerMappings = mappings;
 }
 
+/// This rank's network transport when its one-sided calls may need a carrier (peers on other
+/// hosts, or BRAID_ONE_SIDED_NET) and none was made yet; else -1. One whose NCCL_NET cannot
+/// run counts as -1: its FIFO connections say why.
+int32_t interHostKind(Communicator& c) {
+  if (c.oneSidedLinks() != nullptr || c.dataPath().onDevice()) return -1;
+  bool spans = c.oneSidedOverNetwork();
+  for (int r = 0; r < c.identity().nRanks && !spans; ++r) spans = c.dataPath().hostOf(r) != c.dataPath().hostOf(c.identity().rank);
+  if (!spans) return -1;
+  try {
+    return static_cast<int32_t>(c.dataPath().interHostKind());
+  } catch (const Error&) {
+    return -1;
+  }
+}
+
 enum WindowProblem : int32_t { kWindowOk = 0, kWindowNull, kWindowMisaligned, kWindowFlags, kWindowUnreachable };
 
 const char* windowProblemText(int32_t problem) {
@@ -266,9 +277,9 @@ void registerWindow(Communicator& c, void* buff, size_t size, int flags, int32_t
   WindowClaim& mine = claims[me];
   mine = WindowClaim{size, flags, problem, reinterpret_cast<uint64_t>(buff), process::randomId(),
                      c.signals().address(), c.dataPath().hostOf(me), {}, 0, 0, c.signals().offer(),
-                     process::random64(), 0, 0};
+                     process::random64(), 0, -1};
   mine.oneSidedNet = c.oneSidedOverNetwork() ? 1 : 0;
-  mine.overPlugin = problem == kWindowOk ? overPlugin(c) : 0;
+  mine.interHost = problem == kWindowOk ? interHostKind(c) : -1;
   size_t offset = 0;
   if (problem == kWindowOk && !c.dataPath().onDevice() && memfiles::offer(buff, size, &mine.memory, &offset)) {
     mine.memoryOffset = offset;

@@ -177,6 +177,10 @@ class DataPath {
   transport::ConnectorOptions& connectorOptions() { return connector_.options(); }
   /// The net plugin that carries this communicator's network, or null (transport::Connector).
   std::shared_ptr<plugin::NetSession> netPlugin() { return connector_.netPlugin(); }
+  /// The communicator's network transport and its verbs settings (Connector::interHostKind):
+  /// what carries one-sided operations between hosts.
+  transport::Kind interHostKind() { return connector_.interHostKind(); }
+  transport::ib::Settings oneSidedIbSettings() const { return connector_.oneSidedIbSettings(); }
   /// Connection ends this rank holds now (sends and receives, every set): what its FIFO memory
   /// grows with (tests of scale).
   int connectionEnds() const {

@@ -1,17 +1,20 @@
-// What the one-sided tests share (rma_test.cc, rma_net_test.cc, rma_plugin_test.cc): ranks with
-// a window each, a wait of one descriptor, and the cases every cross-host carrier must pass.
+// What the one-sided tests share (rma_test.cc, rma_net_test.cc, rma_plugin_test.cc,
+// rma_verbs_test.cc): ranks with a window each, a wait of one descriptor, the exchange of
+// predictable pieces, rma_main's path, and the cases every cross-host carrier must pass.
 #pragma once
 
 #include <stdlib.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "comm/communicator.h"
+#include "datapath/data_path.h"
 #include "harness/ranks.h"
 #include "test_env.h"
 #include "transport/net/one_sided_links.h"
@@ -24,6 +27,7 @@ struct WindowSetup {
   bool plainMemory = false;  ///< from posix_memalign (other processes cannot map it), not ncclMemAlloc
   bool overLinks = false;    ///< every peer over the one-sided links (BRAID_ONE_SIDED_NET's switch)
   int maxP2pPeers = 0;       ///< config.maxP2pPeers (0: not set)
+  bool overVerbs = false;    ///< with overLinks: the verbs carrier, on the verbs double (verbsDouble())
 };
 
 /// n ranks (threads, or processes), each with a communicator and a window as `setup` says; the
@@ -39,6 +43,11 @@ inline std::string withWindows(int n, bool threads, const WindowSetup& setup,
     ncclComm_t comm = nullptr;
     EXPECT_OK(ncclCommInitRankConfig(&comm, n, id, rank, &config));
     if (setup.overLinks) braid::communicatorFrom(comm).setOneSidedOverNetwork(true);
+    if (setup.overVerbs) {  // (before anything chose the communicator's network transport)
+      transport::ConnectorOptions& o = braid::communicatorFrom(comm).dataPath().connectorOptions();
+      o.net = "IB";
+      o.ib.library = verbsDouble();
+    }
     void* buffer = nullptr;
     if (setup.plainMemory) {
       expect(posix_memalign(&buffer, NCCL_WIN_REQUIRED_ALIGNMENT, setup.bytes) == 0, "posix_memalign");
@@ -64,31 +73,62 @@ inline std::string withWindows(int n, bool threads, const WindowSetup& setup,
   return threads ? runThreads(n, rankBody) : runProcesses(n, rankBody);
 }
 
+/// Byte i of piece k that rank `from` puts (exactly predictable, differs by rank and piece).
+inline unsigned char pattern(int from, int k, size_t i) {
+  return static_cast<unsigned char>(from * 31 + k * 17 + i * 7 + 1);
+}
+
+/// Whether `count` bytes at `at` hold piece k of rank `from`; else says which byte is wrong.
+inline bool holdsPiece(const unsigned char* at, size_t count, int from, int k) {
+  for (size_t i = 0; i < count; ++i) {
+    if (at[i] != pattern(from, k, i)) {
+      expect(false, "byte " + std::to_string(i) + " of rank " + std::to_string(from) + "'s piece " +
+                        std::to_string(k) + " is wrong when its signal came");
+      return false;
+    }
+  }
+  return true;
+}
+
+/// Rank `from`'s pieces of `sizes`, one after another from `offset` with a byte left untouched
+/// (0) after each, as the one-sided tests put them.
+inline void expectPieces(const unsigned char* window, size_t offset, const std::vector<size_t>& sizes, int from) {
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    if (!holdsPiece(window + offset, sizes[k], from, static_cast<int>(k))) return;
+    expect(window[offset + sizes[k]] == 0, "the byte after a piece was written");
+    offset += sizes[k] + 1;
+  }
+}
+
 /// ncclWaitSignal for opCnt signals of (ctx, peer), expected to succeed.
 inline void waitFor(ncclComm_t comm, int peer, int ctx, int opCnt) {
   ncclWaitSignalDesc_t d = {opCnt, peer, 0, ctx};
   EXPECT_OK(ncclWaitSignal(1, &d, comm, nullptr));
 }
 
-/// The byte rank `from` puts at position i of piece k (exchangePieces).
-inline unsigned char piecePattern(int from, size_t k, size_t i) {
-  return static_cast<unsigned char>(from * 31 + k * 17 + i * 7 + (i >> 12) * 3 + 1);
-}
-
-/// One rank's part of an exchange over a carrier: it puts to every other rank, on ctx 1, pieces
-/// of `sizes` bytes in its own `part` of the peer's window (rank r's part at r * part), then
-/// signals ctx 0 once. It waits for each peer's ctx 0 signal only, finds every byte of the
-/// peer's pieces there (and none past a piece: data before signal, in call order), then
-/// consumes the puts' signals on ctx 1.
+/// One rank's part of the exchange of the one-sided tests: it puts, on ctx 1, pieces of `sizes`
+/// to every other rank, in its own part (`part` bytes from rank x part) of the peer's window,
+/// then signals ctx 0 once; it then waits for each peer's ctx-0 signal only, finds every byte
+/// of the peer's pieces there (none past a piece), and consumes their signals on ctx 1. With
+/// `lastFromWindow` the last piece comes from this rank's own part of its window (a source the
+/// network may read in place), the others from plain memory.
 inline void exchangePieces(int rank, int n, ncclComm_t comm, ncclWindow_t win, unsigned char* window,
-                           const std::vector<size_t>& sizes, size_t part) {
+                           const std::vector<size_t>& sizes, size_t part, bool lastFromWindow = false) {
   std::vector<unsigned char> source(part);
+  const int last = static_cast<int>(sizes.size()) - 1;
+  unsigned char* own = window + rank * part;  // (no peer writes into this rank's own part)
+  if (lastFromWindow)
+    for (size_t i = 0; i < sizes[last]; ++i) own[i] = pattern(rank, last, i);
   for (int peer = 0; peer < n; ++peer) {
     if (peer == rank) continue;
     size_t offset = rank * part;
-    for (size_t k = 0; k < sizes.size(); ++k) {
-      for (size_t i = 0; i < sizes[k]; ++i) source[i] = piecePattern(rank, k, i);
-      EXPECT_OK(ncclPutSignal(source.data(), sizes[k], ncclUint8, peer, win, offset, 0, 1, 0, comm, nullptr));
+    for (int k = 0; k <= last; ++k) {
+      const void* from = own;
+      if (k != last || !lastFromWindow) {
+        for (size_t i = 0; i < sizes[k]; ++i) source[i] = pattern(rank, k, i);
+        from = source.data();
+      }
+      EXPECT_OK(ncclPutSignal(from, sizes[k], ncclUint8, peer, win, offset, 0, 1, 0, comm, nullptr));
       offset += sizes[k] + 1;
     }
     EXPECT_OK(ncclSignal(peer, 0, 0, 0, comm, nullptr));
@@ -96,18 +136,7 @@ inline void exchangePieces(int rank, int n, ncclComm_t comm, ncclWindow_t win, u
   for (int from = 0; from < n; ++from) {
     if (from == rank) continue;
     waitFor(comm, from, 0, 1);
-    size_t offset = from * part;
-    for (size_t k = 0; k < sizes.size(); ++k) {
-      for (size_t i = 0; i < sizes[k]; ++i) {
-        if (window[offset + i] != piecePattern(from, k, i)) {
-          expect(false, "byte " + std::to_string(i) + " of rank " + std::to_string(from) + "'s piece " +
-                            std::to_string(k) + " is wrong when its signal came");
-          break;
-        }
-      }
-      expect(window[offset + sizes[k]] == 0, "the byte after a piece was written");
-      offset += sizes[k] + 1;
-    }
+    expectPieces(window, from * part, sizes, from);
     waitFor(comm, from, 1, static_cast<int>(sizes.size()));
   }
 }

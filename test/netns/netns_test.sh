@@ -133,8 +133,8 @@ fi
 # byte; a put to every other rank; a put past the window's end refused, naming the offset.
 # 2 hosts x 2 ranks (shared memory inside a host, the one-sided links between hosts), 4 x 1,
 # 8 ranks on 4 hosts, NCCL_WIN_STRICT_ORDERING, and communicators whose collectives go over the
-# verbs double (the one-sided operations on TCP links) or a net plugin (the one-sided operations
-# through the plugin too: transport/net/plugin/one_sided_plugin.h).
+# verbs double (the puts then go by RDMA: transport/net/ib/one_sided_verbs.h) or a net plugin
+# (the puts through the plugin too: transport/net/plugin/one_sided_plugin.h).
 rma_main="$build/test/rma_main"
 every_rank_says() {  # every_rank_says N TEXT
   local r
@@ -150,8 +150,9 @@ check "one-sided: a put past the window's end is refused, naming its offset" \
 run_job 4 2 120 "" -- "$rma_main" 4 @RANK@ check 1048579 strict
 check "one-sided: 2 hosts x 2 ranks, NCCL_WIN_STRICT_ORDERING" every_rank_says 4 "rma ok (4 ranks, pieces up to 1048579 bytes, flags 2)"
 if [ -f "$verbs" ]; then
-  run_job 4 2 120 "NCCL_NET=IB BRAID_IBVERBS_LIBRARY=$verbs" -- "$rma_main" 4 @RANK@ check 4194304
-  check "one-sided: 2 hosts x 2 ranks, collectives over IB (verbs double)" every_rank_says 4 "rma ok (4 ranks"
+  run_job 4 2 120 "NCCL_NET=IB BRAID_IBVERBS_LIBRARY=$verbs NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT" -- "$rma_main" 4 @RANK@ check 4194304
+  check "one-sided: 2 hosts x 2 ranks over IB (verbs double)" every_rank_says 4 "rma ok (4 ranks"
+  check "one-sided over IB: the puts go by RDMA" every_rank_says 4 "reaches its linked peers by RDMA"
 fi
 if [ -f "$plugins/libnccl-net-loopback.so" ]; then
   run_job 4 2 120 "NCCL_NET_PLUGIN=$plugins/libnccl-net-loopback.so NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=NET" -- \

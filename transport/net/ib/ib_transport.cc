@@ -44,12 +44,6 @@ uint64_t extraBytes(const FifoSizes& sizes, bool isSend) {
   return kStagingOffset + (isSend ? 0 : kernels::kSteps * stagingCapacity(sizes));
 }
 
-bool remoteStatus(ibv_wc_status s) {
-  return s == IBV_WC_REM_ACCESS_ERR || s == IBV_WC_REM_OP_ERR || s == IBV_WC_REM_INV_REQ_ERR ||
-         s == IBV_WC_RETRY_EXC_ERR || s == IBV_WC_RNR_RETRY_EXC_ERR || s == IBV_WC_REM_ABORT_ERR ||
-         s == IBV_WC_REM_INV_RD_REQ_ERR;
-}
-
 const Verbs& verbsOf(const Settings& s) {
   std::string why;
   const Verbs* v = loadVerbs(s.library, &why);
@@ -164,39 +158,8 @@ class IbEnd : public EndPump {
 
   /// RTR then RTS towards the peer's queue pair; "" or what failed.
   std::string connectQp(const IbEndpoint& r) {
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = static_cast<ibv_mtu>(std::min<int>(local_.mtu, r.mtu));
-    a.dest_qp_num = r.qpn;
-    a.rq_psn = r.psn;
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 12;
-    a.ah_attr.dlid = r.lid;
-    a.ah_attr.sl = static_cast<uint8_t>(std::max(settings_.serviceLevel, 0));
-    a.ah_attr.port_num = static_cast<uint8_t>(port_.port);
-    if (port_.roce || r.roce) {  // RoCE routes by GID
-      a.ah_attr.is_global = 1;
-      std::memcpy(a.ah_attr.grh.dgid.raw, r.gid, 16);
-      a.ah_attr.grh.sgid_index = static_cast<uint8_t>(gidIndex_);
-      a.ah_attr.grh.hop_limit = 255;
-      a.ah_attr.grh.traffic_class = static_cast<uint8_t>(std::max(settings_.trafficClass, 0));
-    }
-    int rc = v_.modifyQp(qp_, &a,
-                         IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                             IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-    if (rc != 0) return "moving the queue pair to RTR (remote QP " + std::to_string(r.qpn) + ") failed: " + strerror(rc);
-    ibv_qp_attr b{};
-    b.qp_state = IBV_QPS_RTS;
-    b.timeout = static_cast<uint8_t>(settings_.ackTimeout);
-    b.retry_cnt = static_cast<uint8_t>(settings_.retryCount);
-    b.rnr_retry = 7;
-    b.sq_psn = local_.psn;
-    b.max_rd_atomic = 1;
-    rc = v_.modifyQp(qp_, &b,
-                     IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                         IBV_QP_MAX_QP_RD_ATOMIC);
-    if (rc != 0) return std::string("moving the queue pair to RTS failed: ") + strerror(rc);
-    return "";
+    const QpAttributes q{settings_.serviceLevel, settings_.trafficClass, settings_.ackTimeout, settings_.retryCount};
+    return connectQueuePair(v_, qp_, port_, gidIndex_, q, local_, r);
   }
 
   /// Reaps completions; true when any came.
@@ -361,7 +324,7 @@ class IbEnd : public EndPump {
     snprintf(text, sizeof text, "failed on %s: %s completed with \"%s\" (status %d, vendor error 0x%x)", where_.c_str(),
              wc.opcode & IBV_WC_RECV ? "a receive" : "an RDMA write", v_.wcStatusStr(wc.status),
              static_cast<int>(wc.status), wc.vendor_err);
-    lost(text, true, remoteStatus(wc.status) ? ncclRemoteError : ncclSystemError);
+    lost(text, true, peerFault(wc.status) ? ncclRemoteError : ncclSystemError);
   }
 };
 

@@ -4,6 +4,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -205,6 +206,49 @@ int chooseGidIndex(const Device& device, const Port& port, int wanted, const std
     if (v2 < 0) v2 = i;
   }
   return v2 >= 0 ? v2 : 0;
+}
+
+bool peerFault(ibv_wc_status s) {
+  return s == IBV_WC_REM_ACCESS_ERR || s == IBV_WC_REM_OP_ERR || s == IBV_WC_REM_INV_REQ_ERR ||
+         s == IBV_WC_RETRY_EXC_ERR || s == IBV_WC_RNR_RETRY_EXC_ERR || s == IBV_WC_REM_ABORT_ERR ||
+         s == IBV_WC_REM_INV_RD_REQ_ERR;
+}
+
+std::string connectQueuePair(const Verbs& verbs, ibv_qp* qp, const Port& port, int gidIndex, const QpAttributes& q,
+                             const IbEndpoint& local, const IbEndpoint& r) {
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = static_cast<ibv_mtu>(std::min<int>(local.mtu, r.mtu));
+  a.dest_qp_num = r.qpn;
+  a.rq_psn = r.psn;
+  a.max_dest_rd_atomic = 1;
+  a.min_rnr_timer = 12;
+  a.ah_attr.dlid = r.lid;
+  a.ah_attr.sl = static_cast<uint8_t>(std::max(q.serviceLevel, 0));
+  a.ah_attr.port_num = static_cast<uint8_t>(port.port);
+  if (port.roce || r.roce) {  // RoCE routes by GID
+    a.ah_attr.is_global = 1;
+    std::memcpy(a.ah_attr.grh.dgid.raw, r.gid, 16);
+    a.ah_attr.grh.sgid_index = static_cast<uint8_t>(gidIndex);
+    a.ah_attr.grh.hop_limit = 255;
+    a.ah_attr.grh.traffic_class = static_cast<uint8_t>(std::max(q.trafficClass, 0));
+  }
+  int rc = verbs.modifyQp(qp, &a,
+                          IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                              IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+  if (rc != 0) return "moving the queue pair to RTR (remote QP " + std::to_string(r.qpn) + ") failed: " + strerror(rc);
+  ibv_qp_attr b{};
+  b.qp_state = IBV_QPS_RTS;
+  b.timeout = static_cast<uint8_t>(q.ackTimeout);
+  b.retry_cnt = static_cast<uint8_t>(q.retryCount);
+  b.rnr_retry = 7;
+  b.sq_psn = local.psn;
+  b.max_rd_atomic = 1;
+  rc = verbs.modifyQp(qp, &b,
+                      IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                          IBV_QP_MAX_QP_RD_ATOMIC);
+  if (rc != 0) return std::string("moving the queue pair to RTS failed: ") + strerror(rc);
+  return "";
 }
 
 }  // namespace braid::transport::ib

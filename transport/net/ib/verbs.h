@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "braid_config.h"
+#include "transport/fifo.h"
 
 #if BRAID_HAVE_IBVERBS_HEADERS
 #include <infiniband/verbs.h>
@@ -110,6 +111,25 @@ std::shared_ptr<Device> openDevice(const Verbs& verbs, const std::string& name);
 /// first RoCE v2 entry with an IPv4-mapped address that sysfs knows (then v2, then index 0),
 /// for InfiniBand 0.
 int chooseGidIndex(const Device& device, const Port& port, int wanted, const std::string& sysRoot = "");
+
+/// Whether a failed completion's status blames the peer or the fabric (remote access, retries
+/// exhausted) rather than this end: ncclRemoteError, else ncclSystemError.
+bool peerFault(ibv_wc_status status);
+
+/// What a queue pair's RTR and RTS steps take from the settings (NCCL_IB_SL, NCCL_IB_TC,
+/// NCCL_IB_TIMEOUT, NCCL_IB_RETRY_CNT).
+struct QpAttributes {
+  int serviceLevel = 0;
+  int trafficClass = 0;
+  int ackTimeout = 20;
+  int retryCount = 7;
+};
+
+/// Moves `qp` (in INIT, on `port`) through RTR to RTS towards the peer's queue pair `remote`;
+/// `local` is this end's (its PSN and MTU). RoCE (either side) routes by GID with `gidIndex`.
+/// Returns "" or what failed. Used by the FIFO connections and the one-sided carrier alike.
+std::string connectQueuePair(const Verbs& verbs, ibv_qp* qp, const Port& port, int gidIndex, const QpAttributes& a,
+                             const IbEndpoint& local, const IbEndpoint& remote);
 
 }  // namespace braid::transport::ib
 
