@@ -37,8 +37,11 @@ std::string lastError() {
 /// warning when this build has no verbs double.
 std::string withVerbsWindows(int n, bool threads, size_t bytes,
                              const std::function<void(int, ncclComm_t, ncclWindow_t, unsigned char*)>& body) {
+  braid::test::rma::WindowSetup setup{2, bytes};
+  setup.overLinks = true;
+  setup.overVerbs = true;
   return braid::test::rma::withWindows(
-      n, threads, {2, bytes, false, true, true}, [&body](int rank, ncclComm_t comm, ncclWindow_t win, char* window) {
+      n, threads, setup, [&body](int rank, ncclComm_t comm, ncclWindow_t win, char* window) {
         const braid::transport::onesided::Carrier* carrier = braid::communicatorFrom(comm).oneSidedLinks();
         expect(carrier != nullptr && braid::transport::onesided::overVerbs(*carrier),
                "the one-sided carrier is not the verbs one");
