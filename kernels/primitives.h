@@ -32,8 +32,16 @@
 namespace braid::kernels {
 
 /// The slow half of waitReporting: out of line, so the step code around it stays small.
-/// Records in status (not null) that the channel waits for `kind` of `step` on conn.
+/// Records in status (not null) that the channel waits for `kind` of `step` on conn: a wait
+/// for credits in its own note (a collective's send waiter waits beside thread 0).
 BRAID_OUTLINE void noteWait(ChannelStatus* status, uint32_t kind, const ConnHandle* conn, uint64_t step) {
+  if (kind == kWaitCredits) {
+    storeRelaxed(&status->creditWait.step, step);
+    storeRelaxed(&status->creditWait.peer, conn->peer);
+    storeRelaxed(&status->creditWait.transport, static_cast<uint32_t>(conn->transport));
+    storeRelease(&status->creditWait.kind, kind);
+    return;
+  }
   storeRelaxed(&status->waitStep, step);
   storeRelaxed(&status->waitPeer, conn->peer);
   storeRelaxed(&status->waitTransport, static_cast<uint32_t>(conn->transport));
@@ -45,7 +53,8 @@ BRAID_OUTLINE WaitResult waitRecorded(ChannelStatus* status, uint32_t kind, cons
                                    Ready ready, const uint32_t* abortFlag) {
   if (status != nullptr) noteWait(status, kind, conn, step);
   const WaitResult r = waitUntil(ready, abortFlag);
-  if (status != nullptr) storeRelaxed(&status->waitKind, static_cast<uint32_t>(kWaitNone));
+  if (status != nullptr)
+    storeRelaxed(kind == kWaitCredits ? &status->creditWait.kind : &status->waitKind, static_cast<uint32_t>(kWaitNone));
   return r;
 }
 
@@ -73,7 +82,7 @@ BRAID_INLINE WaitResult readLLLineWaiting(const LLLine* line, uint32_t flag, uin
   return r;
 }
 
-/// Thread 0 only: publishes the operation's signature in the slot of its first step on `conn`.
+/// The send waiter only: publishes the operation's signature in the slot of its first step on `conn`.
 /// Must follow the wait for that slot's credits and precede its data.
 BRAID_OUTLINE void writeSignature(const ConnHandle& conn, uint64_t firstStep, const OpSignature& sig) {
   if (sig.seq == 0) return;
@@ -129,8 +138,10 @@ class Primitives {
                           const uint32_t* abortFlag, const CollWork* work = nullptr)
       : g_(group), send_(send), recv_(recv), proto_(proto), red_(red), abort_(abortFlag), work_(work),
         status_(work != nullptr ? work->status : nullptr) {
+    sendWaiter_ = g_.size() > kSendWaiter ? kSendWaiter : g_.size() / 2;
     sendStep_ = send_ != nullptr ? *send_->step : 0;
     recvStep_ = recv_ != nullptr ? *recv_->step : 0;
+    if (send_ != nullptr && g_.rank() == sendWaiter_) headSeen_ = send_->step[kCreditsSeenWord];
     sigToWrite_ = work_ != nullptr && send_ != nullptr;
     sigPending_ = work_ != nullptr && recv_ != nullptr && work_->checkSig != 0 && work_->sig.seq != 0;
   }
@@ -155,8 +166,10 @@ class Primitives {
     return !stopped_;
   }
 
-  /// Stores the step counters back (thread 0); call once after the last step.
+  /// Stores the step counters back (thread 0) and the credits seen (the send waiter, which
+  /// reads them again in the next operation); call once after the last step.
   BRAID_INLINE void finish() {
+    if (send_ != nullptr && g_.rank() == sendWaiter_) send_->step[kCreditsSeenWord] = headSeen_;
     if (g_.rank() != 0) return;
     if (send_ != nullptr) *send_->step = sendStep_;
     if (recv_ != nullptr) *recv_->step = recvStep_;
@@ -249,36 +262,56 @@ class Primitives {
   }
   static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "loadRun and storeRun shift bytes little-endian");
 
-  /// Thread 0 waits for the credits this step needs; the group learns the outcome. needTail
-  /// (Simple): the received step is there once tail says so, and must carry recvBytes.
+  /// The waits before a step's data move, by two threads at once (NCCL's wait-receive and
+  /// wait-send threads): thread 0 for the received step, the send waiter for a free slot. One
+  /// barrier then tells the group whether either saw the communicator aborted (or a mismatch).
+  /// In a group of one, thread 0 does both, in that order. needTail (Simple): the received step
+  /// is there once tail says so, and must carry recvBytes.
   BRAID_INLINE void waitCredits(uint32_t flags, bool needTail, uint64_t recvBytes = 0) {
-    bool aborted = false;
-    if (g_.rank() == 0) {
-      WaitResult r = WaitResult::kReady;
-      if (sigPending_ && (flags & kRecv)) {  // the operation's first receive: same collective?
-        sigPending_ = false;
-        r = checkSignature(*recv_, recvStep_, work_->sig, status_, abort_);
-      }
-      if (r == WaitResult::kReady && needTail && (flags & kRecv)) {
-        const uint64_t want = recvStep_ + 1;
-        r = waitFor(kWaitData, recv_, recvStep_, [&] { return loadAcquire(recv_->tail) >= want; });
-        if (r == WaitResult::kReady) r = checkStepBytes(*recv_, recvStep_, recvBytes, status_);
-      }
-      if (r == WaitResult::kReady && (flags & kSend) && headSeen_ + kSteps <= sendStep_) {
-        // Only when the credits seen last are used up is the receiver's counter read again.
-        const uint64_t step = sendStep_;
-        r = waitFor(kWaitCredits, send_, step, [&] { return (headSeen_ = loadAcquire(send_->head)) + kSteps > step; });
-      }
-      // The operation's first send: its signature goes in that step's slot, which is free only
-      // now (written any earlier, it could overwrite one the receiver has yet to read).
-      if (r == WaitResult::kReady && (flags & kSend) && sigToWrite_) {
-        sigToWrite_ = false;
-        writeSignature(*send_, sendStep_, work_->sig);
-      }
-      aborted = r == WaitResult::kAborted;
-    }
-    stopped_ = g_.syncAny(aborted);
+    WaitResult r = WaitResult::kReady;
+    if ((flags & kRecv) && g_.rank() == 0) r = waitReceived(needTail, recvBytes);
+    if ((flags & kSend) && g_.rank() == sendWaiter_ && r == WaitResult::kReady) r = waitSendable();
+    stopped_ = g_.syncAny(r == WaitResult::kAborted);
   }
+
+  /// Thread 0: the operation's first receive checks the sender's signature; a Simple step waits
+  /// for tail, then checks the step's size.
+  BRAID_INLINE WaitResult waitReceived(bool needTail, uint64_t recvBytes) {
+    WaitResult r = WaitResult::kReady;
+    if (sigPending_) {  // the operation's first receive: same collective?
+      sigPending_ = false;
+      r = checkSignature(*recv_, recvStep_, work_->sig, status_, abort_);
+    }
+    if (r == WaitResult::kReady && needTail) {
+      const uint64_t want = recvStep_ + 1;
+      r = waitFor(kWaitData, recv_, recvStep_, [&] { return loadAcquire(recv_->tail) >= want; });
+      if (r == WaitResult::kReady) r = checkStepBytes(*recv_, recvStep_, recvBytes, status_);
+    }
+    return r;
+  }
+
+  /// The send waiter: a free slot for this step, then (the operation's first send) the
+  /// signature in it.
+  BRAID_INLINE WaitResult waitSendable() {
+    WaitResult r = WaitResult::kReady;
+    if (headSeen_ + kSteps <= sendStep_) {
+      // Only when the credits seen last are used up is the receiver's counter read again.
+      const uint64_t step = sendStep_;
+      r = waitFor(kWaitCredits, send_, step, [&] { return (headSeen_ = loadAcquire(send_->head)) + kSteps > step; });
+    }
+    // Its slot is free only now (written any earlier, it could overwrite one the receiver has
+    // yet to read).
+    if (r == WaitResult::kReady && sigToWrite_) {
+      sigToWrite_ = false;
+      writeSignature(*send_, sendStep_, work_->sig);
+    }
+    return r;
+  }
+
+  /// The thread that waits for the send connection's credits: thread 32, in another warp than
+  /// thread 0's, which meanwhile waits for the received step; in a group of 32 or fewer (a host
+  /// channel's threads) the middle one, and in a group of one thread 0 itself.
+  static constexpr int kSendWaiter = 32;
 
   /// info: the step's stepInfo (what the send slot now holds).
   /// abortedHere: this thread's own waits saw the communicator aborted (a line protocol's).
@@ -313,7 +346,9 @@ class Primitives {
     progressWritten_ = progress_;
   }
 
-  /// Thread 0: waitReporting, the steps so far reported first where ready() is not yet true.
+  /// waitReporting, the steps so far reported first where ready() is not yet true (thread 0's:
+  /// another thread's count is 0, and a send waiter's wait leaves the watchdog's count up to
+  /// kProgressEvery - 1 steps behind while thread 0 does not wait too).
   template <typename Ready>
   BRAID_INLINE WaitResult waitFor(uint32_t kind, const ConnHandle* conn, uint64_t step, Ready ready) {
     if (ready()) return WaitResult::kReady;
@@ -489,10 +524,11 @@ class Primitives {
   const CollWork* work_;
   ChannelStatus* status_;
   bool sigPending_ = false;     ///< thread 0: the first receive still has to check the signature
-  bool sigToWrite_ = false;     ///< thread 0: the first send still has to publish the signature
+  bool sigToWrite_ = false;     ///< the send waiter: the first send still has to publish the signature
+  int sendWaiter_;              ///< the thread that waits for credits (kSendWaiter)
   uint64_t sendStep_;
   uint64_t recvStep_;
-  uint64_t headSeen_ = 0;       ///< thread 0: the receiver's head as last read
+  uint64_t headSeen_ = 0;       ///< the send waiter: the receiver's head as last read (kept across operations: kCreditsSeenWord)
   uint64_t progress_ = 0;       ///< thread 0: the steps this operation took
   uint64_t progressWritten_ = 0;  ///< thread 0: progress_ as reportProgress last wrote it
   uint64_t progressBase_ = kProgressUnknown;  ///< thread 0: the status's progress as the operation began

@@ -75,6 +75,15 @@ struct SigSlot {
 };
 static_assert(sizeof(SigSlot) == 32);
 
+/// One waiting thread's note of what it waits for (ChannelStatus::creditWait).
+struct WaitNote {
+  uint64_t step;
+  int32_t peer;
+  uint32_t kind;  ///< kWaitNone, or the WaitKind (written last, with release)
+  uint32_t transport;
+  uint32_t reserved;
+};
+
 /// What one channel is doing, for the watchdog and its hang report. Written by the kernel's
 /// waiting threads with relaxed stores (diagnostic only); read by the watchdog thread.
 struct ChannelStatus {
@@ -96,6 +105,9 @@ struct ChannelStatus {
   uint64_t startTime;   ///< the GPU's global timer (ns) as that block started
   uint64_t doneSeq;     ///< the launch number, written as the block ends (however): unequal while one runs here
   uint64_t doneTime;    ///< and the time it ended (the profiler's KernelCh events, read once the launch is done)
+  /// A collective's wait for free slots (kernels/primitives.h): another thread than the one
+  /// that waits for data at the same time (waitKind), so each has a note of its own.
+  WaitNote creditWait;
 };
 enum WaitKind : uint32_t { kWaitNone = 0, kWaitData = 1, kWaitCredits = 2, kWaitSignature = 3 };
 enum Mismatch : uint32_t { kMismatchNone = 0, kMismatchSignature = 1, kMismatchStepSize = 2 };
@@ -128,7 +140,7 @@ struct ConnHandle {
   LL128Line* ll128;      ///< kSteps slots of ll128StepLines lines
   uint64_t* tail;        ///< last step the sender filled (Simple); written by the sender
   uint64_t* head;        ///< last step the receiver freed; written by the receiver
-  uint64_t* step;        ///< this side's next step number (rank-local, persists across operations)
+  uint64_t* step;        ///< this side's next step number (rank-local, persists across operations), first word of a 64-byte line of this end's (kCreditsSeenWord)
   SigSlot* sigs;         ///< kSteps signature slots, written by the sender
   uint64_t* sizes;       ///< kSteps step descriptions (stepInfo), written by the sender before tail
   OpSignature* announce; ///< the collective the sender is in (host code only; see watchdog.h)
@@ -144,6 +156,15 @@ struct ConnHandle {
   uint16_t transport;    ///< transport::Kind of the connection (for reports; kFirstNetworkTransport)
   uint16_t slotsShared;  ///< 1: the slots are the receiver's GPU memory, mapped by a sender in another process
 };
+
+/// The word of the sender's step line (ConnHandle::step[kCreditsSeenWord]) that keeps the
+/// receiver's head as the sender's collectives last read it, across operations: head only
+/// grows, so a value once read stays a lower bound, and a sender that still has credits from
+/// it reads head again only once they are used up (primitives.h). Each operation's first send
+/// would otherwise read head in the receiver's memory, across the bus for GPUs. A stale value
+/// only makes the sender read head again: sends and receives (send_recv.h) and Direct, which
+/// read head themselves, leave it as it is.
+constexpr int kCreditsSeenWord = 2;
 
 /// checkStepBytes's report of a difference: out of line, so that a step's code holds no release
 /// for it (perf/ptx_report.sh counts a step's).

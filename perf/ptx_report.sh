@@ -11,19 +11,21 @@
 # there fails the report.
 # Then, per step function (Simple, LL, LL128, Direct's one-shot exchange:
 # perf/ptx_probe_steps.cu), the system-scope releases, fences, relaxed system-scope stores (the
-# words a host or a peer reads), acquire loads and loads of the abort word (direct, or behind
-# the block's abort watch), in the step's straight-line code (once a step), in its loops (once
-# a line or a spin) and in what it calls (a wait's slow half, the signature once an
-# operation); and a block's host stores, releases and fences around each launch (its marks).
+# words a host or a peer reads), acquire loads, block barriers and loads of the abort word
+# (direct, or behind the block's abort watch), in the step's straight-line code (once a step),
+# in its loops (once a line or a spin) and in what it calls (a wait's slow half, the signature
+# once an operation); and a block's host stores, releases and fences around each launch (its
+# marks).
 #
 # Fails (exit 1) when a loop lost its 16-byte accesses, issues fewer than 4 loads per pass,
 # a 16-bit reduce lost its paired instructions, anything spills, (with a build folder) a line
 # protocol's copy loops over single bytes, or a Simple, LL or LL128 step holds more than one
 # system-scope release or fence in its straight-line code (Direct's one-shot: two) or any in
-# its loops, a wait reads the
-# abort word other than behind the block's watch, or a block's marks take more than two host
-# stores or any release or fence. Skips (exit 77, with the reason) where nvcc is absent.
-# Needs nothing but nvcc and python3; writes only to a temporary folder. CI runs it where nvcc is present (test/run_all.sh).
+# its loops, a Simple, LL or LL128 step holds more than two block barriers (one after the waits,
+# one before publishing), a wait reads the abort word other than behind the block's watch, or a
+# block's marks take more than two host stores or any release or fence. Skips (exit 77, with the
+# reason) where nvcc is absent. Needs nothing but nvcc and python3; writes only to a temporary
+# folder. CI runs it where nvcc is present (test/run_all.sh).
 #
 #   perf/ptx_report.sh [BUILD_DIR]
 set -euo pipefail
@@ -265,8 +267,11 @@ for log_path in kernel_logs:
 # the thread's earlier stores to drain, over PCIe where they went to host memory. Counted
 # statically: the step's straight-line code runs once a step, its loops once a line or pack
 # (and its waits once a spin), its callees when called (the slow half of a wait, the
-# signature once an operation). Fails when a step's straight-line code holds more than one
-# release or fence, or its loops any (LL, LL128: none a line).
+# signature once an operation). And the block barriers (bar.sync, bar.red: __syncthreads and
+# __syncthreads_or) a step stops the whole block at: two, one once the waits are over (thread 0
+# waits for the received step, thread 32 for credits, at once) and one before thread 0
+# publishes head and tail. Fails when a step's straight-line code holds more than one release
+# or fence, or its loops any (LL, LL128: none a line), or a step more than two barriers.
 def callees(body):
     return re.findall(r'\bcall(?:\.uni)?\s*(?:\([^)]*\)\s*,)?\s*(\w+)\s*,', body, re.S)
 
@@ -353,8 +358,10 @@ def abort_loads(lines, among=None):
     return c
 
 def sync_counts(lines):
-    """[releases, fences, relaxed system stores, acquire loads] among these PTX lines."""
-    c = [0, 0, 0, 0]
+    """[releases, fences, relaxed system stores, acquire loads, block barriers] among these PTX
+    lines (a barrier: bar.sync, barrier.sync, bar.red and the like: __syncthreads and
+    __syncthreads_or; a warp's bar.warp.sync is none)."""
+    c = [0, 0, 0, 0, 0]
     for line in lines:
         op = line.strip().split(" ")[0].split("\t")[0]
         sys_scope = ".sys" in op
@@ -364,6 +371,8 @@ def sync_counts(lines):
             c[1] += 1
         elif op.startswith("ld.") and ".acquire" in op and sys_scope:
             c[3] += 1
+        elif re.match(r'(?:bar|barrier)\.(?:sync|red|arrive)\b', op) or op in ("bar", "barrier"):
+            c[4] += 1
     return c
 
 def step_function(probe):
@@ -378,8 +387,8 @@ def step_function(probe):
 # in every thread that serves a peer, together)
 STEPS = [("Simple", "probe_step_simple", 1), ("LL", "probe_step_ll", 1), ("LL128", "probe_step_ll128", 1), ("Direct one-shot", "probe_direct", 2)]
 print()
-print("%-16s %-34s %7s %6s %7s %7s %7s %7s" % ("step", "where (counted statically)", "rel.sys", "fence", "st.sys", "ld.acq",
-                                              "abort", "watched"))
+print("%-16s %-34s %7s %6s %7s %7s %5s %7s %7s" % ("step", "where (counted statically)", "rel.sys", "fence", "st.sys", "ld.acq",
+                                                    "bar", "abort", "watched"))
 for label, probe, limited in STEPS:
     name = step_function(probe)
     if probe not in step_bodies or name is None or name not in step_bodies:
@@ -389,8 +398,8 @@ for label, probe, limited in STEPS:
     straight = sync_counts([l for i, l in enumerate(lines) if i not in inside])
     looped = sync_counts([l for i, l in enumerate(lines) if i in inside])
     looped_abort = abort_loads(lines, inside)
-    print("%-16s %-34s %7d %6d %7d %7d" % (label, "per step (straight-line code)", *straight))
-    print("%-16s %-34s %7d %6d %7d %7d %7d %7d" % ("", "in its loops (per line, per spin)", *looped, *looped_abort))
+    print("%-16s %-34s %7d %6d %7d %7d %5d" % (label, "per step (straight-line code)", *straight))
+    print("%-16s %-34s %7d %6d %7d %7d %5d %7d %7d" % ("", "in its loops (per line, per spin)", *looped, *looped_abort))
     direct_abort = looped_abort[0]
     seen, todo, called = set(), [c for c in callees(step_bodies[name]) if c != name], {}
     while todo:
@@ -405,13 +414,16 @@ for label, probe, limited in STEPS:
         counts = sync_counts(step_bodies[callee].split("\n")) + abort_loads(step_bodies[callee].split("\n"))
         called[short] = [max(a, b) for a, b in zip(called.get(short, counts), counts)]
     for short, counts in called.items():  # (a wait's instantiations by what they wait for: the most of any)
-        print("%-16s %-34s %7d %6d %7d %7d %7d %7d" % ("", "  calls " + short[:27], *counts))
-        direct_abort += counts[4]
+        print("%-16s %-34s %7d %6d %7d %7d %5d %7d %7d" % ("", "  calls " + short[:27], *counts))
+        direct_abort += counts[5]
     if direct_abort:
         failures.append("%s: %d load(s) of the abort word in a wait not behind the block's abort watch"
                         " (every waiting thread would read host memory)" % (label, direct_abort))
     if straight[0] + straight[1] > limited:
         failures.append("%s: %d system-scope releases and fences a step (at most %d)" % (label, straight[0] + straight[1], limited))
+    if limited == 1 and straight[4] + looped[4] > 2:  # (the protocols' steps; Direct's one-shot has its own shape)
+        failures.append("%s: %d block barriers a step (at most 2: after the waits, before publishing)"
+                        % (label, straight[4] + looped[4]))
     if looped[0] + looped[1] > 0:
         failures.append("%s: %d system-scope releases or fences in its loops (a line's or a spin's: want none)"
                         % (label, looped[0] + looped[1]))
@@ -442,7 +454,7 @@ if failures:
         print("  " + f)
     sys.exit(1)
 print("ptx_report: OK (16-byte loads and stores in every loop, 4+ loads in flight, paired 16-bit arithmetic, no spills;"
-      " at most one system-scope release or fence a step and none a line; the abort word read behind the block's"
-      " watch only; two fence-free host stores an operation; no byte loops in the line protocols' copies where a"
-      " build was given)")
+      " at most one system-scope release or fence and two barriers a step, and none a line; the abort word read"
+      " behind the block's watch only; two fence-free host stores an operation; no byte loops in the line protocols'"
+      " copies where a build was given)")
 PY

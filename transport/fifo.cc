@@ -10,7 +10,8 @@ namespace {
 // tail and head (one 64-byte line each), the signature slots, the announcement line, the two
 // fault boxes, the step sizes, the sender's step counter and the receiver's (a line each: each
 // is written by one end only, so neither line moves between the two ends' caches), then the
-// keys the receiver offers. Beside the sender's counter: the import state (shm); beside the
+// keys the receiver offers. Beside the sender's counter: the import state (shm) and the
+// receiver's head as the sender last read it (kernels::kCreditsSeenWord); beside the
 // receiver's: its offer. Where the slots are in a GPU's memory, tail, head, the step counters
 // and the signature slots may be there instead (fifo.h: kDeviceCounterBytes); their places
 // here then go unused.
@@ -20,6 +21,9 @@ constexpr uint64_t kFaultOffset = kAnnounceOffset + 64;
 constexpr uint64_t kSizesOffset = kFaultOffset + 2 * sizeof(FaultBox);
 constexpr uint64_t kStepsOffset = kSizesOffset + kernels::kSteps * sizeof(uint64_t);
 constexpr uint64_t kOfferOffset = kStepsOffset + 64 + sizeof(uint64_t);  // (beside the receiver's step counter)
+static_assert(kernels::kCreditsSeenWord * sizeof(uint64_t) > sizeof(uint64_t) + sizeof(uint32_t) &&
+                  kernels::kCreditsSeenWord * sizeof(uint64_t) < 64,
+              "the credits seen are on the sender's step line, past the import state");
 constexpr uint64_t kKeysOffset = kStepsOffset + 192;  // (the receiver's line and its offer: 128 bytes)
 constexpr uint64_t kCounterBytes = kKeysOffset + sizeof(OfferedKeys);
 static_assert(kCounterBytes % 64 == 0);
@@ -36,7 +40,7 @@ uint64_t fifoControlBytes() { return kCounterBytes; }
 uint64_t deviceDataBytes(const FifoSizes& sizes) { return kDeviceCounterBytes + sizes.bytes() - kCounterBytes; }
 
 // In device memory (kDeviceCounterBytes): tail, head, the sender's and the receiver's step
-// counters a line each, then the signature slots.
+// counters a line each (the sender's with its credits seen), then the signature slots.
 constexpr uint64_t kDeviceStepsOffset = 128;
 constexpr uint64_t kDeviceSigOffset = 256;
 static_assert(kDeviceSigOffset + kernels::kSteps * sizeof(kernels::SigSlot) == kDeviceCounterBytes);

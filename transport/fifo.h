@@ -246,7 +246,8 @@ class FifoMemory {
   /// The kernel-facing handle for this end (the sender's or the receiver's step counter).
   kernels::ConnHandle handle(bool isSender) const;
   /// This end's step counter, which kernels keep across operations: in the control part, or
-  /// after tail and head when those are in device memory.
+  /// after tail and head when those are in device memory. The first word of a 64-byte line;
+  /// the sender's also keeps the receiver's head as it last read it (kernels::kCreditsSeenWord).
   uint64_t* stepWord(bool isSender) const;
   /// The fault box written by the sender (bySender) or by the receiver.
   FaultBox* faultBox(bool bySender) const;

@@ -173,9 +173,31 @@ Watchdog::~Watchdog() {
   if (channel_ != nullptr) channel_->setAnswerer(nullptr);
 }
 
+namespace {
+/// A channel's waits as its kernel noted them: thread 0's (data, a signature, a send's
+/// credits), then a collective's send waiter's (credits, waiting beside thread 0); kind
+/// kWaitNone where none.
+struct NotedWait {
+  uint32_t kind;
+  uint64_t step;
+  int32_t peer;
+  uint32_t transport;
+};
+constexpr int kNotedWaits = 2;
+NotedWait notedWait(const kernels::ChannelStatus& status, int which) {
+  auto* s = const_cast<kernels::ChannelStatus*>(&status);
+  if (which == 0)  // (the kind first, with acquire: then the words written before it; braces evaluate in order)
+    return {kernels::loadAcquire(&s->waitKind), kernels::loadRelaxed(&s->waitStep), kernels::loadRelaxed(&s->waitPeer),
+            kernels::loadRelaxed(&s->waitTransport)};
+  return {kernels::loadAcquire(&s->creditWait.kind), kernels::loadRelaxed(&s->creditWait.step),
+          kernels::loadRelaxed(&s->creditWait.peer), kernels::loadRelaxed(&s->creditWait.transport)};
+}
+}  // namespace
+
 void Watchdog::begin(const kernels::OpSignature& sig, const char* name, int nChannels) {
   for (int c = 0; c < nChannels && c < nStatuses_; ++c) {
     kernels::storeRelaxed(&statuses_[c].waitKind, static_cast<uint32_t>(kernels::kWaitNone));
+    kernels::storeRelaxed(&statuses_[c].creditWait.kind, static_cast<uint32_t>(kernels::kWaitNone));
     kernels::storeRelaxed(&statuses_[c].mismatch, 0u);
   }
   token_.fetch_add(1, std::memory_order_acq_rel);  // odd: fields being written
@@ -298,18 +320,16 @@ std::string Watchdog::report() const {
     // Nothing runs on the host; kernels enqueued on a GPU may still wait (their channels below).
     out += "idle (no operation running on the host)";
   }
-  for (int c = 0; c < nStatuses_; ++c) {
-    const kernels::ChannelStatus& s = statuses_[c];
-    const uint32_t kind = kernels::loadAcquire(const_cast<uint32_t*>(&s.waitKind));
+  for (int c = 0; c < nStatuses_ * kNotedWaits; ++c) {
+    const kernels::ChannelStatus& s = statuses_[c / kNotedWaits];
+    const NotedWait wait = notedWait(s, c % kNotedWaits);
     const uint64_t progress = kernels::loadRelaxed(const_cast<uint64_t*>(&s.progress));
-    if (kind == kernels::kWaitNone) continue;
-    const char* what = kind == kernels::kWaitData      ? "data from"
-                       : kind == kernels::kWaitCredits ? "free slots (credits) from"
-                                                       : "the collective's signature from";
-    snprintf(buf, sizeof buf, "; channel %d: step %llu waiting for %s rank %d over %s (%llu steps done)", c,
-             static_cast<unsigned long long>(kernels::loadRelaxed(const_cast<uint64_t*>(&s.waitStep))), what,
-             kernels::loadRelaxed(const_cast<int32_t*>(&s.waitPeer)),
-             transportName(kernels::loadRelaxed(const_cast<uint32_t*>(&s.waitTransport))),
+    if (wait.kind == kernels::kWaitNone) continue;
+    const char* what = wait.kind == kernels::kWaitData      ? "data from"
+                       : wait.kind == kernels::kWaitCredits ? "free slots (credits) from"
+                                                            : "the collective's signature from";
+    snprintf(buf, sizeof buf, "; channel %d: step %llu waiting for %s rank %d over %s (%llu steps done)", c / kNotedWaits,
+             static_cast<unsigned long long>(wait.step), what, wait.peer, transportName(wait.transport),
              static_cast<unsigned long long>(progress));
     out += buf;
   }
@@ -371,12 +391,9 @@ void Watchdog::trackProgress() {
 bool Watchdog::stuckOn(int peer) const {
   if (connector_.setupWaitingOn() == peer) return true;  // connecting to it, or waiting for its descriptor
   const auto still = std::chrono::steady_clock::now() - lastProgressAt_;
-  for (int c = 0; c < nStatuses_ && still >= kExitedWaitGrace; ++c) {
-    const kernels::ChannelStatus& s = statuses_[c];
-    if (kernels::loadAcquire(const_cast<uint32_t*>(&s.waitKind)) != kernels::kWaitNone &&
-        kernels::loadRelaxed(const_cast<int32_t*>(&s.waitPeer)) == peer) {
-      return true;
-    }
+  for (int c = 0; c < nStatuses_ * kNotedWaits && still >= kExitedWaitGrace; ++c) {
+    const NotedWait wait = notedWait(statuses_[c / kNotedWaits], c % kNotedWaits);
+    if (wait.kind != kernels::kWaitNone && wait.peer == peer) return true;
   }
   return still >= kGoneGrace;
 }
@@ -451,10 +468,9 @@ std::string Watchdog::callName(const OpView& op, const char* number) {
 
 int Watchdog::waitedPeer() const {
   int peer = connector_.setupWaitingOn();
-  for (int c = 0; c < nStatuses_ && peer < 0; ++c) {
-    const kernels::ChannelStatus& st = statuses_[c];
-    if (kernels::loadAcquire(const_cast<uint32_t*>(&st.waitKind)) != kernels::kWaitNone)
-      peer = kernels::loadRelaxed(const_cast<int32_t*>(&st.waitPeer));
+  for (int c = 0; c < nStatuses_ * kNotedWaits && peer < 0; ++c) {
+    const NotedWait wait = notedWait(statuses_[c / kNotedWaits], c % kNotedWaits);
+    if (wait.kind != kernels::kWaitNone) peer = wait.peer;
   }
   return peer >= 0 && peer < nRanks_ && peer != rank_ ? peer : -1;
 }

@@ -63,7 +63,8 @@ struct Connection {
   }
   uint32_t lines;
   LL128Line* slots;
-  uint64_t tail = 0, head = 0, sendStep = 0, recvStep = 0;
+  uint64_t tail = 0, head = 0;
+  uint64_t sendStep[8] = {}, recvStep[8] = {};  // (each end's step line: the sender's keeps its credits seen)
   SigSlot sigs[kSteps] = {};
   uint64_t sizes[kSteps] = {};
   OpSignature announce{};
@@ -103,7 +104,7 @@ long roundTrip(uint64_t n, int threads, bool sum, uint32_t linesPerStep) {
   }
   const uint32_t zero = 0;
   const FuncSum<T> red(RedOpArgs{});
-  const ConnHandle send = c.end(&c.sendStep), recv = c.end(&c.recvStep);
+  const ConnHandle send = c.end(c.sendStep), recv = c.end(c.recvStep);
   std::vector<std::unique_ptr<SpinBarrier>> barriers;
   auto run = [&](bool sender) {
     return [&, sender](LanedGroup<L>& g) {
