@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <atomic>
+
 // BRAID_OUTLINE: compiled once and called rather than inlined into every instantiation (which
 // costs build time, not speed): once-per-operation code and the slow half of waits. Not
 // "cold": that would compile the spin loops for size and slow the wake-up.
@@ -37,7 +39,6 @@
 #define BRAID_ATOMIC_REF(T) cuda::atomic_ref<T, cuda::thread_scope_system>
 #define BRAID_ORDER(o) cuda::std::memory_order_##o
 #else
-#include <atomic>
 #include <sched.h>
 #include <time.h>
 #define BRAID_ATOMIC_REF(T) std::atomic_ref<T>
@@ -223,6 +224,16 @@ constexpr bool kLinesLandWhole = true;
 constexpr bool kLinesLandWhole = false;
 #endif
 
+#if !defined(__CUDACC__)
+/// Pause-spins a host wait makes before it yields its core (backOff): 64, or a few once this
+/// host's ranks outnumber its CPUs (setHostOversubscribed), where a spinning rank holds a core
+/// that the rank it waits for needs (Open MPI likewise yields at once when oversubscribed).
+inline std::atomic<uint32_t> hostSpinsBeforeYield{64};
+/// Called as a host communicator learns that its host's ranks outnumber the CPUs (process-wide,
+/// never undone: another communicator of the process shares the same CPUs).
+inline void setHostOversubscribed() { hostSpinsBeforeYield.store(8, std::memory_order_relaxed); }
+#endif
+
 /// Called by a thread that found nothing to do `spins` times in a row: spins at first,
 /// then yields, then sleeps briefly, so that many ranks on few cores still progress.
 BRAID_INLINE void backOff(uint32_t spins) {
@@ -231,7 +242,7 @@ BRAID_INLINE void backOff(uint32_t spins) {
 #elif defined(__CUDACC__)
   (void)spins;  // host side of a host-device function compiled by nvcc: never waits here
 #else
-  if (spins < 64) {
+  if (spins < hostSpinsBeforeYield.load(std::memory_order_relaxed)) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();  // tells the core this is a spin: cheaper exit, kinder to a sibling thread
 #endif

@@ -27,12 +27,13 @@ class Arena {
  public:
   Arena() {
     page_ = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    if (page_ < 4096) page_ = 4096;
+    if (page_ < 4096 || (page_ & (page_ - 1)) != 0) page_ = 4096;
+    pageShift_ = static_cast<unsigned>(__builtin_ctzll(page_));
     for (size_t bytes = size_t(64) << 30; bytes >= (size_t(16) << 20) && base_ == nullptr; bytes /= 4) {
       void* range = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
       if (range == MAP_FAILED) continue;
       const size_t slots = bytes / page_;
-      void* words = mmap(nullptr, slots * sizeof(uint32_t), PROT_READ | PROT_WRITE,
+      void* words = mmap(nullptr, slots * kWordStride * sizeof(uint32_t), PROT_READ | PROT_WRITE,
                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
       if (words == MAP_FAILED) {
         munmap(range, bytes);
@@ -48,8 +49,8 @@ class Arena {
   std::atomic<uint32_t>* word(const void* handle) const noexcept {
     const auto at = reinterpret_cast<uintptr_t>(handle);
     const auto base = reinterpret_cast<uintptr_t>(base_);
-    if (base_ == nullptr || at < base || at >= base + slots_ * page_ || (at - base) % page_ != 0) return nullptr;
-    return &words_[(at - base) / page_];
+    if (base_ == nullptr || at < base || at >= base + slots_ * page_ || ((at - base) & (page_ - 1)) != 0) return nullptr;
+    return &words_[((at - base) >> pageShift_) * kWordStride];
   }
 
   void* allocate(size_t bytes) {
@@ -59,10 +60,10 @@ class Arena {
     for (size_t tried = 0; tried < slots_; ++tried) {
       const size_t i = next_.fetch_add(1, std::memory_order_relaxed) % slots_;
       uint32_t expected = 0;
-      if (!words_[i].compare_exchange_strong(expected, kAllocated, std::memory_order_acq_rel)) continue;
+      if (!words_[i * kWordStride].compare_exchange_strong(expected, kAllocated, std::memory_order_acq_rel)) continue;
       char* page = base_ + i * page_;
       if (mprotect(page, page_, PROT_READ | PROT_WRITE) != 0) {
-        words_[i].store(0, std::memory_order_release);
+        words_[i * kWordStride].store(0, std::memory_order_release);
         fail(ncclSystemError, "cannot map a page for a communicator");
       }
       return page;
@@ -79,7 +80,12 @@ class Arena {
   }
 
  private:
+  // Each word on a cache line of its own: ranks that are threads of one process enter and leave
+  // calls on their own communicators at once, and words side by side had made the line move
+  // between their cores at every call.
+  static constexpr size_t kWordStride = 64 / sizeof(uint32_t);
   size_t page_ = 4096;
+  unsigned pageShift_ = 12;
   char* base_ = nullptr;
   size_t slots_ = 0;
   std::atomic<uint32_t>* words_ = nullptr;

@@ -133,6 +133,15 @@ DataPath::DataPath(bootstrap::Bootstrap& channel, int rank, const std::vector<Pe
     if (device_ == nullptr && p.cpus > 0 && (shape.cpusPerNode == 0 || p.cpus < shape.cpusPerNode)) shape.cpusPerNode = p.cpus;
   }
   setRanksPerNode(settings_.ranksPerNode);
+  if (device_ == nullptr) {
+    const int onThisHost = static_cast<int>(std::count_if(peers.begin(), peers.end(), [&](const PeerInfo& p) {
+      return p.hostHash == peers[rank].hostHash;
+    }));
+    const int cpus = peers[rank].cpus;
+    if (cpus > 0 && onThisHost * std::max(1, settings_.limits.shape.cpuThreadsPerChannel) > cpus) {
+      kernels::setHostOversubscribed();  // (waits yield their core sooner: kernels/platform.h)
+    }
+  }
   const bool spansHosts =
       std::any_of(peers.begin(), peers.end(), [&](const PeerInfo& p) { return p.hostHash != peers[0].hostHash; });
   peerChannels_ = datapath::peerChannels(settings_, nRanks_, spansHosts, device_ != nullptr);
