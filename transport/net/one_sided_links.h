@@ -93,6 +93,9 @@ class Carrier {
   virtual bool linked(int peer) const = 0;
   /// A window of this rank that peers' puts may name by `id`; withdrawWindow ends that, and on
   /// return no byte lands in it any more (a put then arriving is dropped and reported).
+  /// publishWindow is called by every rank of the communicator in the same order (window
+  /// registration is collective), so a carrier may exchange what it publishes (the verbs
+  /// carrier's keys).
   virtual void publishWindow(uint64_t id, void* buffer, uint64_t size) = 0;
   virtual void withdrawWindow(uint64_t id) = 0;
   /// A put of `bytes` from `data` into `peer`'s window `window` at `offset`, then its signal
