@@ -297,13 +297,21 @@ BRAID_INLINE bool pollAbortWatch(AbortWatch& watch, const uint32_t* abortFlag, u
   return true;
 }
 
-#if defined(__CUDA_ARCH__)
-/// The GPU's global timer, in nanoseconds.
+#if defined(__CUDACC__)
+/// The GPU's global timer, in nanoseconds. (Declared in nvcc's host pass too, where the
+/// __device__ code that calls it is parsed though never compiled.)
 __device__ inline uint64_t globalTimer() {
+#if defined(__CUDA_ARCH__)
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
+#else
+  return 0;
+#endif
 }
+#endif
+
+#if defined(__CUDA_ARCH__)
 /// The block's AbortWatch (one per block: shared memory), and how often its threads read the
 /// abort word between them: once in 20 us, where each waiting thread had read it (a few
 /// hundred threads of an LL step a block, every 1024 passes).
