@@ -203,7 +203,7 @@ class HostFifoAllocator final : public transport::FifoAllocator {
     if (mmap(p, r.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED) {
       fail(ncclSystemError, "emulated device: cannot map %zu bytes at %p again: %s", r.bytes, p, strerror(errno));
     }
-    std::memcpy(p, r.kept.data(), r.kept.size());
+    if (!r.kept.empty()) std::memcpy(p, r.kept.data(), r.kept.size());  // (scratch keeps nothing: no null source)
     r.kept.clear();
     r.suspended = false;
     EmulatedDevice::physicalBytes += r.bytes;
