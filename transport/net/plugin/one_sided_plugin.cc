@@ -21,14 +21,6 @@ namespace {
 constexpr int kTag = 0x42534f50;  // every message of these comms carries it ("BSOP")
 constexpr size_t kHandleScratch = 4096;  // what listen and connect get to write a handle into
 
-FrameHeader frameOf(uint32_t type, int ctx) {
-  FrameHeader h{};
-  h.magic = kFrameMagic;
-  h.type = type;
-  h.ctx = ctx;
-  return h;
-}
-
 bool aborted(const uint32_t* word) { return word != nullptr && __atomic_load_n(word, __ATOMIC_ACQUIRE) != 0; }
 
 }  // namespace
@@ -50,10 +42,7 @@ PluginCarrier::PluginCarrier(int rank, int nRanks, int contexts, const uint32_t*
       arrive_(std::move(arrive)),
       send_(nRanks),
       recv_(nRanks),
-      lost_(new std::atomic<bool>[nRanks]),
-      reasons_(nRanks) {
-  for (int r = 0; r < nRanks; ++r) lost_[r].store(false, std::memory_order_relaxed);
-}
+      lost_(nRanks) {}
 
 std::string PluginCarrier::callFailed(const char* call, int result) const {
   return "net plugin " + session_->name() + ": " + call + " returned " +
@@ -211,20 +200,11 @@ PluginCarrier::~PluginCarrier() {
              "are in flight)", rank_, open, session_->name().c_str());
 }
 
-void PluginCarrier::publishWindow(uint64_t id, void* buffer, uint64_t size) {
-  std::lock_guard<std::mutex> lock(windowsMutex_);
-  windows_[id] = WindowSpan{static_cast<char*>(buffer), size};
-}
+void PluginCarrier::publishWindow(uint64_t id, void* buffer, uint64_t size) { windows_.publish(id, buffer, size); }
 
-void PluginCarrier::withdrawWindow(uint64_t id) {
-  std::lock_guard<std::mutex> lock(windowsMutex_);  // (waits for bytes landing in it now)
-  windows_.erase(id);
-}
+void PluginCarrier::withdrawWindow(uint64_t id) { windows_.withdraw(id); }
 
-std::string PluginCarrier::lostReason(int peer) const {
-  std::lock_guard<std::mutex> lock(reasonMutex_);
-  return reasons_[peer];
-}
+std::string PluginCarrier::lostReason(int peer) const { return lost_.reason(peer); }
 
 // ---- the caller's side ----
 
@@ -380,16 +360,8 @@ void PluginCarrier::received(int from, Receiving& r) {
     return;
   }
   const FrameHeader& h = r.frame;
-  {
-    std::lock_guard<std::mutex> lock(windowsMutex_);
-    const auto it = windows_.find(h.window);
-    // (the span checkFrame accepted, unless the window went away since)
-    if (!r.dropped && it != windows_.end() && h.offset <= it->second.size && h.bytes <= it->second.size - h.offset) {
-      std::memcpy(it->second.buffer + h.offset + r.landed, slot, size);
-    } else {
-      r.dropped = true;
-    }
-  }
+  // (the span checkFrame accepted, unless the window went away since)
+  if (!r.dropped && !windows_.landing(h, r.landed, [&](char* to) { std::memcpy(to, slot, size); })) r.dropped = true;
   r.landed += size;
   if (r.landed < h.bytes) return;
   if (r.dropped) {
@@ -406,12 +378,7 @@ void PluginCarrier::received(int from, Receiving& r) {
 }
 
 bool PluginCarrier::acceptHeader(int from, Receiving& r, const FrameHeader& h) {
-  std::string refused;
-  {
-    std::lock_guard<std::mutex> lock(windowsMutex_);
-    const auto it = windows_.find(h.window);
-    refused = checkFrame(h, from, contexts_, it == windows_.end() ? nullptr : &it->second);
-  }
+  const std::string refused = windows_.check(h, from, contexts_);
   if (!refused.empty()) {
     endFrom(from, r, refused, true);
     return false;
@@ -439,11 +406,7 @@ bool PluginCarrier::acceptHeader(int from, Receiving& r, const FrameHeader& h) {
 void PluginCarrier::endFrom(int from, Receiving& r, const std::string& why, bool warn) {
   if (warn) BRAID_WARN("one-sided: rank %d: %s", rank_, why.c_str());
   r.ended = true;
-  {
-    std::lock_guard<std::mutex> lock(reasonMutex_);
-    reasons_[from] = why;
-  }
-  lost_[from].store(true, std::memory_order_release);
+  lost_.mark(from, why);
   // Nothing in flight (a refused header, a goodbye): the comm closes now, which also ends the
   // peer's sends on it, so that a refused peer's puts fail instead of waiting for room.
   if (r.posted == r.done && !r.closed) {

@@ -1,7 +1,7 @@
 // One-sided operations between hosts through the communicator's net plugin (src/plugin/
 // net_plugin.h), when the plugin carries its inter-host traffic: the same operations and the
-// same guarantees as the TCP links (transport/net/one_sided_links.h, whose frame header and
-// checkFrame this carrier shares), over one plugin send comm and one receive comm per ordered
+// same guarantees as the TCP links (transport/net/one_sided_links.h; the frame header, window
+// table and lost-peer record are one_sided_window_table.h's), over one plugin send comm and one receive comm per ordered
 // pair of linked ranks.
 //
 // The plugin is driven as NCCL drives it, and nothing more is assumed of it:
@@ -80,7 +80,7 @@ class PluginCarrier final : public Carrier, public proxy::Pump {
   void withdrawWindow(uint64_t id) override;
   void put(int peer, uint64_t window, uint64_t offset, const void* data, uint64_t bytes, int ctx) override;
   void signal(int peer, int ctx) override;
-  bool lost(int peer) const override { return lost_[peer].load(std::memory_order_acquire); }
+  bool lost(int peer) const override { return lost_.lost(peer); }
   std::string lostReason(int peer) const override;
   uint64_t arrivals() const override { return arrivals_.load(std::memory_order_relaxed); }
 
@@ -167,11 +167,9 @@ class PluginCarrier final : public Carrier, public proxy::Pump {
   bool orphaned_ = false;
   std::atomic<bool> closing_{false};   // the destructor asked the proxy to close the comms
   std::atomic<bool> released_{false};  // they are closed
-  std::unique_ptr<std::atomic<bool>[]> lost_;  // by rank
-  mutable std::mutex reasonMutex_;
-  std::vector<std::string> reasons_;  // by rank, once lost
-  std::mutex windowsMutex_;           // held while bytes land in a window
-  std::map<uint64_t, WindowSpan> windows_;
+  LostPeers lost_;
+  mutable std::mutex reasonMutex_;  // the Sending whys
+  WindowTable windows_;
   std::atomic<uint64_t> arrivals_{0};
 };
 
