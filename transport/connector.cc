@@ -11,6 +11,7 @@
 #include "plugin/net_plugin.h"
 #include "proxy/proxy.h"
 #include "transport/descriptor_check.h"
+#include "transport/net/plugin/plugin_end.h"
 #include "transport/net/socket/socket_transport.h"
 #include "transport/p2p/p2p_transport.h"
 #include "transport/shm/shm_transport.h"
@@ -139,6 +140,10 @@ netplugin::Settings Connector::pluginSettings(const Lane& lane) const {
   s.gpuDirect = options_.gpuDirect;
   s.gpuDirect.allocator = options_.allocator;
   return s;
+}
+
+int Connector::oneSidedPluginDevice(int peer) const {
+  return netplugin::detail::chooseDevice(pluginSettings(peerLane(0, peer)));
 }
 
 socket::Settings Connector::socketSettings() const {

@@ -138,6 +138,10 @@ class Connector {
   /// The net plugin when it carries this communicator's network (NCCL_NET's rule, chosen now if
   /// no network connection has chosen yet), else null. Throws as networkKind does.
   std::shared_ptr<plugin::NetSession> netPlugin() { return networkKind() == Kind::kPlugin ? netSession_ : nullptr; }
+  /// The net plugin device the one-sided carrier's comms to and from `peer` use: the one this
+  /// rank's first send/recv connection set to that peer uses (the topology's NIC near the GPU,
+  /// else the peer's rank modulo the devices). Only where netPlugin() is not null.
+  int oneSidedPluginDevice(int peer) const;
 
  private:
   /// A connection's name for the log ("ring3", "p2p0") and the RDMA port it prefers: the

@@ -155,9 +155,11 @@ std::vector<bool> linkPeers(Communicator& c, const std::vector<WindowClaim>& cla
                        [kind](const WindowClaim& w) { return w.interHost == static_cast<int32_t>(kind); });
   };
   if (everyRankOver(transport::Kind::kPlugin)) {
-    auto carrier = std::make_unique<transport::onesided::PluginCarrier>(me, n, contexts, c.abortWord(),
-                                                                        c.dataPath().netPlugin(), arrive);
-    carrier->connect(c.bootstrap(), linked, c.bootstrap().timeout());
+    std::vector<int> devices(n, 0);  // (each peer's comms on the device its send/recv connections use)
+    for (int r = 0; r < n; ++r) devices[r] = linked[r] ? c.dataPath().oneSidedPluginDevice(r) : 0;
+    auto carrier = std::make_unique<transport::onesided::PluginCarrier>(
+        me, n, contexts, c.identity().commHash, c.abortWord(), c.dataPath().netPlugin(), std::move(devices), arrive);
+    carrier->open(c.bootstrap(), linked, c.bootstrap().peerAddress(me), c.bootstrap().timeout());
     c.adoptOneSidedLinks(std::move(carrier));
     return linked;
   }

@@ -177,6 +177,8 @@ class DataPath {
   transport::ConnectorOptions& connectorOptions() { return connector_.options(); }
   /// The net plugin that carries this communicator's network, or null (transport::Connector).
   std::shared_ptr<plugin::NetSession> netPlugin() { return connector_.netPlugin(); }
+  /// The plugin device for one-sided operations with `peer` (Connector::oneSidedPluginDevice).
+  int oneSidedPluginDevice(int peer) const { return connector_.oneSidedPluginDevice(peer); }
   /// The communicator's network transport and its verbs settings (Connector::interHostKind):
   /// what carries one-sided operations between hosts.
   transport::Kind interHostKind() { return connector_.interHostKind(); }

@@ -3,6 +3,7 @@
  * ranks on different hosts (network namespaces, or NCCL_HOSTID on one machine):
  *   rma_main NRANKS RANK check BIG [strict]
  *   rma_main NRANKS RANK die
+ *   rma_main NRANKS RANK diewarm
  * NCCL_COMM_ID must be set (every rank computes the same unique id). Communicators have two
  * RMA contexts.
  * "check": every rank registers a window of ncclMemAlloc's memory (NCCL_WIN_STRICT_ORDERING with
@@ -16,6 +17,10 @@
  * refusal's text, or what went wrong (exit status 1).
  * "die": rank 1 registers the window and exits without a word (SIGKILL); rank 0 waits for a
  * signal from it and prints "rank 0: wait on the dead rank -> RESULT after S s: TEXT".
+ * "diewarm" (2 ranks): each rank puts 1 MiB to the other and waits for it (the one-sided paths
+ * exist both ways), rank 0 tells rank 1 its put landed, then rank 1 is killed (SIGKILL); rank 0 waits for a second signal from it
+ * ("rank 0: second wait on the dead rank -> RESULT after S s: TEXT"), then puts 1 MiB to it until
+ * a put fails or 30 s passed ("rank 0: puts to the dead rank -> RESULT after S s: TEXT").
  */
 #define _POSIX_C_SOURCE 200809L
 #include <nccl.h>
@@ -155,9 +160,43 @@ static int die(ncclComm_t comm, int rank) {
   return r == ncclSuccess ? 1 : 0;
 }
 
+static int dieWarm(ncclComm_t comm, int rank) {
+  const size_t bytes = 1 << 20;
+  void* memory = NULL;
+  ncclWindow_t win = NULL;
+  CHECK(ncclMemAlloc(&memory, bytes));
+  CHECK(ncclCommWindowRegister(comm, memory, bytes, &win, NCCL_WIN_DEFAULT));
+  char* source = calloc(bytes, 1);
+  if (source == NULL) return 1;
+  const int peer = 1 - rank;
+  CHECK(ncclPutSignal(source, bytes, ncclInt8, peer, win, 0, 0, 0, 0, comm, NULL));
+  ncclWaitSignalDesc_t d = {1, peer, 0, 0};
+  CHECK(ncclWaitSignal(1, &d, comm, NULL));
+  /* (rank 1's put has landed only when rank 0 says so on ctx 1: a put returns once its bytes
+   * are copied, and a process killed before they left would take them along) */
+  if (rank == 0) CHECK(ncclSignal(1, 0, 1, 0, comm, NULL));
+  if (rank == 1) {
+    ncclWaitSignalDesc_t landed = {1, 0, 0, 1};
+    CHECK(ncclWaitSignal(1, &landed, comm, NULL));
+    raise(SIGKILL);
+  }
+  double start = now();
+  ncclResult_t r = ncclWaitSignal(1, &d, comm, NULL);
+  printf("rank 0: second wait on the dead rank -> %d after %.1f s: %s\n", (int)r, now() - start,
+         ncclGetLastError(comm));
+  fflush(stdout);
+  start = now();
+  do {
+    r = ncclPutSignal(source, bytes, ncclInt8, peer, win, 0, 0, 0, 0, comm, NULL);
+  } while (r == ncclSuccess && now() - start < 30);
+  printf("rank 0: puts to the dead rank -> %d after %.1f s: %s\n", (int)r, now() - start, ncclGetLastError(comm));
+  free(source);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc < 4) {
-    fprintf(stderr, "usage: rma_main NRANKS RANK check BIG [strict] | die\n");
+    fprintf(stderr, "usage: rma_main NRANKS RANK check BIG [strict] | die | diewarm\n");
     return 2;
   }
   const int nranks = atoi(argv[1]), rank = atoi(argv[2]);
@@ -174,6 +213,8 @@ int main(int argc, char** argv) {
                strict ? NCCL_WIN_STRICT_ORDERING : NCCL_WIN_DEFAULT);
   } else if (strcmp(argv[3], "die") == 0) {
     rc = die(comm, rank);
+  } else if (strcmp(argv[3], "diewarm") == 0) {
+    rc = dieWarm(comm, rank);
   }
   fflush(stdout);
   if (rc != 0) {

@@ -6,7 +6,10 @@
 // visible case runs hidden cases in a new process of this binary with NCCL_NET_PLUGIN set; there
 // every peer is forced onto the network (BRAID_ONE_SIDED_NET's switch) with ranks as threads and
 // as processes. Two rma_main programs that tell each other apart as hosts (NCCL_HOSTID) do the
-// same with the plugin carrying their collectives, and one of them dies.
+// same with the plugin carrying their collectives, and one of them dies (also after both made
+// their comms, under a plugin that never reports the loss: NET_LOOPBACK_SILENT_LOSS). 8 ranks
+// that each put to one peer show the comms and bounce memory made on first use, on each peer's
+// device (the loopback plugin's NET_LOOPBACK_RECORD says what it was asked).
 #include <limits.h>
 #include <unistd.h>
 
@@ -14,6 +17,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -45,12 +50,12 @@ bool startedByVisibleCase() {
 }
 
 /// Runs the hidden cases `tags` in a new process of this binary with net plugin `name`
-/// (test/plugins); returns what it printed.
-std::string runHidden(const std::string& name, const std::string& tags) {
+/// (test/plugins), after the shell assignments `env`; returns what it printed.
+std::string runHidden(const std::string& name, const std::string& tags, const std::string& env = "") {
   return braid::test::runCommand(
       "unset NCCL_NET NCCL_NET_PLUGIN BRAID_ONE_SIDED_NET; export NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 "
       "BRAID_BOOTSTRAP_TIMEOUT=20 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=NET BRAID_RMA_PLUGIN_CHILD=1 NCCL_NET_PLUGIN=" +
-      plugin(name) + "; timeout 300 " + selfPath() + " '" + tags + "' 2>&1");
+      plugin(name) + " " + env + "; timeout 300 " + selfPath() + " '" + tags + "' 2>&1");
 }
 
 bool noPluginDir() {
@@ -72,6 +77,13 @@ std::string withPluginWindows(int n, bool threads, size_t bytes,
 }
 
 using braid::test::rma::waitFor;
+
+std::string fileText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
 
 }  // namespace
 
@@ -166,6 +178,41 @@ TEST_CASE("(hidden) one-sided through a net plugin: ranks that abort after their
   std::printf("rma plugin: aborted\n");
 }
 
+TEST_CASE("(hidden) one-sided through a net plugin: comms and bounce memory on first use, on each peer's device",
+          "[.rma-plugin-lazy]") {
+  if (!startedByVisibleCase()) return;
+  // 8 ranks, each putting to the next only: a rank holds the bounce slots of one send comm and
+  // one receive comm (made eagerly for every linked peer, it held 7 of each).
+  const int n = 8;
+  const uint64_t comm = PluginCarrier::kSlots * PluginCarrier::kChunkBytes;
+  CHECK(withPluginWindows(n, true, 1 << 20, [&](int rank, ncclComm_t c, ncclWindow_t win, unsigned char* window) {
+          auto* carrier = dynamic_cast<PluginCarrier*>(braid::communicatorFrom(c).oneSidedLinks());
+          // The device of each peer's comms: its send/recv connections' (no topology here: the
+          // peer's rank modulo the loopback plugin's 2 devices), not device 0 for all.
+          for (int peer = 0; peer < n; ++peer) {
+            if (peer == rank) continue;
+            expect(carrier->device(peer) == peer % 2, "rank " + std::to_string(rank) + "'s device for rank " +
+                                                          std::to_string(peer) + ": " + std::to_string(carrier->device(peer)));
+          }
+          std::vector<unsigned char> source(1 << 20);
+          for (size_t i = 0; i < source.size(); ++i) source[i] = braid::test::rma::pattern(rank, 0, i);
+          const int next = (rank + 1) % n, previous = (rank + n - 1) % n;
+          EXPECT_OK(ncclPutSignal(source.data(), source.size(), ncclUint8, next, win, 0, 0, 0, 0, c, nullptr));
+          waitFor(c, previous, 0, 1);
+          braid::test::rma::holdsPiece(window, 1 << 20, previous, 0);
+          expect(carrier->bounceBytes() == 2 * comm, "rank " + std::to_string(rank) + " holds " +
+                                                        std::to_string(carrier->bounceBytes()) + " bytes of bounce "
+                                                        "slots, where one send and one receive comm take " +
+                                                        std::to_string(2 * comm));
+          std::printf("rma plugin: rank %d holds %llu bytes of bounce slots\n", rank,
+                      static_cast<unsigned long long>(carrier->bounceBytes()));
+          // (everyone's put has landed before anyone leaves: the goodbyes close every comm)
+          EXPECT_OK(ncclSignal(next, 0, 1, 0, c, nullptr));
+          waitFor(c, previous, 1, 1);
+        }) == "");
+  std::printf("rma plugin: lazy\n");
+}
+
 // ---- visible ----
 
 TEST_CASE("one-sided through net plugins (v11, maxRecvs 8, v6 without sizes, blocking accept, strict): threads and "
@@ -183,17 +230,54 @@ TEST_CASE("one-sided through net plugins (v11, maxRecvs 8, v6 without sizes, blo
   }
 }
 
-TEST_CASE("one-sided through a net plugin: a put outside the target's window is refused there, nothing written; a "
-          "peer that ends fails waits and puts; an abort ends cleanly",
+TEST_CASE("one-sided through a net plugin: 8 ranks that each put to one peer hold the comms and bounce memory of "
+          "that peer only, on the device their send/recv connections use",
           "[integration][rma][plugins]") {
   if (noPluginDir()) return;
-  for (const std::string name : {"net-loopback", "net-strict"}) {
-    const std::string out = runHidden(name, "[.rma-plugin-forged],[.rma-plugin-lost],[.rma-plugin-abort]");
-    INFO(name << ":\n" << out);
-    CHECK(occurrences(out, "rma plugin: aborted") == 1);
-    CHECK(occurrences(out, "rma plugin: forged refused") == 1);
+  char path[] = "/tmp/braid-rma-plugin-XXXXXX";
+  const int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  close(fd);
+  const std::string out = runHidden("net-loopback", "[.rma-plugin-lazy]", std::string("NET_LOOPBACK_RECORD=") + path);
+  const std::string record = fileText(path);
+  unlink(path);
+  INFO(out << "\nrecord:\n" << record);
+  CHECK(occurrences(out, "rma plugin: lazy") == 1);
+  // One send comm and one receive comm a rank: 2 x 2 MiB (eagerly, for 7 linked peers: 28 MiB).
+  CHECK(occurrences(out, "holds 4194304 bytes of bounce slots") == 8);
+  CHECK(occurrences(out, "opened its path to rank") == 8);
+  CHECK(occurrences(out, "rank 0 opened its path to rank 1 on net plugin loopback device 1 (loop1)") == 1);
+  CHECK(occurrences(out, "rank 1 accepted rank 0's path on net plugin loopback device 0 (loop0)") == 1);
+  CHECK(occurrences(out, "rank 1 opened its path to rank 2 on net plugin loopback device 0 (loop0)") == 1);
+  // What the plugin was asked: a listen per linked pair, on the peer's device (each rank listens
+  // for 7 peers: 28 of the 56 for odd ranks, on device 1), and a connect per rank.
+  CHECK(occurrences(record, "listen dev 1") == 28);
+  CHECK(occurrences(record, "listen dev 0") == 28);
+  CHECK(occurrences(record, "connect dev 1") == 4);
+  CHECK(occurrences(record, "connect dev 0") == 4);
+  CHECK(occurrences(out, "NCCL WARN") == 0);
+  CHECK(occurrences(out, "left open") == 0);
+}
+
+TEST_CASE("one-sided through a net plugin: a put outside the target's window is refused there, nothing written; a "
+          "peer that ends fails waits and puts, also where the plugin never reports it; an abort ends cleanly",
+          "[integration][rma][plugins]") {
+  if (noPluginDir()) return;
+  // (NET_LOOPBACK_SILENT_LOSS=1: the plugin's requests to or from a peer whose process ended
+  // just never finish; the carrier's control links and their listener probes notice it)
+  const std::string all = "[.rma-plugin-forged],[.rma-plugin-lost],[.rma-plugin-abort]";
+  const std::vector<std::vector<std::string>> runs = {
+      {"net-loopback", "", all},
+      {"net-strict", "", all},
+      {"net-loopback", "NET_LOOPBACK_SILENT_LOSS=1", "[.rma-plugin-lost]"}};
+  for (const std::vector<std::string>& run : runs) {
+    const std::string out = runHidden(run[0], run[2], run[1]);
+    INFO(run[0] << " " << run[1] << ":\n" << out);
     CHECK(occurrences(out, "rma plugin: lost peers") == 1);
     CHECK(occurrences(out, "loopback net (strict)") == 0);
+    if (run[2] != all) continue;
+    CHECK(occurrences(out, "rma plugin: aborted") == 1);
+    CHECK(occurrences(out, "rma plugin: forged refused") == 1);
   }
 }
 
@@ -203,18 +287,30 @@ TEST_CASE("one-sided across hosts (NCCL_HOSTID) through a net plugin: two progra
   if (noPluginDir()) return;
   const std::string program = braid::test::rma::rmaMainProgram();
   if (program.empty()) return;
-  for (const std::string mode : {"check 4194304", "check 65536 strict", "die"}) {
+  // (diewarm: with a plugin that never fails a vanished peer's requests)
+  for (const std::string mode : {"check 4194304", "check 65536 strict", "die", "diewarm"}) {
     INFO(mode);
     const std::string out = braid::test::rma::runRmaMainHosts(
         program,
         "unset NCCL_NET BRAID_ONE_SIDED_NET; export NCCL_IB_DISABLE=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=NET "
-        "NCCL_NET_PLUGIN=" + plugin("net-loopback"),
+        "NCCL_NET_PLUGIN=" + plugin("net-loopback") + (mode == "diewarm" ? " NET_LOOPBACK_SILENT_LOSS=1" : ""),
         mode);
     INFO(out);
     CHECK(occurrences(out, "reaches its linked peers through net plugin loopback") >= 1);
-    if (mode == "die") {
+    if (mode == "die") {  // (rank 1 never put: no comm was made; its control listener refuses)
       CHECK(out.find("rank 0: wait on the dead rank -> 6 after") != std::string::npos);
-      CHECK(out.find("the one-sided path from rank 1 failed") != std::string::npos);
+      CHECK(out.find("rank 1's communicator or process ended") != std::string::npos);
+      continue;
+    }
+    if (mode == "diewarm") {  // (the comms exist both ways; the plugin says nothing)
+      const size_t wait = out.find("rank 0: second wait on the dead rank -> 6 after ");
+      REQUIRE(wait != std::string::npos);
+      CHECK(std::stod(out.substr(wait + std::strlen("rank 0: second wait on the dead rank -> 6 after "))) < 10);
+      CHECK(out.find("closed without goodbye", wait) != std::string::npos);
+      const size_t puts = out.find("rank 0: puts to the dead rank -> 6 after ");
+      REQUIRE(puts != std::string::npos);
+      CHECK(std::stod(out.substr(puts + std::strlen("rank 0: puts to the dead rank -> 6 after "))) < 10);
+      CHECK(out.find("to rank 1 broke", puts) != std::string::npos);
       continue;
     }
     CHECK(occurrences(out, "reaches its linked peers through net plugin loopback") == 2);

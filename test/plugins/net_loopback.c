@@ -32,6 +32,10 @@
  * before its flush (or never flushes) sees stale bytes. iflush answers a request (done at its
  * second test) for GPU memory and none for host memory. NET_LOOPBACK_RECORD=file appends a line per regMr ("regMr TYPE BYTES"),
  * regMrDmaBuf ("regMrDmaBuf TYPE BYTES") and iflush ("iflush TYPE BYTES") for the test to count.
+ * NET_LOOPBACK_RECORD also gets a line per listen and connect: "listen dev D", "connect dev D".
+ * NET_LOOPBACK_SILENT_LOSS=1: a comm whose connection broke (the peer's process ended) never
+ * says so: its requests stay not done, and test keeps answering ncclSuccess, as a plugin that
+ * notices no vanished peer would (Braid must notice it by other means).
  * NET_LOOPBACK_SENDS=file appends a line per isend: its size and (in hex) its first 64 bytes.
  * NET_LOOPBACK_FIRST_SEND_STALL_MS=N: the first isend on each send comm answers no request
  * (not now) for N ms after its first try, as a plugin that finishes its connection setup in
@@ -241,6 +245,23 @@ static void record(const char* call, int type, size_t bytes) {
   close(fd);
 }
 
+/* "listen dev D" or "connect dev D" in NET_LOOPBACK_RECORD's file (when set). */
+static void recordDevice(const char* call, int dev) {
+  const char* path = getenv("NET_LOOPBACK_RECORD");
+  if (path == NULL) return;
+  int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  dprintf(fd, "%s dev %d\n", call, dev);
+  close(fd);
+}
+
+/* What a broken connection's calls answer: ncclRemoteError, or with NET_LOOPBACK_SILENT_LOSS=1
+ * nothing (its requests never finish). */
+static ncclResult_t lossResult(void) {
+  const char* text = getenv("NET_LOOPBACK_SILENT_LOSS");
+  return text != NULL && text[0] == '1' ? ncclSuccess : ncclRemoteError;
+}
+
 static ncclResult_t loopInit(void) {
 #ifdef NET_INIT_FAILS
   LOG(NCCL_LOG_INFO, "loopback net: init fails on purpose");
@@ -312,7 +333,7 @@ static uint64_t randomNonce(void) {
 }
 
 static ncclResult_t loopListen(int dev, void* opaqueHandle, void** listenComm) {
-  (void)dev;
+  recordDevice("listen", dev);
   struct handle* h = (struct handle*)opaqueHandle;
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return ncclSystemError;
@@ -357,6 +378,7 @@ static struct comm* newComm(int fd, int isSend) {
 
 /* Connects at once (loopback: the listener's backlog takes it) and presents the nonce. */
 static ncclResult_t loopConnect(int dev, void* opaqueHandle, void** sendComm) {
+  recordDevice("connect", dev);
   const struct handle* h = (const struct handle*)opaqueHandle;
   *sendComm = NULL;
   if (h->magic != HANDLE_MAGIC) return ncclInvalidArgument;
@@ -685,12 +707,12 @@ static int progressRequest(struct comm* c, struct request* r) {
 static ncclResult_t progress(struct comm* c) {
   while (c->nOrder > 0 && !c->broken) {
     const int m = progressRequest(c, &c->reqs[c->order[0]]);
-    if (m < 0) return ncclRemoteError;
+    if (m < 0) return lossResult();
     if (m == 0) return ncclSuccess;
     memmove(c->order, c->order + 1, (size_t)(c->nOrder - 1) * sizeof(int));
     --c->nOrder;
   }
-  return c->broken ? ncclRemoteError : ncclSuccess;
+  return c->broken ? lossResult() : ncclSuccess;
 }
 
 /* sizes (when not NULL) gets the size of each of the request's messages: one for a send, one

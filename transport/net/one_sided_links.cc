@@ -46,53 +46,11 @@ constexpr auto kHelloWait = std::chrono::seconds(5);
 /// How often a wait on a peer with no link open checks that the peer's listener answers.
 constexpr auto kProbeEvery = std::chrono::milliseconds(500);
 
-FrameHeader frameOf(uint32_t type, int ctx) {
-  FrameHeader h{};
-  h.magic = kFrameMagic;
-  h.type = type;
-  h.ctx = ctx;
-  return h;
-}
-
 /// Payload bytes the proxy reads from one link in one pass, so that a large put does not keep
 /// the other links (and the FIFO connections) waiting.
 constexpr uint64_t kPassBytes = 4 << 20;
 
 }  // namespace
-
-std::string checkFrame(const FrameHeader& h, int from, int contexts, const WindowSpan* window) {
-  char text[320];
-  if (h.magic != kFrameMagic) {
-    std::snprintf(text, sizeof text, "rank %d sent a frame with magic %#x (not a one-sided frame)", from,
-                  h.magic);
-    return text;
-  }
-  if (h.type != kPut && h.type != kSignal && h.type != kBye) {
-    std::snprintf(text, sizeof text, "rank %d sent a frame of unknown type %u", from, h.type);
-    return text;
-  }
-  if (h.type == kBye) return "";
-  if (h.ctx < 0 || h.ctx >= contexts) {
-    std::snprintf(text, sizeof text, "rank %d's signal names ctx %d; this communicator has %d contexts", from,
-                  h.ctx, contexts);
-    return text;
-  }
-  if (h.type == kSignal) return "";
-  if (window == nullptr) {
-    std::snprintf(text, sizeof text,
-                  "rank %d's put names window id %#" PRIx64 ", which this rank has not registered", from,
-                  h.window);
-    return text;
-  }
-  if (h.offset > window->size || h.bytes > window->size - h.offset) {
-    std::snprintf(text, sizeof text,
-                  "rank %d's put of %" PRIu64 " bytes at offset %" PRIu64
-                  " does not fit this rank's window of %" PRIu64 " bytes: refused, nothing written",
-                  from, h.bytes, h.offset, window->size);
-    return text;
-  }
-  return "";
-}
 
 Links::Links(int rank, int nRanks, int contexts, uint64_t commHash, const uint32_t* abortWord,
              std::function<void(int, int)> arrive)
@@ -106,13 +64,9 @@ Links::Links(int rank, int nRanks, int contexts, uint64_t commHash, const uint32
       in_(nRanks),
       polledAt_(nRanks, -1),
       linkOpen_(new std::atomic<bool>[nRanks]),
-      lost_(new std::atomic<bool>[nRanks]),
-      reasons_(nRanks),
+      lost_(nRanks),
       probedAt_(nRanks) {
-  for (int r = 0; r < nRanks; ++r) {
-    lost_[r].store(false, std::memory_order_relaxed);
-    linkOpen_[r].store(false, std::memory_order_relaxed);
-  }
+  for (int r = 0; r < nRanks; ++r) linkOpen_[r].store(false, std::memory_order_relaxed);
 }
 
 Links::~Links() {
@@ -163,15 +117,9 @@ int Links::outgoingOpen() const {
   return outgoingOpen_;
 }
 
-void Links::publishWindow(uint64_t id, void* buffer, uint64_t size) {
-  std::lock_guard<std::mutex> lock(windowsMutex_);
-  windows_[id] = WindowSpan{static_cast<char*>(buffer), size};
-}
+void Links::publishWindow(uint64_t id, void* buffer, uint64_t size) { windows_.publish(id, buffer, size); }
 
-void Links::withdrawWindow(uint64_t id) {
-  std::lock_guard<std::mutex> lock(windowsMutex_);  // (waits for bytes landing in it now)
-  windows_.erase(id);
-}
+void Links::withdrawWindow(uint64_t id) { windows_.withdraw(id); }
 
 void Links::send(int peer, Outgoing& out, const void* data, uint64_t size) {
   try {
@@ -452,12 +400,7 @@ bool Links::readLink(int from, Incoming& in) {
 
 bool Links::acceptHeader(int from, Incoming& in) {
   const FrameHeader& h = in.header;
-  std::string refused;
-  {
-    std::lock_guard<std::mutex> lock(windowsMutex_);
-    const auto it = windows_.find(h.window);
-    refused = checkFrame(h, from, contexts_, it == windows_.end() ? nullptr : &it->second);
-  }
+  const std::string refused = windows_.check(h, from, contexts_);
   if (!refused.empty()) {
     endLink(from, in, refused, true);
     return false;
@@ -482,16 +425,8 @@ ssize_t Links::readPayload(int from, Incoming& in) {
   const FrameHeader& h = in.header;
   const uint64_t left = h.bytes - in.payloadDone;
   ssize_t n = 0;
-  bool gone = false;
-  {
-    std::lock_guard<std::mutex> lock(windowsMutex_);
-    const auto it = windows_.find(h.window);
-    if (it != windows_.end() && h.offset <= it->second.size && h.bytes <= it->second.size - h.offset) {
-      n = in.socket.readSome(it->second.buffer + h.offset + in.payloadDone, std::min(left, kPassBytes));
-    } else {
-      gone = true;
-    }
-  }
+  const bool gone = !windows_.landing(
+      h, in.payloadDone, [&](char* to) { n = in.socket.readSome(to, std::min(left, kPassBytes)); });
   if (gone) {  // the window was deregistered while its put arrived: the rest is read and dropped
     discard_.resize(64 << 10);
     n = in.socket.readSome(discard_.data(), std::min<uint64_t>(left, discard_.size()));
@@ -529,24 +464,14 @@ void Links::endLink(int from, Incoming& in, const std::string& why, bool warn) {
   markLost(from, why);
 }
 
-void Links::markLost(int peer, const std::string& why) const {
-  {
-    std::lock_guard<std::mutex> lock(reasonMutex_);
-    if (lost_[peer].load(std::memory_order_relaxed)) return;  // (the first reason stays)
-    reasons_[peer] = why;
-  }
-  lost_[peer].store(true, std::memory_order_release);
-}
+void Links::markLost(int peer, const std::string& why) const { lost_.mark(peer, why); }
 
-std::string Links::lostReason(int peer) const {
-  std::lock_guard<std::mutex> lock(reasonMutex_);
-  return reasons_[peer];
-}
+std::string Links::lostReason(int peer) const { return lost_.reason(peer); }
 
 bool Links::lost(int peer) const {
-  if (lost_[peer].load(std::memory_order_acquire)) return true;
+  if (lost_.lost(peer)) return true;
   if (!linkOpen_[peer].load(std::memory_order_acquire)) probe(peer);
-  return lost_[peer].load(std::memory_order_acquire);
+  return lost_.lost(peer);
 }
 
 void Links::probe(int peer) const {

@@ -54,34 +54,13 @@
 #include "core/socket.h"
 #include "proxy/proxy.h"
 #include "transport/net/net_end.h"
+#include "transport/net/one_sided_window_table.h"
 
 namespace braid::bootstrap {
 class Bootstrap;
 }
 
 namespace braid::transport::onesided {
-
-constexpr uint32_t kFrameMagic = 0x4f535242;  // "BRSO"
-enum FrameType : uint32_t { kPut = 1, kSignal = 2, kBye = 3 };
-
-/// One operation on a link, as the wire carries it (both ends have the same byte order).
-struct FrameHeader {
-  uint32_t magic;
-  uint32_t type;  ///< FrameType
-  int32_t ctx;    ///< the signal's context
-  uint32_t reserved;
-  uint64_t window;  ///< kPut: the target's window id
-  uint64_t offset;  ///< kPut: where in the target's window the data lands
-  uint64_t bytes;   ///< kPut: data bytes after the header
-  uint64_t unused[3];
-};
-static_assert(sizeof(FrameHeader) == 64 && std::is_trivially_copyable_v<FrameHeader>);
-
-/// A window as the target knows it.
-struct WindowSpan {
-  char* buffer;
-  uint64_t size;
-};
 
 /// What the one-sided calls need of whatever carries their operations to peers they cannot
 /// address (TCP links here; other transports implement the same): the API layer
@@ -109,11 +88,6 @@ class Carrier {
   /// Puts and signals that arrived, and frames refused (tests, logs).
   virtual uint64_t arrivals() const = 0;
 };
-
-/// The target's check of a frame from rank `from`, before anything lands: "" when it may be
-/// applied, else why not (naming the fields). `window` is the span the frame's id names (null:
-/// no such window); `contexts` the communicator's count.
-std::string checkFrame(const FrameHeader& h, int from, int contexts, const WindowSpan* window);
 
 /// Where a rank listens for its peers' links, as the registration's allgather carries it.
 struct Invitation {
@@ -246,13 +220,10 @@ class Links final : public Carrier, public proxy::Pump {
   bool attached_ = false;
   bool orphaned_ = false;
   std::unique_ptr<std::atomic<bool>[]> linkOpen_;  // by rank: a link from it is open now
-  mutable std::unique_ptr<std::atomic<bool>[]> lost_;  // by rank
-  mutable std::mutex reasonMutex_;
-  mutable std::vector<std::string> reasons_;  // by rank, once lost
+  mutable LostPeers lost_;  // (a const wait's probe marks it)
   mutable std::mutex probeMutex_;
   mutable std::vector<net::Clock::time_point> probedAt_;  // by rank
-  std::mutex windowsMutex_;  // held while bytes land in a window
-  std::map<uint64_t, WindowSpan> windows_;
+  WindowTable windows_;
   std::vector<char> discard_;  // payload of a window that went away
   std::atomic<uint64_t> arrivals_{0};
 };

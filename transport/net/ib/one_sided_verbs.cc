@@ -86,9 +86,8 @@ struct Peer {
 class VerbsCarrier final : public Carrier, public proxy::Pump {
  public:
   VerbsCarrier(const VerbsSetup& s, const std::vector<bool>& linked)
-      : setup_(s), lost_(new std::atomic<bool>[s.nRanks]), reasons_(s.nRanks), peers_(s.nRanks) {
+      : setup_(s), lost_(s.nRanks), peers_(s.nRanks) {
     for (int r = 0; r < s.nRanks; ++r) {
-      lost_[r].store(false, std::memory_order_relaxed);
       if (linked[r] && r != s.rank) peers_[r] = std::make_unique<Peer>();
     }
   }
@@ -104,11 +103,8 @@ class VerbsCarrier final : public Carrier, public proxy::Pump {
   void withdrawWindow(uint64_t id) override;
   void put(int peer, uint64_t window, uint64_t offset, const void* data, uint64_t bytes, int ctx) override;
   void signal(int peer, int ctx) override;
-  bool lost(int peer) const override { return lost_[peer].load(std::memory_order_acquire); }
-  std::string lostReason(int peer) const override {
-    std::lock_guard<std::mutex> lock(reasonMutex_);
-    return reasons_[peer];
-  }
+  bool lost(int peer) const override { return lost_.lost(peer); }
+  std::string lostReason(int peer) const override { return lost_.reason(peer); }
   uint64_t arrivals() const override { return arrivals_.load(std::memory_order_relaxed); }
 
   // proxy::Pump: no sockets (the control links are a pump of their own); polls the receive
@@ -159,9 +155,7 @@ class VerbsCarrier final : public Carrier, public proxy::Pump {
   std::unique_ptr<Links> control_;  // liveness only: hellos, goodbyes, closed sockets
   bool attached_ = false;
   bool orphaned_ = false;
-  std::unique_ptr<std::atomic<bool>[]> lost_;
-  mutable std::mutex reasonMutex_;
-  std::vector<std::string> reasons_;
+  LostPeers lost_;
   std::vector<std::unique_ptr<Peer>> peers_;  // by rank: null unless linked
   // Puts read the records (shared); publish and withdraw change them (exclusive).
   std::shared_mutex recordsMutex_;
@@ -581,11 +575,7 @@ void VerbsCarrier::received(const ibv_wc& wc) {
 
 void VerbsCarrier::markLost(int peer, const std::string& why, bool warn) {
   if (warn) BRAID_WARN("one-sided: rank %d: %s", setup_.rank, why.c_str());
-  {
-    std::lock_guard<std::mutex> lock(reasonMutex_);
-    reasons_[peer] = why;
-  }
-  lost_[peer].store(true, std::memory_order_release);
+  lost_.mark(peer, why);
 }
 
 }  // namespace

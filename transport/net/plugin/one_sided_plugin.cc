@@ -21,38 +21,46 @@ namespace {
 constexpr int kTag = 0x42534f50;  // every message of these comms carries it ("BSOP")
 constexpr size_t kHandleScratch = 4096;  // what listen and connect get to write a handle into
 
-FrameHeader frameOf(uint32_t type, int ctx) {
-  FrameHeader h{};
-  h.magic = kFrameMagic;
-  h.type = type;
-  h.ctx = ctx;
-  return h;
+/// How long a wait gives the plugin path from a peer whose control path ended to deliver what
+/// the peer sent before it left (its goodbye comes last).
+constexpr std::chrono::milliseconds kLeftGrace{2000};
+
+int64_t steadyNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 bool aborted(const uint32_t* word) { return word != nullptr && __atomic_load_n(word, __ATOMIC_ACQUIRE) != 0; }
 
 }  // namespace
 
-PluginCarrier::Bounce::Bounce() {
+void PluginCarrier::Bounce::allocate() {
   memory = static_cast<char*>(std::aligned_alloc(4096, kSlots * kChunkBytes));
   if (memory == nullptr) fail(ncclSystemError, "one-sided: out of memory for %" PRIu64 " bytes of bounce slots", kSlots * kChunkBytes);
 }
 
 PluginCarrier::Bounce::~Bounce() { std::free(memory); }
 
-PluginCarrier::PluginCarrier(int rank, int nRanks, int contexts, const uint32_t* abortWord,
-                             std::shared_ptr<plugin::NetSession> session, std::function<void(int, int)> arrive)
+PluginCarrier::PluginCarrier(int rank, int nRanks, int contexts, uint64_t commHash, const uint32_t* abortWord,
+                             std::shared_ptr<plugin::NetSession> session, std::vector<int> devices,
+                             std::function<void(int, int)> arrive)
     : rank_(rank),
       nRanks_(nRanks),
       contexts_(contexts),
+      commHash_(commHash),
       abortWord_(abortWord),
       session_(std::move(session)),
+      devices_(std::move(devices)),
       arrive_(std::move(arrive)),
+      knocked_(new std::atomic<bool>[nRanks]),
+      controlLostAt_(new std::atomic<int64_t>[nRanks]),
       send_(nRanks),
       recv_(nRanks),
-      lost_(new std::atomic<bool>[nRanks]),
-      reasons_(nRanks) {
-  for (int r = 0; r < nRanks; ++r) lost_[r].store(false, std::memory_order_relaxed);
+      lost_(nRanks) {
+  for (int r = 0; r < nRanks; ++r) {
+    knocked_[r].store(false, std::memory_order_relaxed);
+    controlLostAt_[r].store(0, std::memory_order_relaxed);
+  }
 }
 
 std::string PluginCarrier::callFailed(const char* call, int result) const {
@@ -60,25 +68,18 @@ std::string PluginCarrier::callFailed(const char* call, int result) const {
          plugin::NetSession::resultText(static_cast<ncclResult_t>(result));
 }
 
-void PluginCarrier::connect(bootstrap::Bootstrap& channel, const std::vector<bool>& linked,
-                            std::chrono::seconds timeout) {
+void PluginCarrier::open(bootstrap::Bootstrap& channel, const std::vector<bool>& linked, net::SocketAddress listenAt,
+                         std::chrono::seconds timeout) {
   const int n = nRanks_;
-  const int dev = 0;
+  timeout_ = timeout;
+  // The control links: liveness, and the knock (a signal frame) that tells a target to accept.
+  control_ = std::make_unique<Links>(rank_, n, 1, commHash_, abortWord_, [this](int from, int) {
+    knocked_[from].store(true, std::memory_order_release);
+  });
+  control_->open(channel, linked, listenAt, 0, timeout);
   const size_t hb = plugin::kNetHandleBytes;
   // handles[owner][peer]: the handle `owner` listens on for `peer`'s connection.
   std::vector<char> handles(size_t(n) * n * hb, 0);
-  std::vector<void*> listens(n, nullptr);
-  struct CloseListens {  // (NCCL closes a listening comm once its connection is accepted)
-    PluginCarrier* self;
-    std::vector<void*>* listens;
-    ~CloseListens() {
-      auto held = proxy::hold();
-      for (void*& l : *listens) {
-        if (l != nullptr) self->session_->closeListen(l);
-        l = nullptr;
-      }
-    }
-  } closeListens{this, &listens};
   std::vector<char> scratch(kHandleScratch);
   for (int r = 0; r < n; ++r) {
     if (!linked[r]) continue;
@@ -88,69 +89,69 @@ void PluginCarrier::connect(bootstrap::Bootstrap& channel, const std::vector<boo
     ncclResult_t res;
     {
       auto held = proxy::hold();
-      res = session_->listen(dev, scratch.data(), &listens[r]);
+      res = session_->listen(devices_[r], scratch.data(), &recv_[r]->listen);
     }
-    if (res != ncclSuccess) fail(ncclSystemError, "one-sided: %s (device %d)", callFailed("listen", res).c_str(), dev);
+    if (res != ncclSuccess) {
+      fail(ncclSystemError, "one-sided: %s (device %d, for rank %d)", callFailed("listen", res).c_str(), devices_[r], r);
+    }
     std::memcpy(&handles[(size_t(rank_) * n + r) * hb], scratch.data(), hb);
   }
   channel.allGather(handles.data(), size_t(n) * hb);
-
-  // Connect and accept, each call alone with the proxy held (thread ranks of one process share
-  // it), until every comm exists. Every rank calls connect once for each peer before any rank
-  // calls accept (the barrier): as in NCCL's setup rounds, since some plugins' accept blocks
-  // until the connection has come. Connect is then tried again beside accept, as a plugin's
-  // connect may need the peer's accept to progress.
-  std::vector<std::vector<char>> connecting(n);  // (a plugin may keep its connect's state in the handle)
   for (int r = 0; r < n; ++r) {
     if (!linked[r]) continue;
-    connecting[r].assign(kHandleScratch, 0);
-    std::memcpy(connecting[r].data(), &handles[(size_t(r) * n + rank_) * hb], hb);
+    send_[r]->handle.assign(kHandleScratch, 0);  // (a plugin may keep its connect's state in the handle)
+    std::memcpy(send_[r]->handle.data(), &handles[(size_t(r) * n + rank_) * hb], hb);
   }
-  auto tryConnect = [&](int r) {
+  BRAID_INFO(log::kNet, "one-sided: rank %d reaches its linked peers through net plugin %s (comms and %d slots of %"
+             PRIu64 " bytes each way made on first use)", rank_, session_->name().c_str(), kSlots, kChunkBytes);
+  proxy::attach(this);
+  attached_ = true;
+}
+
+ncclResult_t PluginCarrier::registerBounce(void* comm, Bounce& bounce) {
+  if (bounce.memory == nullptr) {  // (a registration that failed before keeps its memory)
+    bounce.allocate();
+    bounceBytes_.fetch_add(kSlots * kChunkBytes, std::memory_order_relaxed);
+  }
+  return session_->regMr(comm, bounce.memory, kSlots * kChunkBytes, NCCL_PTR_HOST, &bounce.mhandle);
+}
+
+void PluginCarrier::ensureConnected(int peer, Sending& s) {
+  if (s.ready.load(std::memory_order_relaxed)) return;
+  checkPeerAlive(peer);
+  const int dev = devices_[peer];
+  auto tryConnect = [&] {
     ncclResult_t res;
     {
       auto held = proxy::hold();
-      res = session_->connect(dev, connecting[r].data(), &send_[r]->comm);
+      res = session_->connect(dev, s.handle.data(), &s.comm);
     }
-    if (res != ncclSuccess) fail(ncclSystemError, "one-sided: %s connecting to rank %d", callFailed("connect", res).c_str(), r);
-    return send_[r]->comm != nullptr;
+    if (res != ncclSuccess) {
+      fail(ncclRemoteError, "cannot open the one-sided link to rank %d (%s, device %d): its communicator ended, its "
+           "process died or the network failed", peer, callFailed("connect", res).c_str(), dev);
+    }
+    return s.comm != nullptr;
   };
-  for (int r = 0; r < n; ++r) {
-    if (linked[r]) tryConnect(r);
-  }
-  channel.barrier();
-  const auto deadline = net::Clock::now() + timeout;
-  for (;;) {
-    bool pending = false;
-    for (int r = 0; r < n; ++r) {
-      if (linked[r] && send_[r]->comm == nullptr) pending |= !tryConnect(r);
-    }
-    for (int r = 0; r < n; ++r) {
-      if (!linked[r] || recv_[r]->comm != nullptr) continue;
-      ncclResult_t res;
-      {
-        auto held = proxy::hold();
-        res = session_->accept(listens[r], &recv_[r]->comm);
-      }
-      if (res != ncclSuccess) fail(ncclSystemError, "one-sided: %s accepting rank %d", callFailed("accept", res).c_str(), r);
-      pending |= recv_[r]->comm == nullptr;
-    }
-    if (!pending) break;
-    net::checkWait(abortWord_, deadline, "one-sided (net plugin): waiting for the peers' connections");
+  const auto deadline = net::Clock::now() + timeout_;
+  bool connected = s.comm != nullptr || tryConnect();  // (a knock that failed before is tried again)
+  // The knock, after the first connect (a plugin's accept may block until the connection is
+  // pending) and before the rest (its connect may need the accept to progress). Not with the
+  // proxy held: the target may be a thread of this process, whose proxy answers the knock.
+  control_->signal(peer, 0);
+  while (!connected) {
+    net::checkWait(abortWord_, deadline, "one-sided (net plugin): waiting for the target to accept the connection");
     std::this_thread::sleep_for(std::chrono::microseconds(200));
+    connected = tryConnect();
   }
-  for (int r = 0; r < n; ++r) {
-    if (!linked[r]) continue;
+  ncclResult_t res;
+  {
     auto held = proxy::hold();
-    for (auto [comm, bounce] : {std::pair{send_[r]->comm, &send_[r]->bounce}, std::pair{recv_[r]->comm, &recv_[r]->bounce}}) {
-      const ncclResult_t res = session_->regMr(comm, bounce->memory, kSlots * kChunkBytes, NCCL_PTR_HOST, &bounce->mhandle);
-      if (res != ncclSuccess) fail(ncclSystemError, "one-sided: %s for rank %d", callFailed("regMr", res).c_str(), r);
-    }
+    res = registerBounce(s.comm, s.bounce);
   }
-  BRAID_INFO(log::kNet, "one-sided: rank %d reaches its linked peers through net plugin %s (%d slots of %" PRIu64 " bytes per comm)",
-             rank_, session_->name().c_str(), kSlots, kChunkBytes);
-  proxy::attach(this);
-  attached_ = true;
+  if (res != ncclSuccess) fail(ncclSystemError, "one-sided: %s for rank %d", callFailed("regMr", res).c_str(), peer);
+  BRAID_INFO(log::kNet, "one-sided: rank %d opened its path to rank %d on net plugin %s device %d (%s)", rank_, peer,
+             session_->name().c_str(), dev, session_->properties(dev).name.c_str());
+  s.ready.store(true, std::memory_order_release);
 }
 
 PluginCarrier::~PluginCarrier() {
@@ -158,20 +159,17 @@ PluginCarrier::~PluginCarrier() {
     if (attached_) proxy::detach(this);
     return;
   }
-  if (!attached_) {  // setup failed: no data call was made, nothing is in flight
-    auto held = proxy::hold();
-    for (auto& s : send_) {
-      if (s == nullptr || s->comm == nullptr) continue;
-      if (s->bounce.mhandle != nullptr) session_->deregMr(s->comm, s->bounce.mhandle);
-      session_->closeSend(s->comm);
+  struct CloseListens {  // (whatever no peer connected to; after the proxy let go of the carrier)
+    PluginCarrier* self;
+    ~CloseListens() {
+      auto held = proxy::hold();
+      for (auto& r : self->recv_) {
+        if (r != nullptr && r->listen != nullptr) self->session_->closeListen(r->listen);
+        if (r != nullptr) r->listen = nullptr;
+      }
     }
-    for (auto& r : recv_) {
-      if (r == nullptr || r->comm == nullptr) continue;
-      if (r->bounce.mhandle != nullptr) session_->deregMr(r->comm, r->bounce.mhandle);
-      session_->closeRecv(r->comm);
-    }
-    return;
-  }
+  } closeListens{this};
+  if (!attached_) return;  // setup failed: no comm was made
   // A goodbye on every send comm: it completes the peer's posted header receive, so the peer
   // can close its comm with nothing in flight, and its waits say this communicator ended.
   const auto until = std::chrono::steady_clock::now() + (aborted(abortWord_) ? kAbortWait : kFinishWait);
@@ -180,7 +178,8 @@ PluginCarrier::~PluginCarrier() {
     if (s == nullptr) continue;
     std::lock_guard<std::mutex> lock(s->mutex);
     // (not after an operation cut short by an abort: the peer would take it for payload)
-    while (!s->midFrame && !s->broken.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until) {
+    while (s->ready.load(std::memory_order_relaxed) && !s->midFrame && !s->broken.load(std::memory_order_acquire) &&
+           std::chrono::steady_clock::now() < until) {
       const uint64_t m = s->filled.load(std::memory_order_relaxed);
       if (m - s->freed.load(std::memory_order_acquire) < kSlots) {
         std::memcpy(s->bounce.slot(m), &bye, sizeof bye);
@@ -211,19 +210,33 @@ PluginCarrier::~PluginCarrier() {
              "are in flight)", rank_, open, session_->name().c_str());
 }
 
-void PluginCarrier::publishWindow(uint64_t id, void* buffer, uint64_t size) {
-  std::lock_guard<std::mutex> lock(windowsMutex_);
-  windows_[id] = WindowSpan{static_cast<char*>(buffer), size};
+void PluginCarrier::publishWindow(uint64_t id, void* buffer, uint64_t size) { windows_.publish(id, buffer, size); }
+
+void PluginCarrier::withdrawWindow(uint64_t id) { windows_.withdraw(id); }
+
+std::string PluginCarrier::lostReason(int peer) const { return lost_.reason(peer); }
+
+bool PluginCarrier::lost(int peer) const {
+  if (lost_.lost(peer)) return true;
+  if (control_ == nullptr || !control_->lost(peer)) return false;  // (probes a peer with no control link open)
+  // The peer's communicator or process ended. A peer that never connected sent nothing; one
+  // that did gets kLeftGrace for its plugin path to deliver what it sent before (its goodbye,
+  // which comes last, ends the path sooner), as a plugin may never fail a vanished peer's request.
+  if (knocked_[peer].load(std::memory_order_acquire)) {
+    int64_t since = controlLostAt_[peer].load(std::memory_order_relaxed);
+    if (since == 0) {
+      controlLostAt_[peer].compare_exchange_strong(since, steadyNanos());
+      return false;
+    }
+    if (steadyNanos() - since < std::chrono::nanoseconds(kLeftGrace).count()) return false;
+  }
+  lost_.mark(peer, control_->lostReason(peer));
+  return true;
 }
 
-void PluginCarrier::withdrawWindow(uint64_t id) {
-  std::lock_guard<std::mutex> lock(windowsMutex_);  // (waits for bytes landing in it now)
-  windows_.erase(id);
-}
-
-std::string PluginCarrier::lostReason(int peer) const {
-  std::lock_guard<std::mutex> lock(reasonMutex_);
-  return reasons_[peer];
+void PluginCarrier::checkPeerAlive(int peer) {
+  if (!control_->lost(peer)) return;
+  fail(ncclRemoteError, "the one-sided link to rank %d broke (%s)", peer, control_->lostReason(peer).c_str());
 }
 
 // ---- the caller's side ----
@@ -241,6 +254,7 @@ void PluginCarrier::signal(int peer, int ctx) { write(peer, frameOf(kSignal, ctx
 void PluginCarrier::write(int peer, const FrameHeader& h, const void* payload) {
   Sending& s = *send_[peer];
   std::lock_guard<std::mutex> lock(s.mutex);
+  ensureConnected(peer, s);
   auto push = [&](const void* from, uint64_t size) {
     waitForSlot(peer, s);
     const uint64_t m = s.filled.load(std::memory_order_relaxed);
@@ -269,6 +283,8 @@ void PluginCarrier::waitForSlot(int peer, Sending& s) {
       std::this_thread::yield();
     } else {
       if (tries % 64 == 0) proxy::kick();
+      // (every ~100 ms: a vanished peer's plugin may never finish or fail the sends)
+      if (tries % 4096 == 0) checkPeerAlive(peer);
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
   }
@@ -280,14 +296,38 @@ bool PluginCarrier::progress(const pollfd*) {
   if (orphaned_) return false;
   bool moved = false;
   for (int r = 0; r < nRanks_; ++r) {
-    if (send_[r] != nullptr && !send_[r]->closed) moved |= pumpSend(r, *send_[r]);
-    if (recv_[r] != nullptr && !recv_[r]->closed) moved |= pumpReceive(r, *recv_[r]);
+    Sending* s = send_[r].get();
+    if (s != nullptr && !s->closed && s->ready.load(std::memory_order_acquire)) moved |= pumpSend(r, *s);
+    Receiving* in = recv_[r].get();
+    if (in == nullptr || in->closed || in->ended) continue;
+    if (!in->accepted && knocked_[r].load(std::memory_order_acquire)) moved |= tryAccept(r, *in);
+    if (in->accepted) moved |= pumpReceive(r, *in);
   }
   if (closing_.load(std::memory_order_acquire) && !released_.load(std::memory_order_relaxed) && closeFinished()) {
     released_.store(true, std::memory_order_release);
     moved = true;
   }
   return moved;
+}
+
+bool PluginCarrier::tryAccept(int from, Receiving& r) {
+  ncclResult_t res = session_->accept(r.listen, &r.comm);
+  if (res != ncclSuccess) {
+    endFrom(from, r, "one-sided: " + callFailed("accept", res) + " for rank " + std::to_string(from), true);
+    return true;
+  }
+  if (r.comm == nullptr) return false;  // (not yet: again on a later pass)
+  session_->closeListen(r.listen);  // (as NCCL does once its connection is accepted)
+  r.listen = nullptr;
+  r.accepted = true;
+  res = registerBounce(r.comm, r.bounce);
+  if (res != ncclSuccess) {
+    endFrom(from, r, "one-sided: " + callFailed("regMr", res) + " for rank " + std::to_string(from), true);
+    return true;
+  }
+  BRAID_INFO(log::kNet, "one-sided: rank %d accepted rank %d's path on net plugin %s device %d (%s)", rank_, from,
+             session_->name().c_str(), devices_[from], session_->properties(devices_[from]).name.c_str());
+  return true;
 }
 
 bool PluginCarrier::pumpSend(int peer, Sending& s) {
@@ -380,16 +420,8 @@ void PluginCarrier::received(int from, Receiving& r) {
     return;
   }
   const FrameHeader& h = r.frame;
-  {
-    std::lock_guard<std::mutex> lock(windowsMutex_);
-    const auto it = windows_.find(h.window);
-    // (the span checkFrame accepted, unless the window went away since)
-    if (!r.dropped && it != windows_.end() && h.offset <= it->second.size && h.bytes <= it->second.size - h.offset) {
-      std::memcpy(it->second.buffer + h.offset + r.landed, slot, size);
-    } else {
-      r.dropped = true;
-    }
-  }
+  // (the span checkFrame accepted, unless the window went away since)
+  if (!r.dropped && !windows_.landing(h, r.landed, [&](char* to) { std::memcpy(to, slot, size); })) r.dropped = true;
   r.landed += size;
   if (r.landed < h.bytes) return;
   if (r.dropped) {
@@ -406,12 +438,7 @@ void PluginCarrier::received(int from, Receiving& r) {
 }
 
 bool PluginCarrier::acceptHeader(int from, Receiving& r, const FrameHeader& h) {
-  std::string refused;
-  {
-    std::lock_guard<std::mutex> lock(windowsMutex_);
-    const auto it = windows_.find(h.window);
-    refused = checkFrame(h, from, contexts_, it == windows_.end() ? nullptr : &it->second);
-  }
+  const std::string refused = windows_.check(h, from, contexts_);
   if (!refused.empty()) {
     endFrom(from, r, refused, true);
     return false;
@@ -439,14 +466,11 @@ bool PluginCarrier::acceptHeader(int from, Receiving& r, const FrameHeader& h) {
 void PluginCarrier::endFrom(int from, Receiving& r, const std::string& why, bool warn) {
   if (warn) BRAID_WARN("one-sided: rank %d: %s", rank_, why.c_str());
   r.ended = true;
-  {
-    std::lock_guard<std::mutex> lock(reasonMutex_);
-    reasons_[from] = why;
-  }
-  lost_[from].store(true, std::memory_order_release);
+  lost_.mark(from, why);
+  if (r.comm == nullptr) r.closed = true;  // (never accepted: nothing to close but the listen, at the end)
   // Nothing in flight (a refused header, a goodbye): the comm closes now, which also ends the
   // peer's sends on it, so that a refused peer's puts fail instead of waiting for room.
-  if (r.posted == r.done && !r.closed) {
+  if (r.posted == r.done && !r.closed && r.comm != nullptr) {
     if (r.bounce.mhandle != nullptr) session_->deregMr(r.comm, r.bounce.mhandle);
     r.bounce.mhandle = nullptr;
     session_->closeRecv(r.comm);
@@ -471,6 +495,10 @@ bool PluginCarrier::closeFinished() {
   bool all = true;
   for (auto& s : send_) {
     if (s == nullptr || s->closed) continue;
+    if (!s->ready.load(std::memory_order_acquire)) {  // never used
+      s->closed = true;
+      continue;
+    }
     const bool idle = s->posted == s->freed.load(std::memory_order_relaxed);
     const bool broken = s->broken.load(std::memory_order_relaxed);
     if (idle && (broken || s->posted == s->filled.load(std::memory_order_acquire))) {
@@ -489,6 +517,10 @@ bool PluginCarrier::closeFinished() {
   }
   for (auto& r : recv_) {
     if (r == nullptr || r->closed) continue;
+    if (!r->accepted && !r->ended) {  // the peer never connected (its listen closes at the end)
+      r->closed = true;
+      continue;
+    }
     if (r->ended) {  // (with nothing in flight endFrom closed it)
       r->bounce.memory = nullptr;
       r->closed = true;
