@@ -31,9 +31,11 @@
 // and to open one more it first closes its least recently used idle link with a pause frame
 // (a goodbye that says "I may come back"): the target drains it, forgets it without counting
 // its origin as lost, and answers the origin's next Hello only after that, so frames of the
-// old and new link never overtake each other. A target keeps at most that many incoming links
-// open; the Hello of one more origin is refused, and that origin's put fails naming the target
-// and the limit.
+// old and new link never overtake each other. In NCCL maxP2pPeers only sizes the channels of
+// point-to-point work (it never fails an operation), so a target adopts every origin's link,
+// beyond the bound too (an INFO line says so once): a fan-in holds one link per origin, at
+// most nRanks - 1, and the job at most nRanks x bound, since each link holds one of its
+// origin's slots.
 //
 // The link from a peer ends cleanly with a goodbye frame (its communicator was destroyed or
 // aborted) or is lost (its process ended, the network broke); either way a wait on that peer
@@ -245,6 +247,7 @@ class Links final : public Carrier, public proxy::Pump {
   std::vector<int> pendingPolledAt_;
   bool attached_ = false;
   bool orphaned_ = false;
+  bool toldBeyondBound_ = false;  // the INFO line on a fan-in beyond the bound was written
   std::unique_ptr<std::atomic<bool>[]> linkOpen_;  // by rank: a link from it is open now
   mutable std::unique_ptr<std::atomic<bool>[]> lost_;  // by rank
   mutable std::mutex reasonMutex_;
