@@ -167,6 +167,9 @@ class Links final : public Carrier, public proxy::Pump {
   bool progress(const pollfd* polled) override;
   void orphan() override;
   void broke(const std::string& why) override;
+  /// Only a Hello's deadline needs passes without a ready socket (waits probe peers on their
+  /// own threads): an idle proxy otherwise sleeps until a socket wakes it.
+  bool needsPolling() const override { return !pending_.empty(); }
 
  private:
   /// One incoming link: its socket and the frame being read.
