@@ -120,15 +120,7 @@ TEST_CASE("one-sided links: maxP2pPeers = 1 carries a ring", "[integration][rma]
       INFO(n << " ranks as " << (threads ? "threads" : "processes"));
       CHECK(braid::test::rma::withWindows(
                 n, threads, linkedSetup(4096, 1), [n](int rank, ncclComm_t comm, ncclWindow_t win, char* window) {
-                  const int next = (rank + 1) % n, previous = (rank + n - 1) % n;
-                  for (int round = 0; round < 20; ++round) {
-                    const int value = round * 100 + rank;
-                    EXPECT_OK(ncclPutSignal(&value, 1, ncclInt32, next, win, 4 * round, 0, 0, 0, comm, nullptr));
-                    waitFor(comm, previous, 0, 1);
-                    int got = 0;
-                    std::memcpy(&got, window + 4 * round, sizeof got);
-                    expect(got == round * 100 + previous, "round " + std::to_string(round) + ": " + std::to_string(got));
-                  }
+                  braid::test::rma::putAroundRing(rank, n, comm, win, window, 20);
                   Links& links = linksOf(comm);
                   expect(links.bound() == 1 && links.outgoingOpen() == 1 && links.incomingOpen() == 1,
                          "bound " + std::to_string(links.bound()) + ", open " + std::to_string(links.outgoingOpen()) +

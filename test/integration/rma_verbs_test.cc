@@ -282,15 +282,7 @@ TEST_CASE("one-sided over verbs: the idle proxy sleeps on the completion channel
       INFO((channel ? "with" : "without") << " a completion channel, " << (threads ? "threads" : "processes"));
       setenv("BRAID_FAKE_VERBS_NO_CHANNEL", channel ? "0" : "1", 1);
       CHECK(withVerbsWindows(2, threads, 4096, [&](int rank, ncclComm_t comm, ncclWindow_t win, unsigned char* window) {
-              const int peer = 1 - rank;
-              for (int round = 0; round < 20; ++round) {
-                const int value = round * 10 + rank;
-                EXPECT_OK(ncclPutSignal(&value, 1, ncclInt32, peer, win, 4 * round, 0, 0, 0, comm, nullptr));
-                waitFor(comm, peer, 0, 1);
-                int got = 0;
-                std::memcpy(&got, window + 4 * round, sizeof got);
-                expect(got == round * 10 + peer, "round " + std::to_string(round) + ": " + std::to_string(got));
-              }
+              braid::test::rma::putAroundRing(rank, 2, comm, win, reinterpret_cast<char*>(window), 20);
               if (threads && rank == 0) {
                 std::this_thread::sleep_for(std::chrono::milliseconds(100));  // (past the busy passes)
                 const long before = proxyWakeups();
