@@ -47,6 +47,7 @@
 #define _GNU_SOURCE
 #include <infiniband/verbs.h>
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -305,7 +306,31 @@ struct fake_channel {
   char bell[64];
   int self;
   int cqs; /* CQs made with it */
+  pid_t creator;
+  struct fake_channel* next;
 };
+static struct fake_channel* channels;
+
+/* A process that exits without destroying its channels (a test that abandons a communicator)
+ * takes their FIFOs with it (not those a forked child inherited); a killed one leaves them
+ * behind until the next channel of this machine sweeps the FIFOs of processes that are gone. */
+__attribute__((destructor)) static void unlink_bells(void) {
+  for (struct fake_channel* f = channels; f; f = f->next)
+    if (f->creator == getpid()) unlink(f->bell);
+}
+
+static void sweep_bells(void) {
+  DIR* d = opendir("/dev/shm");
+  for (struct dirent* e; d && (e = readdir(d));) {
+    int pid = 0;
+    if (sscanf(e->d_name, "fake-verbs-bell-%d-", &pid) != 1 || pid <= 0) continue;
+    if (kill(pid, 0) == 0 || errno != ESRCH) continue;
+    char path[300];
+    snprintf(path, sizeof path, "/dev/shm/%s", e->d_name);
+    unlink(path);
+  }
+  if (d) closedir(d);
+}
 
 struct fake_cq {
   struct ibv_cq cq;
@@ -335,8 +360,10 @@ struct ibv_comp_channel* ibv_create_comp_channel(struct ibv_context* c) {
   }
   struct fake_channel* f = calloc(1, sizeof *f);
   if (!f) return NULL;
+  sweep_bells();
   pthread_mutex_lock(&lock);
-  snprintf(f->bell, sizeof f->bell, "/dev/shm/fake-verbs-bell-%d-%u", (int)getpid(), ++count);
+  f->creator = getpid();
+  snprintf(f->bell, sizeof f->bell, "/dev/shm/fake-verbs-bell-%d-%u", (int)f->creator, ++count);
   pthread_mutex_unlock(&lock);
   unlink(f->bell); /* (a killed process of the same pid left it) */
   f->ch.fd = f->self = -1;
@@ -352,6 +379,10 @@ struct ibv_comp_channel* ibv_create_comp_channel(struct ibv_context* c) {
   fcntl(f->ch.fd, F_SETFL, 0); /* blocking, as a real channel starts */
   f->ch.context = c;
   f->ch.refcnt = 0;
+  pthread_mutex_lock(&lock);
+  f->next = channels;
+  channels = f;
+  pthread_mutex_unlock(&lock);
   return &f->ch;
 }
 
@@ -359,6 +390,12 @@ int ibv_destroy_comp_channel(struct ibv_comp_channel* ch) {
   struct fake_channel* f = (struct fake_channel*)ch;
   pthread_mutex_lock(&lock);
   int busy = f->cqs;
+  for (struct fake_channel** p = &channels; !busy && *p; p = &(*p)->next) {
+    if (*p == f) {
+      *p = f->next;
+      break;
+    }
+  }
   pthread_mutex_unlock(&lock);
   if (busy) {
     fprintf(stderr, "fake verbs: ibv_destroy_comp_channel with %d CQs still using it\n", busy);
