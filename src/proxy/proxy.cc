@@ -119,6 +119,7 @@ void loop() {
   uint32_t idle = 0;
   std::vector<pollfd> fds;
   std::vector<size_t> first;  // per pump: its first entry in fds
+  bool timed = true;          // a pump needs passes while its descriptors are quiet
   ControlReporter control;    // ProxyCtrl events, for the communicators that want them
   while (!s.stop.load(std::memory_order_acquire)) {
     uint64_t generation;
@@ -132,14 +133,18 @@ void loop() {
       fds.clear();
       first.clear();
       fds.push_back({s.doorbell, POLLIN, 0});
+      timed = false;
       for (Pump* p : s.list) {
         first.push_back(fds.size());
-        if (!isBroken(s, p)) p->pollSet(&fds);
+        if (isBroken(s, p)) continue;
+        p->pollSet(&fds);
+        timed |= p->needsPolling();
       }
     }
     // Not under the lock: attach and detach get it between passes (detach kicks the doorbell).
     const timespec wait = {0, idle < kBusyPasses ? 0 : idleWaitNs(idle)};
-    const int ready = ppoll(fds.data(), fds.size(), &wait, nullptr);
+    const bool forever = idle >= kBusyPasses && !timed;  // (a descriptor or the doorbell wakes it)
+    const int ready = ppoll(fds.data(), fds.size(), forever ? nullptr : &wait, nullptr);
     if (ready > 0 && (fds[0].revents & POLLIN)) {
       uint64_t rings = 0;
       if (read(s.doorbell, &rings, sizeof rings) > 0) {

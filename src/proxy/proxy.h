@@ -7,6 +7,8 @@
 // nothing for a while it waits, with a timeout that grows from 20 us to 1 ms the longer the
 // proxy stays idle (timer slack 1 us): data from the network wakes it at once, a step a kernel
 // publishes is seen within the timeout, and kick() (an operation starting) wakes it at once.
+// Where no pump needs the timeout (the one-sided carriers only wait on descriptors: sockets, a
+// verbs completion channel) the idle wait has none.
 // An idle communicator thus leaves the CPU to the ranks: on machines with few cores a
 // spinning proxy would starve them.
 // User threads never wait for it: they only read and write FIFO memory.
@@ -38,6 +40,12 @@ class Pump {
   /// dead; say so to the ranks (its fault box) instead of ending the process. The pump is
   /// never progressed again.
   virtual void broke(const std::string& why) { (void)why; }
+  /// Proxy thread only, with pollSet: whether this pump must be passed over now and then even
+  /// when none of its descriptors is ready (a FIFO step a kernel publishes, a deadline to
+  /// check). False for a pump whose every event makes one of its descriptors ready (a socket's
+  /// bytes, a completion channel): while no attached pump needs it, an idle proxy sleeps in
+  /// ppoll until a descriptor or kick() wakes it, instead of waking every millisecond.
+  virtual bool needsPolling() const { return true; }
 };
 
 /// Hands `pump` to the progress thread (starting it if needed).

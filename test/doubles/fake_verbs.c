@@ -26,12 +26,28 @@
  * IBV_WC_REM_ACCESS_ERR (tests of error reporting). Modify-QP checks what real RoCE needs: a global route (GRH) at RTR on an
  * Ethernet port, a valid GID index; INIT needs an active port.
  *
+ * Completion channels, as real verbs have them: a CQ created with a channel and armed with
+ * ibv_req_notify_cq raises one event when its next completion lands (one-shot: arm again for
+ * the next); the channel's descriptor is then readable and ibv_get_cq_event returns the CQ
+ * (blocking, or -1 with EAGAIN when the descriptor was made non-blocking); every event must be
+ * acknowledged (ibv_ack_cq_events) before the CQ is destroyed, and a channel with CQs cannot be
+ * destroyed (both fail with EBUSY here, and say so, where real verbs would wait or fail). A
+ * channel is a FIFO, /dev/shm/fake-verbs-bell-*, because the double has no NIC: a peer that
+ * writes into a QP's ring while the receive CQ of that QP is armed also writes a byte to that
+ * CQ's channel, so that the owner wakes and applies the write (the ring says whether the CQ is
+ * armed; arming orders itself before the caller's next poll, which finds any write the peer
+ * made without ringing); an owner that frees room in a ring its writer found full wakes the
+ * writer's channel the same way (ibv_get_cq_event then returns -1/EAGAIN when no armed CQ got
+ * a completion: a spurious wake, which real verbs would not have).
+ * BRAID_FAKE_VERBS_NO_CHANNEL=1 makes ibv_create_comp_channel fail (ENOSYS).
+ *
  * All of it is serialised by one lock per process. A QP's segment is unlinked as soon as its
  * peer has opened it, or when the QP is destroyed; a process killed before either leaves it
  * behind (/dev/shm/fake-verbs-*). */
 #define _GNU_SOURCE
 #include <infiniband/verbs.h>
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -41,6 +57,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -90,6 +107,7 @@ void ibv_free_device_list(struct ibv_device** l) { (void)l; }
 const char* ibv_get_device_name(struct ibv_device* d) { return d->name; }
 
 static int fake_poll_cq(struct ibv_cq* cq, int n, struct ibv_wc* wc);
+static int fake_req_notify_cq(struct ibv_cq* cq, int solicited_only);
 static int fake_post_send(struct ibv_qp* qp, struct ibv_send_wr* wr, struct ibv_send_wr** bad);
 static int fake_post_recv(struct ibv_qp* qp, struct ibv_recv_wr* wr, struct ibv_recv_wr** bad);
 
@@ -99,6 +117,7 @@ struct ibv_context* ibv_open_device(struct ibv_device* d) {
   pthread_mutex_lock(&lock);
   contexts[i].device = d;
   contexts[i].ops.poll_cq = fake_poll_cq;
+  contexts[i].ops.req_notify_cq = fake_req_notify_cq;
   contexts[i].ops.post_send = fake_post_send;
   contexts[i].ops.post_recv = fake_post_recv;
   pthread_mutex_unlock(&lock);
@@ -280,17 +299,117 @@ static struct fake_mr* find_mr(uint32_t key, uint64_t addr, uint64_t len, int ac
 
 /* ---- completion queues ---- */
 
+/* A completion channel: the FIFO `bell`, read through ch.fd; `self` is this process's own
+ * writer (local events, and no end-of-file while no peer holds the FIFO open). */
+struct fake_channel {
+  struct ibv_comp_channel ch;
+  char bell[64];
+  int self;
+  int cqs; /* CQs made with it */
+  pid_t creator;
+  struct fake_channel* next;
+};
+static struct fake_channel* channels;
+
+/* A process that exits without destroying its channels (a test that abandons a communicator)
+ * takes their FIFOs with it (not those a forked child inherited); a killed one leaves them
+ * behind until the next channel of this machine sweeps the FIFOs of processes that are gone. */
+__attribute__((destructor)) static void unlink_bells(void) {
+  for (struct fake_channel* f = channels; f; f = f->next)
+    if (f->creator == getpid()) unlink(f->bell);
+}
+
+static void sweep_bells(void) {
+  DIR* d = opendir("/dev/shm");
+  for (struct dirent* e; d && (e = readdir(d));) {
+    int pid = 0;
+    if (sscanf(e->d_name, "fake-verbs-bell-%d-", &pid) != 1 || pid <= 0) continue;
+    if (kill(pid, 0) == 0 || errno != ESRCH) continue;
+    char path[300];
+    snprintf(path, sizeof path, "/dev/shm/%s", e->d_name);
+    unlink(path);
+  }
+  if (d) closedir(d);
+}
+
 struct fake_cq {
   struct ibv_cq cq;
   struct ibv_wc* entries;
   int capacity, head, count;
+  struct fake_channel* channel;
+  int armed, event_pending;
+  unsigned events, acked;
   struct fake_cq* next;
 };
 static struct fake_cq* cqs;
 
+static void set_armed(struct ibv_cq* cq, uint32_t armed);
+
+static void ring_bell(int fd) {
+  const char one = 1;
+  if (fd >= 0 && write(fd, &one, 1) < 0) { /* full: it is readable already */
+  }
+}
+
+struct ibv_comp_channel* ibv_create_comp_channel(struct ibv_context* c) {
+  static unsigned count;
+  const char* none = getenv("BRAID_FAKE_VERBS_NO_CHANNEL");
+  if (none && *none == '1') { /* (a provider without completion channels: the carrier polls) */
+    errno = ENOSYS;
+    return NULL;
+  }
+  struct fake_channel* f = calloc(1, sizeof *f);
+  if (!f) return NULL;
+  sweep_bells();
+  pthread_mutex_lock(&lock);
+  f->creator = getpid();
+  snprintf(f->bell, sizeof f->bell, "/dev/shm/fake-verbs-bell-%d-%u", (int)f->creator, ++count);
+  pthread_mutex_unlock(&lock);
+  unlink(f->bell); /* (a killed process of the same pid left it) */
+  f->ch.fd = f->self = -1;
+  if (mkfifo(f->bell, 0600) != 0 || (f->ch.fd = open(f->bell, O_RDONLY | O_NONBLOCK | O_CLOEXEC)) < 0 ||
+      (f->self = open(f->bell, O_WRONLY | O_NONBLOCK | O_CLOEXEC)) < 0) {
+    int e = errno;
+    if (f->ch.fd >= 0) close(f->ch.fd);
+    unlink(f->bell);
+    free(f);
+    errno = e;
+    return NULL;
+  }
+  fcntl(f->ch.fd, F_SETFL, 0); /* blocking, as a real channel starts */
+  f->ch.context = c;
+  f->ch.refcnt = 0;
+  pthread_mutex_lock(&lock);
+  f->next = channels;
+  channels = f;
+  pthread_mutex_unlock(&lock);
+  return &f->ch;
+}
+
+int ibv_destroy_comp_channel(struct ibv_comp_channel* ch) {
+  struct fake_channel* f = (struct fake_channel*)ch;
+  pthread_mutex_lock(&lock);
+  int busy = f->cqs;
+  for (struct fake_channel** p = &channels; !busy && *p; p = &(*p)->next) {
+    if (*p == f) {
+      *p = f->next;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&lock);
+  if (busy) {
+    fprintf(stderr, "fake verbs: ibv_destroy_comp_channel with %d CQs still using it\n", busy);
+    return EBUSY;
+  }
+  close(f->ch.fd);
+  close(f->self);
+  unlink(f->bell);
+  free(f);
+  return 0;
+}
+
 struct ibv_cq* ibv_create_cq(struct ibv_context* c, int cqe, void* cq_context, struct ibv_comp_channel* channel,
                              int comp_vector) {
-  (void)channel;
   (void)comp_vector;
   if (cqe < 1) {
     errno = EINVAL;
@@ -302,8 +421,11 @@ struct ibv_cq* ibv_create_cq(struct ibv_context* c, int cqe, void* cq_context, s
   q->entries = calloc((size_t)cqe, sizeof(struct ibv_wc));
   q->cq.context = c;
   q->cq.cq_context = cq_context;
+  q->cq.channel = channel;
   q->cq.cqe = cqe;
+  q->channel = (struct fake_channel*)channel;
   pthread_mutex_lock(&lock);
+  if (q->channel) ++q->channel->cqs;
   q->next = cqs;
   cqs = q;
   pthread_mutex_unlock(&lock);
@@ -311,21 +433,29 @@ struct ibv_cq* ibv_create_cq(struct ibv_context* c, int cqe, void* cq_context, s
 }
 
 int ibv_destroy_cq(struct ibv_cq* cq) {
+  struct fake_cq* q = (struct fake_cq*)cq;
   pthread_mutex_lock(&lock);
+  if (q->events != q->acked) {
+    unsigned owed = q->events - q->acked;
+    pthread_mutex_unlock(&lock);
+    fprintf(stderr, "fake verbs: ibv_destroy_cq with %u events not acknowledged (real verbs waits for them)\n", owed);
+    return EBUSY;
+  }
   for (struct fake_cq** p = &cqs; *p; p = &(*p)->next) {
-    if (&(*p)->cq == cq) {
-      struct fake_cq* q = *p;
+    if (*p == q) {
       *p = q->next;
-      free(q->entries);
-      free(q);
       break;
     }
   }
+  if (q->channel) --q->channel->cqs;
   pthread_mutex_unlock(&lock);
+  free(q->entries);
+  free(q);
   return 0;
 }
 
-/* Caller holds the lock. A full queue drops the entry, as an overrun CQ would lose it. */
+/* Caller holds the lock. A full queue drops the entry, as an overrun CQ would lose it. An armed
+ * CQ raises its one event. */
 static void push_wc(struct ibv_cq* cq, const struct ibv_wc* wc) {
   struct fake_cq* q = (struct fake_cq*)cq;
   if (q->count == q->capacity) {
@@ -334,6 +464,68 @@ static void push_wc(struct ibv_cq* cq, const struct ibv_wc* wc) {
   }
   q->entries[(q->head + q->count) % q->capacity] = *wc;
   ++q->count;
+  if (q->armed) {
+    q->armed = 0;
+    q->event_pending = 1;
+    set_armed(cq, 0);
+    ring_bell(q->channel->self);
+  }
+}
+
+static int fake_req_notify_cq(struct ibv_cq* cq, int solicited_only) {
+  struct fake_cq* q = (struct fake_cq*)cq;
+  (void)solicited_only; /* (every completion here is one a solicited request would see) */
+  if (!q->channel) return EINVAL;
+  pthread_mutex_lock(&lock);
+  q->armed = 1;
+  set_armed(cq, 1);
+  __atomic_thread_fence(__ATOMIC_SEQ_CST); /* (before the caller's next poll reads the rings) */
+  pthread_mutex_unlock(&lock);
+  return 0;
+}
+
+static void progress(void);
+
+int ibv_get_cq_event(struct ibv_comp_channel* ch, struct ibv_cq** cq, void** cq_context) {
+  struct fake_channel* f = (struct fake_channel*)ch;
+  for (;;) {
+    char bytes[256];
+    if (read(f->ch.fd, bytes, sizeof bytes) < 0) { /* (empty) */
+    }
+    pthread_mutex_lock(&lock);
+    progress(); /* (what peers wrote into this process's rings lands now) */
+    struct fake_cq* found = NULL;
+    int more = 0;
+    for (struct fake_cq* q = cqs; q; q = q->next) {
+      if (q->channel != f || !q->event_pending) continue;
+      if (found) {
+        more = 1;
+        break;
+      }
+      found = q;
+    }
+    if (found) {
+      found->event_pending = 0;
+      ++found->events;
+      *cq = &found->cq;
+      *cq_context = found->cq.cq_context;
+      if (more) ring_bell(f->self); /* (the descriptor stays readable for the next one) */
+    }
+    pthread_mutex_unlock(&lock);
+    if (found) return 0;
+    if (fcntl(f->ch.fd, F_GETFL) & O_NONBLOCK) {
+      errno = EAGAIN;
+      return -1;
+    }
+    struct pollfd p = {f->ch.fd, POLLIN, 0};
+    poll(&p, 1, -1);
+  }
+}
+
+void ibv_ack_cq_events(struct ibv_cq* cq, unsigned int n) {
+  pthread_mutex_lock(&lock);
+  ((struct fake_cq*)cq)->acked += n;
+  pthread_mutex_unlock(&lock);
 }
 
 /* ---- the shared rings between QPs ---- */
@@ -347,7 +539,11 @@ struct ring {
   uint32_t pad;
   uint64_t head; /* consumer offset (owner) */
   uint64_t tail; /* producer offset (peer) */
-  char pad2[24];
+  uint32_t writer_waiting; /* the peer found the ring full: wake it when room frees */
+  uint32_t owner_armed;    /* the owner's receive CQ waits for an event: wake its channel */
+  char pad2[16];
+  char owner_bell[64];  /* the channel of the owner's receive CQ ("": none) */
+  char writer_bell[64]; /* the channel of the peer's receive CQ ("": none) */
   char data[RING_BYTES];
 };
 
@@ -379,6 +575,7 @@ struct fake_qp {
   uint64_t* recvs; /* posted receive wr_ids */
   int recv_capacity, recv_head, recv_count;
   struct pending *first, *last;
+  int owner_fd, writer_fd; /* the peer's channel, this QP's writer's channel (opened on use), or -1 */
   long fail_after; /* BRAID_FAKE_VERBS_FAIL_AFTER when the QP was created, or -1 */
   long sends_ok;
   struct fake_qp* next;
@@ -439,6 +636,9 @@ struct ibv_qp* ibv_create_qp(struct ibv_pd* pd, struct ibv_qp_init_attr* attr) {
   q->fail_after = fail_after && *fail_after ? atol(fail_after) : -1;
   q->in->magic = RING_MAGIC;
   q->in->owner_pid = getpid();
+  q->owner_fd = q->writer_fd = -1;
+  const struct fake_channel* bell = ((struct fake_cq*)attr->recv_cq)->channel;
+  if (bell) snprintf(q->in->owner_bell, sizeof q->in->owner_bell, "%s", bell->bell);
   q->qp.context = pd->context;
   q->qp.pd = pd;
   q->qp.send_cq = attr->send_cq;
@@ -479,6 +679,9 @@ int ibv_modify_qp(struct ibv_qp* qp, struct ibv_qp_attr* attr, int mask) {
       if (!q->out || q->out->magic != RING_MAGIC) {
         rc = EINVAL; /* no such QP on this "fabric" */
       } else {
+        const struct fake_channel* bell = ((struct fake_cq*)qp->recv_cq)->channel;
+        if (bell) snprintf(q->out->writer_bell, sizeof q->out->writer_bell, "%s", bell->bell);
+        if (q->out->owner_bell[0]) q->owner_fd = open(q->out->owner_bell, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
         __atomic_store_n(&q->out->attached, 1, __ATOMIC_RELEASE);
       }
     }
@@ -507,6 +710,8 @@ int ibv_destroy_qp(struct ibv_qp* qp) {
   if (q->name_linked) shm_unlink(q->name);
   munmap(q->in, sizeof(struct ring));
   if (q->out) munmap(q->out, sizeof(struct ring));
+  if (q->owner_fd >= 0) close(q->owner_fd);
+  if (q->writer_fd >= 0) close(q->writer_fd);
   while (q->first) {
     struct pending* next = q->first->next;
     free(q->first->data);
@@ -516,6 +721,13 @@ int ibv_destroy_qp(struct ibv_qp* qp) {
   free(q->recvs);
   free(q);
   return 0;
+}
+
+/* Tells the peers writing into the rings of the QPs that receive on `cq` whether to wake its
+ * channel. Lock held. */
+static void set_armed(struct ibv_cq* cq, uint32_t armed) {
+  for (struct fake_qp* q = qps; q; q = q->next)
+    if (q->qp.recv_cq == cq) __atomic_store_n(&q->in->owner_armed, armed, __ATOMIC_SEQ_CST);
 }
 
 /* ---- posting ---- */
@@ -550,16 +762,24 @@ static int peer_gone(const struct ring* r) {
   return kill(r->owner_pid, 0) != 0 && errno == ESRCH;
 }
 
-/* Moves pending work requests into the peer's ring, as far as it has room. Lock held. */
+/* Moves pending work requests into the peer's ring, as far as it has room, and wakes the peer's
+ * channel. Lock held. */
 static void push_pending(struct fake_qp* q) {
   struct ring* r = q->out;
+  uint64_t pushed_from = r ? r->tail : 0;
   while (q->first && q->qp.state == IBV_QPS_RTS) {
     if (peer_gone(r)) return fail_qp(q, IBV_WC_RETRY_EXC_ERR);
     if (__atomic_load_n(&r->access_error, __ATOMIC_ACQUIRE)) return fail_qp(q, IBV_WC_REM_ACCESS_ERR);
     struct pending* p = q->first;
     uint32_t n = p->len - p->done < CHUNK_BYTES ? p->len - p->done : CHUNK_BYTES;
     uint64_t head = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE), tail = r->tail;
-    if (tail + sizeof(struct message) + padded(n) - head > RING_BYTES) return; /* full: later */
+    if (tail + sizeof(struct message) + padded(n) - head > RING_BYTES) {
+      /* Full: the owner wakes this process's channel once it frees room (asked before looking
+       * again, so that a drain in between is not missed). */
+      __atomic_store_n(&r->writer_waiting, 1, __ATOMIC_SEQ_CST);
+      if (tail + sizeof(struct message) + padded(n) - __atomic_load_n(&r->head, __ATOMIC_SEQ_CST) > RING_BYTES) break;
+      continue;
+    }
     struct message m = {p->wr.opcode, n, p->wr.wr.rdma.remote_addr + p->done, p->wr.wr.rdma.rkey,
                         p->wr.imm_data, p->done + n == p->len, p->len};
     ring_copy_in(r, tail, &m, sizeof m);
@@ -573,10 +793,13 @@ static void push_pending(struct fake_qp* q) {
     free(p->data);
     free(p);
   }
+  if (!r || r->tail == pushed_from) return;
+  __atomic_thread_fence(__ATOMIC_SEQ_CST); /* (the tail before the look at the owner's arming) */
+  if (__atomic_load_n(&r->owner_armed, __ATOMIC_SEQ_CST)) ring_bell(q->owner_fd);
 }
 
 /* Applies what the peer wrote into our ring. Lock held. */
-static void drain_ring(struct fake_qp* q) {
+static void apply_ring(struct fake_qp* q) {
   struct ring* r = q->in;
   if (q->name_linked && __atomic_load_n(&r->attached, __ATOMIC_ACQUIRE)) {
     shm_unlink(q->name);
@@ -612,6 +835,17 @@ static void drain_ring(struct fake_qp* q) {
       push_wc(q->qp.recv_cq, &wc);
     }
   }
+}
+
+/* apply_ring, then wakes the writer's channel where it found the ring full and room was freed.
+ * Lock held. */
+static void drain_ring(struct fake_qp* q) {
+  struct ring* r = q->in;
+  const uint64_t from = r->head;
+  apply_ring(q);
+  if (r->head == from || !__atomic_exchange_n(&r->writer_waiting, 0, __ATOMIC_SEQ_CST)) return;
+  if (q->writer_fd < 0 && r->writer_bell[0]) q->writer_fd = open(r->writer_bell, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+  ring_bell(q->writer_fd);
 }
 
 static void progress(void) {
@@ -689,6 +923,8 @@ static int fake_post_recv(struct ibv_qp* qp, struct ibv_recv_wr* wr, struct ibv_
     q->recvs[(q->recv_head + q->recv_count) % q->recv_capacity] = wr->wr_id;
     ++q->recv_count;
   }
+  /* A write with immediate that waited for a receive (the peer's RNR retry) lands now. */
+  if (qp->state == IBV_QPS_RTR || qp->state == IBV_QPS_RTS) drain_ring(q);
   pthread_mutex_unlock(&lock);
   return rc;
 }

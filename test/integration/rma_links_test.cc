@@ -2,7 +2,8 @@
 // (transport/net/one_sided_links.h), with every peer forced onto the links: a registration
 // opens no connection, a rank that puts to one peer opens one socket, maxP2pPeers = 1 carries a
 // ring and a rank that puts to more peers than that (its idle link is closed and reopened,
-// and no wait on it fails), a target refuses incoming links beyond the bound, strangers on a
+// and no wait on it fails), a fan-in beyond the bound is adopted (as NCCL, whose maxP2pPeers
+// never fails a put) with every rank's links bounded, strangers on a
 // listener do not stall the proxy, an abort or the timeout ends a connect that gets no answer,
 // and the one-sided calls on a nonblocking communicator return ncclInProgress as NCCL's do.
 #include <netinet/in.h>
@@ -119,15 +120,7 @@ TEST_CASE("one-sided links: maxP2pPeers = 1 carries a ring", "[integration][rma]
       INFO(n << " ranks as " << (threads ? "threads" : "processes"));
       CHECK(braid::test::rma::withWindows(
                 n, threads, linkedSetup(4096, 1), [n](int rank, ncclComm_t comm, ncclWindow_t win, char* window) {
-                  const int next = (rank + 1) % n, previous = (rank + n - 1) % n;
-                  for (int round = 0; round < 20; ++round) {
-                    const int value = round * 100 + rank;
-                    EXPECT_OK(ncclPutSignal(&value, 1, ncclInt32, next, win, 4 * round, 0, 0, 0, comm, nullptr));
-                    waitFor(comm, previous, 0, 1);
-                    int got = 0;
-                    std::memcpy(&got, window + 4 * round, sizeof got);
-                    expect(got == round * 100 + previous, "round " + std::to_string(round) + ": " + std::to_string(got));
-                  }
+                  braid::test::rma::putAroundRing(rank, n, comm, win, window, 20);
                   Links& links = linksOf(comm);
                   expect(links.bound() == 1 && links.outgoingOpen() == 1 && links.incomingOpen() == 1,
                          "bound " + std::to_string(links.bound()) + ", open " + std::to_string(links.outgoingOpen()) +
@@ -171,28 +164,70 @@ TEST_CASE("one-sided links: beyond maxP2pPeers the idle link closes and reopens,
   }
 }
 
-TEST_CASE("one-sided links: a target refuses incoming links beyond maxP2pPeers, naming the limit",
+TEST_CASE("one-sided links: a fan-in beyond maxP2pPeers is adopted, exact, with links and descriptors bounded",
           "[integration][rma]") {
-  for (const bool threads : {true, false}) {
-    INFO((threads ? "threads" : "processes"));
-    CHECK(braid::test::rma::withWindows(
-              3, threads, linkedSetup(4096, 1), [](int rank, ncclComm_t comm, ncclWindow_t win, char*) {
-                int ok = 0;
-                if (rank > 0) {
-                  const int value = rank;
-                  const ncclResult_t r = ncclPutSignal(&value, 1, ncclInt32, 0, win, 4 * rank, 0, 0, 0, comm, nullptr);
-                  const std::string text = ncclGetLastError(comm);
-                  ok = r == ncclSuccess ? 1 : 0;
-                  expect(r == ncclSuccess ||
-                             (r == ncclInvalidUsage && text.find("rank 0 refused rank " + std::to_string(rank) +
-                                                                 "'s one-sided link: it has 1 incoming links open, "
-                                                                 "the most maxP2pPeers allows (1") != std::string::npos),
-                         "the put: " + std::to_string(r) + ": " + text);
-                }
-                int accepted = 0;
-                EXPECT_OK(ncclAllReduce(&ok, &accepted, 1, ncclInt32, ncclSum, comm, nullptr));
-                expect(accepted == 1, std::to_string(accepted) + " of the two origins' links were adopted");
-              }) == "");
+  // Every rank puts to rank 0 in rounds (a fan-in of 7 with one or two links allowed); rank 0
+  // waits for each round, then signals every origin, whose next round waits for that. As in
+  // NCCL, maxP2pPeers never fails a put: rank 0 adopts one link per origin, and each rank's
+  // outgoing links stay within the bound (rank 0's to its origins close and reopen).
+  constexpr int kRanks = 8, kRounds = 10;
+  for (const int maxPeers : {1, 2}) {
+    for (const bool threads : {true, false}) {
+      INFO("maxP2pPeers " << maxPeers << ", " << (threads ? "threads" : "processes"));
+      CHECK(braid::test::rma::withWindows(
+                kRanks, threads, linkedSetup(4096, maxPeers),
+                [maxPeers, threads](int rank, ncclComm_t comm, ncclWindow_t win, char* window) {
+                  std::string wrong;
+                  auto note = [&wrong](bool ok, const std::string& what) {
+                    if (!ok) wrong += what + "; ";
+                  };
+                  barrier(comm);
+                  Links& links = linksOf(comm);
+                  const int before = braid::test::openFileDescriptors();
+                  for (int round = 0; round < kRounds; ++round) {
+                    if (rank == 0) {
+                      for (int from = 1; from < kRanks; ++from) waitFor(comm, from, 0, 1);
+                      for (int to = 1; to < kRanks; ++to) EXPECT_OK(ncclSignal(to, 0, 0, 0, comm, nullptr));
+                      note(links.outgoingOpen() <= maxPeers,
+                           "rank 0's outgoing links: " + std::to_string(links.outgoingOpen()));
+                    } else {
+                      const int value = round * 100 + rank;
+                      EXPECT_OK(ncclPutSignal(&value, 1, ncclInt32, 0, win, 4 * (rank * kRounds + round), 0, 0, 0,
+                                              comm, nullptr));
+                      waitFor(comm, 0, 0, 1);
+                    }
+                  }
+                  if (rank == 0) {
+                    for (int from = 1; from < kRanks; ++from) {
+                      for (int round = 0; round < kRounds; ++round) {
+                        int got = 0;
+                        std::memcpy(&got, window + 4 * (from * kRounds + round), sizeof got);
+                        note(got == round * 100 + from, "rank " + std::to_string(from) + "'s round " +
+                                                            std::to_string(round) + ": " + std::to_string(got));
+                      }
+                    }
+                  }
+                  // Counters: rank 0 took every origin's puts, each origin rank 0's signals.
+                  const uint64_t arrived = links.arrivals();
+                  note(arrived == (rank == 0 ? uint64_t{kRounds} * (kRanks - 1) : uint64_t{kRounds}),
+                       "rank " + std::to_string(rank) + " counted " + std::to_string(arrived) + " arrivals");
+                  // The bound each way: outgoing within maxP2pPeers, incoming one per origin.
+                  const int incomingMost = rank == 0 ? kRanks - 1 : 1;
+                  note(links.bound() == maxPeers && links.outgoingOpen() <= maxPeers &&
+                           links.incomingOpen() <= incomingMost,
+                       "rank " + std::to_string(rank) + ": bound " + std::to_string(links.bound()) + ", " +
+                           std::to_string(links.outgoingOpen()) + " outgoing, " +
+                           std::to_string(links.incomingOpen()) + " incoming");
+                  if (!threads) {  // a process: its own descriptors, one per open link at most
+                    const int after = braid::test::openFileDescriptors();
+                    note(after <= before + maxPeers + incomingMost,
+                         "rank " + std::to_string(rank) + ": " + std::to_string(before) + " descriptors before, " +
+                             std::to_string(after) + " after");
+                  }
+                  barrier(comm);
+                  expect(wrong.empty(), wrong);
+                }) == "");
+    }
   }
 }
 

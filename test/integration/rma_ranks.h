@@ -106,6 +106,20 @@ inline void waitFor(ncclComm_t comm, int peer, int ctx, int opCnt) {
   EXPECT_OK(ncclWaitSignal(1, &d, comm, nullptr));
 }
 
+/// Rounds of a ring: in each, this rank puts round x 100 + rank at 4 x round in the next rank's
+/// window and waits for the previous rank's, which it finds there exactly.
+inline void putAroundRing(int rank, int n, ncclComm_t comm, ncclWindow_t win, const char* window, int rounds) {
+  const int next = (rank + 1) % n, previous = (rank + n - 1) % n;
+  for (int round = 0; round < rounds; ++round) {
+    const int value = round * 100 + rank;
+    EXPECT_OK(ncclPutSignal(&value, 1, ncclInt32, next, win, 4 * round, 0, 0, 0, comm, nullptr));
+    waitFor(comm, previous, 0, 1);
+    int got = 0;
+    std::memcpy(&got, window + 4 * round, sizeof got);
+    expect(got == round * 100 + previous, "round " + std::to_string(round) + ": " + std::to_string(got));
+  }
+}
+
 /// One rank's part of the exchange of the one-sided tests: it puts, on ctx 1, pieces of `sizes`
 /// to every other rank, in its own part (`part` bytes from rank x part) of the peer's window,
 /// then signals ctx 0 once; it then waits for each peer's ctx-0 signal only, finds every byte

@@ -4,13 +4,16 @@
 // Exact data for sizes 0, 1, odd and several MiB, staged and zero copy (from the origin's own
 // window); many puts then one wait sees every byte; a put outside the published window refused
 // at the origin; a put into a withdrawn window lands nothing and fails at the origin with a
-// remote access error; an abort, a destroyed peer and a dead peer end a wait; nothing leaks.
+// remote access error; an abort, a destroyed peer and a dead peer end a wait; the idle proxy
+// sleeps on the completion channel (and polls where the library has none); nothing leaks.
 #include <unistd.h>
 
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -246,6 +249,54 @@ TEST_CASE("one-sided over verbs: an abort ends a wait, a destroyed or dead peer 
                    "the wait: " + std::to_string(r) + ": " + lastError());
             expect(std::chrono::steady_clock::now() - start < std::chrono::seconds(20), "the wait took too long");
           }) == "");
+  }
+}
+
+/// Times this process's proxy thread ("braid-proxy") was switched in so far, or -1 without one.
+long proxyWakeups() {
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    if (name != "braid-proxy") continue;
+    std::ifstream status(task.path() / "status");
+    long switches = 0;
+    for (std::string line; std::getline(status, line);) {
+      if (line.rfind("voluntary_ctxt_switches:", 0) == 0 || line.rfind("nonvoluntary_ctxt_switches:", 0) == 0)
+        switches += std::stol(line.substr(line.find(':') + 1));
+    }
+    return switches;
+  }
+  return -1;
+}
+
+TEST_CASE("one-sided over verbs: the idle proxy sleeps on the completion channel; without one it polls",
+          "[integration][rma][verbs]") {
+  SKIP_WITHOUT_VERBS_DOUBLE();
+  // Ping-pong puts (exact data), then rank 0 counts the proxy thread's wakeups over 500 ms of
+  // quiet (threads: one proxy for both ranks). With the channel it sleeps until a completion
+  // lands; a library without channels (the double's BRAID_FAKE_VERBS_NO_CHANNEL=1) leaves the
+  // proxy polling the queue, waking at least every millisecond.
+  for (const bool channel : {true, false}) {
+    for (const bool threads : {true, false}) {
+      INFO((channel ? "with" : "without") << " a completion channel, " << (threads ? "threads" : "processes"));
+      setenv("BRAID_FAKE_VERBS_NO_CHANNEL", channel ? "0" : "1", 1);
+      CHECK(withVerbsWindows(2, threads, 4096, [&](int rank, ncclComm_t comm, ncclWindow_t win, unsigned char* window) {
+              braid::test::rma::putAroundRing(rank, 2, comm, win, reinterpret_cast<char*>(window), 20);
+              if (threads && rank == 0) {
+                std::this_thread::sleep_for(std::chrono::milliseconds(100));  // (past the busy passes)
+                const long before = proxyWakeups();
+                std::this_thread::sleep_for(std::chrono::milliseconds(500));
+                const long woke = proxyWakeups() - before;
+                expect(before >= 0, "no braid-proxy thread");
+                expect(channel ? woke < 20 : woke > 100,
+                       "the idle proxy woke " + std::to_string(woke) + " times in 500 ms");
+              }
+              int one = 1, sum = 0;  // (rank 1 stays until rank 0 has counted)
+              EXPECT_OK(ncclAllReduce(&one, &sum, 1, ncclInt32, ncclSum, comm, nullptr));
+            }) == "");
+      unsetenv("BRAID_FAKE_VERBS_NO_CHANNEL");
+    }
   }
 }
 

@@ -31,12 +31,13 @@ constexpr uint32_t kProbeHello = 1;  // a wait's check that the listener still a
 /// may open another: the target forgets the link without counting the origin as lost.
 constexpr uint32_t kByePause = 1;
 
-/// The target's answer to a link's Hello.
+/// The target's answer to a link's Hello: the link is adopted (a target never refuses one, as
+/// maxP2pPeers never fails a put in NCCL).
 constexpr uint32_t kVerdictMagic = 0x4f535256;  // "VRSO"
 struct Verdict {
   uint32_t magic;
-  int32_t refused;  ///< 0: adopted; 1: the target has as many incoming links open as the bound
-  int32_t open;     ///< the target's incoming links open
+  int32_t reserved;
+  int32_t open;  ///< the target's incoming links open, this one included
   int32_t bound;
 };
 
@@ -171,13 +172,6 @@ void Links::ensureOpen(int peer, Outgoing& out) {
     s.recvAll(&verdict, sizeof verdict, deadline, abortWord_);
     if (verdict.magic != kVerdictMagic) {
       fail(ncclRemoteError, "rank %d answered the one-sided link's hello with magic %#x", peer, verdict.magic);
-    }
-    if (verdict.refused != 0) {
-      fail(ncclInvalidUsage,
-           "rank %d refused rank %d's one-sided link: it has %d incoming links open, the most maxP2pPeers allows "
-           "(%d: config.maxP2pPeers or NCCL_P2P_MAX_PEERS, the largest of the ranks'); raise it, or have fewer "
-           "ranks put to one rank",
-           peer, rank_, verdict.open, verdict.bound);
     }
     out.socket = std::move(s);
   } catch (const Error& e) {
@@ -335,14 +329,18 @@ bool Links::readHello(Pending& p) {
   if (h.index == kProbeHello) return true;  // (it only checked that this listener answers)
   const int from = h.from;
   if (in_[from] != nullptr && !in_[from]->closed) return false;  // its previous link still drains
-  Verdict verdict{kVerdictMagic, 0, incomingOpen_.load(), bound_};
-  if (incomingOpen_ >= bound_) {
-    verdict.refused = 1;
-    BRAID_WARN("one-sided links: rank %d refused rank %d's link: %d incoming links are open, the most maxP2pPeers "
-               "(%d) allows",
-               rank_, from, incomingOpen_.load(), bound_);
+  // Beyond the bound the link is adopted all the same: maxP2pPeers sizes NCCL's point-to-point
+  // channels and never fails a put, and what a target holds stays bounded without refusing:
+  // one link per origin (nRanks - 1), each of which holds one of its origin's `bound_` slots.
+  const Verdict verdict{kVerdictMagic, 0, incomingOpen_.load() + 1, bound_};
+  if (verdict.open > bound_ && !toldBeyondBound_) {
+    toldBeyondBound_ = true;
+    BRAID_INFO(log::kInit | log::kNet,
+               "one-sided links: rank %d adopts rank %d's link beyond maxP2pPeers (%d incoming links, the bound is "
+               "%d): a fan-in keeps one link per origin (said once per communicator)",
+               rank_, from, verdict.open, bound_);
   }
-  if (p.socket.writeSome(&verdict, sizeof verdict) != static_cast<ssize_t>(sizeof verdict) || verdict.refused) {
+  if (p.socket.writeSome(&verdict, sizeof verdict) != static_cast<ssize_t>(sizeof verdict)) {
     return true;  // (a fresh socket takes 16 bytes at once; else its origin went away)
   }
   auto in = std::make_unique<Incoming>();

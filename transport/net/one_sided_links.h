@@ -31,9 +31,11 @@
 // and to open one more it first closes its least recently used idle link with a pause frame
 // (a goodbye that says "I may come back"): the target drains it, forgets it without counting
 // its origin as lost, and answers the origin's next Hello only after that, so frames of the
-// old and new link never overtake each other. A target keeps at most that many incoming links
-// open; the Hello of one more origin is refused, and that origin's put fails naming the target
-// and the limit.
+// old and new link never overtake each other. In NCCL maxP2pPeers only sizes the channels of
+// point-to-point work (it never fails an operation), so a target adopts every origin's link,
+// beyond the bound too (an INFO line says so once): a fan-in holds one link per origin, at
+// most nRanks - 1, and the job at most nRanks x bound, since each link holds one of its
+// origin's slots.
 //
 // The link from a peer ends cleanly with a goodbye frame (its communicator was destroyed or
 // aborted) or is lost (its process ended, the network broke); either way a wait on that peer
@@ -139,6 +141,9 @@ class Links final : public Carrier, public proxy::Pump {
   bool progress(const pollfd* polled) override;
   void orphan() override;
   void broke(const std::string& why) override;
+  /// Only a Hello's deadline needs passes without a ready socket (waits probe peers on their
+  /// own threads): an idle proxy otherwise sleeps until a socket wakes it.
+  bool needsPolling() const override { return !pending_.empty(); }
 
  private:
   /// One incoming link: its socket and the frame being read.
@@ -219,6 +224,7 @@ class Links final : public Carrier, public proxy::Pump {
   std::vector<int> pendingPolledAt_;
   bool attached_ = false;
   bool orphaned_ = false;
+  bool toldBeyondBound_ = false;  // the INFO line on a fan-in beyond the bound was written
   std::unique_ptr<std::atomic<bool>[]> linkOpen_;  // by rank: a link from it is open now
   mutable LostPeers lost_;  // (a const wait's probe marks it)
   mutable std::mutex probeMutex_;

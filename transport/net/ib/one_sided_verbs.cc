@@ -6,6 +6,7 @@
 #if BRAID_HAVE_IBVERBS_HEADERS
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <sched.h>
 
 #include <cerrno>
@@ -34,6 +35,7 @@ constexpr uint64_t kMaxWrite = uint64_t{1} << 30;        // one zero-copy work r
 constexpr uint64_t kMaxWindowBytes = uint64_t{1} << 48;  // what a peer's record may claim
 constexpr int kAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
 constexpr int kMaxContexts = 1 << 16;  // the immediate's low 16 bits
+constexpr int kQuietPassesToArm = 64;  // proxy passes without an arrival before asking for an event
 
 /// A window as its owner publishes it to the origins (bootstrap allgather).
 struct WindowRecord {
@@ -103,14 +105,24 @@ class VerbsCarrier final : public Carrier, public proxy::Pump {
   void withdrawWindow(uint64_t id) override;
   void put(int peer, uint64_t window, uint64_t offset, const void* data, uint64_t bytes, int ctx) override;
   void signal(int peer, int ctx) override;
-  bool lost(int peer) const override { return lost_.lost(peer); }
+  bool lost(int peer) const override {
+    if (marked(peer)) return true;
+    // A waiting thread's probe may see the control link end first; the proxy marks the peer
+    // lost only after reaping what came before, so it is woken to do that now (it sleeps on the
+    // completion channel, not on a timer).
+    if (control_ != nullptr && control_->lost(peer)) proxy::kick();
+    return false;
+  }
   std::string lostReason(int peer) const override { return lost_.reason(peer); }
   uint64_t arrivals() const override { return arrivals_.load(std::memory_order_relaxed); }
 
-  // proxy::Pump: no sockets (the control links are a pump of their own); polls the receive
-  // completion queue each pass.
-  void pollSet(std::vector<pollfd>*) override {}
-  bool progress(const pollfd*) override;
+  // proxy::Pump: the completion channel of the receive completion queue (the control links
+  // are a pump of their own): the proxy sleeps until a completion lands, no polling timer.
+  void pollSet(std::vector<pollfd>* fds) override {
+    if (events_ != nullptr && !orphaned_) fds->push_back(pollfd{events_->fd, POLLIN, 0});
+  }
+  bool progress(const pollfd* polled) override;
+  bool needsPolling() const override { return events_ == nullptr || !armed_; }
   void orphan() override { orphaned_ = true; }
   void broke(const std::string& why) override {
     for (int r = 0; r < setup_.nRanks; ++r)
@@ -120,6 +132,9 @@ class VerbsCarrier final : public Carrier, public proxy::Pump {
  private:
   /// Opens the device, the completion queues and a queue pair (INIT) per linked peer.
   void createQueuePairs();
+  /// The completion channel of the receive queue; without one (the library refuses) the proxy
+  /// polls the queue, events_ staying null.
+  void openChannel();
   /// Connects each linked peer's queue pair to the endpoint it sent, and posts its receives.
   void connectQueuePairs(const std::vector<IbEndpoint>& theirs);
   /// Every rank's `problem` ("" none) by allgather; throws the first one.
@@ -139,8 +154,15 @@ class VerbsCarrier final : public Carrier, public proxy::Pump {
   void writeDirect(int peer, Peer& p, const char* data, uint64_t bytes, ibv_mr* source, uint64_t remote,
                    uint32_t rkey);
 
+  /// Proxy thread: takes the completion channel's events (each arms the queue once).
+  void takeEvents();
+  /// Proxy thread: reaps the receive completion queue; false when polling it failed (then
+  /// every peer is lost).
+  bool reapArrivals(bool* moved);
   /// Proxy thread: one receive completion.
   void received(const ibv_wc& wc);
+  /// Whether `peer` is marked lost (what the proxy decided).
+  bool marked(int peer) const { return lost_.lost(peer); }
   void markLost(int peer, const std::string& why, bool warn);
 
   VerbsSetup setup_;
@@ -150,6 +172,9 @@ class VerbsCarrier final : public Carrier, public proxy::Pump {
   int gidIndex_ = 0;
   std::string where_;  // "mlx5_0 port 1"
   ibv_cq* recvCq_ = nullptr;
+  ibv_comp_channel* events_ = nullptr;  // readable once a completion lands on an armed recvCq_
+  bool armed_ = false;  // (proxy thread) recvCq_ asked for its next completion's event
+  int quietPasses_ = 0;  // (proxy thread) passes since the last arrival
   std::unordered_map<uint32_t, int> peerOfQp_;  // queue pair number -> rank
   bootstrap::Bootstrap* channel_ = nullptr;
   std::unique_ptr<Links> control_;  // liveness only: hellos, goodbyes, closed sockets
@@ -187,7 +212,8 @@ VerbsCarrier::~VerbsCarrier() {
     std::free(peer->staging);
   }
   for (auto& [id, window] : own_) verbs_->deregMr(window.mr);
-  if (recvCq_ != nullptr) verbs_->destroyCq(recvCq_);
+  if (recvCq_ != nullptr) verbs_->destroyCq(recvCq_);  // (every event taken was acknowledged)
+  if (events_ != nullptr) verbs_->destroyCompChannel(events_);
 }
 
 void VerbsCarrier::connect(bootstrap::Bootstrap& channel, const std::vector<bool>& linked,
@@ -241,7 +267,8 @@ void VerbsCarrier::createQueuePairs() {
   }
   int linkedCount = 0;
   for (auto& p : peers_) linkedCount += p != nullptr;
-  recvCq_ = verbs_->createCq(device_->context(), kRecvDepth * linkedCount + 1, nullptr, nullptr, 0);
+  openChannel();
+  recvCq_ = verbs_->createCq(device_->context(), kRecvDepth * linkedCount + 1, nullptr, events_, 0);
   if (recvCq_ == nullptr) fail(ncclSystemError, "one-sided over verbs: cannot create a completion queue on %s", where_.c_str());
   for (int r = 0; r < setup_.nRanks; ++r) {
     if (!linked(r)) continue;
@@ -272,6 +299,19 @@ void VerbsCarrier::createQueuePairs() {
     p.local.mtu = static_cast<uint8_t>(port_.activeMtu);
     peerOfQp_[p.local.qpn] = r;
   }
+}
+
+void VerbsCarrier::openChannel() {
+  // Arrivals wake the proxy through a completion channel (its descriptor non-blocking: the
+  // proxy takes events without waiting) instead of the proxy polling the queue on a timer.
+  events_ = verbs_->createCompChannel(device_->context());
+  const int flags = events_ != nullptr ? fcntl(events_->fd, F_GETFL) : -1;
+  if (flags >= 0 && fcntl(events_->fd, F_SETFL, flags | O_NONBLOCK) == 0) return;
+  BRAID_INFO(log::kInit | log::kNet,
+             "one-sided: no completion channel on %s (%s): the proxy polls for arrivals (within 1 ms when idle)",
+             where_.c_str(), strerror(errno));
+  if (events_ != nullptr) verbs_->destroyCompChannel(events_);
+  events_ = nullptr;
 }
 
 void VerbsCarrier::connectQueuePairs(const std::vector<IbEndpoint>& theirs) {
@@ -513,24 +553,28 @@ void VerbsCarrier::waitCompleted(int peer, Peer& p, uint64_t count) {
 
 // ---- the target (proxy thread) ----
 
-bool VerbsCarrier::progress(const pollfd*) {
+bool VerbsCarrier::progress(const pollfd* polled) {
   if (orphaned_) return false;
+  if (events_ != nullptr && (polled[0].revents & POLLIN) != 0) takeEvents();
   bool moved = false;
-  ibv_wc wc[32];
-  for (int round = 0; round < 4; ++round) {
-    const int n = ibv_poll_cq(recvCq_, 32, wc);
-    if (n < 0) {
-      broke("polling the receive completion queue on " + where_ + " failed");
+  if (!reapArrivals(&moved)) return true;
+  quietPasses_ = moved ? 0 : quietPasses_ + 1;
+  if (events_ != nullptr && !armed_ && quietPasses_ >= kQuietPassesToArm) {
+    // Notification is one-shot: ask for the next completion's event once arrivals pause (while
+    // they come, the busy proxy finds them without an event's system calls), then reap once
+    // more, as a completion that landed before the request raises none. Until it is armed the
+    // pump needs the proxy's passes (needsPolling).
+    if (ibv_req_notify_cq(recvCq_, 0) != 0) {
+      broke("arming the receive completion queue's notification on " + where_ + " failed");
       return true;
     }
-    for (int i = 0; i < n; ++i) received(wc[i]);
-    moved |= n > 0;
-    if (n < 32) break;
+    armed_ = true;
+    if (!reapArrivals(&moved)) return true;
   }
   // A control link that ended loses its peer only now, after every completion that came
   // before: what the peer sent before it left still counts.
   for (int r = 0; r < setup_.nRanks; ++r) {
-    if (linked(r) && !lost(r) && control_->lost(r)) {
+    if (linked(r) && !marked(r) && control_->lost(r)) {
       markLost(r, control_->lostReason(r), false);
       moved = true;
     }
@@ -538,11 +582,35 @@ bool VerbsCarrier::progress(const pollfd*) {
   return moved;
 }
 
+void VerbsCarrier::takeEvents() {
+  // One queue on the channel, armed once: at most one event (non-blocking: -1 when none).
+  ibv_cq* cq = nullptr;
+  void* context = nullptr;
+  if (verbs_->getCqEvent(events_, &cq, &context) != 0) return;
+  verbs_->ackCqEvents(cq, 1);  // (destroying the queue waits for every event's acknowledgement)
+  armed_ = false;
+}
+
+bool VerbsCarrier::reapArrivals(bool* moved) {
+  ibv_wc wc[32];
+  for (int round = 0; round < 4; ++round) {
+    const int n = ibv_poll_cq(recvCq_, 32, wc);
+    if (n < 0) {
+      broke("polling the receive completion queue on " + where_ + " failed");
+      return false;
+    }
+    for (int i = 0; i < n; ++i) received(wc[i]);
+    *moved |= n > 0;
+    if (n < 32) break;
+  }
+  return true;
+}
+
 void VerbsCarrier::received(const ibv_wc& wc) {
   const auto it = peerOfQp_.find(wc.qp_num);
   if (it == peerOfQp_.end()) return;
   const int from = it->second;
-  if (lost(from)) return;
+  if (marked(from)) return;
   char text[300];
   if (wc.status != IBV_WC_SUCCESS) {
     std::snprintf(text, sizeof text, "the RDMA path from rank %d failed on %s: a receive completed with \"%s\" "

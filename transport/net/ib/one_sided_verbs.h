@@ -12,9 +12,13 @@
 // region stops anything else), then a zero-length RDMA WRITE WITH IMMEDIATE whose 32-bit value
 // carries the signal: the context (low 16 bits) and a per-pair sequence number (high 16). An
 // RC queue pair places the writes in order, so the data is in the window when the target's
-// receive completion for the immediate appears; the target's proxy thread polls the shared
-// receive completion queue, checks the context and the sequence, adds one to the signal
-// counter (release order) and posts a fresh receive. ncclSignal is the immediate alone.
+// receive completion for the immediate appears; the target's proxy thread, woken by the
+// shared receive completion queue's completion channel (its descriptor is among the proxy's:
+// no polling timer), reaps the queue, checks the context and the sequence, adds one to the
+// signal counter (release order) and posts a fresh receive; once arrivals pause (64 passes
+// without one) it arms the queue's one-shot notification again, so a busy proxy makes no
+// event system calls and an idle one sleeps. A library without completion channels leaves
+// the proxy polling the queue (within 1 ms when idle). ncclSignal is the immediate alone.
 //
 // Origin completion (the caller may reuse its buffer on return): a source inside one of this
 // rank's registered windows is written from there (zero copy) and the put waits for its
@@ -31,7 +35,7 @@
 // control channel only (connect's Hello, the goodbye of a destroyed communicator, a closed
 // socket when a process dies); no operation travels on them. The proxy thread marks a peer
 // lost after reaping every completion that came before, so what a peer sent before it left
-// still counts. A failed completion (a queue pair in error, retries exhausted) loses the peer
+// still counts (a waiting thread that finds the peer's listener gone wakes it for that). A failed completion (a queue pair in error, retries exhausted) loses the peer
 // too, with the device, port and status in the reason.
 #pragma once
 

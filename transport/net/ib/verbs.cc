@@ -62,6 +62,10 @@ const Verbs* loadVerbs(const std::string& library, std::string* why) {
   lookUp(h, "ibv_modify_qp", &v->modifyQp, &missing);
   lookUp(h, "ibv_destroy_qp", &v->destroyQp, &missing);
   lookUp(h, "ibv_wc_status_str", &v->wcStatusStr, &missing);
+  lookUp(h, "ibv_create_comp_channel", &v->createCompChannel, &missing);
+  lookUp(h, "ibv_destroy_comp_channel", &v->destroyCompChannel, &missing);
+  lookUp(h, "ibv_get_cq_event", &v->getCqEvent, &missing);
+  lookUp(h, "ibv_ack_cq_events", &v->ackCqEvents, &missing);
   std::string optional;
   lookUp(h, "ibv_reg_dmabuf_mr", &v->regDmabufMr, &optional);  // (without it: no GPU Direct RDMA)
   if (!missing.empty()) {

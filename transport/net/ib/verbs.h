@@ -40,6 +40,12 @@ struct Verbs {
   int (*modifyQp)(ibv_qp*, ibv_qp_attr*, int);
   int (*destroyQp)(ibv_qp*);
   const char* (*wcStatusStr)(ibv_wc_status);
+  /// Completion channels: a descriptor that becomes readable when a completion lands on a queue
+  /// that asked for notification (ibv_req_notify_cq, an inline of verbs.h, arms it once).
+  ibv_comp_channel* (*createCompChannel)(ibv_context*);
+  int (*destroyCompChannel)(ibv_comp_channel*);
+  int (*getCqEvent)(ibv_comp_channel*, ibv_cq**, void**);
+  void (*ackCqEvents)(ibv_cq*, unsigned int);
   /// GPU Direct RDMA through dma-buf (rdma-core 34 and later); null where the library lacks it.
   ibv_mr* (*regDmabufMr)(ibv_pd*, uint64_t offset, size_t length, uint64_t iova, int fd, int access);
 };
