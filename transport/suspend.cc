@@ -87,33 +87,6 @@ uint64_t releaseDeviceSlots(const Connector& connector, FifoAllocator* device, s
 /// A resume's new slot handles, one message from the owner to each peer that maps its slots.
 constexpr uint32_t kResumeHandlesTag = 0x52480000;
 
-/// One FIFO's entry in that message: a new handle where the owner gave the memory back.
-struct NewHandle {
-  int32_t link;       ///< Connector::End::link
-  uint32_t replaced;  ///< 1: new memory, mapped through handle; 0: the memory stayed (nothing to map)
-  uint8_t handle[FifoAllocator::kHandleBytes];
-};
-static_assert(std::is_trivially_copyable_v<NewHandle> && sizeof(NewHandle) == 8 + FifoAllocator::kHandleBytes);
-
-/// Why the entries a peer sent cannot be this rank's: one for each of `links` (this rank's
-/// ends that map the peer's slots), each once, replaced exactly where this rank let go of its
-/// mapping (`letGo`). "" when they are.
-std::string checkNewHandles(const std::vector<NewHandle>& got, const std::vector<int>& links, const std::set<int>& letGo) {
-  std::set<int> seen;
-  for (const NewHandle& h : got) {
-    if (std::find(links.begin(), links.end(), h.link) == links.end()) {
-      return "link " + std::to_string(h.link) + " is no FIFO of this rank's from it";
-    }
-    if (!seen.insert(h.link).second) return "link " + std::to_string(h.link) + " comes twice";
-    if (h.replaced > 1) return "link " + std::to_string(h.link) + "'s replaced flag is " + std::to_string(h.replaced);
-    if ((h.replaced == 1) != (letGo.count(h.link) == 1)) {
-      return "link " + std::to_string(h.link) + (h.replaced == 1 ? " has new memory, but this rank kept its mapping"
-                                                                  : " kept its memory, but this rank let go of its mapping");
-    }
-  }
-  return "";
-}
-
 /// This rank's own memory of `suspended` again, at its addresses; returns where it was.
 std::set<char*> resumeOwnMemory(FifoAllocator* device, std::vector<SuspendedSlots>* suspended) {
   std::set<char*> resumed;
@@ -179,12 +152,32 @@ uint64_t releaseSlots(const Connector& connector, FifoAllocator* device, std::ve
   return released;
 }
 
+std::string checkResumeHandles(const std::vector<ResumeHandle>& got, const std::vector<int>& links,
+                               const std::set<int>& letGo) {
+  if (got.size() != links.size()) {
+    return std::to_string(got.size()) + " entries for this rank's " + std::to_string(links.size()) + " FIFOs from it";
+  }
+  std::set<int> seen;
+  for (const ResumeHandle& h : got) {
+    if (std::find(links.begin(), links.end(), h.link) == links.end()) {
+      return "link " + std::to_string(h.link) + " is no FIFO of this rank's from it";
+    }
+    if (!seen.insert(h.link).second) return "link " + std::to_string(h.link) + " comes twice";
+    if (h.replaced > 1) return "link " + std::to_string(h.link) + "'s replaced flag is " + std::to_string(h.replaced);
+    if ((h.replaced == 1) != (letGo.count(h.link) == 1)) {
+      return "link " + std::to_string(h.link) + (h.replaced == 1 ? " has new memory, but this rank kept its mapping"
+                                                                  : " kept its memory, but this rank let go of its mapping");
+    }
+  }
+  return "";
+}
+
 void restoreSlots(const Connector& connector, FifoAllocator* device, bootstrap::Bootstrap& channel,
                   std::vector<SuspendedSlots>* suspended, const std::atomic<bool>* abortFlag) {
   const std::set<char*> resumed = resumeOwnMemory(device, suspended);
   // Each owner's entries for a peer, and the links whose entries each importer expects (every
   // FIFO whose slots the owner keeps in its GPU memory for it: the same set at both ends).
-  std::map<int, std::vector<NewHandle>> outgoing;
+  std::map<int, std::vector<ResumeHandle>> outgoing;
   std::map<int, std::vector<int>> expected;
   connector.forEachEnd([&](const Connector::End& end) {
     if (end.kind != Kind::kShm || !end.memory->slotsShared()) return;
@@ -192,7 +185,7 @@ void restoreSlots(const Connector& connector, FifoAllocator* device, bootstrap::
       expected[end.peer].push_back(end.link);
       return;
     }
-    NewHandle h{};
+    ResumeHandle h{};
     h.link = end.link;
     char* at = end.memory->deviceData().at;
     h.replaced = resumed.count(at) != 0 ? 1 : 0;
@@ -204,15 +197,15 @@ void restoreSlots(const Connector& connector, FifoAllocator* device, bootstrap::
   });
   for (const auto& [peer, entries] : outgoing) {  // (all sent before any is awaited: no rank waits on another's send)
     try {
-      channel.send(peer, kResumeHandlesTag, entries.data(), entries.size() * sizeof(NewHandle), abortFlag);
+      channel.send(peer, kResumeHandlesTag, entries.data(), entries.size() * sizeof(ResumeHandle), abortFlag);
     } catch (const Error& e) {
       fail(e.code(), "resume: cannot send rank %d the new handles of the FIFO slots it maps: %s", peer, e.what());
     }
   }
   for (const auto& [peer, links] : expected) {
-    std::vector<NewHandle> got(links.size());
+    std::vector<ResumeHandle> got(links.size());
     try {
-      channel.recv(peer, kResumeHandlesTag, got.data(), got.size() * sizeof(NewHandle), abortFlag);
+      channel.recv(peer, kResumeHandlesTag, got.data(), got.size() * sizeof(ResumeHandle), abortFlag);
     } catch (const Error& e) {
       fail(e.code(), "resume: rank %d did not send the new handles of its FIFO slots that this rank maps: %s", peer,
            e.what());
@@ -221,9 +214,9 @@ void restoreSlots(const Connector& connector, FifoAllocator* device, bootstrap::
     for (const SuspendedSlots& s : *suspended) {
       if (s.imported && s.peer == peer) letGo.insert(s.link);
     }
-    const std::string wrong = checkNewHandles(got, links, letGo);
+    const std::string wrong = checkResumeHandles(got, links, letGo);
     if (!wrong.empty()) fail(ncclSystemError, "resume: refused rank %d's new FIFO slot handles: %s", peer, wrong.c_str());
-    for (const NewHandle& h : got) {
+    for (const ResumeHandle& h : got) {
       if (h.replaced == 0) continue;
       auto it = std::find_if(suspended->begin(), suspended->end(), [&](const SuspendedSlots& s) {
         return s.imported && s.peer == peer && s.link == h.link;

@@ -26,6 +26,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <set>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "transport/connector.h"
@@ -84,6 +87,21 @@ struct SuspendedSlots {
 /// barrier). With `device`, the device allocations given back, and the mappings of peers'
 /// slots let go of, are appended to `suspended`, for restoreSlots.
 uint64_t releaseSlots(const Connector& connector, FifoAllocator* device, std::vector<SuspendedSlots>* suspended);
+
+/// One FIFO's entry in a resume's message from the owner of slots to the peer that maps them.
+struct ResumeHandle {
+  int32_t link;       ///< Connector::End::link
+  uint32_t replaced;  ///< 1: new memory, mapped through handle; 0: the memory stayed (nothing to map)
+  uint8_t handle[FifoAllocator::kHandleBytes];  ///< FifoAllocator::exportData's
+};
+static_assert(std::is_trivially_copyable_v<ResumeHandle> && sizeof(ResumeHandle) == 8 + FifoAllocator::kHandleBytes);
+
+/// Why the entries a peer sent (bytes from another process: checked before any is used) cannot
+/// be this rank's: one for each of `links` (this rank's ends that map that peer's slots), each
+/// once, replaced exactly where this rank let go of its mapping (`letGo`). "" when they are.
+/// The handles themselves are checked by FifoAllocator::resumeImport (kind, size).
+std::string checkResumeHandles(const std::vector<ResumeHandle>& got, const std::vector<int>& links,
+                               const std::set<int>& letGo);
 
 /// Resume, collective among the ranks whose slots a peer process maps: gives each of this
 /// rank's own `suspended` memory again at its address (the counters as they were, the slots
