@@ -143,7 +143,8 @@ void FifoAllocator::resumeData(void* p) {
 bool FifoAllocator::suspendImport(void*) { return false; }
 
 void FifoAllocator::resumeImport(void* p, const uint8_t*, uint64_t) {
-  fail(ncclInternalError, "the mapping of a peer's FIFO memory at %p was never let go, so it cannot be mapped again", p);
+  fail(ncclInternalError, "the mapping of a peer's FIFO memory at %p was never let go, so it cannot be mapped again",
+       p);
 }
 
 FifoMemory::DeviceData FifoMemory::deviceData() const {

@@ -165,8 +165,9 @@ std::string checkResumeHandles(const std::vector<ResumeHandle>& got, const std::
     if (!seen.insert(h.link).second) return "link " + std::to_string(h.link) + " comes twice";
     if (h.replaced > 1) return "link " + std::to_string(h.link) + "'s replaced flag is " + std::to_string(h.replaced);
     if ((h.replaced == 1) != (letGo.count(h.link) == 1)) {
-      return "link " + std::to_string(h.link) + (h.replaced == 1 ? " has new memory, but this rank kept its mapping"
-                                                                  : " kept its memory, but this rank let go of its mapping");
+      const char* why = h.replaced == 1 ? " has new memory, but this rank kept its mapping"
+                                        : " kept its memory, but this rank let go of its mapping";
+      return "link " + std::to_string(h.link) + why;
     }
   }
   return "";
@@ -215,7 +216,9 @@ void restoreSlots(const Connector& connector, FifoAllocator* device, bootstrap::
       if (s.imported && s.peer == peer) letGo.insert(s.link);
     }
     const std::string wrong = checkResumeHandles(got, links, letGo);
-    if (!wrong.empty()) fail(ncclSystemError, "resume: refused rank %d's new FIFO slot handles: %s", peer, wrong.c_str());
+    if (!wrong.empty()) {
+      fail(ncclSystemError, "resume: refused rank %d's new FIFO slot handles: %s", peer, wrong.c_str());
+    }
     for (const ResumeHandle& h : got) {
       if (h.replaced == 0) continue;
       auto it = std::find_if(suspended->begin(), suspended->end(), [&](const SuspendedSlots& s) {

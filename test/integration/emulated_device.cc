@@ -322,8 +322,10 @@ class HostFifoAllocator final : public transport::FifoAllocator {
   void resumeImport(void* p, const uint8_t* handle, uint64_t need) override {
     FileHandle h{};
     std::memcpy(&h, handle, sizeof h);
-    if (h.bytes < need) fail(ncclSystemError, "emulated device: a handle of %zu bytes for %llu", static_cast<size_t>(h.bytes),
-                             static_cast<unsigned long long>(need));
+    if (h.bytes < need) {
+      fail(ncclSystemError, "emulated device: a handle of %zu bytes for %llu", static_cast<size_t>(h.bytes),
+           static_cast<unsigned long long>(need));
+    }
     MemoryFiles::process().resume(p, &h.offer, h.bytes);
   }
   int dmabufFd(void* p, size_t bytes, uint64_t* offset) override {

@@ -137,7 +137,9 @@ struct SharedDeviceMemory {
 SharedDeviceMemory sharedDeviceMemory() {
   SharedDeviceMemory m;
   std::ifstream maps("/proc/self/maps");
-  for (std::string line; std::getline(maps, line);) m.mappings += line.find("braid-emulated-device") != std::string::npos;
+  for (std::string line; std::getline(maps, line);) {
+    m.mappings += line.find("braid-emulated-device") != std::string::npos;
+  }
   for (int fd = 0; fd < 4096; ++fd) {
     char target[256] = {};
     const std::string link = "/proc/self/fd/" + std::to_string(fd);
@@ -291,14 +293,16 @@ TEST_CASE("emulated GPU: processes let go of the FIFO slots they map from a peer
         const std::string when = "cycle " + std::to_string(cycle + 1);
         // The slots a peer maps count as suspendable, nothing stays.
         const uint64_t releasable = stat(comm, ncclStatGpuMemSuspend);
-        expect(stat(comm, ncclStatGpuMemPersist) == 0, when + ": persistent " + std::to_string(stat(comm, ncclStatGpuMemPersist)));
+        const uint64_t persistent = stat(comm, ncclStatGpuMemPersist);
+        expect(persistent == 0, when + ": persistent " + std::to_string(persistent));
         expect(releasable >= shared, when + ": suspendable " + std::to_string(releasable) + " holds the " +
                                          std::to_string(shared) + " bytes of slots the peers map");
         const int64_t physical = test::EmulatedDevice::physicalBytes.load();
         EXPECT_OK(ncclCommSuspend(comm, NCCL_SUSPEND_MEM));
-        expect(physical - test::EmulatedDevice::physicalBytes.load() == static_cast<int64_t>(releasable),
-               when + ": device memory given back: " + std::to_string(physical - test::EmulatedDevice::physicalBytes.load()) +
-                   " bytes; MemStats said " + std::to_string(releasable));
+        const int64_t given = physical - test::EmulatedDevice::physicalBytes.load();
+        expect(given == static_cast<int64_t>(releasable), when + ": device memory given back: " +
+                                                              std::to_string(given) + " bytes; MemStats said " +
+                                                              std::to_string(releasable));
         // Neither this rank's slots nor its mappings of its peers' are held here (nor, each
         // process checking its own, anywhere: the files' pages are freed).
         const SharedDeviceMemory suspended = sharedDeviceMemory();
@@ -316,8 +320,9 @@ TEST_CASE("emulated GPU: processes let go of the FIFO slots they map from a peer
         expect(resumed.mappings == before.mappings, when + ": " + std::to_string(resumed.mappings) +
                                                         " memory files mapped after resume, " +
                                                         std::to_string(before.mappings) + " before");
-        expect(test::openFileDescriptors() == fds, when + ": " + std::to_string(test::openFileDescriptors()) +
-                                                       " descriptors open after resume, " + std::to_string(fds) + " before");
+        const int fdsNow = test::openFileDescriptors();
+        expect(fdsNow == fds, when + ": " + std::to_string(fdsNow) + " descriptors open after resume, " +
+                                  std::to_string(fds) + " before");
         expect(mappingCount() == maps, when + ": " + std::to_string(mappingCount()) + " mappings after resume, " +
                                            std::to_string(maps) + " before");
       }
@@ -373,7 +378,9 @@ TEST_CASE("emulated GPU: a resume whose peer process died or aborted fails namin
                std::string("an AllReduce after it is refused, saying why: ") + ncclGetLastError(comm));
         expect(ncclCommResume(comm) == ncclInvalidUsage, "a second resume is refused");
         ++*checked;
-        for (int i = 0; i < 2000 && checked->load() < n - 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        for (int i = 0; i < 2000 && checked->load() < n - 1; ++i) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
         EXPECT_OK(ncclCommAbort(comm));
       }, std::chrono::seconds(60)) == "");
     }

@@ -336,7 +336,8 @@ void cumemSuspendImport(void* p) {
   std::lock_guard<std::mutex> lock(mappings().mutex);
   auto it = mappings().live.find(p);
   if (it == mappings().live.end() || !it->second.imported || it->second.suspended) {
-    fail(ncclInternalError, "cuMem suspend of the import at %p, which is no live mapping of another process's memory", p);
+    fail(ncclInternalError, "cuMem suspend of the import at %p, which is no live mapping of another process's memory",
+         p);
   }
   Mapping& m = it->second;
   const Driver& d = Driver::get();
@@ -357,11 +358,13 @@ void cumemResumeImport(void* p, int fd, size_t bytes) {
     m = it->second;
   }
   if (bytes != m.bytes) {
-    fail(ncclSystemError, "a peer's new memory handle maps %zu bytes, but %zu are reserved for it at %p", bytes, m.bytes, p);
+    fail(ncclSystemError, "a peer's new memory handle maps %zu bytes, but %zu are reserved for it at %p", bytes,
+         m.bytes, p);
   }
   const Driver& d = Driver::get();
   CUmemGenericAllocationHandle handle = 0;
-  check(d.importHandle(&handle, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+  check(d.importHandle(&handle, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)),
+                       CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
         "cuMemImportFromShareableHandle");
   try {
     mapAt(static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p)), m.device, handle, m.bytes);

@@ -95,7 +95,8 @@ class FifoAllocator final : public transport::FifoAllocator {
       h.kind = kCumemFd;
       int fd = -1;
       try {
-        fd = cumemExport(p, &h.bytes, /*peerReimports=*/true);  // (transport/suspend.h: the importer lets go at suspend)
+        // (peerReimports: the importer lets go at each suspend and maps the new memory at resume)
+        fd = cumemExport(p, &h.bytes, /*peerReimports=*/true);
         h.offer = fds::offer(fd);
       } catch (const Error& e) {  // (no descriptor to pass: the slots stay in shared host memory)
         if (fd >= 0) close(fd);
@@ -229,7 +230,9 @@ class FifoAllocator final : public transport::FifoAllocator {
   void resumeImport(void* p, const uint8_t* handle, uint64_t bytes) override {
     CumemHandle h{};
     std::memcpy(&h, handle, sizeof h);
-    if (h.kind != kCumemFd) fail(ncclSystemError, "a peer's new FIFO slots handle is of kind %u, not a cuMem descriptor", h.kind);
+    if (h.kind != kCumemFd) {
+      fail(ncclSystemError, "a peer's new FIFO slots handle is of kind %u, not a cuMem descriptor", h.kind);
+    }
     if (h.bytes < bytes) {
       fail(ncclSystemError, "a peer's new FIFO slots handle maps %llu bytes but its slots take %llu",
            static_cast<unsigned long long>(h.bytes), static_cast<unsigned long long>(bytes));
