@@ -274,7 +274,7 @@ TEST_CASE("emulated GPU: a communicator destroyed while suspended frees its devi
 }
 
 TEST_CASE("emulated GPU: processes let go of the FIFO slots they map from a peer at suspend and map the new ones at "
-          "resume, 3 times, leaking nothing", "[integration][emulated][suspend]") {
+          "resume, 3 times, leaking nothing (nor when destroyed suspended)", "[integration][emulated][suspend]") {
   test::EmulatedDeviceScope emulated;
   for (int n : {2, 3}) {
     INFO(n << " processes");
@@ -326,7 +326,16 @@ TEST_CASE("emulated GPU: processes let go of the FIFO slots they map from a peer
         expect(mappingCount() == maps, when + ": " + std::to_string(mappingCount()) + " mappings after resume, " +
                                            std::to_string(maps) + " before");
       }
+      // Destroyed while suspended: the reservations go too, no memory file comes back.
+      EXPECT_OK(ncclCommSuspend(comm, NCCL_SUSPEND_MEM));
       EXPECT_OK(ncclCommDestroy(comm));
+      const SharedDeviceMemory destroyed = sharedDeviceMemory();
+      expect(destroyed.mappings == 0 && destroyed.descriptors == 0,
+             "destroyed while suspended: " + std::to_string(destroyed.mappings) + " memory files mapped, " +
+                 std::to_string(destroyed.descriptors) + " open");
+      expect(test::openFileDescriptors() <= fds, "destroyed while suspended: " +
+                                                     std::to_string(test::openFileDescriptors()) + " descriptors, " +
+                                                     std::to_string(fds) + " before");
     }, std::chrono::seconds(120)) == "");
   }
 }
