@@ -415,6 +415,8 @@ size_t Connector::visitEnds(size_t first, size_t count, const std::function<void
 }
 
 void Connector::adopt(std::map<int, std::unique_ptr<End>>& into, int key, std::unique_ptr<End> end) {
+  const bool ring = &into == &ringSend_ || &into == &ringRecv_;
+  end->link = ring ? key : kRingLinks + key / nRanks_;  // (a send/recv key: set x nRanks + peer)
   std::lock_guard<std::mutex> lock(endsMutex_);
   ends_.push_back(end.get());
   into[key] = std::move(end);

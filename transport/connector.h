@@ -102,7 +102,12 @@ class Connector {
     Kind kind = Kind::kP2p;
     bool isSend = false;
     FifoAllocator* registeredWith = nullptr;  ///< the allocator memory was registered with (host memory)
+    /// Which connection between this rank and `peer` in this direction, the same number at
+    /// both ends: the ring channel, or kRingLinks + the send/recv set (a resume's messages
+    /// name FIFOs by it).
+    int link = -1;
   };
+  static constexpr int kRingLinks = kSetChannels;
 
   /// Every connected end (ring and send/recv), in the order they were connected.
   void forEachEnd(const std::function<void(const End&)>& visit) const;

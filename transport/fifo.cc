@@ -140,6 +140,13 @@ void FifoAllocator::resumeData(void* p) {
   fail(ncclInternalError, "FIFO memory at %p was never given back, so it cannot be given again", p);
 }
 
+bool FifoAllocator::suspendImport(void*) { return false; }
+
+void FifoAllocator::resumeImport(void* p, const uint8_t*, uint64_t) {
+  fail(ncclInternalError, "the mapping of a peer's FIFO memory at %p was never let go, so it cannot be mapped again",
+       p);
+}
+
 FifoMemory::DeviceData FifoMemory::deviceData() const {
   if (!countersOnDevice()) return {};
   return DeviceData{reinterpret_cast<char*>(counters()), deviceDataBytes(sizes_)};

@@ -172,21 +172,33 @@ class FifoAllocator {
 
   /// Suspend (transport/suspend.h): the device memory behind data memory p (allocateData's,
   /// `requested` bytes asked for): its bytes as allocated, and whether suspendData can give it
-  /// back and keep its address (or gave it back: p is suspended). Not memory another process
-  /// or a NIC was given (exportData, dmabufFd: it maps the pages themselves), nor memory
-  /// without an address reserved apart from its pages (cudaMalloc's).
+  /// back and keep its address (or gave it back: p is suspended). Memory exported to a peer
+  /// process (exportData) is suspendable: that process lets go of its mapping at the same
+  /// suspend (suspendImport) and maps the new memory at resume (resumeImport). Not memory a
+  /// NIC was given (dmabufFd: it keeps the pages themselves), nor memory without an address
+  /// reserved apart from its pages (cudaMalloc's, whose legacy IPC handle cannot be replaced).
   struct DataUse {
     uint64_t bytes = 0;
     bool suspendable = false;
   };
   virtual DataUse dataUse(void* p, uint64_t requested);
   /// Gives back the device memory behind p (dataUse: suspendable), keeping its address and a
-  /// copy of its first keepBytes bytes; false, nothing changed, when it cannot. Only while no
-  /// kernel and no peer touches it (suspend's barrier).
+  /// copy of its first keepBytes bytes, and withdraws its exportData handle; false, nothing
+  /// changed, when it cannot. Only while no kernel and no peer touches it (suspend's barrier).
   virtual bool suspendData(void* p, uint64_t keepBytes);
   /// Gives p (suspendData's) memory again at the same address, reachable by the same devices:
-  /// zeroed but for the first keepBytes, which are as they were; throws when it cannot.
+  /// zeroed but for the first keepBytes, which are as they were; throws when it cannot. A peer
+  /// that mapped it needs a new handle (exportData).
   virtual void resumeData(void* p);
+  /// Suspend, the importer's side: lets go of this process's mapping of a peer's data memory
+  /// (importData's p), keeping the address reserved, so that the owner's suspendData frees the
+  /// physical memory; false, nothing changed, when this mapping cannot be replaced later (a
+  /// legacy CUDA IPC handle's: the owner keeps that memory too).
+  virtual bool suspendImport(void* p);
+  /// Resume: maps the peer's new memory (its exportData handle after resumeData, `bytes` as
+  /// importData's) at p, where suspendImport left the address reserved; throws when it cannot,
+  /// or when the handle maps another size than the reservation. closeData releases p either way.
+  virtual void resumeImport(void* p, const uint8_t* handle, uint64_t bytes);
 };
 
 /// Bytes of a FIFO's control part (counters, signatures, fault boxes, step counters): the

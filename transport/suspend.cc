@@ -3,10 +3,17 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <set>
+#include <string>
+#include <type_traits>
 
+#include "bootstrap/bootstrap.h"
 #include "core/log.h"
+#include "core/status.h"
 
 namespace braid::transport {
 
@@ -35,11 +42,15 @@ FifoMemory::DeviceData ownedDeviceData(const Connector::End& end) {
 }
 
 /// Whether suspend may give `end`'s device allocation back: a thread's or a process's receiver
-/// whose slots no other process maps, in memory whose address the allocator keeps.
+/// in memory whose address the allocator keeps (its importer, if any, lets go at the same time).
 bool deviceReleasable(const Connector::End& end, FifoAllocator* device, const FifoMemory::DeviceData& d) {
   const bool kindReleases = end.kind == Kind::kP2p || end.kind == Kind::kShm;
-  return kindReleases && end.memory->countersOnDevice() && !end.memory->slotsShared() &&
-         device->dataUse(d.at, d.bytes).suspendable;
+  return kindReleases && end.memory->countersOnDevice() && device->dataUse(d.at, d.bytes).suspendable;
+}
+
+/// Whether `end` is a sender's mapping of a peer process's slots in its GPU memory.
+bool importsPeerSlots(const Connector::End& end) {
+  return end.kind == Kind::kShm && end.isSend && end.memory->slotsShared();
 }
 
 FifoFootprint deviceFootprint(const Connector& connector, FifoAllocator* device) {
@@ -53,17 +64,42 @@ FifoFootprint deviceFootprint(const Connector& connector, FifoAllocator* device)
   return f;
 }
 
-uint64_t releaseDeviceSlots(const Connector& connector, FifoAllocator* device, std::vector<char*>* suspended) {
+uint64_t releaseDeviceSlots(const Connector& connector, FifoAllocator* device, std::vector<SuspendedSlots>* suspended) {
   uint64_t released = 0;
+  // The importers' mappings first (as NCCL's order): the owner's memory is freed once both are gone.
+  connector.forEachEnd([&](const Connector::End& end) {
+    if (!importsPeerSlots(end)) return;
+    const FifoMemory::DeviceData d = end.memory->deviceData();
+    if (d.at == nullptr || !device->suspendImport(d.at)) return;
+    suspended->push_back(SuspendedSlots{d.at, end.peer, end.link, true, true, d.bytes});
+  });
   connector.forEachEnd([&](const Connector::End& end) {
     const FifoMemory::DeviceData d = ownedDeviceData(end);
     if (d.at == nullptr || !deviceReleasable(end, device, d)) return;
     const uint64_t bytes = device->dataUse(d.at, d.bytes).bytes;
     if (!device->suspendData(d.at, kDeviceCounterBytes)) return;  // (the counters carry over)
-    suspended->push_back(d.at);
+    suspended->push_back(SuspendedSlots{d.at, end.peer, end.link, false, end.memory->slotsShared(), d.bytes});
     released += bytes;
   });
   return released;
+}
+
+/// A resume's new slot handles, one message from the owner to each peer that maps its slots.
+constexpr uint32_t kResumeHandlesTag = 0x52480000;
+
+/// This rank's own memory of `suspended` again, at its addresses; returns where it was.
+std::set<char*> resumeOwnMemory(FifoAllocator* device, std::vector<SuspendedSlots>* suspended) {
+  std::set<char*> resumed;
+  for (auto it = suspended->begin(); it != suspended->end();) {
+    if (it->imported) {
+      ++it;
+      continue;
+    }
+    device->resumeData(it->at);
+    resumed.insert(it->at);
+    it = suspended->erase(it);
+  }
+  return resumed;
 }
 
 }  // namespace
@@ -100,7 +136,7 @@ FifoFootprint fifoFootprint(const Connector& connector, FifoAllocator* device) {
   return f;
 }
 
-uint64_t releaseSlots(const Connector& connector, FifoAllocator* device, std::vector<char*>* suspended) {
+uint64_t releaseSlots(const Connector& connector, FifoAllocator* device, std::vector<SuspendedSlots>* suspended) {
   if (device != nullptr) return releaseDeviceSlots(connector, device, suspended);
   uint64_t released = 0;
   connector.forEachEnd([&](const Connector::End& end) {
@@ -116,10 +152,89 @@ uint64_t releaseSlots(const Connector& connector, FifoAllocator* device, std::ve
   return released;
 }
 
-void restoreSlots(FifoAllocator* device, std::vector<char*>* suspended) {
-  while (!suspended->empty()) {
-    device->resumeData(suspended->back());
-    suspended->pop_back();
+std::string checkResumeHandles(const std::vector<ResumeHandle>& got, const std::vector<int>& links,
+                               const std::set<int>& letGo) {
+  if (got.size() != links.size()) {
+    return std::to_string(got.size()) + " entries for this rank's " + std::to_string(links.size()) + " FIFOs from it";
+  }
+  std::set<int> seen;
+  for (const ResumeHandle& h : got) {
+    if (std::find(links.begin(), links.end(), h.link) == links.end()) {
+      return "link " + std::to_string(h.link) + " is no FIFO of this rank's from it";
+    }
+    if (!seen.insert(h.link).second) return "link " + std::to_string(h.link) + " comes twice";
+    if (h.replaced > 1) return "link " + std::to_string(h.link) + "'s replaced flag is " + std::to_string(h.replaced);
+    if ((h.replaced == 1) != (letGo.count(h.link) == 1)) {
+      const char* why = h.replaced == 1 ? " has new memory, but this rank kept its mapping"
+                                        : " kept its memory, but this rank let go of its mapping";
+      return "link " + std::to_string(h.link) + why;
+    }
+  }
+  return "";
+}
+
+void restoreSlots(const Connector& connector, FifoAllocator* device, bootstrap::Bootstrap& channel,
+                  std::vector<SuspendedSlots>* suspended, const std::atomic<bool>* abortFlag) {
+  const std::set<char*> resumed = resumeOwnMemory(device, suspended);
+  // Each owner's entries for a peer, and the links whose entries each importer expects (every
+  // FIFO whose slots the owner keeps in its GPU memory for it: the same set at both ends).
+  std::map<int, std::vector<ResumeHandle>> outgoing;
+  std::map<int, std::vector<int>> expected;
+  connector.forEachEnd([&](const Connector::End& end) {
+    if (end.kind != Kind::kShm || !end.memory->slotsShared()) return;
+    if (end.isSend) {
+      expected[end.peer].push_back(end.link);
+      return;
+    }
+    ResumeHandle h{};
+    h.link = end.link;
+    char* at = end.memory->deviceData().at;
+    h.replaced = resumed.count(at) != 0 ? 1 : 0;
+    if (h.replaced != 0 && !device->exportData(at, h.handle)) {
+      fail(ncclSystemError, "resume: the FIFO slots rank %d maps (link %d) are new, but no handle for them could be "
+                            "made", end.peer, end.link);
+    }
+    outgoing[end.peer].push_back(h);
+  });
+  for (const auto& [peer, entries] : outgoing) {  // (all sent before any is awaited: no rank waits on another's send)
+    try {
+      channel.send(peer, kResumeHandlesTag, entries.data(), entries.size() * sizeof(ResumeHandle), abortFlag);
+    } catch (const Error& e) {
+      fail(e.code(), "resume: cannot send rank %d the new handles of the FIFO slots it maps: %s", peer, e.what());
+    }
+  }
+  for (const auto& [peer, links] : expected) {
+    std::vector<ResumeHandle> got(links.size());
+    try {
+      channel.recv(peer, kResumeHandlesTag, got.data(), got.size() * sizeof(ResumeHandle), abortFlag);
+    } catch (const Error& e) {
+      fail(e.code(), "resume: rank %d did not send the new handles of its FIFO slots that this rank maps: %s", peer,
+           e.what());
+    }
+    std::set<int> letGo;
+    for (const SuspendedSlots& s : *suspended) {
+      if (s.imported && s.peer == peer) letGo.insert(s.link);
+    }
+    const std::string wrong = checkResumeHandles(got, links, letGo);
+    if (!wrong.empty()) {
+      fail(ncclSystemError, "resume: refused rank %d's new FIFO slot handles: %s", peer, wrong.c_str());
+    }
+    for (const ResumeHandle& h : got) {
+      if (h.replaced == 0) continue;
+      auto it = std::find_if(suspended->begin(), suspended->end(), [&](const SuspendedSlots& s) {
+        return s.imported && s.peer == peer && s.link == h.link;
+      });
+      try {
+        device->resumeImport(it->at, h.handle, it->bytes);
+      } catch (const Error& e) {
+        fail(e.code(), "resume: cannot map rank %d's new FIFO slots (link %d): %s", peer, h.link, e.what());
+      }
+      suspended->erase(it);
+    }
+  }
+  for (const SuspendedSlots& s : *suspended) {  // (a mapping let go of, its peer's FIFO not found: a bug)
+    fail(ncclInternalError, "resume: this rank's mapping of rank %d's FIFO slots (link %d) has no new handle", s.peer,
+         s.link);
   }
 }
 

@@ -13,16 +13,29 @@
 // counters the kernels poll and the slots (FifoMemory::deviceData), and a network end's slots
 // for GPU Direct RDMA. The allocator gives an allocation's physical memory back and keeps its
 // address (cuMem), as NCCL 2.30's memory manager does; the counters in front of the slots are
-// kept aside and written back at resume, the rest comes back zeroed. Only allocations no other
-// process and no NIC maps are given back: those map the physical pages themselves, so they
-// would neither be freed nor see the new ones (NCCL re-imports them on every peer at resume;
-// Braid keeps them). Pinned host memory (the control part) is not the device's and not counted.
+// kept aside and written back at resume, the rest comes back zeroed. Slots a peer process maps
+// (shm with the slots in the receiver's GPU memory) go too, as NCCL's do: the sender lets go
+// of its mapping at the same suspend and keeps the address reserved (its kernels' handles hold
+// it), the receiver gives the memory back (the driver frees it once the last mapping and
+// handle are gone, whichever end is last); at resume the receiver maps new memory at its
+// address, sends the sender a new handle over the bootstrap, and the sender maps it at its
+// reserved address (restoreSlots). Only memory a NIC maps (verbs, net plugins: it holds the
+// pages themselves) and memory without an address apart from its pages (cudaMalloc's, shared
+// by legacy IPC) stay. Pinned host memory (the control part) is not the device's and not counted.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <set>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "transport/connector.h"
+
+namespace braid::bootstrap {
+class Bootstrap;
+}
 
 namespace braid::transport {
 
@@ -58,14 +71,48 @@ struct FifoFootprint {
 };
 FifoFootprint fifoFootprint(const Connector& connector, FifoAllocator* device);
 
-/// Gives every releasable page back; returns the bytes. Only while no operation runs on any
-/// connection of the communicator, on this rank or a peer (suspend's barrier). With `device`,
-/// the device allocations given back are appended to `suspended`, for restoreSlots.
-uint64_t releaseSlots(const Connector& connector, FifoAllocator* device, std::vector<char*>* suspended);
+/// A device allocation a suspend let go of, for restoreSlots: this rank's own memory given
+/// back, or its mapping of a peer process's memory (an shm sender's view of the slots).
+struct SuspendedSlots {
+  char* at = nullptr;
+  int peer = -1;
+  int link = -1;          ///< Connector::End::link
+  bool imported = false;  ///< this rank's mapping of the peer's memory, else its own memory
+  bool shared = false;    ///< its own memory that the peer maps: the peer gets a new handle at resume
+  uint64_t bytes = 0;     ///< the bytes the kernels touch (FifoMemory::DeviceData::bytes)
+};
 
-/// Resume: gives each of `suspended` (releaseSlots') device memory again at its address, the
-/// counters as they were and the slots zeroed, removing it from the list; throws, leaving the
-/// rest listed, when the device cannot.
-void restoreSlots(FifoAllocator* device, std::vector<char*>* suspended);
+/// Gives every releasable page back; returns the bytes of this rank's own memory. Only while
+/// no operation runs on any connection of the communicator, on this rank or a peer (suspend's
+/// barrier). With `device`, the device allocations given back, and the mappings of peers'
+/// slots let go of, are appended to `suspended`, for restoreSlots.
+uint64_t releaseSlots(const Connector& connector, FifoAllocator* device, std::vector<SuspendedSlots>* suspended);
+
+/// One FIFO's entry in a resume's message from the owner of slots to the peer that maps them.
+struct ResumeHandle {
+  int32_t link;       ///< Connector::End::link
+  uint32_t replaced;  ///< 1: new memory, mapped through handle; 0: the memory stayed (nothing to map)
+  uint8_t handle[FifoAllocator::kHandleBytes];  ///< FifoAllocator::exportData's
+};
+static_assert(std::is_trivially_copyable_v<ResumeHandle> && sizeof(ResumeHandle) == 8 + FifoAllocator::kHandleBytes);
+
+/// Why the entries a peer sent (bytes from another process: checked before any is used) cannot
+/// be this rank's: one for each of `links` (this rank's ends that map that peer's slots), each
+/// once, replaced exactly where this rank let go of its mapping (`letGo`). "" when they are.
+/// The handles themselves are checked by FifoAllocator::resumeImport (kind, size).
+std::string checkResumeHandles(const std::vector<ResumeHandle>& got, const std::vector<int>& links,
+                               const std::set<int>& letGo);
+
+/// Resume, collective among the ranks whose slots a peer process maps: gives each of this
+/// rank's own `suspended` memory again at its address (the counters as they were, the slots
+/// zeroed), sends each peer that mapped some a new handle for each (bootstrap tag
+/// kResumeHandlesTag; one message a peer, every message sent before any is awaited), receives
+/// the peers' and maps them at the addresses this rank's kernels hold, removing from the list
+/// what is done. A peer's message is checked as a descriptor is (its size, each link one of
+/// this rank's suspended mappings from that peer, once, the handle's size the reservation's).
+/// Throws, leaving the rest listed, when the device cannot or a peer does not answer (the
+/// text names the rank); `abortFlag` ends the waits.
+void restoreSlots(const Connector& connector, FifoAllocator* device, bootstrap::Bootstrap& channel,
+                  std::vector<SuspendedSlots>* suspended, const std::atomic<bool>* abortFlag);
 
 }  // namespace braid::transport

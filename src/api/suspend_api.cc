@@ -7,8 +7,13 @@
 // given back is transport/suspend.h's and the scratch memory. Resume maps a device's FIFO
 // memory again at the addresses it had (on the host backend the mappings stayed: the pages
 // come back on first touch), then meets the others again, so that no rank's next operation
-// starts, nor writes into a peer's FIFO, while that peer is still suspended. NCCL does not check for use
-// while suspended (its memory is unmapped); Braid refuses the operation with ncclInvalidUsage.
+// starts, nor writes into a peer's FIFO, while that peer is still suspended. FIFO slots a peer
+// process maps are exchanged in between: the owner sends new handles, the peer maps them at the
+// addresses its kernels hold (transport::restoreSlots). NCCL does not check for use while
+// suspended (its memory is unmapped); Braid refuses the operation with ncclInvalidUsage. A
+// failed resume (a peer that died, a device that cannot map) leaves the communicator suspended
+// for good, as NCCL's (its memory manager stays "released" with the group's error): every later
+// call but destroy and abort is refused, saying why.
 #include <cstdio>
 #include <string>
 
@@ -79,10 +84,20 @@ ncclResult_t pncclCommResume(ncclComm_t comm) {
   return api::guarded("ncclCommResume", comm, [&]() -> ncclResult_t {
     Communicator& c = readyCommunicator(comm);
     if (!c.suspended()) fail(ncclInvalidUsage, "%s is not suspended (ncclCommSuspend first)", named(c).c_str());
+    if (!c.resumeFailure().empty()) c.refuseIfSuspended("ncclCommResume");  // (unusable: says why)
     Communicator* raw = &c;
     return api::dispatch(c, [raw] {
-      raw->dataPath().restoreMemory();  // (before the barrier: after it, peers write into our FIFOs)
-      meetEveryRank(*raw, "ncclCommResume");  // (a peer's next operation must not find this rank still suspended)
+      try {
+        // (before the barrier: after it, peers write into our FIFOs)
+        raw->dataPath().restoreMemory(raw->bootstrap(), &raw->abortFlag());
+        meetEveryRank(*raw, "ncclCommResume");  // (a peer's next operation must not find this rank still suspended)
+      } catch (const Error& e) {
+        // Part of the memory may be back, part not, a peer's FIFO mapped or not: no state to
+        // run an operation in nor to retry from. It stays suspended, unusable, and says why.
+        raw->setResumeFailure(e.what());
+        fail(e.code(), "%s; %s stays suspended and is unusable: ncclCommDestroy or ncclCommAbort it", e.what(),
+             named(*raw).c_str());
+      }
       raw->setSuspended(false);
     });
   });

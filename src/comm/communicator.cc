@@ -74,8 +74,24 @@ void Communicator::mirrorAbortTo(uint32_t* word) {
 
 void Communicator::refuseIfSuspended(const char* call) const {
   if (!suspended()) return;  // (its FIFOs and scratch are given back: NCCL's comm "cannot be used")
+  const std::string failure = resumeFailure();
+  if (!failure.empty()) {
+    fail(ncclInvalidUsage, "%s: communicator %p (rank %d of %d) is unusable: its ncclCommResume failed (%s); "
+         "ncclCommDestroy or ncclCommAbort it", call, static_cast<const void*>(this), identity_.rank, identity_.nRanks,
+         failure.c_str());
+  }
   fail(ncclInvalidUsage, "%s: communicator %p (rank %d of %d) is suspended (ncclCommSuspend); call ncclCommResume "
        "before using it", call, static_cast<const void*>(this), identity_.rank, identity_.nRanks);
+}
+
+std::string Communicator::resumeFailure() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return resumeFailure_;
+}
+
+void Communicator::setResumeFailure(const std::string& why) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  resumeFailure_ = why;
 }
 
 ncclResult_t Communicator::run(std::function<void()> job, bool background) {

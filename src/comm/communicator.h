@@ -150,8 +150,14 @@ class Communicator {
   /// refused (refuseIfSuspended).
   bool suspended() const { return suspended_.load(); }
   void setSuspended(bool suspended) { suspended_.store(suspended); }
-  /// Throws ncclInvalidUsage naming `call` while suspended.
+  /// Throws ncclInvalidUsage naming `call` while suspended (saying why it is unusable after a
+  /// failed resume).
   void refuseIfSuspended(const char* call) const;
+  /// Why its last ncclCommResume failed ("": none did): it then stays suspended for good, part
+  /// of its memory given back and its peers' state unknown, as NCCL's comm after a failed
+  /// resume; destroy or abort is all that is left.
+  std::string resumeFailure() const;
+  void setResumeFailure(const std::string& why);
   /// Sequence number of split/shrink calls: the same on every rank, used as a message tag.
   uint32_t nextSplitSequence() { return splitSequence_++; }
 
@@ -190,6 +196,7 @@ class Communicator {
   std::unique_ptr<runtime::host::JobThread> job_;
   mutable std::mutex mutex_;
   std::string lastError_;
+  std::string resumeFailure_;  // under mutex_
 };
 
 /// An operation in progress on a communicator, for as long as the guard lives (counted in the

@@ -28,6 +28,7 @@
 #include "runtime/host/slot_prefault.h"
 #include "datapath/watchdog.h"
 #include "transport/connector.h"
+#include "transport/suspend.h"
 
 namespace braid {
 class RegistrationTable;
@@ -175,6 +176,8 @@ class DataPath {
   }
   /// The connector's options; tests change them before the first collective (networkOnly).
   transport::ConnectorOptions& connectorOptions() { return connector_.options(); }
+  /// The connections (tests look at their ends).
+  const transport::Connector& connector() const { return connector_; }
   /// The net plugin that carries this communicator's network, or null (transport::Connector).
   std::shared_ptr<plugin::NetSession> netPlugin() { return connector_.netPlugin(); }
   /// The plugin device for one-sided operations with `peer` (Connector::oneSidedPluginDevice).
@@ -240,9 +243,11 @@ class DataPath {
   /// brings pages back); on a device, restoreMemory maps the FIFOs' memory again.
   uint64_t releaseMemory();
   /// ncclCommResume's work, before it meets the other ranks: the device memory releaseMemory
-  /// gave back of the FIFOs and scratch, at the same addresses (transport::restoreSlots,
+  /// gave back of the FIFOs and scratch, at the same addresses, and the peers' slots this rank
+  /// maps, through the new handles they send over `channel` (transport::restoreSlots,
   /// Device::restoreScratch); the host backend's scratch comes back with the next operation.
-  void restoreMemory();
+  /// Collective among the ranks that share FIFOs in GPU memory; abortFlag ends its waits.
+  void restoreMemory(bootstrap::Bootstrap& channel, const std::atomic<bool>* abortFlag);
 
  private:
   /// The CUDA backend, every rank at init: caps the channels (blocks) of every rank at the
@@ -362,7 +367,7 @@ class DataPath {
   std::unique_ptr<Watchdog> watchdog_;  // after connector_ and statuses_: stopped before them
   std::string departure_;               // the notice the destructor leaves for peers ("": none)
   Scratch scratch_;  ///< the host kernels' scratch memory (CollPlan::scratchBytes)
-  std::vector<char*> suspendedFifos_;  ///< device FIFO memory a suspend gave back (restoreMemory)
+  std::vector<transport::SuspendedSlots> suspendedFifos_;  ///< device FIFO memory a suspend let go of (restoreMemory)
   Executor executor_;
   std::vector<kernels::RingHandle> rings_;  // cached handles of the connected ring channels
   std::vector<PeerSet> peerSets_;  // by channel: every point-to-point connection made so far

@@ -38,12 +38,14 @@ uint64_t DataPath::releaseMemory() {
   return released;
 }
 
-void DataPath::restoreMemory() {
-  if (device_ != nullptr) device_->restoreScratch();
-  if (suspendedFifos_.empty()) return;
+void DataPath::restoreMemory(bootstrap::Bootstrap& channel, const std::atomic<bool>* abortFlag) {
+  if (device_ == nullptr) return;  // (the host backend's pages come back on first touch)
+  device_->restoreScratch();
   const size_t count = suspendedFifos_.size();
-  transport::restoreSlots(deviceAllocator(device_.get()), &suspendedFifos_);
-  BRAID_INFO(log::kAlloc, "rank %d: resumed: %zu FIFO allocations of device memory mapped again", rank_, count);
+  // (also where this rank let go of nothing: its peers' messages are awaited, and it sends its own)
+  transport::restoreSlots(connector_, deviceAllocator(device_.get()), channel, &suspendedFifos_, abortFlag);
+  BRAID_INFO(log::kAlloc, "rank %d: resumed: %zu FIFO allocations of device memory (its own, or its mappings of a "
+             "peer's) mapped again", rank_, count);
 }
 
 }  // namespace braid::datapath

@@ -27,7 +27,10 @@ namespace {
 
 /// The emulated device's memory that other processes map, as cuMem memory is on a GPU: a
 /// memory file mapped here, offered to other processes (core/fd_exchange.h) at its first
-/// export. Process-wide and never destroyed.
+/// export. Suspend plays cuMem's: the owner unmaps and closes its file (the pages go once the
+/// importer has let go too) keeping the address reserved, inaccessible, as an unmapped GPU
+/// range; the importer does the same with its mapping; resume maps a new file at the owner's
+/// address and, from its new offer, at the importer's. Process-wide and never destroyed.
 class MemoryFiles {
  public:
   static MemoryFiles& process() {
@@ -35,35 +38,67 @@ class MemoryFiles {
     return *files;
   }
   void* allocate(size_t bytes) {
-    const int fd = memfd_create("braid-emulated-device", MFD_CLOEXEC);
-    if (fd < 0) fail(ncclSystemError, "emulated device: memfd_create: %s", strerror(errno));
-    if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-      close(fd);
-      fail(ncclSystemError, "emulated device: cannot size a memory file to %zu bytes", bytes);
-    }
-    void* p = mapped(fd, bytes);
+    const int fd = newFile(bytes);
+    void* p = mapped(fd, bytes, nullptr);
     std::lock_guard<std::mutex> lock(mutex_);
-    live_[p] = File{bytes, fd, {}};
+    live_[p] = File{bytes, fd, {}, false, false, false};
     return p;
   }
   /// Maps what another process offered.
   void* import(const fds::Offer& from, size_t bytes) {
-    const int fd = fds::fetch(from, std::chrono::seconds(2));
-    void* p = nullptr;
-    try {
-      p = mapped(fd, bytes);
-    } catch (...) {
-      close(fd);
-      throw;
-    }
-    close(fd);
+    void* p = mapOffer(from, bytes, nullptr);
     std::lock_guard<std::mutex> lock(mutex_);
-    live_[p] = File{bytes, -1, {}};
+    live_[p] = File{bytes, -1, {}, true, false, false};
     return p;
   }
   bool owns(const void* p) {
     std::lock_guard<std::mutex> lock(mutex_);
     return live_.count(p) != 0;
+  }
+  /// The bytes of p's file, and whether it is an allocation of this process's (not an import)
+  /// that no NIC maps (descriptorOf): one suspend may give back. False when p is none.
+  bool suspendable(const void* p, size_t* bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = live_.find(p);
+    if (it == live_.end()) return false;
+    *bytes = it->second.bytes;
+    return !it->second.imported && !it->second.nicMaps;
+  }
+  /// Suspend: p's pages (an allocation's or an import's) are let go of, its address stays
+  /// reserved; an allocation's offer is withdrawn and its file closed. False when p is none,
+  /// or suspended already.
+  bool suspend(void* p) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = live_.find(p);
+    if (it == live_.end() || it->second.suspended || it->second.nicMaps) return false;
+    File& f = it->second;
+    reserve(p, f.bytes);
+    if (!f.offer.token.empty()) fds::withdraw(f.offer.token);
+    if (f.fd >= 0) close(f.fd);
+    f.offer = {};
+    f.fd = -1;
+    f.suspended = true;
+    return true;
+  }
+  /// Resume of an allocation (from == null: a new file) or of an import (the owner's new offer,
+  /// of exactly the reservation's bytes) at p.
+  void resume(void* p, const fds::Offer* from, size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = live_.find(p);
+    if (it == live_.end() || !it->second.suspended || it->second.imported != (from != nullptr)) {
+      fail(ncclInternalError, "emulated device: %p is no suspended %s", p, from != nullptr ? "import" : "allocation");
+    }
+    File& f = it->second;
+    if (bytes != f.bytes) {
+      fail(ncclSystemError, "emulated device: a handle of %zu bytes for the %zu reserved at %p", bytes, f.bytes, p);
+    }
+    if (from != nullptr) {
+      mapOffer(*from, bytes, p);
+    } else {
+      f.fd = newFile(bytes);
+      mapped(f.fd, bytes, p);
+    }
+    f.suspended = false;
   }
   void release(void* p) {
     File f{};
@@ -76,7 +111,7 @@ class MemoryFiles {
     }
     if (!f.offer.token.empty()) fds::withdraw(f.offer.token);
     if (f.fd >= 0) close(f.fd);
-    munmap(p, f.bytes);
+    munmap(p, f.bytes);  // (a suspended one's reservation too)
   }
   /// The allocation (not an import) holding all of [p, p + bytes).
   bool find(const void* p, size_t bytes, void** base, size_t* size) {
@@ -88,12 +123,13 @@ class MemoryFiles {
     return true;
   }
   /// A new descriptor of the memory file holding [p, p + bytes) (as a GPU's dma-buf), and p's
-  /// offset in it; -1 when no allocation holds it.
+  /// offset in it; -1 when no allocation holds it. A NIC maps it from now on: no suspend.
   int descriptorOf(void* p, size_t bytes, uint64_t* offset) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = holding(p, bytes);
     if (it == live_.end()) return -1;
     *offset = static_cast<uint64_t>(static_cast<char*>(p) - static_cast<const char*>(it->first));
+    it->second.nicMaps = true;
     return dup(it->second.fd);
   }
   /// Where other processes fetch allocation `base` (offered once).
@@ -109,10 +145,13 @@ class MemoryFiles {
  private:
   struct File {
     size_t bytes;
-    int fd;          // -1: an import
+    int fd;            // -1: an import, or suspended
     fds::Offer offer;  // offered (an empty token: not yet)
+    bool imported;
+    bool suspended;    // its pages let go of, the address reserved
+    bool nicMaps;      // a descriptor went to a NIC (descriptorOf)
   };
-  /// The allocation (not an import) holding all of [p, p + bytes), or live_.end(); under mutex_.
+  /// The live allocation (not an import) holding all of [p, p + bytes), or live_.end(); under mutex_.
   std::map<const void*, struct File>::iterator holding(const void* p, size_t bytes) {
     auto it = live_.upper_bound(p);
     if (it == live_.begin()) return live_.end();
@@ -122,10 +161,38 @@ class MemoryFiles {
     const bool inside = q < start + it->second.bytes && static_cast<size_t>(start + it->second.bytes - q) >= bytes;
     return it->second.fd >= 0 && inside ? it : live_.end();
   }
-  static void* mapped(int fd, size_t bytes) {
-    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  static int newFile(size_t bytes) {
+    const int fd = memfd_create("braid-emulated-device", MFD_CLOEXEC);
+    if (fd < 0) fail(ncclSystemError, "emulated device: memfd_create: %s", strerror(errno));
+    if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+      close(fd);
+      fail(ncclSystemError, "emulated device: cannot size a memory file to %zu bytes", bytes);
+    }
+    return fd;
+  }
+  /// Maps fd's bytes, at `at` (replacing its reservation) unless null.
+  static void* mapped(int fd, size_t bytes, void* at) {
+    void* p = mmap(at, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | (at != nullptr ? MAP_FIXED : 0), fd, 0);
     if (p == MAP_FAILED) fail(ncclSystemError, "emulated device: cannot map %zu bytes: %s", bytes, strerror(errno));
     return p;
+  }
+  static void* mapOffer(const fds::Offer& from, size_t bytes, void* at) {
+    const int fd = fds::fetch(from, std::chrono::seconds(2));
+    void* p = nullptr;
+    try {
+      p = mapped(fd, bytes, at);
+    } catch (...) {
+      close(fd);
+      throw;
+    }
+    close(fd);
+    return p;
+  }
+  /// Replaces the mapping at p with an inaccessible reservation, as an unmapped GPU range.
+  static void reserve(void* p, size_t bytes) {
+    if (mmap(p, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) == MAP_FAILED) {
+      fail(ncclSystemError, "emulated device: cannot unmap %zu bytes at %p: %s", bytes, p, strerror(errno));
+    }
   }
   std::mutex mutex_;
   std::map<const void*, File> live_;
@@ -142,7 +209,9 @@ struct FileHandle {
 /// destroyed, as the CUDA backend's (FIFOs outlive communicators). Slots no other process maps
 /// play cuMem memory (as the CUDA backend allocates them): pages at an address of their own,
 /// which suspendData unmaps (the address stays reserved, inaccessible, as a GPU's unmapped
-/// range) and resumeData maps again, zeroed. EmulatedDevice::physicalBytes counts the pages.
+/// range) and resumeData maps again, zeroed; shared slots are memory files that suspend and
+/// resume alike (MemoryFiles), the peer's mapping let go of and mapped again with them
+/// (suspendImport, resumeImport). EmulatedDevice::physicalBytes counts the pages allocated here.
 class HostFifoAllocator final : public transport::FifoAllocator {
  public:
   void* allocateControl(size_t bytes) override { return zeroed(bytes); }
@@ -164,8 +233,8 @@ class HostFifoAllocator final : public transport::FifoAllocator {
   void freeData(void* p) override {
     if (MemoryFiles::process().owns(p)) {
       size_t bytes = 0;
-      MemoryFiles::process().find(p, 1, &p, &bytes);
-      EmulatedDevice::physicalBytes -= bytes;
+      if (MemoryFiles::process().find(p, 1, &p, &bytes)) EmulatedDevice::physicalBytes -= bytes;  // (not suspended)
+      kept_.erase(p);
       return MemoryFiles::process().release(p);
     }
     std::lock_guard<std::mutex> lock(mutex_);
@@ -176,12 +245,23 @@ class HostFifoAllocator final : public transport::FifoAllocator {
     regions_.erase(it);
   }
   DataUse dataUse(void* p, uint64_t requested) override {
+    size_t fileBytes = 0;
+    if (MemoryFiles::process().owns(p)) return DataUse{requested, MemoryFiles::process().suspendable(p, &fileBytes)};
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = regions_.find(p);
-    if (it == regions_.end()) return DataUse{requested, false};  // (a memory file: another process maps it)
+    if (it == regions_.end()) return DataUse{requested, false};
     return DataUse{it->second.bytes, true};
   }
   bool suspendData(void* p, uint64_t keepBytes) override {
+    size_t fileBytes = 0;
+    if (MemoryFiles::process().suspendable(p, &fileBytes)) {  // (slots a peer process maps: it lets go too)
+      std::vector<char> kept(static_cast<char*>(p), static_cast<char*>(p) + std::min<uint64_t>(keepBytes, fileBytes));
+      if (!MemoryFiles::process().suspend(p)) return false;
+      std::lock_guard<std::mutex> lock(mutex_);
+      kept_[p] = std::move(kept);
+      EmulatedDevice::physicalBytes -= fileBytes;
+      return true;
+    }
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = regions_.find(p);
     if (it == regions_.end() || it->second.suspended) return false;
@@ -196,6 +276,16 @@ class HostFifoAllocator final : public transport::FifoAllocator {
     return true;
   }
   void resumeData(void* p) override {
+    size_t fileBytes = 0;
+    if (MemoryFiles::process().suspendable(p, &fileBytes)) {
+      MemoryFiles::process().resume(p, nullptr, fileBytes);
+      std::lock_guard<std::mutex> lock(mutex_);
+      const std::vector<char>& kept = kept_[p];
+      if (!kept.empty()) std::memcpy(p, kept.data(), kept.size());
+      kept_.erase(p);
+      EmulatedDevice::physicalBytes += fileBytes;
+      return;
+    }
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = regions_.find(p);
     if (it == regions_.end() || !it->second.suspended) fail(ncclInternalError, "emulated device: %p is not suspended", p);
@@ -228,6 +318,16 @@ class HostFifoAllocator final : public transport::FifoAllocator {
     return MemoryFiles::process().import(h.offer, h.bytes);
   }
   void closeData(void* p) override { MemoryFiles::process().release(p); }
+  bool suspendImport(void* p) override { return MemoryFiles::process().suspend(p); }
+  void resumeImport(void* p, const uint8_t* handle, uint64_t need) override {
+    FileHandle h{};
+    std::memcpy(&h, handle, sizeof h);
+    if (h.bytes < need) {
+      fail(ncclSystemError, "emulated device: a handle of %zu bytes for %llu", static_cast<size_t>(h.bytes),
+           static_cast<unsigned long long>(need));
+    }
+    MemoryFiles::process().resume(p, &h.offer, h.bytes);
+  }
   int dmabufFd(void* p, size_t bytes, uint64_t* offset) override {
     return MemoryFiles::process().descriptorOf(p, bytes, offset);
   }
@@ -243,6 +343,7 @@ class HostFifoAllocator final : public transport::FifoAllocator {
   };
   std::mutex mutex_;
   std::map<void*, Region> regions_;  // the slots that play cuMem memory, by address
+  std::map<void*, std::vector<char>> kept_;  // suspended memory files: suspendData's copy of the first bytes
 
   static void* zeroed(size_t bytes) {
     void* p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);

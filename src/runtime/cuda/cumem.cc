@@ -156,6 +156,32 @@ void markExported(const void* p) {
   if (static_cast<const char*>(p) < static_cast<const char*>(it->first) + it->second.bytes) it->second.exported = true;
 }
 
+/// A copy of suspended mapping p (cumemSuspend's, or cumemSuspendImport's when `imported`);
+/// throws when p is none.
+Mapping suspendedMapping(const void* p, bool imported) {
+  std::lock_guard<std::mutex> lock(mappings().mutex);
+  auto it = mappings().live.find(p);
+  if (it == mappings().live.end() || it->second.imported != imported || !it->second.suspended) {
+    fail(ncclInternalError, "cuMem resume of %s at %p, which is not suspended", imported ? "the import" : "memory", p);
+  }
+  return it->second;
+}
+
+/// Maps `handle` (new memory, or a peer's new memory) at suspended mapping p (`m`: its size
+/// and device) and marks p live again; releases handle and throws when it cannot.
+void mapAgain(void* p, const Mapping& m, CUmemGenericAllocationHandle handle) {
+  try {
+    mapAt(static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p)), m.device, handle, m.bytes);
+  } catch (...) {
+    Driver::get().release(handle);
+    throw;
+  }
+  std::lock_guard<std::mutex> lock(mappings().mutex);
+  Mapping& live = mappings().live[p];
+  live.handle = handle;
+  live.suspended = false;
+}
+
 }  // namespace
 
 bool threadHasContext() {
@@ -264,37 +290,23 @@ void cumemSuspend(void* p) {
 }
 
 void cumemResume(void* p) {
-  Mapping m{};
-  {
-    std::lock_guard<std::mutex> lock(mappings().mutex);
-    auto it = mappings().live.find(p);
-    if (it == mappings().live.end() || !it->second.suspended) fail(ncclInternalError, "cuMem resume of %p, which is not suspended", p);
-    m = it->second;
-  }
+  const Mapping m = suspendedMapping(p, /*imported=*/false);
   const Driver& d = Driver::get();
   const CUmemAllocationProp prop = propertiesFor(m.device);
   CUmemGenericAllocationHandle handle = 0;
   check(d.create(&handle, m.bytes, &prop, 0), "cuMemCreate");
-  try {
-    mapAt(static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p)), m.device, handle, m.bytes);
-  } catch (...) {
-    d.release(handle);
-    throw;
-  }
-  std::lock_guard<std::mutex> lock(mappings().mutex);
-  Mapping& live = mappings().live[p];
-  live.handle = handle;
-  live.suspended = false;
+  mapAgain(p, m, handle);
 }
 
-int cumemExport(void* p, size_t* bytes) {
+int cumemExport(void* p, size_t* bytes, bool peerReimports) {
   Mapping m{};
   {
     std::lock_guard<std::mutex> lock(mappings().mutex);
     auto it = mappings().live.find(p);
     if (it == mappings().live.end()) fail(ncclInternalError, "cuMem export of %p, which Braid did not map", p);
     if (it->second.suspended) fail(ncclInternalError, "cuMem export of %p, whose memory is suspended", p);
-    it->second.exported = true;  // (another process may map these pages from now on: suspend keeps them)
+    // (another process may map these pages from now on: suspend keeps them, unless it lets go too)
+    if (!peerReimports) it->second.exported = true;
     m = it->second;
   }
   int fd = -1;
@@ -329,6 +341,34 @@ void* cumemImport(int device, int fd, size_t bytes) {
   std::lock_guard<std::mutex> lock(mappings().mutex);
   mappings().live[p].imported = true;
   return p;
+}
+
+void cumemSuspendImport(void* p) {
+  std::lock_guard<std::mutex> lock(mappings().mutex);
+  auto it = mappings().live.find(p);
+  if (it == mappings().live.end() || !it->second.imported || it->second.suspended) {
+    fail(ncclInternalError, "cuMem suspend of the import at %p, which is no live mapping of another process's memory",
+         p);
+  }
+  Mapping& m = it->second;
+  const Driver& d = Driver::get();
+  check(d.unmap(static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p)), m.bytes), "cuMemUnmap");
+  d.release(m.handle);  // (this process's reference: the exporter's release frees the memory)
+  m.handle = 0;
+  m.suspended = true;
+}
+
+void cumemResumeImport(void* p, int fd, size_t bytes) {
+  const Mapping m = suspendedMapping(p, /*imported=*/true);
+  if (bytes != m.bytes) {
+    fail(ncclSystemError, "a peer's new memory handle maps %zu bytes, but %zu are reserved for it at %p", bytes,
+         m.bytes, p);
+  }
+  CUmemGenericAllocationHandle handle = 0;
+  check(Driver::get().importHandle(&handle, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)),
+                                   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+        "cuMemImportFromShareableHandle");
+  mapAgain(p, m, handle);
 }
 
 int dmabufFd(int device, void* p, size_t bytes, uint64_t* offset, std::string* why) {

@@ -30,8 +30,9 @@ size_t cumemSize(const void* p);
 
 /// Suspend (as NCCL 2.30's memory manager gives back dynamic memory): the bytes cumemSuspend(p)
 /// gives back (or gave back: p suspended), 0 when p is no mapping of cumemAllocate's or was ever
-/// exported (cumemExport, cumemShare, dmabufFd: another process or a NIC maps its physical
-/// memory, which releasing this handle would not free and a new one would not replace).
+/// exported but to a peer that re-imports (cumemShare, dmabufFd, cumemExport without
+/// peerReimports: another process or a NIC maps its physical memory, which releasing this
+/// handle would not free and a new one would not replace).
 size_t cumemSuspendable(const void* p);
 /// Unmaps and releases the physical memory at p (cumemSuspendable, not suspended), keeping the
 /// address reserved; only while no kernel, peer or copy touches it. Throws when the driver refuses.
@@ -40,9 +41,19 @@ void cumemSuspend(void* p);
 /// address for the same devices as before; its contents are undefined. Throws when it cannot.
 void cumemResume(void* p);
 /// A new file descriptor for the memory at p (from cumemAllocate) and its mapped size.
-int cumemExport(void* p, size_t* bytes);
+/// peerReimports: the process that maps it lets go of its mapping at every suspend and maps the
+/// new memory at resume (FIFO slots: cumemSuspendImport, cumemResumeImport), so p stays
+/// suspendable.
+int cumemExport(void* p, size_t* bytes, bool peerReimports = false);
 /// Maps on `device` the `bytes` another process exported as `fd` (the caller closes fd).
 void* cumemImport(int device, int fd, size_t bytes);
+/// Suspend, the importer's side: unmaps and releases cumemImport's mapping p, keeping the
+/// address reserved (the exporter's cumemSuspend then frees the physical memory). Throws when
+/// p is no live import.
+void cumemSuspendImport(void* p);
+/// Resume: maps at p (cumemSuspendImport's) the memory another process exported anew as `fd`
+/// (the caller closes fd), which must be `bytes`, the reservation's size; throws when not.
+void cumemResumeImport(void* p, int fd, size_t bytes);
 
 /// The allocation of this process's (cumemAllocate's, not an import) that holds all of
 /// [p, p + bytes): its base and size; false when there is none.

@@ -95,7 +95,8 @@ class FifoAllocator final : public transport::FifoAllocator {
       h.kind = kCumemFd;
       int fd = -1;
       try {
-        fd = cumemExport(p, &h.bytes);
+        // (peerReimports: the importer lets go at each suspend and maps the new memory at resume)
+        fd = cumemExport(p, &h.bytes, /*peerReimports=*/true);
         h.offer = fds::offer(fd);
       } catch (const Error& e) {  // (no descriptor to pass: the slots stay in shared host memory)
         if (fd >= 0) close(fd);
@@ -109,6 +110,8 @@ class FifoAllocator final : public transport::FifoAllocator {
       close(fd);  // (the offer keeps its own)
       {
         std::lock_guard<std::mutex> lock(mutex_);
+        auto it = offered_.find(p);  // (a handle made before, withdrawn at a suspend or still offered)
+        if (it != offered_.end()) fds::withdraw(it->second);
         offered_[p] = h.offer.token;
       }
       std::memcpy(handle, &h, sizeof h);
@@ -189,6 +192,11 @@ class FifoAllocator final : public transport::FifoAllocator {
     cumemSuspend(p);
     std::lock_guard<std::mutex> lock(mutex_);
     kept_[p] = std::move(kept);
+    auto it = offered_.find(p);  // (the offered descriptor holds the old memory: NCCL closes its too)
+    if (it != offered_.end()) {
+      fds::withdraw(it->second);
+      offered_.erase(it);
+    }
     return true;
   }
   void resumeData(void* p) override {
@@ -211,6 +219,33 @@ class FifoAllocator final : public transport::FifoAllocator {
     if (err == cudaSuccess) err = cudaStreamSynchronize(stream_);
     check(err, "restoring suspended FIFO slots (cudaMemsetAsync, cudaMemcpyAsync)");
     kept_.erase(p);
+  }
+  /// Only cuMem imports: a legacy IPC mapping's memory is cudaMalloc's, which its owner keeps.
+  bool suspendImport(void* p) override {
+    if (!cumemOwns(p)) return false;
+    DeviceGuard guard(device_);
+    cumemSuspendImport(p);
+    return true;
+  }
+  void resumeImport(void* p, const uint8_t* handle, uint64_t bytes) override {
+    CumemHandle h{};
+    std::memcpy(&h, handle, sizeof h);
+    if (h.kind != kCumemFd) {
+      fail(ncclSystemError, "a peer's new FIFO slots handle is of kind %u, not a cuMem descriptor", h.kind);
+    }
+    if (h.bytes < bytes) {
+      fail(ncclSystemError, "a peer's new FIFO slots handle maps %llu bytes but its slots take %llu",
+           static_cast<unsigned long long>(h.bytes), static_cast<unsigned long long>(bytes));
+    }
+    DeviceGuard guard(device_);
+    const int fd = fds::fetch(h.offer);
+    try {
+      cumemResumeImport(p, fd, h.bytes);
+    } catch (...) {
+      close(fd);
+      throw;
+    }
+    close(fd);
   }
   void closeData(void* p) override {
     quietlyOn(device_, [p] {

@@ -7,6 +7,8 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <memory>
+#include <set>
+#include <vector>
 
 #include "transport/p2p/p2p_transport.h"
 #include "transport/shm/shm_transport.h"
@@ -85,4 +87,39 @@ TEST_CASE("suspend: verbs and net plugin ends keep their pages (a NIC registered
     auto end = endOf(transport::p2p::create(kSizes, nullptr, &d), kind, false);
     CHECK(transport::releasablePages(*end).bytes == 0);
   }
+}
+
+namespace {
+
+transport::ResumeHandle entry(int link, uint32_t replaced) {
+  transport::ResumeHandle h{};
+  h.link = link;
+  h.replaced = replaced;
+  return h;
+}
+
+}  // namespace
+
+TEST_CASE("resume: a peer's new slot handles are taken only for this rank's FIFOs from it, each once, where it let "
+          "go", "[suspend]") {
+  const std::vector<int> links{0, 1, Connector::kRingLinks + 2};  // ring channels 0 and 1, send/recv set 2
+  const std::set<int> letGo{0, Connector::kRingLinks + 2};
+  using transport::checkResumeHandles;
+  CHECK(checkResumeHandles({entry(0, 1), entry(1, 0), entry(Connector::kRingLinks + 2, 1)}, links, letGo) == "");
+  CHECK(checkResumeHandles({entry(Connector::kRingLinks + 2, 1), entry(0, 1), entry(1, 0)}, links, letGo) == "");
+  // Each refusal says what is wrong.
+  CHECK(checkResumeHandles({entry(0, 1), entry(1, 0)}, links, letGo) == "2 entries for this rank's 3 FIFOs from it");
+  CHECK(checkResumeHandles({entry(0, 1), entry(0, 1), entry(Connector::kRingLinks + 2, 1)}, links, letGo) ==
+        "link 0 comes twice");
+  CHECK(checkResumeHandles({entry(0, 1), entry(7, 0), entry(Connector::kRingLinks + 2, 1)}, links, letGo) ==
+        "link 7 is no FIFO of this rank's from it");
+  CHECK(checkResumeHandles({entry(0, 1), entry(-1, 0), entry(Connector::kRingLinks + 2, 1)}, links, letGo) ==
+        "link -1 is no FIFO of this rank's from it");
+  CHECK(checkResumeHandles({entry(0, 2), entry(1, 0), entry(Connector::kRingLinks + 2, 1)}, links, letGo) ==
+        "link 0's replaced flag is 2");
+  CHECK(checkResumeHandles({entry(0, 1), entry(1, 1), entry(Connector::kRingLinks + 2, 1)}, links, letGo) ==
+        "link 1 has new memory, but this rank kept its mapping");
+  CHECK(checkResumeHandles({entry(0, 0), entry(1, 0), entry(Connector::kRingLinks + 2, 1)}, links, letGo) ==
+        "link 0 kept its memory, but this rank let go of its mapping");
+  CHECK(checkResumeHandles({}, {}, {}) == "");
 }
