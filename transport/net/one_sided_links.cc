@@ -60,6 +60,18 @@ constexpr uint64_t kPassBytes = 4 << 20;
 
 }  // namespace
 
+bool settleLanded(std::mutex& lock, const std::map<uint64_t, WindowSpan>& windows, const FrameHeader& h, int rank) {
+  std::lock_guard<std::mutex> held(lock);
+  const auto it = windows.find(h.window);
+  if (it == windows.end()) {  // (withdrawn since its last bytes landed: as a put that came too late)
+    BRAID_WARN("one-sided: a put of %" PRIu64 " bytes into window id %#" PRIx64 " landed as rank %d deregistered that "
+               "window; dropped", h.bytes, h.window, rank);
+    return false;
+  }
+  if (it->second.settle) it->second.settle(h.offset, h.bytes);
+  return true;
+}
+
 std::string checkFrame(const FrameHeader& h, int from, int contexts, const WindowSpan* window) {
   char text[320];
   if (h.magic != kFrameMagic) {
@@ -163,9 +175,9 @@ int Links::outgoingOpen() const {
   return outgoingOpen_;
 }
 
-void Links::publishWindow(uint64_t id, void* buffer, uint64_t size) {
+void Links::publishWindow(uint64_t id, void* buffer, uint64_t size, Settle settle) {
   std::lock_guard<std::mutex> lock(windowsMutex_);
-  windows_[id] = WindowSpan{static_cast<char*>(buffer), size};
+  windows_[id] = WindowSpan{static_cast<char*>(buffer), size, std::move(settle)};
 }
 
 void Links::withdrawWindow(uint64_t id) {
@@ -512,7 +524,7 @@ ssize_t Links::readPayload(int from, Incoming& in) {
       BRAID_WARN("one-sided: rank %d's put of %" PRIu64 " bytes into window id %#" PRIx64
                  " arrived after rank %d deregistered that window; dropped",
                  from, h.bytes, h.window, rank_);
-    } else {
+    } else if (settleLanded(windowsMutex_, windows_, h, rank_)) {
       arrive_(from, h.ctx);  // (release: the data read above is visible to the wait that sees it)
       arrivals_.fetch_add(1, std::memory_order_relaxed);
     }

@@ -77,10 +77,18 @@ struct FrameHeader {
 };
 static_assert(sizeof(FrameHeader) == 64 && std::is_trivially_copyable_v<FrameHeader>);
 
+/// What a carrier calls after a put's bytes have all landed in a window's buffer and before it
+/// counts the put's signal, under the window's lock (a withdraw waits for it): the CUDA
+/// backend's relay (datapath/one_sided_relay.h) publishes a host mirror of its device window and
+/// copies [offset, offset + bytes) from it into the device here. Empty: nothing to do. What it
+/// throws breaks the carrier's incoming links (the proxy thread's pump).
+using Settle = std::function<void(uint64_t offset, uint64_t bytes)>;
+
 /// A window as the target knows it.
 struct WindowSpan {
   char* buffer;
   uint64_t size;
+  Settle settle;
 };
 
 /// What the one-sided calls need of whatever carries their operations to peers they cannot
@@ -95,8 +103,9 @@ class Carrier {
   /// return no byte lands in it any more (a put then arriving is dropped and reported).
   /// publishWindow is called by every rank of the communicator in the same order (window
   /// registration is collective), so a carrier may exchange what it publishes (the verbs
-  /// carrier's keys).
-  virtual void publishWindow(uint64_t id, void* buffer, uint64_t size) = 0;
+  /// carrier's keys). `settle` (may be empty) runs after each put into it has landed, before
+  /// its signal counts; a carrier whose puts land without its knowing (RDMA) refuses one.
+  virtual void publishWindow(uint64_t id, void* buffer, uint64_t size, Settle settle) = 0;
   virtual void withdrawWindow(uint64_t id) = 0;
   /// A put of `bytes` from `data` into `peer`'s window `window` at `offset`, then its signal
   /// (ctx); returns once the caller may reuse `data`. Throws ncclRemoteError when the path to
@@ -114,6 +123,11 @@ class Carrier {
 /// applied, else why not (naming the fields). `window` is the span the frame's id names (null:
 /// no such window); `contexts` the communicator's count.
 std::string checkFrame(const FrameHeader& h, int from, int contexts, const WindowSpan* window);
+
+/// The target's step between a put's last byte landing and its signal: runs the settle of the
+/// window `h` names (under `lock`, which guards `windows`); false, with a warning, when that
+/// window was withdrawn meanwhile (the put is dropped, its signal not counted).
+bool settleLanded(std::mutex& lock, const std::map<uint64_t, WindowSpan>& windows, const FrameHeader& h, int rank);
 
 /// Where a rank listens for its peers' links, as the registration's allgather carries it.
 struct Invitation {
@@ -152,7 +166,7 @@ class Links final : public Carrier, public proxy::Pump {
   // Carrier. A put is written on the calling thread and returns once the data is in the socket;
   // the first one to a peer connects to it.
   bool linked(int peer) const override { return peer >= 0 && peer < nRanks_ && out_[peer] != nullptr; }
-  void publishWindow(uint64_t id, void* buffer, uint64_t size) override;
+  void publishWindow(uint64_t id, void* buffer, uint64_t size, Settle settle) override;
   void withdrawWindow(uint64_t id) override;
   void put(int peer, uint64_t window, uint64_t offset, const void* data, uint64_t bytes, int ctx) override;
   void signal(int peer, int ctx) override;
