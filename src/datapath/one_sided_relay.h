@@ -78,8 +78,6 @@ class OneSidedRelay final : public transport::onesided::Carrier {
   void signalOnStream(int peer, int ctx, void* stream, const char* call) {
     enqueue(Operation{peer, false, 0, 0, 0, ctx, nullptr}, nullptr, stream, call);
   }
-  /// Operations the sender has handed to the carrier so far (tests).
-  uint64_t sent() const;
 
   // Carrier: what the target side and the API's checks see. publishWindow publishes a mirror of
   // the device window (the settle given is the relay's own: callers give none).
@@ -115,10 +113,9 @@ class OneSidedRelay final : public transport::onesided::Carrier {
   std::map<uint64_t, std::shared_ptr<char>> mirrors_;  // by window id
   std::mutex poolMutex_;
   std::multimap<uint64_t, std::shared_ptr<char>> pool_;  // free staging by size
-  mutable std::mutex queueMutex_;
+  std::mutex queueMutex_;
   std::condition_variable queued_;
   std::deque<Operation> queue_;
-  uint64_t sent_ = 0;
   bool stop_ = false;
   // Last: the carrier goes first (no landing into a mirror after it), its sender before it.
   std::unique_ptr<transport::onesided::Carrier> inner_;

@@ -92,7 +92,8 @@ class Device {
   virtual void joinStreams(void* main, const std::vector<void*>& others) = 0;
   /// Makes each of `others` wait for what is enqueued on `main` so far (the group's launch).
   virtual void releaseStreams(void* main, const std::vector<void*>& others) = 0;
-  /// Enqueues a device-to-device copy (a send to this rank itself).
+  /// Enqueues a copy (a send to this rank itself; a cross-host put's staging: device or pinned
+  /// host memory on either side, as cudaMemcpyDefault takes them).
   virtual void copy(void* dst, const void* src, size_t bytes, void* stream) = 0;
   /// Enqueues fn on `stream`, after this rank's work enqueued so far and before what it
   /// enqueues later: it runs on a thread of the runtime's once that work has ended (it may not
