@@ -43,8 +43,6 @@ constexpr int kContexts = 2;
 
 enum class Network { kLinks, kVerbs, kPlugin };
 
-unsigned char pattern(int from, size_t i) { return static_cast<unsigned char>(from * 37 + i * 7 + 1); }
-
 /// n ranks on the emulated device, every peer over the network `net`, a zeroed window of `bytes`
 /// in "device memory"; checks that the communicator's carrier is the stream relay over the
 /// carrier that network should give.
@@ -83,61 +81,6 @@ std::string withNetWindows(int n, bool threads, size_t bytes, Network net,
   return threads ? test::runThreads(n, rankBody) : test::runProcesses(n, rankBody);
 }
 
-/// Every rank puts each of `sizes` (on ctx 1, then 0, in turn) to every other rank's part of its
-/// window, waits for them on the stream, and finds exactly the peers' bytes there, nothing past
-/// them; then two ncclSignals satisfy one wait of 2. The puts' bytes reach the device window
-/// through the host copier (counted).
-void exchange(int rank, int n, ncclComm_t comm, ncclWindow_t win, char* window, size_t slot,
-              const std::vector<size_t>& sizes) {
-  const cudaStream_t stream = streamOf(rank);
-  std::vector<unsigned char> source(slot);
-  for (size_t i = 0; i < slot; ++i) source[i] = pattern(rank, i);
-  const int copiesBefore = test::EmulatedDevice::hostCopies.load();
-  int ctx = 0;
-  for (size_t bytes : sizes) {
-    const std::string at = " (" + std::to_string(bytes) + " bytes)";
-    std::memset(window, 0, slot * n);
-    float token = 1, tokens = 0;  // (an all-reduce as a barrier: every window cleared before any put)
-    EXPECT_OK(ncclAllReduce(&token, &tokens, 1, ncclFloat, ncclSum, comm, stream));
-    sync(comm);
-    ctx = (ctx + 1) % kContexts;
-    for (int peer = 0; peer < n; ++peer) {
-      if (peer != rank) EXPECT_OK(ncclPutSignal(source.data(), bytes, ncclUint8, peer, win, rank * slot, 0, ctx, 0, comm, stream));
-    }
-    std::vector<ncclWaitSignalDesc_t> descs;
-    for (int peer = 0; peer < n; ++peer)
-      if (peer != rank) descs.push_back({1, peer, 0, ctx});
-    EXPECT_OK(ncclWaitSignal(static_cast<int>(descs.size()), descs.data(), comm, stream));
-    sync(comm);
-    for (int from = 0; from < n; ++from) {
-      const char* part = window + from * slot;
-      size_t wrong = 0;
-      for (size_t i = 0; i < slot; ++i) {
-        const unsigned char want = from != rank && i < bytes ? pattern(from, i) : 0;
-        wrong += static_cast<unsigned char>(part[i]) != want;
-      }
-      expect(wrong == 0, std::to_string(wrong) + " bytes from rank " + std::to_string(from) + " wrong" + at);
-    }
-  }
-  const int landed = test::EmulatedDevice::hostCopies.load() - copiesBefore;
-  const int nonEmpty = static_cast<int>(std::count_if(sizes.begin(), sizes.end(), [](size_t s) { return s > 0; }));
-  expect(landed >= (n - 1) * nonEmpty, "only " + std::to_string(landed) + " puts were copied into the device window");
-  const int peer = (rank + 1) % n, from = (rank + n - 1) % n;
-  EXPECT_OK(ncclSignal(peer, 0, 0, 0, comm, stream));
-  EXPECT_OK(ncclSignal(peer, 0, 0, 0, comm, stream));
-  ncclWaitSignalDesc_t both = {2, from, 0, 0};
-  EXPECT_OK(ncclWaitSignal(1, &both, comm, stream));
-  sync(comm);
-  const uint64_t got = comm->signalsIfMade()->arrivedCount(from, 0);
-  expect(got == comm->signalsIfMade()->consumed(from, 0),
-         "signals of rank " + std::to_string(from) + " on ctx 0: " + std::to_string(got) + " arrived, " +
-             std::to_string(comm->signalsIfMade()->consumed(from, 0)) + " waited for");
-  // (all ranks end together: none destroys its communicator while a peer still puts to it)
-  float token = 1, tokens = 0;
-  EXPECT_OK(ncclAllReduce(&token, &tokens, 1, ncclFloat, ncclSum, comm, stream));
-  sync(comm);
-}
-
 const std::vector<size_t> kSizes = {0, 1, 4099, (size_t{1} << 20) + 3};
 constexpr size_t kSlot = (size_t{1} << 20) + 3;
 
@@ -146,10 +89,20 @@ void exchangeOver(Network net) {
     for (const bool threads : {true, false}) {
       INFO(n << " ranks, " << (threads ? "threads" : "processes"));
       CHECK(withNetWindows(n, threads, kSlot * n, net, [&](int rank, ncclComm_t comm, ncclWindow_t win, char* window) {
-              exchange(rank, n, comm, win, window, kSlot, kSizes);
+              test::expectPutsLandExactly(rank, n, comm, win, window, kSlot, kSizes, kContexts, true);
             }) == "");
     }
   }
+}
+
+/// Rank `rank` of 2 (a thread) with every peer over the network and a window of 4096 bytes;
+/// returns the window's memory (EmulatedDevice::freeShareable's).
+void* joinOverNetwork(const ncclUniqueId& id, int rank, ncclComm_t* comm, ncclWindow_t* win) {
+  EXPECT_OK(ncclCommInitRank(comm, 2, id, rank));
+  communicatorFrom(*comm).setOneSidedOverNetwork(true);
+  void* buffer = test::EmulatedDevice::allocateShareable(4096);
+  EXPECT_OK(ncclCommWindowRegister(*comm, buffer, 4096, win, NCCL_WIN_DEFAULT));
+  return buffer;
 }
 
 std::string selfPath() {
@@ -212,34 +165,8 @@ TEST_CASE("emulated GPU across hosts: a put carries what a collective before it 
       INFO(n << " ranks, " << (threads ? "threads" : "processes"));
       CHECK(withNetWindows(n, threads, count * sizeof(float), Network::kLinks,
                            [&](int rank, ncclComm_t comm, ncclWindow_t win, char* window) {
+              test::expectPutsFollowStream(rank, n, comm, win, window, count);
               const cudaStream_t stream = streamOf(rank);
-              std::vector<float> in(count), sum(count), out(count);
-              for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((rank + 1) * (i % 17));
-              EXPECT_OK(ncclAllReduce(in.data(), sum.data(), count, ncclFloat, ncclSum, comm, stream));
-              EXPECT_OK(ncclPutSignal(sum.data(), count, ncclFloat, (rank + 1) % n, win, 0, 0, 1, 0, comm, stream));
-              // (the source may change once the put is enqueued: it was staged on the stream)
-              EXPECT_OK(ncclAllReduce(in.data(), sum.data(), count, ncclFloat, ncclMax, comm, stream));
-              ncclWaitSignalDesc_t d = {1, (rank + n - 1) % n, 0, 1};
-              EXPECT_OK(ncclWaitSignal(1, &d, comm, stream));
-              EXPECT_OK(ncclAllReduce(window, out.data(), count, ncclFloat, ncclSum, comm, stream));
-              sync(comm);
-              const float ranksSum = n * (n + 1) / 2.0f;
-              size_t wrong = 0;
-              for (size_t i = 0; i < count; ++i) {
-                wrong += reinterpret_cast<const float*>(window)[i] != ranksSum * (i % 17);
-                wrong += out[i] != n * ranksSum * (i % 17);
-              }
-              expect(wrong == 0, std::to_string(wrong) + " elements wrong");
-              for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((rank + 1) * (i % 13));
-              EXPECT_OK(ncclGroupStart());
-              EXPECT_OK(ncclPutSignal(sum.data(), count, ncclFloat, (rank + 1) % n, win, 0, 0, 1, 0, comm, stream));
-              EXPECT_OK(ncclAllReduce(in.data(), sum.data(), count, ncclFloat, ncclSum, comm, stream));
-              EXPECT_OK(ncclWaitSignal(1, &d, comm, stream));
-              EXPECT_OK(ncclGroupEnd());
-              sync(comm);
-              wrong = 0;
-              for (size_t i = 0; i < count; ++i) wrong += reinterpret_cast<const float*>(window)[i] != ranksSum * (i % 13);
-              expect(wrong == 0, std::to_string(wrong) + " elements wrong after the group");
               float token = 1, tokens = 0;  // (all ranks end together)
               EXPECT_OK(ncclAllReduce(&token, &tokens, 1, ncclFloat, ncclSum, comm, stream));
               sync(comm);
@@ -256,11 +183,8 @@ TEST_CASE("emulated GPU across hosts: a wait returns to the host at once, an abo
   REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
   CHECK(test::runThreads(2, [&](int rank) {
           ncclComm_t comm = nullptr;
-          EXPECT_OK(ncclCommInitRank(&comm, 2, id, rank));
-          communicatorFrom(comm).setOneSidedOverNetwork(true);
-          void* buffer = test::EmulatedDevice::allocateShareable(4096);
           ncclWindow_t win = nullptr;
-          EXPECT_OK(ncclCommWindowRegister(comm, buffer, 4096, &win, NCCL_WIN_DEFAULT));
+          void* buffer = joinOverNetwork(id, rank, &comm, &win);
           const cudaStream_t stream = streamOf(rank);
           if (rank == 1) {
             test::EmulatedDevice::capturedStream.store(stream);
@@ -300,11 +224,8 @@ TEST_CASE("emulated GPU across hosts: a put on the stream to a peer that is gone
   std::atomic<bool> gone{false};
   CHECK(test::runThreads(2, [&](int rank) {
           ncclComm_t comm = nullptr;
-          EXPECT_OK(ncclCommInitRank(&comm, 2, id, rank));
-          communicatorFrom(comm).setOneSidedOverNetwork(true);
-          void* buffer = test::EmulatedDevice::allocateShareable(4096);
           ncclWindow_t win = nullptr;
-          EXPECT_OK(ncclCommWindowRegister(comm, buffer, 4096, &win, NCCL_WIN_DEFAULT));
+          void* buffer = joinOverNetwork(id, rank, &comm, &win);
           if (rank == 1) {
             EXPECT_OK(ncclCommWindowDeregister(comm, win));
             EXPECT_OK(ncclCommDestroy(comm));
