@@ -178,42 +178,43 @@ TEST_CASE("emulated GPU across hosts: a put carries what a collective before it 
 TEST_CASE("emulated GPU across hosts: a wait returns to the host at once, an abort ends it; a captured stream is refused",
           "[integration][emulated][rma][rma-net]") {
   Emulated emulated;
-  std::atomic<bool> aborted{false};
-  ncclUniqueId id;  // (not withNetWindows: the aborted communicator deregisters nothing)
-  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
-  CHECK(test::runThreads(2, [&](int rank) {
-          ncclComm_t comm = nullptr;
-          ncclWindow_t win = nullptr;
-          void* buffer = joinOverNetwork(id, rank, &comm, &win);
-          const cudaStream_t stream = streamOf(rank);
-          if (rank == 1) {
-            test::EmulatedDevice::capturedStream.store(stream);
-            const float x = 1;
-            const ncclResult_t r = ncclPutSignal(&x, 1, ncclFloat, 0, win, 0, 0, 0, 0, comm, stream);
-            test::EmulatedDevice::capturedStream.store(nullptr);
-            const std::string text = ncclGetLastError(nullptr);
-            expect(r == ncclInvalidUsage && text.find("captured into a CUDA graph") != std::string::npos,
-                   "a put on a captured stream: " + std::to_string(r) + ", '" + text + "'");
-            while (!aborted.load()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-            EXPECT_OK(ncclCommWindowDeregister(comm, win));
-            EXPECT_OK(ncclCommDestroy(comm));
-          } else {
-            const int before = test::EmulatedDevice::oneSidedRuns.load();
-            ncclWaitSignalDesc_t d = {1, 1, 0, 0};
-            EXPECT_OK(ncclWaitSignal(1, &d, comm, stream));  // (the host goes on)
-            std::this_thread::sleep_for(std::chrono::milliseconds(100));
-            expect(test::EmulatedDevice::oneSidedRuns.load() == before, "the wait ended without a signal");
-            const auto start = std::chrono::steady_clock::now();
-            EXPECT_OK(ncclCommAbort(comm));
-            const auto took = std::chrono::steady_clock::now() - start;
-            expect(test::EmulatedDevice::oneSidedRuns.load() >= before + 1, "the stream's wait did not end");
-            expect(took < std::chrono::seconds(10),
-                   "the abort took " + std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()) +
-                       " ms");
-            aborted.store(true);
-          }
-          test::EmulatedDevice::freeShareable(buffer);
-        }) == "");
+  for (const bool threads : {true, false}) {
+    INFO((threads ? "threads" : "processes"));
+    ncclUniqueId id;  // (not withNetWindows: the aborted communicator deregisters nothing)
+    REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+    auto rankBody = [id](int rank) {
+      ncclComm_t comm = nullptr;
+      ncclWindow_t win = nullptr;
+      void* buffer = joinOverNetwork(id, rank, &comm, &win);
+      const cudaStream_t stream = streamOf(rank);
+      if (rank == 1) {  // (refused, then gone: rank 0's wait has no signal to come, and no link ends it)
+        test::EmulatedDevice::capturedStream.store(stream);
+        const float x = 1;
+        const ncclResult_t r = ncclPutSignal(&x, 1, ncclFloat, 0, win, 0, 0, 0, 0, comm, stream);
+        test::EmulatedDevice::capturedStream.store(nullptr);
+        const std::string text = ncclGetLastError(nullptr);
+        expect(r == ncclInvalidUsage && text.find("captured into a CUDA graph") != std::string::npos,
+               "a put on a captured stream: " + std::to_string(r) + ", '" + text + "'");
+        EXPECT_OK(ncclCommWindowDeregister(comm, win));
+        EXPECT_OK(ncclCommDestroy(comm));
+      } else {
+        const int before = test::EmulatedDevice::oneSidedRuns.load();
+        ncclWaitSignalDesc_t d = {1, 1, 0, 0};
+        EXPECT_OK(ncclWaitSignal(1, &d, comm, stream));  // (the host goes on)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        expect(test::EmulatedDevice::oneSidedRuns.load() == before, "the wait ended without a signal");
+        const auto start = std::chrono::steady_clock::now();
+        EXPECT_OK(ncclCommAbort(comm));
+        const auto took = std::chrono::steady_clock::now() - start;
+        expect(test::EmulatedDevice::oneSidedRuns.load() == before + 1, "the stream's wait did not end");
+        expect(took < std::chrono::seconds(10),
+               "the abort took " + std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()) +
+                   " ms");
+      }
+      test::EmulatedDevice::freeShareable(buffer);
+    };
+    CHECK((threads ? test::runThreads(2, rankBody) : test::runProcesses(2, rankBody)) == "");
+  }
 }
 
 TEST_CASE("emulated GPU across hosts: a put on the stream to a peer that is gone fails the communicator, naming the peer",
