@@ -224,6 +224,12 @@ if [ -x "$build/test/gpu/gpu_one_sided" ]; then  # (one-sided operations: their 
   step "gpu suite" "gpu-one-sided" "$out/gpu-suite.log" "${braid_env[@]}" NCCL_DEBUG=WARN "$build/test/gpu/gpu_one_sided"
   [ "$status" = 77 ] && status="skipped by itself: $(grep -m1 skipped "$tmp/gpu-one-sided.txt")"
   [ "$status" = skipped ] || say "gpu suite: gpu-one-sided: $status"
+  # Again with every peer over the network (TCP links): the CUDA backend's path across hosts
+  # (staging on the stream, the relay's sender, the target's copy into the device window).
+  step "gpu suite" "gpu-one-sided-net" "$out/gpu-suite.log" "${braid_env[@]}" NCCL_DEBUG=WARN BRAID_ONE_SIDED_NET=1 \
+    "$build/test/gpu/gpu_one_sided"
+  [ "$status" = 77 ] && status="skipped by itself: $(grep -m1 skipped "$tmp/gpu-one-sided-net.txt")"
+  [ "$status" = skipped ] || say "gpu suite: gpu-one-sided-net (BRAID_ONE_SIDED_NET=1): $status"
 fi
 
 # 4. PyTorch with Braid preloaded, 1 then 2 ranks on the GPU.

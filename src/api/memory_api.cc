@@ -12,6 +12,7 @@
 #include "comm/init.h"
 #include "group/group.h"
 #include "datapath/data_path.h"
+#include "datapath/one_sided_relay.h"
 #include "bootstrap/bootstrap.h"
 #include "core/log.h"
 #include "core/memory_files.h"
@@ -131,7 +132,6 @@ struct WindowClaim {
 std::vector<bool> linkPeers(Communicator& c, const std::vector<WindowClaim>& claims) {
   const int n = c.identity().nRanks, me = c.identity().rank;
   std::vector<bool> linked(n, false);
-  if (c.dataPath().onDevice()) return linked;  // (the CUDA backend refuses peers on other hosts)
   if (transport::onesided::Carrier* links = c.oneSidedLinks()) {
     for (int r = 0; r < n; ++r) linked[r] = links->linked(r);
     return linked;
@@ -154,25 +154,40 @@ std::vector<bool> linkPeers(Communicator& c, const std::vector<WindowClaim>& cla
     return std::all_of(claims.begin(), claims.end(),
                        [kind](const WindowClaim& w) { return w.interHost == static_cast<int32_t>(kind); });
   };
+  // On the CUDA backend not verbs: its RDMA writes would land in the device window unseen, with
+  // no moment to copy them from a host mirror (datapath/one_sided_relay.h); TCP links there.
+  const bool onDevice = c.dataPath().onDevice();
+  std::unique_ptr<transport::onesided::Carrier> carrier;
   if (everyRankOver(transport::Kind::kPlugin)) {
     std::vector<int> devices(n, 0);  // (each peer's comms on the device its send/recv connections use)
     for (int r = 0; r < n; ++r) devices[r] = linked[r] ? c.dataPath().oneSidedPluginDevice(r) : 0;
-    auto carrier = std::make_unique<transport::onesided::PluginCarrier>(
+    auto plugin = std::make_unique<transport::onesided::PluginCarrier>(
         me, n, contexts, c.identity().commHash, c.abortWord(), c.dataPath().netPlugin(), std::move(devices), arrive);
-    carrier->open(c.bootstrap(), linked, c.bootstrap().peerAddress(me), c.bootstrap().timeout());
-    c.adoptOneSidedLinks(std::move(carrier));
-    return linked;
-  }
-  if (everyRankOver(transport::Kind::kIb)) {
+    plugin->open(c.bootstrap(), linked, c.bootstrap().peerAddress(me), c.bootstrap().timeout());
+    carrier = std::move(plugin);
+  } else if (everyRankOver(transport::Kind::kIb) && !onDevice) {
     transport::onesided::VerbsSetup setup{me, n, contexts, c.identity().commHash, c.abortWord(),
                                           c.dataPath().oneSidedIbSettings(), arrive};
-    c.adoptOneSidedLinks(transport::onesided::connectVerbs(setup, c.bootstrap(), linked, c.bootstrap().peerAddress(me),
-                                                           c.bootstrap().timeout()));
-    return linked;
+    carrier = transport::onesided::connectVerbs(setup, c.bootstrap(), linked, c.bootstrap().peerAddress(me),
+                                                c.bootstrap().timeout());
+  } else {
+    if (everyRankOver(transport::Kind::kIb)) {
+      BRAID_INFO(log::kNet, "one-sided: the CUDA backend carries one-sided operations across hosts over TCP links, "
+                 "not verbs (an RDMA write into a device window would need GPUDirect RDMA)");
+    }
+    auto links = std::make_unique<transport::onesided::Links>(me, n, contexts, c.identity().commHash, c.abortWord(), arrive);
+    links->open(c.bootstrap(), linked, c.bootstrap().peerAddress(me), c.config().maxP2pPeers, c.bootstrap().timeout());
+    carrier = std::move(links);
   }
-  auto links = std::make_unique<transport::onesided::Links>(me, n, contexts, c.identity().commHash, c.abortWord(), arrive);
-  links->open(c.bootstrap(), linked, c.bootstrap().peerAddress(me), c.config().maxP2pPeers, c.bootstrap().timeout());
-  c.adoptOneSidedLinks(std::move(links));
+  if (onDevice) {  // (stream-ordered puts and landing into device windows, over the same carrier)
+    Communicator* raw = &c;
+    carrier = std::make_unique<datapath::OneSidedRelay>(std::move(carrier), c.dataPath().device(), c.abortWord(),
+                                                        [raw](ncclResult_t code, const std::string& why) {
+                                                          raw->setLastError(why);
+                                                          raw->setAsyncError(code);
+                                                        });
+  }
+  c.adoptOneSidedLinks(std::move(carrier));
   return linked;
 }
 
@@ -247,7 +262,7 @@ void reachPeers(Communicator& c, const std::vector<WindowClaim>& claims, const s
 /// hosts, or BRAID_ONE_SIDED_NET) and none was made yet; else -1. One whose NCCL_NET cannot
 /// run counts as -1: its FIFO connections say why.
 int32_t interHostKind(Communicator& c) {
-  if (c.oneSidedLinks() != nullptr || c.dataPath().onDevice()) return -1;
+  if (c.oneSidedLinks() != nullptr) return -1;
   bool spans = c.oneSidedOverNetwork();
   for (int r = 0; r < c.identity().nRanks && !spans; ++r) spans = c.dataPath().hostOf(r) != c.dataPath().hostOf(c.identity().rank);
   if (!spans) return -1;
@@ -327,7 +342,7 @@ void registerWindow(Communicator& c, void* buff, size_t size, int flags, int32_t
   for (const WindowClaim& claim : claims) entry.peerIds.push_back(claim.windowId);
   reachPeers(c, claims, linkPeers(c, claims), entry);
   transport::onesided::Carrier* links = c.oneSidedLinks();
-  if (links != nullptr) links->publishWindow(entry.id, buff, size);
+  if (links != nullptr) links->publishWindow(entry.id, buff, size, {});
   try {
     c.bootstrap().barrier();  // (every peer has mapped this rank's offers, and published its window: puts may come)
   } catch (...) {

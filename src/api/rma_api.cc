@@ -6,7 +6,10 @@
 // mapped at ncclCommWindowRegister) followed by the signal's release-add to the peer's
 // counter; a wait makes the stream wait for the counts it needs, which are known when it is
 // enqueued (counting is cumulative), until they arrive or the communicator is aborted. Peers on
-// other hosts are refused there.
+// other hosts (and every peer with BRAID_ONE_SIDED_NET) go through the carrier's stream relay
+// (datapath/one_sided_relay.h): the source is staged on the stream, a host function hands it to
+// the relay's sender thread, and the target copies the landed bytes into its device window
+// before counting the signal, so the same wait kernel serves them.
 //
 // On the host backend every call completes before it returns (the stream is not used), except
 // on a nonblocking communicator, where it returns ncclInProgress and completes on the
@@ -34,6 +37,7 @@
 #include "group/group.h"
 #include "plan/task.h"
 #include "datapath/data_path.h"
+#include "datapath/one_sided_relay.h"
 #include "transport/net/one_sided_links.h"
 
 using namespace braid;
@@ -88,12 +92,6 @@ comm::SignalBoard& boardFor(Communicator& c, int peer) {
          "ranks exchange at ncclCommWindowRegister, so register a window first");
   }
   const int me = c.identity().rank;
-  if (c.dataPath().onDevice() && peer != me && c.dataPath().hostOf(peer) != c.dataPath().hostOf(me)) {
-    fail(ncclInvalidUsage,
-         "rank %d is on another host; one-sided calls across hosts are not implemented on the CUDA backend (it "
-         "reaches ranks of this host only; the host backend carries them over the network)",
-         peer);
-  }
   if (peer != me && !board->reaches(peer) && linkTo(c, peer) == nullptr) {
     fail(ncclInvalidUsage,
          "rank %d's signal counters are out of this rank's reach (mapping them failed at "
@@ -101,6 +99,14 @@ comm::SignalBoard& boardFor(Communicator& c, int peer) {
          peer);
   }
   return *board;
+}
+
+/// The CUDA backend's carrier to `peer` (another host, or BRAID_ONE_SIDED_NET): linkPeers
+/// (memory_api.cc) wraps every carrier it makes there in a relay.
+datapath::OneSidedRelay& relayOf(transport::onesided::Carrier* link) {
+  auto* relay = dynamic_cast<datapath::OneSidedRelay*>(link);
+  if (relay == nullptr) fail(ncclInternalError, "a one-sided carrier on the CUDA backend without its stream relay");
+  return *relay;
 }
 
 /// The CUDA backend's address of `rank`'s counter of (ctx, source): its board pinned for the
@@ -161,6 +167,14 @@ ncclResult_t pncclPutSignal(const void* localbuff, size_t count, ncclDataType_t 
     comm::SignalBoard& board = boardFor(c, peer);
     if (transport::onesided::Carrier* link = linkTo(c, peer)) {
       const uint64_t id = window.peerIds[peer];
+      if (c.dataPath().onDevice()) {  // (stream-ordered: staged on the stream, sent by the relay's thread)
+        if (bytes > 0) c.dataPath().checkBuffer(localbuff, "localbuff", "ncclPutSignal");
+        c.dataPath().oneSidedDevice(stream, "ncclPutSignal");
+        datapath::OneSidedRelay& relay = relayOf(link);
+        return runOrDefer(c, "ncclPutSignal", [&relay, peer, id, peerWinOffset, localbuff, bytes, ctx, stream] {
+          relay.putOnStream(peer, id, peerWinOffset, localbuff, bytes, ctx, stream, "ncclPutSignal");
+        });
+      }
       return runOrDefer(c, "ncclPutSignal", [link, peer, id, peerWinOffset, localbuff, bytes, ctx] {
         link->put(peer, id, peerWinOffset, localbuff, bytes, ctx);
       });
@@ -205,6 +219,11 @@ ncclResult_t pncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, nccl
     checkFlags(flags);
     comm::SignalBoard& board = boardFor(c, peer);
     if (transport::onesided::Carrier* link = linkTo(c, peer)) {
+      if (c.dataPath().onDevice()) {
+        c.dataPath().oneSidedDevice(stream, "ncclSignal");
+        datapath::OneSidedRelay& relay = relayOf(link);
+        return runOrDefer(c, "ncclSignal", [&relay, peer, ctx, stream] { relay.signalOnStream(peer, ctx, stream, "ncclSignal"); });
+      }
       return runOrDefer(c, "ncclSignal", [link, peer, ctx] { link->signal(peer, ctx); });
     }
     if (c.dataPath().onDevice()) {

@@ -24,6 +24,11 @@ Communicator::~Communicator() {
   job_.reset();
   profiler_ = nullptr;
   dataPath_.reset();  // (an abort meanwhile still reaches the kernels through the mirror)
+  // The one-sided carrier next, while the rest of this object lives: the CUDA backend's relay
+  // sends what the device's host functions queued before the device went, and reports a
+  // failure into this communicator (datapath/one_sided_relay.h).
+  oneSidedLinks_.store(nullptr, std::memory_order_release);
+  oneSidedLinksOwned_.reset();
   abortMirror_.store(nullptr, std::memory_order_release);
 }
 

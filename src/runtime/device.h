@@ -92,7 +92,8 @@ class Device {
   virtual void joinStreams(void* main, const std::vector<void*>& others) = 0;
   /// Makes each of `others` wait for what is enqueued on `main` so far (the group's launch).
   virtual void releaseStreams(void* main, const std::vector<void*>& others) = 0;
-  /// Enqueues a device-to-device copy (a send to this rank itself).
+  /// Enqueues a copy (a send to this rank itself; a cross-host put's staging: device or pinned
+  /// host memory on either side, as cudaMemcpyDefault takes them).
   virtual void copy(void* dst, const void* src, size_t bytes, void* stream) = 0;
   /// Enqueues fn on `stream`, after this rank's work enqueued so far and before what it
   /// enqueues later: it runs on a thread of the runtime's once that work has ended (it may not
@@ -120,6 +121,21 @@ class Device {
   /// kernels address it: pinned and mapped at the first call for p (and kept until the device
   /// goes), the same address afterwards. Throws ncclUnhandledCudaError when CUDA refuses.
   virtual void* reachHost(void* p, size_t bytes) = 0;
+  /// Host memory of `bytes` (> 0) that this device copies to and from at full speed (pinned; the
+  /// one-sided operations' staging across hosts, datapath/one_sided_relay.h). The deleter needs
+  /// no Device: the memory may outlive this object. Throws ncclUnhandledCudaError when CUDA refuses.
+  virtual std::shared_ptr<char> allocatePinned(size_t bytes) = 0;
+  /// Copies host bytes into this device's memory now, on the calling thread (a proxy thread's),
+  /// on a stream of its own that waits for no other: a stream that a wait kernel holds does not
+  /// hold it. May outlive the Device that made it.
+  class HostCopier {
+   public:
+    virtual ~HostCopier() = default;
+    /// Returns once [dst, dst + bytes) holds the bytes, visible to kernels that read them after
+    /// a system-scope acquire of a host word written after this returned. Throws on a CUDA error.
+    virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  };
+  virtual std::unique_ptr<HostCopier> hostCopier() = 0;
   /// ncclPutSignal and ncclSignal on `stream`, after this rank's earlier work (as every launch):
   /// copies `bytes` from src to dst (0: none), then adds one to *counter (a reachHost address)
   /// with release order after the copy's data (kernels/one_sided.h).

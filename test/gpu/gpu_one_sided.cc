@@ -2,7 +2,9 @@
 // backend, two ranks (threads) of device 0 with windows on ncclMemAlloc memory. Puts of 0, 1,
 // odd and large sizes land exactly; a put carries what a cudaMemsetAsync before it on the
 // stream wrote; ncclWaitSignal returns to the host before its signal is sent; an abort ends a
-// stream's wait. Plain C++ as gpu_test.cc: exit 0 passed, 1 failed, 77 skipped (no device).
+// stream's wait. With BRAID_ONE_SIDED_NET=1 (the gpu-one-sided-net test) every put and signal
+// goes over TCP links as across hosts: staged on the stream, landed through a host mirror.
+// Plain C++ as gpu_test.cc: exit 0 passed, 1 failed, 77 skipped (no device).
 #include <cuda_runtime.h>
 #include <nccl.h>
 

@@ -362,6 +362,7 @@ HostFifoAllocator& deviceMemory() {
 }  // namespace
 
 std::atomic<void*> EmulatedDevice::capturedStream{nullptr};
+std::atomic<int> EmulatedDevice::hostCopies{0};
 std::atomic<int> EmulatedDevice::launches{0};
 std::atomic<int> EmulatedDevice::works{0};
 std::atomic<uint64_t> EmulatedDevice::sendSteps{0};
@@ -545,6 +546,23 @@ void EmulatedDevice::releaseStreams(void*, const std::vector<void*>&) {}
 void EmulatedDevice::copy(void* dst, const void* src, size_t bytes, void*) {
   enqueue([dst, src, bytes] { std::memmove(dst, src, bytes); });
 }
+
+std::shared_ptr<char> EmulatedDevice::allocatePinned(size_t bytes) {
+  return std::shared_ptr<char>(new char[bytes], std::default_delete<char[]>());
+}
+
+namespace {
+/// The "device" is the host: a copy into its memory is a memmove, made at once.
+class ImmediateCopier final : public runtime::Device::HostCopier {
+ public:
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes > 0) std::memmove(dst, src, bytes);
+    ++EmulatedDevice::hostCopies;
+  }
+};
+}  // namespace
+
+std::unique_ptr<runtime::Device::HostCopier> EmulatedDevice::hostCopier() { return std::make_unique<ImmediateCopier>(); }
 
 void EmulatedDevice::putSignal(void* dst, const void* src, size_t bytes, uint64_t* counter, void*, const char*) {
   // (one job, as the copy and the signal's kernel follow each other on a stream)

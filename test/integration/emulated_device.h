@@ -87,8 +87,12 @@ class EmulatedDevice final : public runtime::Device {
   void* importBuffer(const fds::Offer& from, uint64_t bytes) override;
   void closeBuffer(void* p) override;
   void* reachHost(void* p, size_t) override { return p; }  // (the "device" is the host)
+  std::shared_ptr<char> allocatePinned(size_t bytes) override;
+  std::unique_ptr<HostCopier> hostCopier() override;
   void putSignal(void* dst, const void* src, size_t bytes, uint64_t* counter, void* stream, const char* call) override;
   void waitSignals(const kernels::SignalWait* waits, int n, void* stream, const char* call) override;
+  /// Copies into device memory made by the devices' host copiers (puts landed from another host).
+  static std::atomic<int> hostCopies;
   /// One-sided operations (putSignal, waitSignals) run so far by every emulated device.
   static std::atomic<int> oneSidedRuns;
   uint64_t launchMark() override { return seq_; }

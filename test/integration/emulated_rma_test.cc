@@ -45,9 +45,6 @@ void expectFailure(ncclResult_t result, ncclResult_t code, const std::string& te
          what + ": result " + std::to_string(result) + ", text '" + lastError() + "'");
 }
 
-/// The byte rank `from`'s put writes at position i.
-unsigned char pattern(int from, size_t i) { return static_cast<unsigned char>(from * 37 + i * 7 + 1); }
-
 /// n ranks (threads or processes) on the emulated device, each with a communicator of kContexts
 /// contexts and a zeroed window of `bytes` in memory the device shares with other processes.
 std::string withWindows(int n, bool threads, size_t bytes,
@@ -84,52 +81,12 @@ TEST_CASE("emulated GPU: one-sided puts of 0, 1, odd and large sizes land exactl
     for (const bool threads : {true, false}) {
       INFO(n << " ranks, " << (threads ? "threads" : "processes"));
       CHECK(withWindows(n, threads, slot * n, [&](int rank, ncclComm_t comm, ncclWindow_t win, char* window) {
-              const cudaStream_t stream = streamOf(rank);
-              std::vector<unsigned char> source(slot);
-              for (size_t i = 0; i < slot; ++i) source[i] = pattern(rank, i);
               for (int peer = 0; peer < n; ++peer) {  // (where Braid maps peers' windows: every rank here)
                 void* p = nullptr;
                 EXPECT_OK(ncclGetPeerDevicePointer(win, 0, peer, &p));
                 expect(p != nullptr && (peer != rank || p == window), "rank " + std::to_string(peer) + "'s pointer");
               }
-              int ctx = 0;
-              for (size_t bytes : sizes) {
-                const std::string at = " (" + std::to_string(bytes) + " bytes)";
-                std::memset(window, 0, slot * n);
-                float token = 1, tokens = 0;  // (an all-reduce as a barrier: every window cleared before any put)
-                EXPECT_OK(ncclAllReduce(&token, &tokens, 1, ncclFloat, ncclSum, comm, stream));
-                sync(comm);
-                ctx = (ctx + 1) % kContexts;
-                for (int peer = 0; peer < n; ++peer) {
-                  if (peer == rank) continue;
-                  EXPECT_OK(ncclPutSignal(source.data(), bytes, ncclUint8, peer, win, rank * slot, 0, ctx, 0, comm, stream));
-                }
-                std::vector<ncclWaitSignalDesc_t> descs;
-                for (int peer = 0; peer < n; ++peer)
-                  if (peer != rank) descs.push_back({1, peer, 0, ctx});
-                EXPECT_OK(ncclWaitSignal(static_cast<int>(descs.size()), descs.data(), comm, stream));
-                sync(comm);
-                for (int from = 0; from < n; ++from) {
-                  const char* part = window + from * slot;
-                  size_t wrong = 0;
-                  for (size_t i = 0; i < slot; ++i) {
-                    const unsigned char want = from != rank && i < bytes ? pattern(from, i) : 0;
-                    wrong += static_cast<unsigned char>(part[i]) != want;
-                  }
-                  expect(wrong == 0, std::to_string(wrong) + " bytes from rank " + std::to_string(from) + " wrong" + at);
-                }
-              }
-              // ncclSignal alone, twice, then one wait for both.
-              const int peer = (rank + 1) % n, from = (rank + n - 1) % n;
-              EXPECT_OK(ncclSignal(peer, 0, 0, 0, comm, stream));
-              EXPECT_OK(ncclSignal(peer, 0, 0, 0, comm, stream));
-              ncclWaitSignalDesc_t both = {2, from, 0, 0};
-              EXPECT_OK(ncclWaitSignal(1, &both, comm, stream));
-              sync(comm);
-              const uint64_t got = comm->signalsIfMade()->arrivedCount(from, 0);
-              expect(got == comm->signalsIfMade()->consumed(from, 0),
-                     "signals of rank " + std::to_string(from) + " on ctx 0: " + std::to_string(got) + " arrived, " +
-                         std::to_string(comm->signalsIfMade()->consumed(from, 0)) + " waited for");
+              test::expectPutsLandExactly(rank, n, comm, win, window, slot, sizes, kContexts, false);
             }) == "");
     }
   }
@@ -146,34 +103,7 @@ TEST_CASE("emulated GPU: a put carries what a kernel before it wrote; a wait hol
           // A collective fills the put's source on the stream (the emulated device runs it later,
           // on its own thread): the put, after it on the stream, carries its result. (A rank's
           // work runs in the order it was enqueued, whatever the stream, as on the CUDA backend.)
-          std::vector<float> in(count), sum(count), out(count);
-          for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((rank + 1) * (i % 17));
-          EXPECT_OK(ncclAllReduce(in.data(), sum.data(), count, ncclFloat, ncclSum, comm, stream));
-          EXPECT_OK(ncclPutSignal(sum.data(), count, ncclFloat, (rank + 1) % n, win, 0, 0, 1, 0, comm, stream));
-          ncclWaitSignalDesc_t d = {1, (rank + n - 1) % n, 0, 1};
-          EXPECT_OK(ncclWaitSignal(1, &d, comm, stream));
-          // After the wait on the stream, a collective reads the window: it sees the put.
-          EXPECT_OK(ncclAllReduce(window, out.data(), count, ncclFloat, ncclSum, comm, stream));
-          sync(comm);
-          size_t wrong = 0;
-          const float ranksSum = n * (n + 1) / 2.0f;
-          for (size_t i = 0; i < count; ++i) {
-            wrong += reinterpret_cast<const float*>(window)[i] != ranksSum * (i % 17);
-            wrong += out[i] != n * ranksSum * (i % 17);
-          }
-          expect(wrong == 0, std::to_string(wrong) + " elements wrong");
-          // In a group the put is enqueued at ncclGroupEnd after the group's collective: it
-          // carries the collective's result too.
-          for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((rank + 1) * (i % 13));
-          EXPECT_OK(ncclGroupStart());
-          EXPECT_OK(ncclPutSignal(sum.data(), count, ncclFloat, (rank + 1) % n, win, 0, 0, 1, 0, comm, stream));
-          EXPECT_OK(ncclAllReduce(in.data(), sum.data(), count, ncclFloat, ncclSum, comm, stream));
-          EXPECT_OK(ncclWaitSignal(1, &d, comm, stream));
-          EXPECT_OK(ncclGroupEnd());
-          sync(comm);
-          wrong = 0;
-          for (size_t i = 0; i < count; ++i) wrong += reinterpret_cast<const float*>(window)[i] != ranksSum * (i % 13);
-          expect(wrong == 0, std::to_string(wrong) + " elements wrong after the group");
+          test::expectPutsFollowStream(rank, n, comm, win, window, count);
           // Rank 0's wait for a signal that rank 1 sends only once that wait has returned to
           // the host: a host that blocked until the signal came would never return.
           if (rank == 0) {

@@ -95,7 +95,7 @@ TEST_CASE("one-sided over links: a forged frame outside the target's window is r
 TEST_CASE("one-sided over links: checkFrame names what it refuses", "[integration][rma]") {
   using namespace braid::transport::onesided;
   char memory[100];
-  const WindowSpan window{memory, 100};
+  const WindowSpan window{memory, 100, {}};
   FrameHeader h{};
   h.magic = kFrameMagic;
   h.type = kPut;

@@ -118,7 +118,9 @@ int Links::outgoingOpen() const {
   return outgoingOpen_;
 }
 
-void Links::publishWindow(uint64_t id, void* buffer, uint64_t size) { windows_.publish(id, buffer, size); }
+void Links::publishWindow(uint64_t id, void* buffer, uint64_t size, Settle settle) {
+  windows_.publish(id, buffer, size, std::move(settle));
+}
 
 void Links::withdrawWindow(uint64_t id) { windows_.withdraw(id); }
 
@@ -445,7 +447,7 @@ ssize_t Links::readPayload(int from, Incoming& in) {
       BRAID_WARN("one-sided: rank %d's put of %" PRIu64 " bytes into window id %#" PRIx64
                  " arrived after rank %d deregistered that window; dropped",
                  from, h.bytes, h.window, rank_);
-    } else {
+    } else if (windows_.settle(h, rank_)) {
       arrive_(from, h.ctx);  // (release: the data read above is visible to the wait that sees it)
       arrivals_.fetch_add(1, std::memory_order_relaxed);
     }

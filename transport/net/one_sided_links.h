@@ -76,8 +76,9 @@ class Carrier {
   /// return no byte lands in it any more (a put then arriving is dropped and reported).
   /// publishWindow is called by every rank of the communicator in the same order (window
   /// registration is collective), so a carrier may exchange what it publishes (the verbs
-  /// carrier's keys).
-  virtual void publishWindow(uint64_t id, void* buffer, uint64_t size) = 0;
+  /// carrier's keys). `settle` (may be empty) runs after each put into it has landed, before
+  /// its signal counts; a carrier whose puts land without its knowing (RDMA) refuses one.
+  virtual void publishWindow(uint64_t id, void* buffer, uint64_t size, Settle settle) = 0;
   virtual void withdrawWindow(uint64_t id) = 0;
   /// A put of `bytes` from `data` into `peer`'s window `window` at `offset`, then its signal
   /// (ctx); returns once the caller may reuse `data`. Throws ncclRemoteError when the path to
@@ -128,7 +129,7 @@ class Links final : public Carrier, public proxy::Pump {
   // Carrier. A put is written on the calling thread and returns once the data is in the socket;
   // the first one to a peer connects to it.
   bool linked(int peer) const override { return peer >= 0 && peer < nRanks_ && out_[peer] != nullptr; }
-  void publishWindow(uint64_t id, void* buffer, uint64_t size) override;
+  void publishWindow(uint64_t id, void* buffer, uint64_t size, Settle settle) override;
   void withdrawWindow(uint64_t id) override;
   void put(int peer, uint64_t window, uint64_t offset, const void* data, uint64_t bytes, int ctx) override;
   void signal(int peer, int ctx) override;

@@ -3,6 +3,8 @@
 #include <cinttypes>
 #include <cstdio>
 
+#include "core/log.h"
+
 namespace braid::transport::onesided {
 
 FrameHeader frameOf(uint32_t type, int ctx) {
@@ -47,9 +49,9 @@ std::string checkFrame(const FrameHeader& h, int from, int contexts, const Windo
   return "";
 }
 
-void WindowTable::publish(uint64_t id, void* buffer, uint64_t size) {
+void WindowTable::publish(uint64_t id, void* buffer, uint64_t size, Settle settle) {
   std::lock_guard<std::mutex> lock(mutex_);
-  windows_[id] = WindowSpan{static_cast<char*>(buffer), size};
+  windows_[id] = WindowSpan{static_cast<char*>(buffer), size, std::move(settle)};
 }
 
 void WindowTable::withdraw(uint64_t id) {
@@ -61,6 +63,19 @@ std::string WindowTable::check(const FrameHeader& h, int from, int contexts) {
   std::lock_guard<std::mutex> lock(mutex_);
   const auto it = windows_.find(h.window);
   return checkFrame(h, from, contexts, it == windows_.end() ? nullptr : &it->second);
+}
+
+bool WindowTable::settle(const FrameHeader& h, int rank) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = windows_.find(h.window);
+  if (it == windows_.end()) {  // (withdrawn since its last bytes landed: as a put that came too late)
+    BRAID_WARN("one-sided: a put of %" PRIu64 " bytes into window id %#" PRIx64
+               " landed as rank %d deregistered that window; dropped",
+               h.bytes, h.window, rank);
+    return false;
+  }
+  if (it->second.settle) it->second.settle(h.offset, h.bytes);
+  return true;
 }
 
 LostPeers::LostPeers(int nRanks) : lost_(new std::atomic<bool>[nRanks]), reasons_(nRanks) {

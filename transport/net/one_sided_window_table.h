@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -38,10 +39,18 @@ static_assert(sizeof(FrameHeader) == 64 && std::is_trivially_copyable_v<FrameHea
 /// A frame of `type` on context `ctx`, the rest zero.
 FrameHeader frameOf(uint32_t type, int ctx);
 
+/// What a carrier calls after a put's bytes have all landed in a window's buffer and before it
+/// counts the put's signal, under the table's lock (a withdraw waits for it): the CUDA
+/// backend's relay (datapath/one_sided_relay.h) publishes a host mirror of its device window and
+/// copies [offset, offset + bytes) from it into the device here. Empty: nothing to do. What it
+/// throws breaks the carrier's incoming links (the proxy thread's pump).
+using Settle = std::function<void(uint64_t offset, uint64_t bytes)>;
+
 /// A window as the target knows it.
 struct WindowSpan {
   char* buffer;
   uint64_t size;
+  Settle settle;
 };
 
 /// The target's check of a frame from rank `from`, before anything lands: "" when it may be
@@ -52,11 +61,15 @@ std::string checkFrame(const FrameHeader& h, int from, int contexts, const Windo
 /// This rank's windows that peers' puts may name, by id.
 class WindowTable {
  public:
-  void publish(uint64_t id, void* buffer, uint64_t size);
+  void publish(uint64_t id, void* buffer, uint64_t size, Settle settle = {});
   /// On return no byte lands in the window any more (waits for bytes landing in it now).
   void withdraw(uint64_t id);
   /// checkFrame of `h` against the window it names, as the table holds it now.
   std::string check(const FrameHeader& h, int from, int contexts);
+  /// The target's step between a put's last byte landing and its signal: runs the settle of
+  /// the window `h` names; false, with a warning naming `rank`, when that window was withdrawn
+  /// meanwhile (the put is dropped, its signal not counted).
+  bool settle(const FrameHeader& h, int rank);
   /// With the table locked: when the window `h` names is still there and `h` fits it (as
   /// check found), calls land(to) with `to` the address of byte `done` of h's payload in the
   /// window and returns true; false when the window went away (the caller drops the rest).

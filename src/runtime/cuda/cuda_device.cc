@@ -26,6 +26,7 @@
 #include "kernels/launch_sizes.h"
 #include "runtime/cuda/kernel_table.h"
 #include "runtime/cuda/one_sided_launch.h"
+#include "runtime/cuda/host_landing.h"
 #include "runtime/cuda/pinned_host.h"
 #include "runtime/device.h"
 
@@ -522,6 +523,12 @@ class CudaDevice final : public Device {
     hostViews_[p] = view;
     return view;
   }
+
+  std::shared_ptr<char> allocatePinned(size_t bytes) override {
+    DeviceGuard guard(ordinal_);
+    return allocatePinnedHost(bytes);
+  }
+  std::unique_ptr<HostCopier> hostCopier() override { return makeHostCopier(ordinal_); }
 
   void putSignal(void* dst, const void* src, size_t bytes, uint64_t* counter, void* stream, const char* call) override {
     DeviceGuard guard(ordinal_);

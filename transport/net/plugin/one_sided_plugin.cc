@@ -210,7 +210,9 @@ PluginCarrier::~PluginCarrier() {
              "are in flight)", rank_, open, session_->name().c_str());
 }
 
-void PluginCarrier::publishWindow(uint64_t id, void* buffer, uint64_t size) { windows_.publish(id, buffer, size); }
+void PluginCarrier::publishWindow(uint64_t id, void* buffer, uint64_t size, Settle settle) {
+  windows_.publish(id, buffer, size, std::move(settle));
+}
 
 void PluginCarrier::withdrawWindow(uint64_t id) { windows_.withdraw(id); }
 
@@ -428,7 +430,7 @@ void PluginCarrier::received(int from, Receiving& r) {
     BRAID_WARN("one-sided: rank %d's put of %" PRIu64 " bytes into window id %#" PRIx64
                " arrived after rank %d deregistered that window; dropped",
                from, h.bytes, h.window, rank_);
-  } else {
+  } else if (windows_.settle(h, rank_)) {
     arrive_(from, h.ctx);  // (release: the bytes copied above are visible to the wait that sees it)
     arrivals_.fetch_add(1, std::memory_order_relaxed);
   }

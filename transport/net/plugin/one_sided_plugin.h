@@ -97,7 +97,7 @@ class PluginCarrier final : public Carrier, public proxy::Pump {
 
   // Carrier.
   bool linked(int peer) const override { return peer >= 0 && peer < nRanks_ && send_[peer] != nullptr; }
-  void publishWindow(uint64_t id, void* buffer, uint64_t size) override;
+  void publishWindow(uint64_t id, void* buffer, uint64_t size, Settle settle) override;
   void withdrawWindow(uint64_t id) override;
   void put(int peer, uint64_t window, uint64_t offset, const void* data, uint64_t bytes, int ctx) override;
   void signal(int peer, int ctx) override;
