@@ -199,7 +199,7 @@ std::unique_ptr<Connector::End> Connector::importSender(int peer, const Descript
   }
   auto end = std::make_unique<End>();
   if (d.kind == Kind::kP2p) {
-    end->memory = p2p::import(d);
+    end->memory = p2p::import(d, options_.allocator);
   } else if (d.kind == Kind::kShm) {
     end->memory = shm::import(d, options_.allocator);
   } else if (d.kind == Kind::kSocket) {
@@ -390,7 +390,12 @@ namespace {
 kernels::ConnHandle handleOf(const std::map<int, std::unique_ptr<Connector::End>>& ends, int key, const char* what) {
   auto it = ends.find(key);
   if (it == ends.end()) fail(ncclInternalError, "no %s connection %d", what, key);
-  kernels::ConnHandle h = it->second->memory->handle(it->second->isSend);
+  const FifoMemory& memory = *it->second->memory;
+  if (it->second->kind == Kind::kP2p && memory.headWithCounters()) {
+    fail(ncclInternalError, "%s connection %d to rank %d has no credit line: its sender has not imported it", what, key,
+         it->second->peer);
+  }
+  kernels::ConnHandle h = memory.handle(it->second->isSend);
   h.peer = it->second->peer;
   h.transport = static_cast<uint16_t>(it->second->kind);
   return h;

@@ -54,7 +54,7 @@ kernels::ConnHandle FifoMemory::handle(bool isSender) const {
   kernels::ConnHandle h{};
   char* b = base();
   h.tail = counters();
-  h.head = counters() + 64 / sizeof(uint64_t);
+  h.head = creditWord();
   h.simple = data();
   h.ll = reinterpret_cast<kernels::LLLine*>(lineSlots());
   h.ll128 = reinterpret_cast<kernels::LL128Line*>(h.ll + uint64_t(kernels::kSteps) * sizes_.llStepLines);

@@ -46,22 +46,34 @@ FifoFootprint deviceFootprint(const Connector& connector, FifoAllocator* device)
   FifoFootprint f;
   connector.forEachEnd([&](const Connector::End& end) {
     const FifoMemory::DeviceData d = ownedDeviceData(end);
-    if (d.at == nullptr) return;
-    const uint64_t bytes = device->dataUse(d.at, d.bytes).bytes;
-    (deviceReleasable(end, device, d) ? f.releasable : f.persistent) += bytes;
+    if (d.at != nullptr) {
+      const uint64_t bytes = device->dataUse(d.at, d.bytes).bytes;
+      (deviceReleasable(end, device, d) ? f.releasable : f.persistent) += bytes;
+    }
+    const FifoMemory::DeviceData credit = end.memory->creditData();  // (a sender's own)
+    if (credit.at != nullptr) {
+      const FifoAllocator::DataUse use = device->dataUse(credit.at, credit.bytes);
+      (use.suspendable ? f.releasable : f.persistent) += use.bytes;
+    }
   });
   return f;
 }
 
 uint64_t releaseDeviceSlots(const Connector& connector, FifoAllocator* device, std::vector<char*>* suspended) {
   uint64_t released = 0;
-  connector.forEachEnd([&](const Connector::End& end) {
-    const FifoMemory::DeviceData d = ownedDeviceData(end);
-    if (d.at == nullptr || !deviceReleasable(end, device, d)) return;
+  // keep: the bytes that carry over (counters), written back at resume.
+  auto suspend = [&](const FifoMemory::DeviceData& d, uint64_t keep) {
     const uint64_t bytes = device->dataUse(d.at, d.bytes).bytes;
-    if (!device->suspendData(d.at, kDeviceCounterBytes)) return;  // (the counters carry over)
+    if (!device->suspendData(d.at, keep)) return;
     suspended->push_back(d.at);
     released += bytes;
+  };
+  connector.forEachEnd([&](const Connector::End& end) {
+    const FifoMemory::DeviceData d = ownedDeviceData(end);
+    if (d.at != nullptr && deviceReleasable(end, device, d)) suspend(d, kDeviceCounterBytes);
+    // A sender's credit line is all counter (head): it comes back as it was.
+    const FifoMemory::DeviceData credit = end.memory->creditData();
+    if (credit.at != nullptr && device->dataUse(credit.at, credit.bytes).suspendable) suspend(credit, kCreditLineBytes);
   });
   return released;
 }

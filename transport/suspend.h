@@ -16,7 +16,9 @@
 // kept aside and written back at resume, the rest comes back zeroed. Only allocations no other
 // process and no NIC maps are given back: those map the physical pages themselves, so they
 // would neither be freed nor see the new ones (NCCL re-imports them on every peer at resume;
-// Braid keeps them). Pinned host memory (the control part) is not the device's and not counted.
+// Braid keeps them).
+// A sender's credit line (head, in the sender's own device memory: transport/p2p) is given back
+// and restored whole in the same way. Pinned host memory (the control part) is not the device's and not counted.
 #pragma once
 
 #include <cstdint>

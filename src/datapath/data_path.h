@@ -181,6 +181,8 @@ class DataPath {
   /// what carries one-sided operations between hosts.
   transport::Kind interHostKind() { return connector_.interHostKind(); }
   transport::ib::Settings oneSidedIbSettings() const { return connector_.oneSidedIbSettings(); }
+  /// The connections, for tests that look at where their words are (credit_line_test.cc).
+  const transport::Connector& connector() const { return connector_; }
   /// Connection ends this rank holds now (sends and receives, every set): what its FIFO memory
   /// grows with (tests of scale).
   int connectionEnds() const {
