@@ -87,6 +87,28 @@ struct Descriptor {
 };
 static_assert(std::is_trivially_copyable_v<Descriptor>);
 
+/// What a sender answers a receiver's Descriptor with once it has taken hold of the FIFO (the
+/// receiver may then let go of its segment's name): its rank and, between processes of one
+/// host (kShm), where its credit line is, which the receiver maps and its kernels write head
+/// into. From the wire: checked (transport/descriptor_check.h) before anything in it is used.
+struct Acknowledgement {
+  uint32_t magic;            ///< kAcknowledgementMagic
+  int32_t rank;              ///< the sender's
+  uint32_t credit;           ///< kCreditNone, kCreditSegment or kCreditDevice
+  uint32_t reserved;
+  char creditName[64];       ///< kCreditSegment: the sender's one-page segment (its shm name prefix)
+  uint8_t creditHandle[80];  ///< kCreditDevice: FifoAllocator::exportData's handle (kHandleBytes)
+};
+static_assert(std::is_trivially_copyable_v<Acknowledgement>);
+constexpr uint32_t kAcknowledgementMagic = 0x4b434142;  // "BACK"
+/// Nothing to map: head is where the receiver's descriptor put it (network), or the FIFO's
+/// shared prefix says (p2p).
+constexpr uint32_t kCreditNone = 0;
+/// A shared-memory segment of the sender's holding the line (host memory).
+constexpr uint32_t kCreditSegment = 1;
+/// The sender's GPU memory, exported (when the receiver's slots are GPU memory too).
+constexpr uint32_t kCreditDevice = 2;
+
 /// A failure notice one end leaves for the other: the peer's watchdog reads it and fails too,
 /// with this text, instead of waiting for data that will never come.
 struct FaultBox {
@@ -207,8 +229,8 @@ static_assert(kDeviceCounterBytes % 128 == 0);
 /// Bytes of such an allocation: the two counters' lines, then every protocol's slots.
 uint64_t deviceDataBytes(const FifoSizes& sizes);
 
-/// Bytes of a sender's credit line (transport/p2p): head alone, on a line of its own in the
-/// sender's memory.
+/// Bytes of a sender's credit line (transport/p2p, transport/shm): head alone, on a line of its
+/// own in the sender's memory.
 constexpr uint64_t kCreditLineBytes = 64;
 
 /// One end's view of the FIFO memory: owner (receiver) or importer (sender).
@@ -271,6 +293,10 @@ class FifoMemory {
   /// receiver may free only once it no longer does): kImportNone, kImportMapped, then
   /// kImportClosed, written by the sender; a word beside the sender's step counter.
   uint32_t* importStateWord() const;
+  /// The same for the receiver's mapping of the sender's credit line when it is GPU memory the
+  /// sender exported (which the sender may free only once the receiver no longer maps it):
+  /// written by the receiver; a word on the receiver's step line, past its offer.
+  uint32_t* creditStateWord() const;
 
  protected:
   explicit FifoMemory(const FifoSizes& sizes) : sizes_(sizes) {}

@@ -1,7 +1,9 @@
 // Where a connection's head (the step its receiver freed last) lives, and that it stays exact.
-// Between threads (transport/p2p) head is the sender's credit line: memory the sender allocated
-// (its heap, or its device's through its allocator), never the receiver's FIFO, so that the
-// sender's credit wait polls its own memory and the receiver's release is the remote write.
+// Between ranks of one host head is the sender's credit line: memory the sender allocated,
+// never the receiver's FIFO, so that the sender's credit wait polls its own memory and the
+// receiver's release is the remote write. Threads (transport/p2p): its heap, or its device's
+// through its allocator; processes (transport/shm): its device's memory exported where the
+// receiver's slots are device memory, else a segment of its own.
 // After 1000 small operations (AllReduce and a ring of sends) every connection between ranks
 // of one host is at rest: head, the sender's step counter and the receiver's are one number.
 // Threads and processes, on the host and on the emulated GPU; the threads-per-channel suite
@@ -40,16 +42,19 @@ std::string checkEnds(ncclComm_t comm, bool threads, bool onDevice) {
     const uint64_t* head = m.creditWord();
     const std::string who = "send end to rank " + std::to_string(e.peer) + ": ";
     if (m.handle(true).head != head) wrong += who + "the kernels' head is not the end's credit word\n";
-    if (e.kind == transport::Kind::kP2p) {
-      ++p2pEnds;
-      // (p2p's block starts a page before base(): the prefix)
-      if (inside(head, m.base() - 4096, m.hostBytes() + 4096)) wrong += who + "head is in the receiver's FIFO\n";
-      if (m.countersOnDevice() && inside(head, m.counters(), transport::deviceDataBytes(m.sizes()))) {
-        wrong += who + "head is in the receiver's device memory\n";
-      }
-      if (onDevice && m.creditData().at != reinterpret_cast<const char*>(head)) {
-        wrong += who + "head is not device memory of the sender's allocator\n";
-      }
+    p2pEnds += e.kind == transport::Kind::kP2p;
+    // (p2p's block starts a page before base(): the prefix)
+    const uint64_t before = e.kind == transport::Kind::kP2p ? 4096 : 0;
+    if (inside(head, m.base() - before, m.hostBytes() + before)) wrong += who + "head is in the receiver's FIFO\n";
+    if (m.countersOnDevice() && inside(head, m.counters(), transport::deviceDataBytes(m.sizes()))) {
+      wrong += who + "head is in the receiver's device memory\n";
+    }
+    // On a device, the sender's own device memory: from its allocator between threads, exported
+    // between processes whose slots are device memory; else a segment of the sender's.
+    const bool deviceLine = onDevice && (e.kind == transport::Kind::kP2p || m.slotsShared());
+    if ((m.creditData().at == reinterpret_cast<const char*>(head)) != deviceLine) {
+      wrong += who + (deviceLine ? "head is not device memory of the sender's allocator\n"
+                                 : "head is device memory where it should be the host's\n");
     }
     // (this rank's last sends may still be on their way: the peer frees them in a moment)
     uint64_t sent = 0, received = 0, freed = 0;
@@ -107,13 +112,13 @@ void runAndCheck(int rank, int n, ncclComm_t comm, bool threads, bool onDevice) 
 
 }  // namespace
 
-TEST_CASE("credit line: between threads head is the sender's, and every counter is exact after 1000 operations",
+TEST_CASE("credit line: head is the sender's memory, and every counter is exact after 1000 operations",
           "[integration][collectives][credit]") {
   const int n = 3;
   CHECK(test::withCommunicators(n, [n](int rank, ncclComm_t comm, bool threads) { runAndCheck(rank, n, comm, threads, false); }) == "");
 }
 
-TEST_CASE("emulated GPU: head is the sender's device memory between threads; counters exact after 1000 operations",
+TEST_CASE("emulated GPU: head is the sender's device memory; counters exact after 1000 operations",
           "[integration][emulated][credit]") {
   test::Emulated emulated;
   const int n = 3;
