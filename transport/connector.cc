@@ -189,7 +189,7 @@ std::unique_ptr<Connector::End> Connector::createReceiver(int peer, const FifoSi
 }
 
 std::unique_ptr<Connector::End> Connector::importSender(int peer, const Descriptor& d, const Lane& lane,
-                                                        const FifoSizes& sizes) {
+                                                        const FifoSizes& sizes, Acknowledgement* ack) {
   DescriptorExpectation expected;
   expected.peer = peer;
   expected.sameProcess = peers_[peer].sameProcess;
@@ -202,11 +202,14 @@ std::unique_ptr<Connector::End> Connector::importSender(int peer, const Descript
     fail(ncclSystemError, "rank %d refused rank %d's descriptor for connection %s: %s", rank_, peer, lane.what.c_str(),
          wrong.c_str());
   }
+  std::memset(ack, 0, sizeof(*ack));
+  ack->magic = kAcknowledgementMagic;
+  ack->rank = rank_;
   auto end = std::make_unique<End>();
   if (d.kind == Kind::kP2p) {
-    end->memory = p2p::import(d);
+    end->memory = p2p::import(d, options_.allocator);
   } else if (d.kind == Kind::kShm) {
-    end->memory = shm::import(d, options_.allocator);
+    end->memory = shm::import(d, options_.allocator, ack);
   } else if (d.kind == Kind::kSocket) {
     end->memory = socket::connectSender(d, socketSettings(), peer);
     usesNetwork_ = true;
@@ -228,6 +231,19 @@ std::unique_ptr<Connector::End> Connector::importSender(int peer, const Descript
   end->isSend = true;
   registerEnd(*end);
   return end;
+}
+
+void Connector::acceptAcknowledgement(End& receiver, const Descriptor& mine, const Acknowledgement& ack,
+                                      const std::string& what) {
+  DescriptorExpectation expected;
+  expected.peer = receiver.peer;
+  expected.shmPrefix = peers_[receiver.peer].shmPrefix;
+  const std::string wrong = checkAcknowledgement(ack, expected, receiver.kind, mine.dataShared != 0);
+  if (!wrong.empty()) {
+    fail(ncclSystemError, "rank %d refused rank %d's acknowledgement for connection %s: %s", rank_, receiver.peer,
+         what.c_str(), wrong.c_str());
+  }
+  if (receiver.kind == Kind::kShm) shm::adoptCredit(*receiver.memory, ack, options_.allocator);
 }
 
 void Connector::registerEnd(End& end) {
@@ -265,13 +281,15 @@ void Connector::connectRing(int nChannels) {
     auto recvEnd = createReceiver(prev, options_.ring, ringLane(c, false), &mine);
     channel_.send(prev, kRingTag + c, &mine, sizeof(mine));
     channel_.recv(next, kRingTag + c, &theirs, sizeof(theirs));
-    auto sendEnd = importSender(next, theirs, ringLane(c, true), options_.ring);
+    Acknowledgement ack, theirAck;
+    auto sendEnd = importSender(next, theirs, ringLane(c, true), options_.ring, &ack);
     // The receiver keeps its FIFO memory (and, for shm, its name) until the sender has taken
     // hold of it: a rank that finishes early cannot free memory its peer has yet to import.
-    channel_.send(next, kRingAckTag + c, &rank_, sizeof(rank_));
-    int ack = -1;
-    channel_.recv(prev, kRingAckTag + c, &ack, sizeof(ack));
+    // The sender's answer also says where its credit line is.
+    channel_.send(next, kRingAckTag + c, &ack, sizeof(ack));
+    channel_.recv(prev, kRingAckTag + c, &theirAck, sizeof(theirAck));
     if (mine.kind == Kind::kShm) shm::unlinkName(mine);
+    acceptAcknowledgement(*recvEnd, mine, theirAck, ringLane(c, false).what);
     adopt(ringRecv_, c, std::move(recvEnd));
     adopt(ringSend_, c, std::move(sendEnd));
   }
@@ -307,14 +325,16 @@ void Connector::connectPeers(const std::vector<int>& sendTo, const std::vector<i
     const int key = set * nRanks_ + peer;
     if (peer == rank_ || peerSend_.count(key) != 0) continue;
     Descriptor d;
+    Acknowledgement ack;
     channel_.recv(peer, tag, &d, sizeof(d));
-    adopt(peerSend_, key, importSender(peer, d, peerLane(set, peer), sizes));
-    channel_.send(peer, ackTag, &rank_, sizeof(rank_));
+    adopt(peerSend_, key, importSender(peer, d, peerLane(set, peer), sizes, &ack));
+    channel_.send(peer, ackTag, &ack, sizeof(ack));
   }
   for (auto& [peer, d] : created) {  // see connectRing: held until the sender has it
-    int ack = -1;
+    Acknowledgement ack;
     channel_.recv(peer, ackTag, &ack, sizeof(ack));
     if (d.kind == Kind::kShm) shm::unlinkName(d);
+    acceptAcknowledgement(*peerRecv_.at(set * nRanks_ + peer), d, ack, peerLane(set, peer).what);
   }
   if (!created.empty()) logMemory(set < treeSet(0) ? "point-to-point connections" : "tree or grid connections");
 }
@@ -323,6 +343,8 @@ void Connector::connectEveryPeer(int set) {
   const FifoSizes& sizes = set < treeSet(0) ? options_.p2p : options_.ring;
   // Slot p: the descriptor of this rank's new receiver from p, or kind 0 where p already sends here.
   std::vector<Descriptor> mine(nRanks_), theirs(nRanks_);
+  // Slot p: this rank's acknowledgement of p's receiver (zero where none was made), and p's.
+  std::vector<Acknowledgement> acks(nRanks_), theirAcks(nRanks_);
   std::vector<int> created;
   for (int peer = 0; peer < nRanks_; ++peer) {
     mine[peer] = Descriptor{};
@@ -347,11 +369,14 @@ void Connector::connectEveryPeer(int set) {
       fail(ncclInternalError, "rank %d made a new receiver for rank %d in set %d, which was connected to it already",
            peer, rank_, set);
     }
-    adopt(peerSend_, key, importSender(peer, theirs[peer], peerLane(set, peer), sizes));
+    adopt(peerSend_, key, importSender(peer, theirs[peer], peerLane(set, peer), sizes, &acks[peer]));
   }
-  channel_.barrier();  // (as connectPeers' acknowledgements: every sender has taken hold of its receiver)
+  // As connectPeers' acknowledgements: every sender has taken hold of its receiver once its
+  // answer is here.
+  channel_.allToAll(acks.data(), theirAcks.data(), sizeof(Acknowledgement));
   for (int peer : created) {
     if (mine[peer].kind == Kind::kShm) shm::unlinkName(mine[peer]);
+    acceptAcknowledgement(*peerRecv_.at(set * nRanks_ + peer), mine[peer], theirAcks[peer], peerLane(set, peer).what);
   }
   if (!created.empty()) logMemory(set < treeSet(0) ? "point-to-point connections" : "tree or grid connections");
 }
@@ -395,7 +420,12 @@ namespace {
 kernels::ConnHandle handleOf(const std::map<int, std::unique_ptr<Connector::End>>& ends, int key, const char* what) {
   auto it = ends.find(key);
   if (it == ends.end()) fail(ncclInternalError, "no %s connection %d", what, key);
-  kernels::ConnHandle h = it->second->memory->handle(it->second->isSend);
+  const FifoMemory& memory = *it->second->memory;
+  if (it->second->kind == Kind::kP2p && memory.headWithCounters()) {
+    fail(ncclInternalError, "%s connection %d to rank %d has no credit line: its sender has not imported it", what, key,
+         it->second->peer);
+  }
+  kernels::ConnHandle h = memory.handle(it->second->isSend);
   h.peer = it->second->peer;
   h.transport = static_cast<uint16_t>(it->second->kind);
   return h;

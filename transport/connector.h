@@ -163,8 +163,13 @@ class Connector {
   /// Receiver side of a new connection from `peer`: the memory, and the descriptor sent to it.
   std::unique_ptr<End> createReceiver(int peer, const FifoSizes& sizes, const Lane& lane, Descriptor* d);
   /// Sender side: checks `peer`'s descriptor against what this rank expects (transport/
-  /// descriptor_check.h; `sizes` are this rank's for the connection), then takes hold of it.
-  std::unique_ptr<End> importSender(int peer, const Descriptor& d, const Lane& lane, const FifoSizes& sizes);
+  /// descriptor_check.h; `sizes` are this rank's for the connection), then takes hold of it;
+  /// *ack is the answer for the peer (this rank, and where its credit line is).
+  std::unique_ptr<End> importSender(int peer, const Descriptor& d, const Lane& lane, const FifoSizes& sizes,
+                                    Acknowledgement* ack);
+  /// Receiver side: checks the sender's answer to `mine` (checkAcknowledgement), then maps the
+  /// credit line it names (shm).
+  void acceptAcknowledgement(End& receiver, const Descriptor& mine, const Acknowledgement& ack, const std::string& what);
   /// The transport between this rank and `peer`.
   Kind route(int peer);
   /// The network transport of this communicator, chosen at its first network connection

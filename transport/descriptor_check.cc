@@ -34,15 +34,23 @@ std::string checkListen(const Descriptor& d, const DescriptorExpectation& e) {
   return "";
 }
 
-std::string checkShm(const Descriptor& d, const DescriptorExpectation& e) {
-  if (std::memchr(d.shmName, '\0', sizeof(d.shmName)) == nullptr) return "its segment name is not terminated";
-  const std::string name = d.shmName;
-  const size_t n = e.shmPrefix.size();
-  const bool sequence = name.size() > n && name.size() <= n + 16 &&
-                        name.find_first_not_of("0123456789abcdef", n) == std::string::npos;
-  if (name.compare(0, n, e.shmPrefix) != 0 || !sequence) {
-    return "it names segment '" + name + "', not one of the peer's (" + e.shmPrefix + "<n>)";
+/// A segment name of the peer's making: its prefix, then a hex sequence number; `name` is
+/// `bytes` long at most, terminated within them.
+std::string checkSegmentName(const char* name, size_t bytes, const std::string& prefix, const char* what) {
+  if (std::memchr(name, '\0', bytes) == nullptr) return std::string("its ") + what + " name is not terminated";
+  const std::string text = name;
+  const size_t n = prefix.size();
+  const bool sequence = text.size() > n && text.size() <= n + 16 &&
+                        text.find_first_not_of("0123456789abcdef", n) == std::string::npos;
+  if (text.compare(0, n, prefix) != 0 || !sequence) {
+    return std::string("it names ") + what + " '" + text + "', not one of the peer's (" + prefix + "<n>)";
   }
+  return "";
+}
+
+std::string checkShm(const Descriptor& d, const DescriptorExpectation& e) {
+  const std::string name = checkSegmentName(d.shmName, sizeof(d.shmName), e.shmPrefix, "segment");
+  if (!name.empty()) return name;
   if (d.dataShared > 1) return "its slot-sharing flag is " + std::to_string(d.dataShared);
   const uint64_t expected = d.dataShared != 0 ? (fifoControlBytes() + 4095) / 4096 * 4096 : e.sizes.bytes();
   if (d.bytes != expected) return "it gives " + std::to_string(d.bytes) + " bytes, not " + std::to_string(expected);
@@ -82,6 +90,20 @@ std::string checkDescriptor(const Descriptor& d, const DescriptorExpectation& e)
   }
   if (d.kind == Kind::kSocket || d.kind == Kind::kIb || d.kind == Kind::kPlugin) return checkListen(d, e);
   return "";
+}
+
+std::string checkAcknowledgement(const Acknowledgement& a, const DescriptorExpectation& e, Kind kind, bool dataShared) {
+  if (a.magic != kAcknowledgementMagic) return "it is not an acknowledgement (magic " + std::to_string(a.magic) + ")";
+  if (a.rank != e.peer) return "it says it comes from rank " + std::to_string(a.rank);
+  if (kind != Kind::kShm) {
+    if (a.credit != kCreditNone) return "it offers a credit line (kind " + std::to_string(a.credit) + ") to a connection that takes none";
+    return "";
+  }
+  if (a.credit == kCreditDevice) {
+    return dataShared ? "" : "it offers a credit line in GPU memory, but this rank's FIFO slots are in host memory";
+  }
+  if (a.credit != kCreditSegment) return "its credit line is of kind " + std::to_string(a.credit) + ", not 1 or 2";
+  return checkSegmentName(a.creditName, sizeof(a.creditName), e.shmPrefix, "credit segment");
 }
 
 }  // namespace braid::transport

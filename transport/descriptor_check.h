@@ -2,7 +2,8 @@
 // another process: nothing in it is used before it matches what this rank derived itself for
 // that peer (the transport its route allows, the FIFO sizes this rank uses, a segment name of
 // the peer's own making, the peer's own address). An in-process FIFO is named
-// by a token this process issued (transport/p2p), never by an address.
+// by a token this process issued (transport/p2p), never by an address. The sender's answer (an
+// Acknowledgement: its rank, its credit line) is checked the same way.
 #pragma once
 
 #include <string>
@@ -24,5 +25,11 @@ struct DescriptorExpectation {
 
 /// "" when `d` is what `e` allows; otherwise why not (for an error naming the peer).
 std::string checkDescriptor(const Descriptor& d, const DescriptorExpectation& e);
+
+/// "" when `a`, the acknowledgement `e.peer` sent for a connection of `kind` to this rank (its
+/// receiver, whose slots are GPU memory when dataShared), is what it may say: its own rank, a
+/// credit line only for kShm (in a segment of its own making, or GPU memory only where this
+/// rank's slots are); otherwise why not.
+std::string checkAcknowledgement(const Acknowledgement& a, const DescriptorExpectation& e, Kind kind, bool dataShared);
 
 }  // namespace braid::transport

@@ -25,6 +25,8 @@ static_assert(kernels::kCreditsSeenWord * sizeof(uint64_t) > sizeof(uint64_t) + 
                   kernels::kCreditsSeenWord * sizeof(uint64_t) < 64,
               "the credits seen are on the sender's step line, past the import state");
 constexpr uint64_t kKeysOffset = kStepsOffset + 192;  // (the receiver's line and its offer: 128 bytes)
+constexpr uint64_t kCreditStateOffset = kStepsOffset + 176;  // (past the offer's 9 words, on the receiver's lines)
+static_assert(kCreditStateOffset >= kOfferOffset + 9 * sizeof(uint64_t) && kCreditStateOffset + 4 <= kKeysOffset);
 constexpr uint64_t kCounterBytes = kKeysOffset + sizeof(OfferedKeys);
 static_assert(kCounterBytes % 64 == 0);
 }
@@ -54,7 +56,7 @@ kernels::ConnHandle FifoMemory::handle(bool isSender) const {
   kernels::ConnHandle h{};
   char* b = base();
   h.tail = counters();
-  h.head = counters() + 64 / sizeof(uint64_t);
+  h.head = creditWord();
   h.simple = data();
   h.ll = reinterpret_cast<kernels::LLLine*>(lineSlots());
   h.ll128 = reinterpret_cast<kernels::LL128Line*>(h.ll + uint64_t(kernels::kSteps) * sizes_.llStepLines);
@@ -79,6 +81,8 @@ namespace braid::transport {
 uint32_t* FifoMemory::importStateWord() const {
   return reinterpret_cast<uint32_t*>(base() + kStepsOffset + sizeof(uint64_t));
 }
+
+uint32_t* FifoMemory::creditStateWord() const { return reinterpret_cast<uint32_t*>(base() + kCreditStateOffset); }
 
 OfferedKeys* FifoMemory::offeredKeys() const { return reinterpret_cast<OfferedKeys*>(base() + kKeysOffset); }
 

@@ -1,7 +1,8 @@
 // The memory of one connection's FIFOs, and how its two ends find it.
 //
 // The receiver owns the memory: two counters on their own cache lines (tail, written by the
-// sender; head, written by the receiver), kSteps signature slots (written by the sender, see
+// sender; head, written by the receiver, unless the transport keeps head in the sender's memory:
+// creditWord()), kSteps signature slots (written by the sender, see
 // kernels/primitives.h), the sender's announcement of the collective it is in (read by the
 // receiver's watchdog), two fault boxes (one written by each end when its rank fails), the
 // size of each step (written by the sender before tail), each end's step counter (the
@@ -85,6 +86,28 @@ struct Descriptor {
   uint32_t netSlotsOnGpu;             ///< kPlugin: 1 when the receiver's Simple slots are in GPU memory
 };
 static_assert(std::is_trivially_copyable_v<Descriptor>);
+
+/// What a sender answers a receiver's Descriptor with once it has taken hold of the FIFO (the
+/// receiver may then let go of its segment's name): its rank and, between processes of one
+/// host (kShm), where its credit line is, which the receiver maps and its kernels write head
+/// into. From the wire: checked (transport/descriptor_check.h) before anything in it is used.
+struct Acknowledgement {
+  uint32_t magic;            ///< kAcknowledgementMagic
+  int32_t rank;              ///< the sender's
+  uint32_t credit;           ///< kCreditNone, kCreditSegment or kCreditDevice
+  uint32_t reserved;
+  char creditName[64];       ///< kCreditSegment: the sender's one-page segment (its shm name prefix)
+  uint8_t creditHandle[80];  ///< kCreditDevice: FifoAllocator::exportData's handle (kHandleBytes)
+};
+static_assert(std::is_trivially_copyable_v<Acknowledgement>);
+constexpr uint32_t kAcknowledgementMagic = 0x4b434142;  // "BACK"
+/// Nothing to map: head is where the receiver's descriptor put it (network), or the FIFO's
+/// shared prefix says (p2p).
+constexpr uint32_t kCreditNone = 0;
+/// A shared-memory segment of the sender's holding the line (host memory).
+constexpr uint32_t kCreditSegment = 1;
+/// The sender's GPU memory, exported (when the receiver's slots are GPU memory too).
+constexpr uint32_t kCreditDevice = 2;
 
 /// A failure notice one end leaves for the other: the peer's watchdog reads it and fails too,
 /// with this text, instead of waiting for data that will never come.
@@ -208,14 +231,19 @@ uint64_t fifoControlBytes();
 /// Where a transport puts the slots in a GPU's memory (p2p, shm), the words only kernels read
 /// move there too, in front of the slots in the same allocation: tail, head, the sender's and
 /// the receiver's step counters (a 64-byte line each), then the kSteps signature slots. The
-/// receiver polls tail and reads its step and the signatures in its own GPU's memory, the
-/// sender's polls go GPU to GPU (its own GPU for ranks that share one), instead of each access
-/// crossing the bus to mapped host memory. Nothing on the host reads them for those transports
+/// receiver polls tail and reads its step and the signatures in its own GPU's memory, instead of
+/// each access crossing the bus to mapped host memory; the sender's credit polls of head go GPU
+/// to GPU for shm, and stay in the sender's own GPU for p2p, whose head is the sender's credit
+/// line (creditWord(); head's place here then goes unused). Nothing on the host reads them for those transports
 /// (the network transports' proxies, which do, keep everything in host memory).
 constexpr uint64_t kDeviceCounterBytes = 4 * 64 + kernels::kSteps * sizeof(kernels::SigSlot);
 static_assert(kDeviceCounterBytes % 128 == 0);
 /// Bytes of such an allocation: the two counters' lines, then every protocol's slots.
 uint64_t deviceDataBytes(const FifoSizes& sizes);
+
+/// Bytes of a sender's credit line (transport/p2p, transport/shm): head alone, on a line of its
+/// own in the sender's memory.
+constexpr uint64_t kCreditLineBytes = 64;
 
 /// One end's view of the FIFO memory: owner (receiver) or importer (sender).
 class FifoMemory {
@@ -238,12 +266,18 @@ class FifoMemory {
   /// Whether the slots are the receiver's GPU memory that a sender in another process maps:
   /// then the receiver offers its registered buffers (send_recv.h).
   virtual bool slotsShared() const { return false; }
-  /// tail (here) and head (64 bytes on): at the start of the control part, unless the
+  /// tail (here) and head's default place (64 bytes on, creditWord()): at the start of the control part, unless the
   /// transport put them where the kernels poll them faster (kDeviceCounterBytes in front of
   /// slots in the receiver's GPU memory, with the step counters and signatures after them).
   virtual uint64_t* counters() const { return reinterpret_cast<uint64_t*>(base()); }
   /// Whether the kernels' words are in device memory with the counters (see counters()).
   bool countersOnDevice() const { return reinterpret_cast<char*>(counters()) != base(); }
+  /// head, the step the receiver freed last: 64 bytes after tail (counters()), unless the
+  /// transport keeps it in the sender's memory, where the sender's credit wait polls it
+  /// locally and the receiver writes it from afar (p2p: the sender's credit line).
+  virtual uint64_t* creditWord() const { return counters() + 64 / sizeof(uint64_t); }
+  /// Whether head is where counters() says (else in the sender's memory: creditWord()).
+  bool headWithCounters() const { return creditWord() == counters() + 64 / sizeof(uint64_t); }
   /// The device memory (FifoAllocator::allocateData's) behind this end, if any, and the bytes
   /// asked for: the counters' allocation (countersOnDevice; the importer's view of it for a
   /// sender), or a network end's slots for GPU Direct RDMA.
@@ -252,6 +286,13 @@ class FifoMemory {
     uint64_t bytes = 0;
   };
   virtual DeviceData deviceData() const;
+  /// The sender's own device memory behind its credit line (kCreditLineBytes, from its
+  /// allocator), if any: a sender end's, which suspend gives back and restores as the
+  /// receiver's counters.
+  virtual DeviceData creditData() const { return {}; }
+  /// A receiver's mapping of its sender's exported credit line (importData's), if any: what
+  /// suspend lets go of and resume maps again at the same address (transport/suspend.h).
+  virtual DeviceData importedCreditData() const { return {}; }
   /// The keys of the buffers the receiver offers now.
   OfferedKeys* offeredKeys() const;
   const FifoSizes& sizes() const { return sizes_; }
@@ -267,6 +308,10 @@ class FifoMemory {
   /// receiver may free only once it no longer does): kImportNone, kImportMapped, then
   /// kImportClosed, written by the sender; a word beside the sender's step counter.
   uint32_t* importStateWord() const;
+  /// The same for the receiver's mapping of the sender's credit line when it is GPU memory the
+  /// sender exported (which the sender may free only once the receiver no longer maps it):
+  /// written by the receiver; a word on the receiver's step line, past its offer.
+  uint32_t* creditStateWord() const;
 
  protected:
   explicit FifoMemory(const FifoSizes& sizes) : sizes_(sizes) {}

@@ -53,13 +53,31 @@ bool importsPeerSlots(const Connector::End& end) {
   return end.kind == Kind::kShm && end.isSend && end.memory->slotsShared();
 }
 
+/// Whether suspend gives back a sender's credit line (FifoMemory::creditData): a thread peer's
+/// (p2p), whose receiver reaches it at the same address in this process, or one exported to a
+/// receiver process (shm), which lets go of its mapping at the same suspend and is sent the new
+/// handle at resume, as for the receiver's slots the other way round.
+bool creditReleasable(const Connector::End& end, FifoAllocator* device, const FifoMemory::DeviceData& credit) {
+  return credit.at != nullptr && (end.kind == Kind::kP2p || end.kind == Kind::kShm) &&
+         device->dataUse(credit.at, credit.bytes).suspendable;
+}
+
+/// A ResumeHandle's link for the credit line of FIFO `link`.
+int32_t creditLink(int link) { return kCreditLinkBase + link; }
+
 FifoFootprint deviceFootprint(const Connector& connector, FifoAllocator* device) {
   FifoFootprint f;
   connector.forEachEnd([&](const Connector::End& end) {
     const FifoMemory::DeviceData d = ownedDeviceData(end);
-    if (d.at == nullptr) return;
-    const uint64_t bytes = device->dataUse(d.at, d.bytes).bytes;
-    (deviceReleasable(end, device, d) ? f.releasable : f.persistent) += bytes;
+    if (d.at != nullptr) {
+      const uint64_t bytes = device->dataUse(d.at, d.bytes).bytes;
+      (deviceReleasable(end, device, d) ? f.releasable : f.persistent) += bytes;
+    }
+    const FifoMemory::DeviceData credit = end.memory->creditData();  // (a sender's own)
+    if (credit.at != nullptr) {
+      const uint64_t bytes = device->dataUse(credit.at, credit.bytes).bytes;
+      (creditReleasable(end, device, credit) ? f.releasable : f.persistent) += bytes;
+    }
   });
   return f;
 }
@@ -73,13 +91,29 @@ uint64_t releaseDeviceSlots(const Connector& connector, FifoAllocator* device, s
     if (d.at == nullptr || !device->suspendImport(d.at)) return;
     suspended->push_back(SuspendedSlots{d.at, end.peer, end.link, true, true, d.bytes});
   });
+  connector.forEachEnd([&](const Connector::End& end) {  // (a receiver's mapping of its sender's credit line)
+    const FifoMemory::DeviceData c = end.memory->importedCreditData();
+    if (c.at == nullptr || !device->suspendImport(c.at)) return;
+    suspended->push_back(SuspendedSlots{c.at, end.peer, creditLink(end.link), true, true, c.bytes});
+  });
+  // keep: the bytes that carry over (counters), written back at resume; shared: the peer maps it.
+  auto suspend = [&](const Connector::End& end, int link, const FifoMemory::DeviceData& d, uint64_t keep,
+                     bool shared) {
+    const uint64_t bytes = device->dataUse(d.at, d.bytes).bytes;
+    if (!device->suspendData(d.at, keep)) return;
+    suspended->push_back(SuspendedSlots{d.at, end.peer, link, false, shared, d.bytes});
+    released += bytes;
+  };
   connector.forEachEnd([&](const Connector::End& end) {
     const FifoMemory::DeviceData d = ownedDeviceData(end);
-    if (d.at == nullptr || !deviceReleasable(end, device, d)) return;
-    const uint64_t bytes = device->dataUse(d.at, d.bytes).bytes;
-    if (!device->suspendData(d.at, kDeviceCounterBytes)) return;  // (the counters carry over)
-    suspended->push_back(SuspendedSlots{d.at, end.peer, end.link, false, end.memory->slotsShared(), d.bytes});
-    released += bytes;
+    if (d.at != nullptr && deviceReleasable(end, device, d)) {
+      suspend(end, end.link, d, kDeviceCounterBytes, end.memory->slotsShared());
+    }
+    // A sender's credit line is all counter (head): it comes back as it was.
+    const FifoMemory::DeviceData credit = end.memory->creditData();
+    if (creditReleasable(end, device, credit)) {
+      suspend(end, creditLink(end.link), credit, kCreditLineBytes, end.kind == Kind::kShm);
+    }
   });
   return released;
 }
@@ -152,6 +186,16 @@ uint64_t releaseSlots(const Connector& connector, FifoAllocator* device, std::ve
   return released;
 }
 
+namespace {
+
+/// "link 3", or "link 3's credit line" (kCreditLinkBase), for the texts.
+std::string linkName(int32_t link) {
+  if (link >= kCreditLinkBase) return "link " + std::to_string(link - kCreditLinkBase) + "'s credit line";
+  return "link " + std::to_string(link);
+}
+
+}  // namespace
+
 std::string checkResumeHandles(const std::vector<ResumeHandle>& got, const std::vector<int>& links,
                                const std::set<int>& letGo) {
   if (got.size() != links.size()) {
@@ -160,14 +204,14 @@ std::string checkResumeHandles(const std::vector<ResumeHandle>& got, const std::
   std::set<int> seen;
   for (const ResumeHandle& h : got) {
     if (std::find(links.begin(), links.end(), h.link) == links.end()) {
-      return "link " + std::to_string(h.link) + " is no FIFO of this rank's from it";
+      return linkName(h.link) + " is no FIFO of this rank's from it";
     }
-    if (!seen.insert(h.link).second) return "link " + std::to_string(h.link) + " comes twice";
-    if (h.replaced > 1) return "link " + std::to_string(h.link) + "'s replaced flag is " + std::to_string(h.replaced);
+    if (!seen.insert(h.link).second) return linkName(h.link) + " comes twice";
+    if (h.replaced > 1) return linkName(h.link) + "'s replaced flag is " + std::to_string(h.replaced);
     if ((h.replaced == 1) != (letGo.count(h.link) == 1)) {
       const char* why = h.replaced == 1 ? " has new memory, but this rank kept its mapping"
                                         : " kept its memory, but this rank let go of its mapping";
-      return "link " + std::to_string(h.link) + why;
+      return linkName(h.link) + why;
     }
   }
   return "";
@@ -180,21 +224,31 @@ void restoreSlots(const Connector& connector, FifoAllocator* device, bootstrap::
   // FIFO whose slots the owner keeps in its GPU memory for it: the same set at both ends).
   std::map<int, std::vector<ResumeHandle>> outgoing;
   std::map<int, std::vector<int>> expected;
-  connector.forEachEnd([&](const Connector::End& end) {
-    if (end.kind != Kind::kShm || !end.memory->slotsShared()) return;
-    if (end.isSend) {
-      expected[end.peer].push_back(end.link);
-      return;
-    }
+  // An owner's memory the peer maps, as one entry: new (with a handle) where it was resumed.
+  auto offer = [&](const Connector::End& end, int32_t link, char* at, const char* what) {
     ResumeHandle h{};
-    h.link = end.link;
-    char* at = end.memory->deviceData().at;
+    h.link = link;
     h.replaced = resumed.count(at) != 0 ? 1 : 0;
     if (h.replaced != 0 && !device->exportData(at, h.handle)) {
-      fail(ncclSystemError, "resume: the FIFO slots rank %d maps (link %d) are new, but no handle for them could be "
-                            "made", end.peer, end.link);
+      fail(ncclSystemError, "resume: the %s rank %d maps (link %d) are new, but no handle for them could be made", what,
+           end.peer, end.link);
     }
     outgoing[end.peer].push_back(h);
+  };
+  connector.forEachEnd([&](const Connector::End& end) {
+    if (end.kind != Kind::kShm) return;
+    // The credit line goes from the sender (its owner) to the receiver (which maps it).
+    if (end.isSend && end.memory->creditData().at != nullptr) {
+      offer(end, creditLink(end.link), end.memory->creditData().at, "credit line");
+    } else if (!end.isSend && end.memory->importedCreditData().at != nullptr) {
+      expected[end.peer].push_back(creditLink(end.link));
+    }
+    if (!end.memory->slotsShared()) return;
+    if (end.isSend) {
+      expected[end.peer].push_back(end.link);
+    } else {
+      offer(end, end.link, end.memory->deviceData().at, "FIFO slots");
+    }
   });
   for (const auto& [peer, entries] : outgoing) {  // (all sent before any is awaited: no rank waits on another's send)
     try {
@@ -227,14 +281,14 @@ void restoreSlots(const Connector& connector, FifoAllocator* device, bootstrap::
       try {
         device->resumeImport(it->at, h.handle, it->bytes);
       } catch (const Error& e) {
-        fail(e.code(), "resume: cannot map rank %d's new FIFO slots (link %d): %s", peer, h.link, e.what());
+        fail(e.code(), "resume: cannot map rank %d's new memory of %s: %s", peer, linkName(h.link).c_str(), e.what());
       }
       suspended->erase(it);
     }
   }
   for (const SuspendedSlots& s : *suspended) {  // (a mapping let go of, its peer's FIFO not found: a bug)
-    fail(ncclInternalError, "resume: this rank's mapping of rank %d's FIFO slots (link %d) has no new handle", s.peer,
-         s.link);
+    fail(ncclInternalError, "resume: this rank's mapping of rank %d's memory of %s has no new handle", s.peer,
+         linkName(s.link).c_str());
   }
 }
 

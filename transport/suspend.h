@@ -21,7 +21,10 @@
 // address, sends the sender a new handle over the bootstrap, and the sender maps it at its
 // reserved address (restoreSlots). Only memory a NIC maps (verbs, net plugins: it holds the
 // pages themselves) and memory without an address apart from its pages (cudaMalloc's, shared
-// by legacy IPC) stay. Pinned host memory (the control part) is not the device's and not counted.
+// by legacy IPC) stay. A sender's credit line (head, in the sender's own device memory) is given
+// back and restored whole too; one exported to a receiver process (shm) goes the other way
+// round: the receiver lets go of its mapping, the sender sends it the new handle at resume.
+// Pinned host memory (the control part) is not the device's and not counted.
 #pragma once
 
 #include <atomic>
@@ -89,8 +92,12 @@ struct SuspendedSlots {
 uint64_t releaseSlots(const Connector& connector, FifoAllocator* device, std::vector<SuspendedSlots>* suspended);
 
 /// One FIFO's entry in a resume's message from the owner of slots to the peer that maps them.
+/// A ResumeHandle's link for the sender's credit line of FIFO `link` (not its slots).
+constexpr int32_t kCreditLinkBase = 1 << 20;
+static_assert(Connector::kRingLinks < kCreditLinkBase);
+
 struct ResumeHandle {
-  int32_t link;       ///< Connector::End::link
+  int32_t link;       ///< Connector::End::link, or kCreditLinkBase + it for the sender's credit line
   uint32_t replaced;  ///< 1: new memory, mapped through handle; 0: the memory stayed (nothing to map)
   uint8_t handle[FifoAllocator::kHandleBytes];  ///< FifoAllocator::exportData's
 };

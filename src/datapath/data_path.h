@@ -176,7 +176,7 @@ class DataPath {
   }
   /// The connector's options; tests change them before the first collective (networkOnly).
   transport::ConnectorOptions& connectorOptions() { return connector_.options(); }
-  /// The connections (tests look at their ends).
+  /// The connections (tests look at their ends and where their words are: credit_line_test.cc).
   const transport::Connector& connector() const { return connector_; }
   /// The net plugin that carries this communicator's network, or null (transport::Connector).
   std::shared_ptr<plugin::NetSession> netPlugin() { return connector_.netPlugin(); }

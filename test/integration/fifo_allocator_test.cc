@@ -2,7 +2,8 @@
 // kernels reach every FIFO, played here by an allocator of host memory that keeps the slots
 // apart from the control part and counts every call. Ranks as threads take their FIFOs from it
 // (the slots, with the words only kernels touch in front of them, apart from the control part,
-// as device memory would be); ranks as processes and over sockets register
+// as device memory would be; each sender's credit line is data memory of its own); ranks as
+// processes and over sockets register
 // their shared or staged memory with it; everything is given back when the ranks are destroyed.
 #include <catch2/catch.hpp>
 
@@ -104,7 +105,9 @@ TEST_CASE("FIFO allocator: threads take slots apart from the control part; all g
   const std::string failures = test::runThreads(3, [&](int rank) { collectivesWith(allocator, id, rank, false); });
   CHECK(failures == "");
   CHECK(allocator.controls.load() > 0);
-  CHECK(allocator.datas.load() == allocator.controls.load());  // every in-process FIFO's slots (and counters) apart
+  // Every in-process FIFO's slots (and counters) apart, and its sender's credit line (head) in
+  // the sender's own data memory.
+  CHECK(allocator.datas.load() == 2 * allocator.controls.load());
   CHECK(allocator.registrations.load() == 0);                  // nothing else to register
   CHECK(allocator.live() == 0);
 }

@@ -23,18 +23,45 @@ namespace {
 // The FIFO memory is shared by its two ends, which belong to different communicators (one
 // per rank) that may be destroyed in any order while the other's watchdog still reads the
 // fault boxes: a count in the page before the FIFO keeps it until both ends are gone. The page
-// also says where the memory came from and where the slots are.
+// also says where the memory came from and where the slots are, and where the sender's credit
+// line is (the one word of the connection the sender owns: the receiver's kernels write it, the
+// sender's poll it in the sender's own memory), which the same count keeps.
 constexpr size_t kPrefix = 4096;
 struct Prefix {
   std::atomic<int> count;
   FifoAllocator* allocator;  // null: anonymous memory of this process (blockBytes, mapped)
   size_t blockBytes;
   char* data;                // the slots: after the control part, or in the allocator's data memory
-  char* counters;            // tail and head: the control part's, or in front of the slots (kDeviceCounterBytes)
+  char* counters;            // tail (and the unused place of head): the control part's, or in front of the slots
+  std::atomic<uint64_t*> credit{nullptr};  // head: the sender's credit line, set once the sender imports
+  FifoAllocator* creditAllocator = nullptr;  // the sender's allocator (null: the sender's heap)
 };
 static_assert(sizeof(Prefix) <= kPrefix);
 
 Prefix* prefixOf(char* base) { return reinterpret_cast<Prefix*>(base - kPrefix); }
+
+/// A zeroed credit line (kCreditLineBytes) in the sender's memory: its GPU's through `allocator`,
+/// else its heap.
+uint64_t* newCreditLine(FifoAllocator* allocator) {
+  if (allocator != nullptr) return static_cast<uint64_t*>(allocator->allocateData(kCreditLineBytes, false));
+  void* p = std::aligned_alloc(kCreditLineBytes, kCreditLineBytes);
+  if (p == nullptr) fail(ncclSystemError, "cannot allocate a FIFO credit line (%llu bytes)", (unsigned long long)kCreditLineBytes);
+  std::memset(p, 0, kCreditLineBytes);
+  return static_cast<uint64_t*>(p);
+}
+
+void freeCreditLine(FifoAllocator* allocator, uint64_t* line) {
+  if (line == nullptr) return;
+  if (allocator != nullptr) return allocator->freeData(line);
+  std::free(line);
+}
+
+/// Where head is: the sender's credit line once it has one; before (a receiver whose sender has
+/// not imported yet, which no kernel uses) the control part's unused place.
+uint64_t* headOf(char* base) {
+  uint64_t* credit = prefixOf(base)->credit.load(std::memory_order_acquire);
+  return credit != nullptr ? credit : reinterpret_cast<uint64_t*>(prefixOf(base)->counters) + 64 / sizeof(uint64_t);
+}
 
 void release(char* base) {
   Prefix* prefix = prefixOf(base);
@@ -42,6 +69,7 @@ void release(char* base) {
   FifoAllocator* allocator = prefix->allocator;
   char* counters = prefix->counters;
   const size_t blockBytes = prefix->blockBytes;
+  freeCreditLine(prefix->creditAllocator, prefix->credit.load(std::memory_order_relaxed));
   prefix->~Prefix();
   if (allocator == nullptr) {
     munmap(base - kPrefix, blockBytes);
@@ -84,23 +112,39 @@ class HeapFifo final : public FifoMemory {
   char* base() const override { return memory_; }
   char* data() const override { return prefixOf(memory_)->data; }
   uint64_t* counters() const override { return reinterpret_cast<uint64_t*>(prefixOf(memory_)->counters); }
+  uint64_t* creditWord() const override { return headOf(memory_); }
 
  private:
   char* memory_;
 };
 
+/// The sender's end: the receiver's memory, held, and the credit line it adds in its own.
 class BorrowedFifo final : public FifoMemory {
  public:
-  BorrowedFifo(const FifoSizes& sizes, char* memory) : FifoMemory(sizes), memory_(memory) {
-    prefixOf(memory_)->count.fetch_add(1, std::memory_order_relaxed);
+  /// Called under Offers' lock, once per FIFO (the first sender to import it; a second gets
+  /// the first's line, as before it got the same head).
+  BorrowedFifo(const FifoSizes& sizes, char* memory, FifoAllocator* allocator) : FifoMemory(sizes), memory_(memory) {
+    Prefix* prefix = prefixOf(memory_);
+    if (prefix->credit.load(std::memory_order_relaxed) == nullptr) {
+      prefix->creditAllocator = allocator;
+      prefix->credit.store(newCreditLine(allocator), std::memory_order_release);  // (throws: nothing held yet)
+      ownsCredit_ = allocator != nullptr;
+    }
+    prefix->count.fetch_add(1, std::memory_order_relaxed);
   }
   ~BorrowedFifo() override { release(memory_); }
   char* base() const override { return memory_; }
   char* data() const override { return prefixOf(memory_)->data; }
   uint64_t* counters() const override { return reinterpret_cast<uint64_t*>(prefixOf(memory_)->counters); }
+  uint64_t* creditWord() const override { return headOf(memory_); }
+  DeviceData creditData() const override {
+    if (!ownsCredit_) return {};
+    return DeviceData{reinterpret_cast<char*>(headOf(memory_)), kCreditLineBytes};
+  }
 
  private:
   char* memory_;
+  bool ownsCredit_ = false;  // its credit line is device memory from its allocator
 };
 
 /// The receivers' FIFOs of this process by token: a descriptor names its memory by a random
@@ -142,7 +186,7 @@ class Offers {
   }
   /// The sender's end of the FIFO offered under token (null when none is): its memory held
   /// (the count raised under the lock, so the receiver cannot free it in between).
-  std::unique_ptr<FifoMemory> borrow(uint64_t token);
+  std::unique_ptr<FifoMemory> borrow(uint64_t token, FifoAllocator* allocator);
 
  private:
   struct Offer {
@@ -156,11 +200,11 @@ class Offers {
   std::deque<uint64_t> withdrawnOrder_;
 };
 
-std::unique_ptr<FifoMemory> Offers::borrow(uint64_t token) {
+std::unique_ptr<FifoMemory> Offers::borrow(uint64_t token, FifoAllocator* allocator) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = byToken_.find(token);
   if (it == byToken_.end()) return nullptr;
-  return std::make_unique<BorrowedFifo>(it->second.sizes, it->second.base);
+  return std::make_unique<BorrowedFifo>(it->second.sizes, it->second.base, allocator);
 }
 
 /// The receiver's end: withdraws its offer before letting go of the memory.
@@ -172,6 +216,7 @@ class OfferedFifo final : public FifoMemory {
   char* base() const override { return heap_.base(); }
   char* data() const override { return heap_.data(); }
   uint64_t* counters() const override { return heap_.counters(); }
+  uint64_t* creditWord() const override { return heap_.creditWord(); }
   uint64_t token() const { return token_; }
 
  private:
@@ -192,8 +237,8 @@ std::unique_ptr<FifoMemory> create(const FifoSizes& sizes, FifoAllocator* alloca
   return memory;
 }
 
-std::unique_ptr<FifoMemory> import(const Descriptor& d) {
-  std::unique_ptr<FifoMemory> memory = Offers::process().borrow(d.address);
+std::unique_ptr<FifoMemory> import(const Descriptor& d, FifoAllocator* allocator) {
+  std::unique_ptr<FifoMemory> memory = Offers::process().borrow(d.address, allocator);
   if (memory == nullptr && Offers::process().withdrawn(d.address)) {
     fail(ncclRemoteError, "p2p transport: the peer withdrew FIFO %#llx before this rank took it: its communicator was "
          "destroyed or aborted while connecting", static_cast<unsigned long long>(d.address));

@@ -72,15 +72,27 @@ class MappedFifo final : public FifoMemory {
   ~MappedFifo() override {
     const bool owner = !ownedName_.empty();
     if (owner) shm_unlink(ownedName_.c_str());  // ENOENT once unlinked: fine
+    closeCreditMapping();
+    bool segmentKept = false;  // a pending free holds memory_ (the word that says when to free)
     if (data_ != nullptr && !owner) {  // the sender: unmaps, then tells the receiver
       allocator_->closeData(data_);
       kernels::storeRelease(importStateWord(), kImportClosed);
     } else if (data_ != nullptr && kernels::loadAcquire(importStateWord()) == kImportMapped) {  // still mapped there
       PendingFrees::process().add(data_, allocator_, memory_, bytes_, importStateWord());
-      return;
+      segmentKept = true;
     } else if (data_ != nullptr) {
       allocator_->freeData(data_);
     }
+    if (creditExported_) {  // the sender's GPU line, freed as the receiver's slots are (never both: one is the receiver's)
+      char* line = reinterpret_cast<char*>(credit_.load(std::memory_order_relaxed));
+      if (!segmentKept && kernels::loadAcquire(creditStateWord()) == kImportMapped) {
+        PendingFrees::process().add(line, creditAllocator_, memory_, bytes_, creditStateWord());
+        segmentKept = true;
+      } else {
+        creditAllocator_->freeData(line);
+      }
+    }
+    if (segmentKept) return;
     munmap(memory_, bytes_);
     PendingFrees::process().sweep();
   }
@@ -90,6 +102,23 @@ class MappedFifo final : public FifoMemory {
   uint64_t* counters() const override { return reinterpret_cast<uint64_t*>(data_ != nullptr ? data_ : base()); }
   uint64_t hostBytes() const override { return bytes_; }
   bool slotsShared() const override { return data_ != nullptr; }
+  uint64_t* creditWord() const override {
+    uint64_t* line = credit_.load(std::memory_order_acquire);
+    return line != nullptr ? line : FifoMemory::creditWord();
+  }
+  DeviceData creditData() const override {
+    if (!creditExported_) return {};
+    return DeviceData{reinterpret_cast<char*>(credit_.load(std::memory_order_relaxed)), kCreditLineBytes};
+  }
+  DeviceData importedCreditData() const override {
+    if (!creditImported_) return {};
+    return DeviceData{reinterpret_cast<char*>(credit_.load(std::memory_order_relaxed)), kCreditLineBytes};
+  }
+  /// The sender: its credit line, in its GPU's memory exported (`device`, where the allocator
+  /// can), else in a one-page segment of its own; says where in `ack`.
+  void createCredit(FifoAllocator* allocator, bool device, Acknowledgement* ack);
+  /// The receiver: maps the credit line the sender's (checked) acknowledgement names.
+  void adoptCredit(const Acknowledgement& ack, FifoAllocator* allocator);
   /// The counters and slots are GPU memory from `allocator` (deviceDataBytes of it, zeroed):
   /// allocated (creator) or imported (importer).
   void setData(char* data, FifoAllocator* allocator) {
@@ -103,6 +132,18 @@ class MappedFifo final : public FifoMemory {
   std::string ownedName_;
   char* data_ = nullptr;
   FifoAllocator* allocator_ = nullptr;
+  // head: the sender's credit line (its own, or the receiver's mapping of it); null until the
+  // connection is made (head's default place, which no kernel uses then).
+  std::atomic<uint64_t*> credit_{nullptr};
+  FifoAllocator* creditAllocator_ = nullptr;  // the backend's that holds, maps or registered it
+  void* creditPage_ = nullptr;                // a credit segment's page, mapped here
+  bool creditRegistered_ = false;             // creditPage_ is registered with creditAllocator_
+  std::string creditName_;                    // the sender's credit segment's name (removed at destruction)
+  bool creditExported_ = false;               // the sender's line is its GPU memory, exported
+  bool creditImported_ = false;               // the receiver maps the sender's exported line
+
+  void mapCreditPage(void* page, FifoAllocator* allocator);
+  void closeCreditMapping();
 };
 
 /// A new name: this process's pid, pid namespace and random id, and a number never used before
@@ -118,6 +159,96 @@ void* mapFd(int fd, size_t bytes, const char* name) {
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) fail(ncclSystemError, "shm: cannot map %s (%zu bytes): %s", name, bytes, strerror(errno));
   return p;
+}
+
+/// A credit segment: one page (the line at its start).
+constexpr size_t kCreditPageBytes = 4096;
+
+void MappedFifo::mapCreditPage(void* page, FifoAllocator* allocator) {
+  creditPage_ = page;
+  if (allocator != nullptr) {  // (the kernels poll or write it)
+    allocator->registerHost(page, kCreditPageBytes);
+    creditAllocator_ = allocator;
+    creditRegistered_ = true;
+  }
+  credit_.store(static_cast<uint64_t*>(page), std::memory_order_release);
+}
+
+void MappedFifo::closeCreditMapping() {
+  if (creditPage_ != nullptr) {
+    if (creditRegistered_) creditAllocator_->unregisterHost(creditPage_);
+    munmap(creditPage_, kCreditPageBytes);
+  }
+  if (!creditName_.empty()) shm_unlink(creditName_.c_str());  // (ENOENT once the receiver has it)
+  if (creditImported_) {  // unmaps, then tells the sender
+    creditAllocator_->closeData(credit_.load(std::memory_order_relaxed));
+    kernels::storeRelease(creditStateWord(), kImportClosed);
+  }
+}
+
+void MappedFifo::createCredit(FifoAllocator* allocator, bool device, Acknowledgement* ack) {
+  if (device) {
+    void* line = allocator->allocateData(kCreditLineBytes, true);
+    if (allocator->exportData(line, ack->creditHandle)) {
+      creditAllocator_ = allocator;
+      creditExported_ = true;
+      credit_.store(static_cast<uint64_t*>(line), std::memory_order_release);
+      ack->credit = kCreditDevice;
+      return;
+    }
+    allocator->freeData(line);  // (not shareable after all: a segment instead)
+  }
+  const std::string name = newSegmentName();
+  const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) fail(ncclSystemError, "shm: cannot create the credit segment %s: %s", name.c_str(), strerror(errno));
+  creditName_ = name;  // (removed at destruction from here on)
+  if (ftruncate(fd, kCreditPageBytes) != 0) {
+    const int err = errno;
+    close(fd);
+    fail(ncclSystemError, "shm: cannot size the credit segment %s: %s (is /dev/shm full?)", name.c_str(), strerror(err));
+  }
+  void* page = nullptr;
+  try {
+    page = mapFd(fd, kCreditPageBytes, name.c_str());
+  } catch (...) {
+    close(fd);
+    throw;
+  }
+  close(fd);
+  mapCreditPage(page, allocator);
+  ack->credit = kCreditSegment;
+  std::strncpy(ack->creditName, name.c_str(), sizeof(ack->creditName) - 1);
+}
+
+void MappedFifo::adoptCredit(const Acknowledgement& ack, FifoAllocator* allocator) {
+  if (ack.credit == kCreditDevice) {
+    if (allocator == nullptr) fail(ncclInternalError, "shm: the sender's credit line is GPU memory, which the host backend cannot map");
+    creditAllocator_ = allocator;
+    credit_.store(static_cast<uint64_t*>(allocator->importData(ack.creditHandle, kCreditLineBytes)),
+                  std::memory_order_release);
+    creditImported_ = true;
+    kernels::storeRelease(creditStateWord(), kImportMapped);
+    return;
+  }
+  const int fd = shm_open(ack.creditName, O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) fail(ncclSystemError, "shm: cannot open the sender's credit segment %s: %s", ack.creditName, strerror(errno));
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+      static_cast<uint64_t>(st.st_size) < kCreditPageBytes) {
+    close(fd);
+    fail(ncclSystemError, "shm: the sender's credit segment %s is not this user's page (owner uid %u, %lld bytes)",
+         ack.creditName, static_cast<unsigned>(st.st_uid), static_cast<long long>(st.st_size));
+  }
+  void* page = nullptr;
+  try {
+    page = mapFd(fd, kCreditPageBytes, ack.creditName);
+  } catch (...) {
+    close(fd);
+    throw;
+  }
+  close(fd);
+  shm_unlink(ack.creditName);  // (mapped by both: nothing is left behind in /dev/shm)
+  mapCreditPage(page, allocator);
 }
 
 }  // namespace
@@ -179,7 +310,7 @@ std::string segmentPrefix(int pid, uint64_t pidNamespace, uint64_t processId) {
   return prefix;
 }
 
-std::unique_ptr<FifoMemory> import(const Descriptor& d, FifoAllocator* allocator) {
+std::unique_ptr<FifoMemory> import(const Descriptor& d, FifoAllocator* allocator, Acknowledgement* ack) {
   const int fd = shm_open(d.shmName, O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) fail(ncclSystemError, "shm: cannot open %s of process %d: %s", d.shmName, d.ownerPid, strerror(errno));
   // Only a segment of this user, as large as the FIFO: mapping a shorter one would fault on
@@ -214,7 +345,14 @@ std::unique_ptr<FifoMemory> import(const Descriptor& d, FifoAllocator* allocator
                      "them in shared host memory", e.what(), d.ownerPid, d.shmName);
     }
   }
+  if (ack != nullptr) memory->createCredit(allocator, d.dataShared != 0 && allocator != nullptr, ack);
   return memory;
+}
+
+void adoptCredit(FifoMemory& receiver, const Acknowledgement& ack, FifoAllocator* allocator) {
+  auto* mapped = dynamic_cast<MappedFifo*>(&receiver);
+  if (mapped == nullptr) fail(ncclInternalError, "shm: a credit line offered to a FIFO this transport did not create");
+  mapped->adoptCredit(ack, allocator);
 }
 
 void unlinkName(const Descriptor& d) { shm_unlink(d.shmName); }

@@ -13,6 +13,13 @@
 // kernels then move data and poll counters device to device instead of across the bus. Where the
 // allocator cannot share its memory, or `deviceData` is off (NCCL_P2P_DISABLE), the slots
 // stay in the segment.
+//
+// head is the sender's: a credit line it makes when it maps the receiver's segment (its GPU's
+// memory, exported, where the receiver's slots are GPU memory; else a one-page segment of its
+// own), named in its acknowledgement of the connection. The receiver maps it and its kernels
+// write head there; the sender's credit waits poll their own memory, as NCCL's sendMem->head.
+// The receiver unlinks the credit segment once mapped; the sender frees exported GPU memory
+// only once the receiver says it no longer maps it (FifoMemory::creditStateWord).
 #pragma once
 
 #include "transport/fifo.h"
@@ -26,8 +33,12 @@ std::unique_ptr<FifoMemory> create(const FifoSizes& sizes, FifoAllocator* alloca
 /// id>-" (a sender checks that a receiver's descriptor names one of the receiver's segments).
 std::string segmentPrefix(int pid, uint64_t pidNamespace, uint64_t processId);
 /// Sender side: maps the receiver's segment (and its slots, through `allocator`, when they are
-/// in its GPU's memory).
-std::unique_ptr<FifoMemory> import(const Descriptor& d, FifoAllocator* allocator);
+/// in its GPU's memory). With `ack`: makes the sender's credit line (head) in its own memory
+/// and says where in *ack (credit, creditName or creditHandle; the caller fills the rest).
+std::unique_ptr<FifoMemory> import(const Descriptor& d, FifoAllocator* allocator, Acknowledgement* ack = nullptr);
+/// Receiver side, once the sender's acknowledgement is checked (checkAcknowledgement): maps
+/// its credit line, where this end's kernels then write head.
+void adoptCredit(FifoMemory& receiver, const Acknowledgement& ack, FifoAllocator* allocator);
 /// Receiver side, once the sender has mapped it: removes the name (the mapping stays).
 void unlinkName(const Descriptor& d);
 

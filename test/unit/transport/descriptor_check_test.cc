@@ -131,3 +131,39 @@ TEST_CASE("shm: a segment shorter than the descriptor says is refused, not mappe
   CHECK_THROWS_WITH(shm::import(d, nullptr), Catch::Contains("is not this user's FIFO of"));
   shm_unlink(name.c_str());
 }
+
+TEST_CASE("acknowledgements: a sender's answer names its rank and a credit line of its own making", "[unit][descriptor]") {
+  const DescriptorExpectation e = expectation();
+  Acknowledgement a;
+  std::memset(&a, 0, sizeof(a));
+  a.magic = kAcknowledgementMagic;
+  a.rank = 3;
+  CHECK(checkAcknowledgement(a, e, Kind::kSocket, false).empty());
+  CHECK(checkAcknowledgement(a, e, Kind::kP2p, false).empty());
+  CHECK_THAT(checkAcknowledgement(a, e, Kind::kShm, false), Catch::Contains("credit line is of kind 0"));
+  a.credit = kCreditSegment;
+  std::snprintf(a.creditName, sizeof(a.creditName), "%s1f", e.shmPrefix.c_str());
+  CHECK(checkAcknowledgement(a, e, Kind::kShm, false).empty());
+  CHECK_THAT(checkAcknowledgement(a, e, Kind::kP2p, false), Catch::Contains("to a connection that takes none"));
+  Acknowledgement forged = a;
+  forged.magic = 7;
+  CHECK_THAT(checkAcknowledgement(forged, e, Kind::kShm, false), Catch::Contains("not an acknowledgement"));
+  forged = a;
+  forged.rank = 4;
+  CHECK_THAT(checkAcknowledgement(forged, e, Kind::kShm, false), Catch::Contains("from rank 4"));
+  forged = a;
+  std::snprintf(forged.creditName, sizeof(forged.creditName), "/braid-1-2-0000000000000003-1f");
+  CHECK_THAT(checkAcknowledgement(forged, e, Kind::kShm, false), Catch::Contains("not one of the peer's"));
+  forged = a;
+  std::snprintf(forged.creditName, sizeof(forged.creditName), "%s../x", e.shmPrefix.c_str());
+  CHECK_THAT(checkAcknowledgement(forged, e, Kind::kShm, false), Catch::Contains("not one of the peer's"));
+  forged = a;
+  std::memset(forged.creditName, 'a', sizeof(forged.creditName));
+  CHECK_THAT(checkAcknowledgement(forged, e, Kind::kShm, false), Catch::Contains("not terminated"));
+  forged = a;
+  forged.credit = kCreditDevice;
+  CHECK(checkAcknowledgement(forged, e, Kind::kShm, true).empty());
+  CHECK_THAT(checkAcknowledgement(forged, e, Kind::kShm, false), Catch::Contains("slots are in host memory"));
+  forged.credit = 9;
+  CHECK_THAT(checkAcknowledgement(forged, e, Kind::kShm, true), Catch::Contains("kind 9"));
+}

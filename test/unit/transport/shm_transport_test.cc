@@ -203,3 +203,63 @@ TEST_CASE("shm transport: slots in GPU memory reaching a sender without the back
   }
   transport::shm::unlinkName(d);
 }
+
+TEST_CASE("shm transport: head is the sender's credit line, a segment of its own, unlinked once the receiver maps it",
+          "[shm]") {
+  transport::Descriptor d;
+  auto receiver = transport::shm::create(kSizes, nullptr, false, &d);
+  transport::Acknowledgement ack{};
+  auto sender = transport::shm::import(d, nullptr, &ack);
+  transport::shm::unlinkName(d);
+  REQUIRE(ack.credit == transport::kCreditSegment);
+  const std::string name = ack.creditName;
+  CHECK(name.rfind("/braid-" + std::to_string(getpid()) + "-", 0) == 0);
+  CHECK(access(("/dev/shm" + name).c_str(), F_OK) == 0);
+  const kernels::ConnHandle s = sender->handle(true);
+  const char* head = reinterpret_cast<const char*>(s.head);
+  CHECK((head < sender->base() || head >= sender->base() + sender->hostBytes()));  // not the receiver's segment
+  CHECK(sender->creditData().at == nullptr);  // (host memory)
+  transport::shm::adoptCredit(*receiver, ack, nullptr);
+  CHECK(access(("/dev/shm" + name).c_str(), F_OK) != 0);  // nothing left in /dev/shm
+  const kernels::ConnHandle r = receiver->handle(false);
+  const char* receiverHead = reinterpret_cast<const char*>(r.head);
+  CHECK((receiverHead < receiver->base() || receiverHead >= receiver->base() + receiver->hostBytes()));
+  CHECK(*r.head == 0);
+  kernels::storeRelease(r.head, uint64_t{9});  // the receiver frees a step: the sender sees it in its own page
+  CHECK(kernels::loadAcquire(s.head) == 9);
+  CHECK(*r.tail == 0);
+  *s.tail = 4;
+  CHECK(*r.tail == 4);  // (tail stays in the receiver's segment)
+}
+
+TEST_CASE("shm transport: with slots in GPU memory, head is the sender's GPU memory, freed once neither end maps it",
+          "[shm]") {
+  for (const bool senderFirst : {true, false}) {
+    SharedFileAllocator gpu(true);
+    transport::Descriptor d;
+    auto receiver = transport::shm::create(kSizes, &gpu, true, &d);
+    transport::Acknowledgement ack{};
+    auto sender = transport::shm::import(d, &gpu, &ack);
+    transport::shm::unlinkName(d);
+    REQUIRE(ack.credit == transport::kCreditDevice);
+    const kernels::ConnHandle s = sender->handle(true);
+    CHECK(sender->creditData().at == reinterpret_cast<char*>(s.head));
+    CHECK(sender->creditData().bytes == transport::kCreditLineBytes);
+    transport::shm::adoptCredit(*receiver, ack, &gpu);
+    const kernels::ConnHandle r = receiver->handle(false);
+    CHECK(r.head != s.head);  // (the receiver's mapping of it)
+    CHECK(reinterpret_cast<char*>(r.head) != receiver->data() - transport::kDeviceCounterBytes + 64);
+    kernels::storeRelease(r.head, uint64_t{11});
+    CHECK(kernels::loadAcquire(s.head) == 11);
+    const int freedBefore = gpu.freed;
+    if (senderFirst) {
+      sender.reset();
+      receiver.reset();
+    } else {
+      receiver.reset();
+      sender.reset();
+    }
+    CHECK(gpu.freed == freedBefore + 2);  // the receiver's slots and the sender's credit line
+    CHECK(gpu.freedWhileOpen == 0);
+  }
+}

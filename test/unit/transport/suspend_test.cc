@@ -122,4 +122,10 @@ TEST_CASE("resume: a peer's new slot handles are taken only for this rank's FIFO
   CHECK(checkResumeHandles({entry(0, 0), entry(1, 0), entry(Connector::kRingLinks + 2, 1)}, links, letGo) ==
         "link 0 kept its memory, but this rank let go of its mapping");
   CHECK(checkResumeHandles({}, {}, {}) == "");
+  // A sender's credit line (shm), named as such.
+  const int credit = transport::kCreditLinkBase + 3;
+  CHECK(checkResumeHandles({entry(credit, 1)}, {credit}, {credit}) == "");
+  CHECK(checkResumeHandles({entry(credit, 1)}, {credit}, {}) ==
+        "link 3's credit line has new memory, but this rank kept its mapping");
+  CHECK(checkResumeHandles({entry(credit, 0)}, {3}, {}) == "link 3's credit line is no FIFO of this rank's from it");
 }
