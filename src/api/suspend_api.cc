@@ -19,6 +19,7 @@
 
 #include "api/api.h"
 #include "bootstrap/bootstrap.h"
+#include "core/params.h"
 #include "datapath/data_path.h"
 
 using namespace braid;
@@ -51,6 +52,14 @@ void meetEveryRank(Communicator& c, const char* call) {
   }
 }
 
+/// NCCL_DISABLE_MEM_MANAGER=1: NCCL 2.30.7 refuses suspend and resume with ncclInvalidUsage.
+void refuseWithoutMemManager(const char* call) {
+  if (params::process().integer("NCCL_DISABLE_MEM_MANAGER") != 0) {
+    fail(ncclInvalidUsage, "%s: NCCL_DISABLE_MEM_MANAGER=1 turns the memory manager off, and with it suspend and resume",
+         call);
+  }
+}
+
 }  // namespace
 
 BRAID_API(ncclResult_t, ncclCommSuspend, ncclComm_t comm, int flags);
@@ -62,6 +71,7 @@ ncclResult_t pncclCommSuspend(ncclComm_t comm, int flags) {
            NCCL_SUSPEND_MEM);
     }
     if ((flags & NCCL_SUSPEND_MEM) == 0) return ncclSuccess;  // (as NCCL: nothing asked, nothing done)
+    refuseWithoutMemManager("ncclCommSuspend");
     if (c.suspended()) fail(ncclInvalidUsage, "%s is suspended already", named(c).c_str());
     c.setSuspended(true);  // (from here on its operations are refused, also later in this group)
     Communicator* raw = &c;
@@ -85,6 +95,7 @@ ncclResult_t pncclCommResume(ncclComm_t comm) {
     Communicator& c = readyCommunicator(comm);
     if (!c.suspended()) fail(ncclInvalidUsage, "%s is not suspended (ncclCommSuspend first)", named(c).c_str());
     if (!c.resumeFailure().empty()) c.refuseIfSuspended("ncclCommResume");  // (unusable: says why)
+    refuseWithoutMemManager("ncclCommResume");
     Communicator* raw = &c;
     return api::dispatch(c, [raw] {
       try {

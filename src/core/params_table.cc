@@ -58,6 +58,9 @@ const std::vector<KnobSpec>& knobTable() {
        "write the log to this file instead of stdout; %h is the host name, %p the process id", true},
       {"NCCL_DEBUG_SUBSYS", KnobType::String, "INIT,BOOTSTRAP,ENV",
        "comma list of log subsystems (INIT, COLL, P2P, ..., ALL); a leading ^ logs all but these", true},
+      {"NCCL_DISABLE_MEM_MANAGER", KnobType::Integer, "0",
+       "1: ncclCommSuspend with NCCL_SUSPEND_MEM and ncclCommResume are refused with ncclInvalidUsage, as NCCL's "
+       "memory manager off refuses them (ncclCommMemStats still reports)", true},
       {"NCCL_DMABUF_ENABLE", KnobType::Integer, "1",
        "1: the verbs transport and net plugins reporting NCCL_PTR_DMABUF reach GPU memory through dma-buf (GPU Direct "
        "RDMA) where the GPU, the driver, the library and NCCL_NET_GDR_LEVEL allow; 0: the verbs transport stages through "

@@ -43,7 +43,7 @@
  *
  * All of it is serialised by one lock per process. A QP's segment is unlinked as soon as its
  * peer has opened it, or when the QP is destroyed; a process killed before either leaves it
- * behind (/dev/shm/fake-verbs-*). */
+ * behind (/dev/shm/fake-verbs-*) until the first QP a later process makes removes it. */
 #define _GNU_SOURCE
 #include <infiniband/verbs.h>
 #include <arpa/inet.h>
@@ -609,11 +609,35 @@ static void ring_copy_out(const struct ring* r, uint64_t at, void* to, uint32_t 
 
 static uint32_t padded(uint32_t n) { return (n + 7u) & ~7u; }
 
+/* The rings of QPs whose process was killed before its peer attached (their names stay in
+ * /dev/shm): removed by the first QP a process makes, where the ring's owner is gone. */
+static void sweep_rings(void) {
+  DIR* d = opendir("/dev/shm");
+  for (struct dirent* e; d && (e = readdir(d));) {
+    unsigned num = 0;
+    char rest = 0;
+    if (sscanf(e->d_name, "fake-verbs-%u%c", &num, &rest) != 1) continue; /* (bells have a suffix) */
+    char path[300];
+    snprintf(path, sizeof path, "/dev/shm/%s", e->d_name);
+    const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) continue;
+    uint32_t words[2] = {0, 0}; /* magic, owner_pid */
+    const ssize_t got = pread(fd, words, sizeof words, 0);
+    close(fd);
+    if (got != (ssize_t)sizeof words || words[0] != RING_MAGIC || (int32_t)words[1] <= 0) continue;
+    if (kill((pid_t)words[1], 0) == 0 || errno != ESRCH) continue;
+    unlink(path);
+  }
+  if (d) closedir(d);
+}
+
 struct ibv_qp* ibv_create_qp(struct ibv_pd* pd, struct ibv_qp_init_attr* attr) {
   if (!pd || !attr || attr->qp_type != IBV_QPT_RC || !attr->send_cq || !attr->recv_cq) {
     errno = EINVAL;
     return NULL;
   }
+  static int swept;
+  if (!__atomic_exchange_n(&swept, 1, __ATOMIC_ACQ_REL)) sweep_rings();
   struct fake_qp* q = calloc(1, sizeof *q);
   if (!q) return NULL;
   q->recv_capacity = (int)attr->cap.max_recv_wr + 1;

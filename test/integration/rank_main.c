@@ -3,6 +3,7 @@
  *   rank_main NRANKS RANK [allreduce]
  *   rank_main NRANKS RANK stream COUNT [kill-at K R | stop-at K R] [shrink]
  *   rank_main NRANKS RANK grow FROM FILE
+ *   rank_main NRANKS RANK suspend
  * The unique id comes from ncclGetUniqueId, so NCCL_COMM_ID must be set (every rank then
  * computes the same id, and rank 0 starts the root). Prints "rank R of N ok" on success.
  * "stream" runs COUNT AllReduces of 1000 floats; with kill-at/stop-at, rank R sends itself
@@ -16,6 +17,8 @@
  * NRANKS; the other ranks wait for FILE (30 s at most) and join with its id. Every rank then
  * checks 20 AllReduces on the grown communicator exactly (the old ones also 5 on the parent) and
  * prints "rank R: grow ok, 20 exact AllReduces on NRANKS ranks".
+ * "suspend": ncclCommSuspend(NCCL_SUSPEND_MEM) then ncclCommResume, printing "rank R: suspend:
+ * RESULT: TEXT" and the same for resume.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <nccl.h>
@@ -182,7 +185,7 @@ static int stream(ncclComm_t comm, int nranks, int rank, int count, int signalAt
 int main(int argc, char** argv) {
   if (argc < 3 || argc > 9) {
     fprintf(stderr, "usage: rank_main NRANKS RANK [allreduce | stream COUNT [kill-at K R | stop-at K R] [shrink] | "
-                    "grow FROM FILE]\n");
+                    "grow FROM FILE | suspend]\n");
     return 2;
   }
   const int nranks = atoi(argv[1]);
@@ -205,6 +208,12 @@ int main(int argc, char** argv) {
     }
     int rc = stream(comm, nranks, rank, atoi(argv[4]), at, who, sig, shrink);
     if (rc != 0 || shrink) return rc;
+  } else if (argc == 4 && strcmp(argv[3], "suspend") == 0) {
+    /* Suspend and resume, each result printed (NCCL_DISABLE_MEM_MANAGER=1 refuses both). */
+    ncclResult_t r = ncclCommSuspend(comm, NCCL_SUSPEND_MEM);
+    printf("rank %d: suspend: %s: %s\n", rank, ncclGetErrorString(r), r == ncclSuccess ? "" : ncclGetLastError(comm));
+    r = ncclCommResume(comm);
+    printf("rank %d: resume: %s: %s\n", rank, ncclGetErrorString(r), r == ncclSuccess ? "" : ncclGetLastError(comm));
   } else if (argc == 4) {
     float x[1000];
     for (int i = 0; i < 1000; ++i) x[i] = (float)rank;

@@ -314,3 +314,28 @@ TEST_CASE("a suspend that a peer never joins fails after the bootstrap timeout, 
                           Catch::Contains("(rank 1, tag"));
   CHECK(seconds < 10);
 }
+
+TEST_CASE("NCCL_DISABLE_MEM_MANAGER=1 refuses suspend and resume, as NCCL's memory manager off does",
+          "[integration][suspend]") {
+  const char* program = std::getenv("BRAID_RANK_MAIN_EXE");
+  REQUIRE(program != nullptr);
+  const int port = braid::test::freeLoopbackPort();
+  const std::string env = "export NCCL_COMM_ID=127.0.0.1:" + std::to_string(port) +
+                          " NCCL_SOCKET_IFNAME=lo BRAID_BOOTSTRAP_TIMEOUT=20; ";
+  const std::string run = std::string(program) + " 2 1 suspend & " + program + " 2 0 suspend & wait";
+  const std::string off = braid::test::runCommand(env + "export NCCL_DISABLE_MEM_MANAGER=1; " + run);
+  INFO(off);
+  for (const char* call : {"suspend", "resume"}) {
+    for (int r = 0; r < 2; ++r) {
+      CHECK_THAT(off, Catch::Contains("rank " + std::to_string(r) + ": " + call + ": invalid usage"));
+    }
+  }
+  CHECK_THAT(off, Catch::Contains("ncclCommSuspend: NCCL_DISABLE_MEM_MANAGER=1 turns the memory manager off"));
+  CHECK_THAT(off, Catch::Contains("rank 1 of 2 ok"));  // (the communicator stayed usable)
+  const std::string on = braid::test::runCommand(env + "export NCCL_DISABLE_MEM_MANAGER=0; " + run);
+  INFO(on);
+  for (int r = 0; r < 2; ++r) {
+    CHECK_THAT(on, Catch::Contains("rank " + std::to_string(r) + ": suspend: no error"));
+    CHECK_THAT(on, Catch::Contains("rank " + std::to_string(r) + ": resume: no error"));
+  }
+}
