@@ -319,17 +319,25 @@ __attribute__((destructor)) static void unlink_bells(void) {
     if (f->creator == getpid()) unlink(f->bell);
 }
 
-static void sweep_bells(void) {
+/* Removes the files of /dev/shm whose owner process is gone: owner(name, path) says which
+ * process a name belongs to (0: not one of ours). */
+static void sweep_dead(int (*owner)(const char* name, const char* path)) {
   DIR* d = opendir("/dev/shm");
   for (struct dirent* e; d && (e = readdir(d));) {
-    int pid = 0;
-    if (sscanf(e->d_name, "fake-verbs-bell-%d-", &pid) != 1 || pid <= 0) continue;
-    if (kill(pid, 0) == 0 || errno != ESRCH) continue;
     char path[300];
     snprintf(path, sizeof path, "/dev/shm/%s", e->d_name);
+    const int pid = owner(e->d_name, path);
+    if (pid <= 0 || kill(pid, 0) == 0 || errno != ESRCH) continue;
     unlink(path);
   }
   if (d) closedir(d);
+}
+
+/* A channel's FIFO names its creator. */
+static int bell_owner(const char* name, const char* path) {
+  int pid = 0;
+  (void)path;
+  return sscanf(name, "fake-verbs-bell-%d-", &pid) == 1 ? pid : 0;
 }
 
 struct fake_cq {
@@ -360,7 +368,7 @@ struct ibv_comp_channel* ibv_create_comp_channel(struct ibv_context* c) {
   }
   struct fake_channel* f = calloc(1, sizeof *f);
   if (!f) return NULL;
-  sweep_bells();
+  sweep_dead(bell_owner);
   pthread_mutex_lock(&lock);
   f->creator = getpid();
   snprintf(f->bell, sizeof f->bell, "/dev/shm/fake-verbs-bell-%d-%u", (int)f->creator, ++count);
@@ -609,26 +617,17 @@ static void ring_copy_out(const struct ring* r, uint64_t at, void* to, uint32_t 
 
 static uint32_t padded(uint32_t n) { return (n + 7u) & ~7u; }
 
-/* The rings of QPs whose process was killed before its peer attached (their names stay in
- * /dev/shm): removed by the first QP a process makes, where the ring's owner is gone. */
-static void sweep_rings(void) {
-  DIR* d = opendir("/dev/shm");
-  for (struct dirent* e; d && (e = readdir(d));) {
-    unsigned num = 0;
-    char rest = 0;
-    if (sscanf(e->d_name, "fake-verbs-%u%c", &num, &rest) != 1) continue; /* (bells have a suffix) */
-    char path[300];
-    snprintf(path, sizeof path, "/dev/shm/%s", e->d_name);
-    const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) continue;
-    uint32_t words[2] = {0, 0}; /* magic, owner_pid */
-    const ssize_t got = pread(fd, words, sizeof words, 0);
-    close(fd);
-    if (got != (ssize_t)sizeof words || words[0] != RING_MAGIC || (int32_t)words[1] <= 0) continue;
-    if (kill((pid_t)words[1], 0) == 0 || errno != ESRCH) continue;
-    unlink(path);
-  }
-  if (d) closedir(d);
+/* A QP's ring says its owner in its first words (struct ring); bells have a suffix. */
+static int ring_owner(const char* name, const char* path) {
+  unsigned num = 0;
+  char rest = 0;
+  if (sscanf(name, "fake-verbs-%u%c", &num, &rest) != 1) return 0;
+  const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return 0;
+  uint32_t words[2] = {0, 0}; /* magic, owner_pid */
+  const ssize_t got = pread(fd, words, sizeof words, 0);
+  close(fd);
+  return got == (ssize_t)sizeof words && words[0] == RING_MAGIC ? (int)(int32_t)words[1] : 0;
 }
 
 struct ibv_qp* ibv_create_qp(struct ibv_pd* pd, struct ibv_qp_init_attr* attr) {
@@ -637,7 +636,7 @@ struct ibv_qp* ibv_create_qp(struct ibv_pd* pd, struct ibv_qp_init_attr* attr) {
     return NULL;
   }
   static int swept;
-  if (!__atomic_exchange_n(&swept, 1, __ATOMIC_ACQ_REL)) sweep_rings();
+  if (!__atomic_exchange_n(&swept, 1, __ATOMIC_ACQ_REL)) sweep_dead(ring_owner); /* (killed processes' rings) */
   struct fake_qp* q = calloc(1, sizeof *q);
   if (!q) return NULL;
   q->recv_capacity = (int)attr->cap.max_recv_wr + 1;
