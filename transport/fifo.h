@@ -144,6 +144,9 @@ OfferedKeys* offeredKeysOf(const kernels::ConnHandle& h);
 constexpr uint32_t kImportNone = 0;
 constexpr uint32_t kImportMapped = 1;
 constexpr uint32_t kImportClosed = 2;
+/// A credit line's sender ended before its receiver mapped the line (creditStateWord): the
+/// line is gone, and no sender waits for credits any more.
+constexpr uint32_t kImportOwnerLeft = 3;
 
 /// The announcement line is a seqlock: seq is 0 while the words change. Writer: the sender's
 /// host thread (or, across a network, the receiver's proxy); readers: the receiver's watchdog
@@ -308,9 +311,10 @@ class FifoMemory {
   /// receiver may free only once it no longer does): kImportNone, kImportMapped, then
   /// kImportClosed, written by the sender; a word beside the sender's step counter.
   uint32_t* importStateWord() const;
-  /// The same for the receiver's mapping of the sender's credit line when it is GPU memory the
-  /// sender exported (which the sender may free only once the receiver no longer maps it):
-  /// written by the receiver; a word on the receiver's step line, past its offer.
+  /// The same for the receiver's mapping of the sender's credit line (which the sender may free
+  /// only once the receiver no longer maps it): written by the receiver, and by a sender that
+  /// ends before the receiver mapped it (kImportOwnerLeft); a word on the receiver's step
+  /// line, past its offer.
   uint32_t* creditStateWord() const;
 
  protected:

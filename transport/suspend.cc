@@ -275,8 +275,9 @@ void restoreSlots(const Connector& connector, FifoAllocator* device, bootstrap::
     }
     for (const ResumeHandle& h : got) {
       if (h.replaced == 0) continue;
+      const int from = peer;  // (clang 14 cannot capture a structured binding)
       auto it = std::find_if(suspended->begin(), suspended->end(), [&](const SuspendedSlots& s) {
-        return s.imported && s.peer == peer && s.link == h.link;
+        return s.imported && s.peer == from && s.link == h.link;
       });
       try {
         device->resumeImport(it->at, h.handle, it->bytes);

@@ -940,3 +940,23 @@ TEST_CASE("LL and LL128 copies of bytes at every alignment: AllGather and Broadc
     EXPECT_OK(ncclCommDestroy(comm));
   }, std::chrono::seconds(120)) == "");
 }
+
+TEST_CASE("credit lines: a ring whose senders end before their receivers map the senders' lines, 4 processes, 20 times",
+          "[integration][collectives][credit]") {
+  // Reduce of 7 elements on one Simple channel: a rank's steps fit the free slots, so it may
+  // finish and destroy its communicator while the next rank is still taking hold of its FIFO
+  // (and of the sender's credit line, which is gone by then). Seen as "cannot open the sender's
+  // credit segment" in the pairwise sweep.
+  Case c{};
+  c.coll = static_cast<int>(Coll::kReduce);
+  c.dtype = ncclFloat;
+  c.op = 0;
+  c.count = 2;  // (7 elements)
+  c.ranks = 3;  // (4 ranks)
+  c.processes = 1;
+  c.proto = 1;
+  for (int round = 0; round < 20; ++round) {
+    INFO("round " << round);
+    REQUIRE(runCase(c) == "");
+  }
+}

@@ -85,10 +85,13 @@ class MappedFifo final : public FifoMemory {
     }
     if (creditExported_) {  // the sender's GPU line, freed as the receiver's slots are (never both: one is the receiver's)
       char* line = reinterpret_cast<char*>(credit_.load(std::memory_order_relaxed));
-      if (!segmentKept && kernels::loadAcquire(creditStateWord()) == kImportMapped) {
+      const uint32_t state = kernels::loadAcquire(creditStateWord());
+      if (!segmentKept && state == kImportMapped) {
         PendingFrees::process().add(line, creditAllocator_, memory_, bytes_, creditStateWord());
         segmentKept = true;
       } else {
+        // (not mapped yet: the receiver finds the handle gone and this word saying why)
+        if (state != kImportMapped) kernels::storeRelease(creditStateWord(), kImportOwnerLeft);
         creditAllocator_->freeData(line);
       }
     }
@@ -117,8 +120,12 @@ class MappedFifo final : public FifoMemory {
   /// The sender: its credit line, in its GPU's memory exported (`device`, where the allocator
   /// can), else in a one-page segment of its own; says where in `ack`.
   void createCredit(FifoAllocator* allocator, bool device, Acknowledgement* ack);
-  /// The receiver: maps the credit line the sender's (checked) acknowledgement names.
+  /// The receiver: maps the credit line the sender's (checked) acknowledgement names. A sender
+  /// whose steps all fit the free slots may have ended before (its line is gone): head then
+  /// goes to a page of the receiver's own, which no one reads.
   void adoptCredit(const Acknowledgement& ack, FifoAllocator* allocator);
+  bool senderLeft() const;
+  void adoptLeftCredit(FifoAllocator* allocator);
   /// The counters and slots are GPU memory from `allocator` (deviceDataBytes of it, zeroed):
   /// allocated (creator) or imported (importer).
   void setData(char* data, FifoAllocator* allocator) {
@@ -179,7 +186,12 @@ void MappedFifo::closeCreditMapping() {
     if (creditRegistered_) creditAllocator_->unregisterHost(creditPage_);
     munmap(creditPage_, kCreditPageBytes);
   }
-  if (!creditName_.empty()) shm_unlink(creditName_.c_str());  // (ENOENT once the receiver has it)
+  if (!creditName_.empty()) {  // (the sender's segment; ENOENT once the receiver has it)
+    // A sender may end before its receiver maps the line (its steps fit the free slots): the
+    // receiver then finds the name gone and this word saying why.
+    if (kernels::loadAcquire(creditStateWord()) != kImportMapped) kernels::storeRelease(creditStateWord(), kImportOwnerLeft);
+    shm_unlink(creditName_.c_str());
+  }
   if (creditImported_) {  // unmaps, then tells the sender
     creditAllocator_->closeData(credit_.load(std::memory_order_relaxed));
     kernels::storeRelease(creditStateWord(), kImportClosed);
@@ -220,17 +232,32 @@ void MappedFifo::createCredit(FifoAllocator* allocator, bool device, Acknowledge
   std::strncpy(ack->creditName, name.c_str(), sizeof(ack->creditName) - 1);
 }
 
+bool MappedFifo::senderLeft() const { return kernels::loadAcquire(creditStateWord()) == kImportOwnerLeft; }
+
+void MappedFifo::adoptLeftCredit(FifoAllocator* allocator) {
+  void* page = mmap(nullptr, kCreditPageBytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (page == MAP_FAILED) fail(ncclSystemError, "shm: cannot map a page for head: %s", strerror(errno));
+  mapCreditPage(page, allocator);
+}
+
 void MappedFifo::adoptCredit(const Acknowledgement& ack, FifoAllocator* allocator) {
   if (ack.credit == kCreditDevice) {
     if (allocator == nullptr) fail(ncclInternalError, "shm: the sender's credit line is GPU memory, which the host backend cannot map");
+    void* line = nullptr;
+    try {
+      line = allocator->importData(ack.creditHandle, kCreditLineBytes);
+    } catch (const Error&) {
+      if (!senderLeft()) throw;
+      return adoptLeftCredit(allocator);  // (the sender ended first: nobody reads head)
+    }
     creditAllocator_ = allocator;
-    credit_.store(static_cast<uint64_t*>(allocator->importData(ack.creditHandle, kCreditLineBytes)),
-                  std::memory_order_release);
+    credit_.store(static_cast<uint64_t*>(line), std::memory_order_release);
     creditImported_ = true;
     kernels::storeRelease(creditStateWord(), kImportMapped);
     return;
   }
   const int fd = shm_open(ack.creditName, O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0 && errno == ENOENT && senderLeft()) return adoptLeftCredit(allocator);  // (as above)
   if (fd < 0) fail(ncclSystemError, "shm: cannot open the sender's credit segment %s: %s", ack.creditName, strerror(errno));
   struct stat st {};
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
@@ -249,6 +276,7 @@ void MappedFifo::adoptCredit(const Acknowledgement& ack, FifoAllocator* allocato
   close(fd);
   shm_unlink(ack.creditName);  // (mapped by both: nothing is left behind in /dev/shm)
   mapCreditPage(page, allocator);
+  kernels::storeRelease(creditStateWord(), kImportMapped);  // (the sender's end need not say it left)
 }
 
 }  // namespace
