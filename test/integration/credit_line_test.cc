@@ -17,6 +17,7 @@
 #include "comm/communicator.h"
 #include "datapath/data_path.h"
 #include "harness/ranks.h"
+#include "plan/planner.h"
 #include "integration/emulated_scope.h"
 #include "integration/test_env.h"
 #include "transport/connector.h"
@@ -123,4 +124,30 @@ TEST_CASE("emulated GPU: head is the sender's device memory; counters exact afte
   test::Emulated emulated;
   const int n = 3;
   CHECK(test::withCommunicators(n, [n](int rank, ncclComm_t comm, bool threads) { runAndCheck(rank, n, comm, threads, true); }) == "");
+}
+
+TEST_CASE("emulated GPU: ring senders that end before their receivers map the senders' exported lines, 20 times",
+          "[integration][emulated][credit]") {
+  // As the host case in collective_test.cc: a Reduce of 7 floats on one Simple channel, whose
+  // senders may destroy their communicator (and free the credit line they exported) while the
+  // next rank is still taking hold of it.
+  test::Emulated emulated;
+  const int n = 4;
+  for (int round = 0; round < 20; ++round) {
+    INFO("round " << round);
+    ncclUniqueId id;
+    REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+    REQUIRE(test::runProcesses(n, [n, id](int rank) {
+              ncclComm_t comm = nullptr;
+              EXPECT_OK(ncclCommInitRank(&comm, n, id, rank));
+              plan::PlanLimits& limits = comm->dataPath().limits();
+              for (auto& p : limits.mask.protos) p = 1u << 2;  // (Simple)
+              limits.minChannels = limits.maxChannels = 1;
+              std::vector<float> in(7, static_cast<float>(rank + 1)), out(7, 0.0f);
+              EXPECT_OK(ncclReduce(in.data(), out.data(), in.size(), ncclFloat, ncclSum, 0, comm, test::streamOf(rank)));
+              test::sync(comm);
+              if (rank == 0) expect(out[6] == 10.0f, "the Reduce's result at the root: " + std::to_string(out[6]));
+              EXPECT_OK(ncclCommDestroy(comm));
+            }, std::chrono::seconds(60)) == "");
+  }
 }
