@@ -288,7 +288,8 @@ TEST_CASE("emulated GPU: processes let go of the FIFO slots they map from a peer
       expect(shared > 0, "the peers map some of this rank's FIFO slots");
       const SharedDeviceMemory before = sharedDeviceMemory();
       expect(before.mappings > 0, "memory files are mapped (slots of this rank's and of its peers')");
-      const int fds = test::openFileDescriptors(), maps = mappingCount();
+      const int fds = test::openFileDescriptors();
+      const int maps = mappingCount();
       for (int cycle = 0; cycle < 3; ++cycle) {
         const std::string when = "cycle " + std::to_string(cycle + 1);
         // The slots a peer maps count as suspendable, nothing stays.
@@ -323,8 +324,12 @@ TEST_CASE("emulated GPU: processes let go of the FIFO slots they map from a peer
         const int fdsNow = test::openFileDescriptors();
         expect(fdsNow == fds, when + ": " + std::to_string(fdsNow) + " descriptors open after resume, " +
                                   std::to_string(fds) + " before");
-        expect(mappingCount() == maps, when + ": " + std::to_string(mappingCount()) + " mappings after resume, " +
-                                           std::to_string(maps) + " before");
+        // (Not under AddressSanitizer: its allocator maps new regions while its quarantine holds
+        // freed blocks, about 10 mappings a cycle here; the memory files are counted above.)
+        if (test::kResidentMeaningful) {
+          expect(mappingCount() == maps, when + ": " + std::to_string(mappingCount()) + " mappings after resume, " +
+                                             std::to_string(maps) + " before");
+        }
       }
       // Destroyed while suspended: the reservations go too, no memory file comes back.
       EXPECT_OK(ncclCommSuspend(comm, NCCL_SUSPEND_MEM));
