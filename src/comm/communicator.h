@@ -110,8 +110,9 @@ class Communicator {
   comm::SignalBoard& signals();
   /// The same, or null while no window was registered.
   comm::SignalBoard* signalsIfMade();
-  /// The links that carry one-sided operations to ranks this rank cannot address (other
-  /// hosts: transport/net/one_sided_links.h), once a window registration made them; else null.
+  /// What carries one-sided operations to ranks this rank cannot address (other hosts): a
+  /// transport::onesided::Carrier (TCP links, the net plugin's or the verbs one, wrapped by
+  /// datapath/one_sided_relay.h on the CUDA backend), once a window registration made it; else null.
   transport::onesided::Carrier* oneSidedLinks() const { return oneSidedLinks_.load(std::memory_order_acquire); }
   /// Keeps `links` (made by a window registration) until the communicator ends.
   void adoptOneSidedLinks(std::unique_ptr<transport::onesided::Carrier> links);
